@@ -1,0 +1,129 @@
+"""Finding runs: each direct subfolder of a runs root is a run (003 seed, "Security and resource use",
+"Limitations"; DESIGN §2.1).
+
+Every path is resolved with realpath; a run folder whose real location leaves its root is ignored
+and reported, never read. Dot-folders (temp files of atomic writers, caches) are not runs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+OUTSIDE_ROOT = "symlink points outside the run folder"
+
+
+class NoRootError(ValueError):
+    """None of the configured runs roots exists. The message names them and the fix."""
+
+
+@dataclass(frozen=True)
+class RunLocation:
+    """A run folder found under a root: ``id`` is the folder name, ``path`` its real path."""
+
+    root: str
+    id: str
+    path: str
+
+
+@dataclass
+class Listing:
+    """The result of listing the roots once.
+
+    Attributes:
+        runs: run folders in root order, then name order.
+        ignored: ``(path, reason)`` for folders that were skipped.
+        missing_roots: configured roots that do not exist (skipped).
+        roots: the real paths of the roots that exist.
+    """
+
+    runs: list[RunLocation] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    missing_roots: list[str] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+
+
+def inside(path: str, folder: str) -> bool:
+    """True when real path ``path`` is ``folder`` or below it (both already real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def resolve_roots(roots: Iterable[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """Return ``(existing real paths, missing as given)``, duplicates removed, order kept."""
+    found: list[str] = []
+    missing: list[str] = []
+    for root in roots:
+        real = os.path.realpath(os.path.expanduser(os.fspath(root)))
+        if not os.path.isdir(real):
+            missing.append(os.fspath(root))
+        elif real not in found:
+            found.append(real)
+    return found, missing
+
+
+def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
+    """List every root once (one directory read each).
+
+    Raises:
+        NoRootError: no root exists.
+    """
+    real_roots, missing = resolve_roots(roots)
+    if not real_roots:
+        shown = ", ".join(os.fspath(r) for r in roots) or "(none)"
+        raise NoRootError(f"no runs folder found (looked for: {shown}); pass a folder or set TRACEML_ROOTS")
+    listing = Listing(missing_roots=missing, roots=real_roots)
+    seen: set[str] = set()
+    for root in real_roots:
+        try:
+            entries = sorted(os.scandir(root), key=lambda e: e.name)
+        except OSError as err:
+            listing.ignored.append((root, f"cannot list: {err.strerror or err}"))
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_symlink():
+                    real = os.path.realpath(entry.path)
+                    if not inside(real, root) or real == root:
+                        listing.ignored.append((entry.path, OUTSIDE_ROOT))
+                        continue
+                    if not os.path.isdir(real):
+                        continue
+                elif entry.is_dir(follow_symlinks=False):
+                    real = os.path.join(root, entry.name)
+                else:
+                    continue
+            except OSError:
+                continue
+            if real in seen:
+                listing.ignored.append((entry.path, f"same folder as another run ({os.path.basename(real)})"))
+                continue
+            seen.add(real)
+            listing.runs.append(RunLocation(root=root, id=entry.name, path=real))
+    return listing
+
+
+def stat_confined(path: str, root: str) -> tuple[os.stat_result | None, str | None]:
+    """``lstat`` a file inside a run; follow a symlink only when its target stays inside ``root``.
+
+    Returns ``(stat, None)`` for a readable regular file, ``(None, None)`` when it does not exist,
+    and ``(None, reason)`` when it must be ignored.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None, None
+    if stat.S_ISLNK(st.st_mode):
+        real = os.path.realpath(path)
+        if not inside(real, root):
+            return None, OUTSIDE_ROOT
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None, None
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not a regular file"
+    return st, None

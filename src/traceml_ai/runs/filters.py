@@ -1,0 +1,303 @@
+"""The filter language of the run table (003 seed, "The runs table" and "Decisions made where the spec
+was ambiguous"; DESIGN §4).
+
+One filter applies to one column (names as in :mod:`traceml_ai.runs.table`):
+
+==================  ===============================================================================
+``> x`` ``>= x``    ordering. Numerically when the value and ``x`` are both numbers; a text value is
+``< x`` ``<= x``    compared with ``x`` as text (case-insensitive); a number never matches a text ``x``
+``= x`` ``!= x``    equality: numerically when both are numbers (``0.001`` = ``1e-3``), otherwise as
+                    case-insensitive text (``true``/``false`` for booleans). ``==`` is accepted too
+``a..b``            inclusive range, numeric or (for text values) as text
+``/regex/``         Python ``re.search``, case-insensitive, on the value's text
+bare number         equality in a numeric column, substring in a text column
+anything else       case-insensitive substring of the value's text
+==================  ===============================================================================
+
+Spaces around the operator are optional. The value's text is the CSV text
+(:func:`traceml_ai.runs.table.format_cell`): floats with ``repr``, NaN as ``NaN``.
+
+Missing values: a run without a value (missing or null) matches only ``!= x``. NaN never matches
+``<``, ``<=``, ``>``, ``>=``, ``=`` or a range, and matches ``!= x``; a text filter ``nan`` or
+``/nan/`` finds NaN values. For ``tags`` a filter matches when any one tag matches (``!=`` when no tag
+equals ``x``); a run without tags is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from traceml_ai.runs.layout import DISPLAY_STATUSES
+from traceml_ai.runs.model import RunSummary, Scalar
+from traceml_ai.runs.table import (
+    ColumnError,
+    cell,
+    column_is_numeric,
+    format_cell,
+    is_nan,
+    is_number,
+    split_column,
+)
+
+Op = Literal["<", "<=", ">", ">=", "=", "!=", "range", "regex", "number", "text"]
+"""``number``: a bare number; ``text``: a bare substring."""
+
+_NUMBER_RE: Final = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_INT_RE: Final = re.compile(r"[+-]?\d+")
+_OPERATORS: Final = (">=", "<=", "!=", "==", ">", "<", "=")
+_SPLIT_CHARS: Final = ":<>=!"
+_EXAMPLES: Final = "e.g. run.best.val/auc>=0.8, config.optim.lr:0.001..0.01, name:/base.*/, status=failed"
+
+
+class FilterError(ValueError):
+    """A filter, sort or status the user wrote that cannot be used; the message is one line that
+    names the expression and the fix."""
+
+
+def parse_number(text: str) -> int | float | None:
+    """``text`` as a number when it is a plain decimal literal (``3``, ``-0.5``, ``1e-3``, ``.5``),
+    else None. ``nan`` and ``inf`` are not numbers here, so they filter as text."""
+    text = text.strip()
+    if _INT_RE.fullmatch(text):
+        return int(text)
+    if _NUMBER_RE.fullmatch(text):
+        return float(text)
+    return None
+
+
+@dataclass(frozen=True)
+class ColumnFilter:
+    """One parsed filter expression (see the module docstring for the language).
+
+    Attributes:
+        expr: the expression as written (without the column).
+        op: the operator; ``number`` is a bare number, ``text`` a bare substring.
+        operand: the value text (for a range the low end, for a regex the pattern).
+        number: ``operand`` as a number when it is one, else None.
+        high, high_number: the high end of a range (text, number), else ``""`` and None.
+        pattern: the compiled regex for ``regex``, else None.
+
+    Build one with :func:`parse_filter`; test values with :meth:`matches` / :meth:`matches_any`.
+    """
+
+    expr: str
+    op: Op
+    operand: str
+    number: int | float | None = None
+    high: str = ""
+    high_number: int | float | None = None
+    pattern: re.Pattern[str] | None = None
+
+    def __str__(self) -> str:
+        return self.expr
+
+    def matches(self, value: Scalar, *, numeric_column: bool = False) -> bool:
+        """True when one cell value passes this filter.
+
+        ``numeric_column`` (see :func:`traceml_ai.runs.table.column_is_numeric`) only matters for a
+        bare number: equality in a numeric column, substring in a text one.
+        """
+        if value is None or value == "":
+            return self.op == "!="
+        if self.op == "!=":
+            return not self._equals(value)
+        if self.op == "=":
+            return self._equals(value)
+        if self.op in ("<", "<=", ">", ">="):
+            return self._ordered(value)
+        if self.op == "range":
+            return self._in_range(value)
+        text = format_cell(value)
+        if self.op == "regex":
+            assert self.pattern is not None
+            return self.pattern.search(text) is not None
+        if self.op == "number" and numeric_column:
+            return self._equals(value)
+        return self.operand.casefold() in text.casefold()
+
+    def matches_any(self, values: Sequence[Scalar], *, numeric_column: bool = False) -> bool:
+        """True when a list value (``tags``) passes: any element matches, or for ``!=`` no element is
+        equal. An empty list is a missing value."""
+        if not values:
+            return self.op == "!="
+        if self.op == "!=":
+            return all(not self._equals(v) for v in values)
+        return any(self.matches(v, numeric_column=numeric_column) for v in values)
+
+    def _equals(self, value: Scalar) -> bool:
+        if is_nan(value):
+            return False
+        if is_number(value) and self.number is not None:
+            return value == self.number
+        return format_cell(value).casefold() == self.operand.casefold()
+
+    def _ordered(self, value: Scalar) -> bool:
+        if is_number(value):
+            if self.number is None or is_nan(value):
+                return False
+            return _compare(self.op, value, self.number)
+        return _compare(self.op, format_cell(value).casefold(), self.operand.casefold())
+
+    def _in_range(self, value: Scalar) -> bool:
+        if is_number(value):
+            if self.number is None or self.high_number is None or is_nan(value):
+                return False
+            return bool(self.number <= value <= self.high_number)  # type: ignore[operator]
+        text = format_cell(value).casefold()
+        return self.operand.casefold() <= text <= self.high.casefold()
+
+
+def _compare(op: str, left: object, right: object) -> bool:
+    if op == "<":
+        return bool(left < right)  # type: ignore[operator]
+    if op == "<=":
+        return bool(left <= right)  # type: ignore[operator]
+    if op == ">":
+        return bool(left > right)  # type: ignore[operator]
+    return bool(left >= right)  # type: ignore[operator]
+
+
+def parse_filter(expr: str) -> ColumnFilter:
+    """Parse one filter expression for a column: ``>= 0.8``, ``0.001..0.01``, ``/base.*/``,
+    ``failed``, ``!=adam`` (the language is in the module docstring).
+
+    Raises:
+        FilterError: empty expression, an operator without a value, a lone ``!``, a range whose low
+            end is above its high end, or an invalid regex. One line naming ``expr`` and the fix.
+    """
+    text = expr.strip()
+    if not text:
+        raise FilterError(f"empty filter {expr!r}; write a value, e.g. >=0.8, 0.001..0.01, /base.*/ or adam")
+    if len(text) >= 2 and text.startswith("/") and text.endswith("/"):
+        body = text[1:-1]
+        try:
+            pattern = re.compile(body, re.IGNORECASE)
+        except re.error as exc:
+            raise FilterError(
+                f"filter {expr!r}: invalid regular expression ({exc}); fix the pattern, "
+                "or drop the slashes for a plain substring match"
+            ) from None
+        return ColumnFilter(expr, "regex", body, pattern=pattern)
+    for op in _OPERATORS:
+        if text.startswith(op):
+            operand = text[len(op) :].strip()
+            if not operand:
+                raise FilterError(f"filter {expr!r}: no value after {op!r}; write e.g. {op}0.8")
+            canonical: Op = "=" if op == "==" else op  # type: ignore[assignment]
+            return ColumnFilter(expr, canonical, operand, parse_number(operand))
+    if text.startswith("!"):
+        raise FilterError(f"filter {expr!r}: unknown operator '!'; write != for 'not equal', e.g. !=adam")
+    low, sep, high = text.partition("..")
+    if sep and low.strip() and high.strip():
+        low, high = low.strip(), high.strip()
+        low_number, high_number = parse_number(low), parse_number(high)
+        if low_number is not None and high_number is not None:
+            reversed_range = low_number > high_number
+        else:
+            reversed_range = low.casefold() > high.casefold()
+        if reversed_range:
+            raise FilterError(f"filter {expr!r}: the low end is above the high end; write {high}..{low}")
+        return ColumnFilter(expr, "range", low, low_number, high, high_number)
+    number = parse_number(text)
+    return ColumnFilter(expr, "text" if number is None else "number", text, number)
+
+
+def parse_filter_arg(arg: str) -> tuple[str, ColumnFilter]:
+    """Parse a ``--filter`` argument, ``COLUMN:EXPR`` or ``COLUMN OP VALUE``, into the column and its
+    filter.
+
+    The column ends at the first ``:`` or operator character (``<>=!``); a ``:`` is dropped, an
+    operator stays with the expression. Examples: ``run.best.val/auc>=0.8``,
+    ``config.optim.lr:0.001..0.01``, ``name:/base.*/``, ``status=failed``, ``run.last.my metric<1``.
+    So a column name cannot hold ``:``, ``<``, ``>``, ``=`` or ``!``.
+
+    Raises:
+        FilterError: no separator, an empty or unknown column, or a bad expression (one line).
+    """
+    index = next((i for i, ch in enumerate(arg) if ch in _SPLIT_CHARS), -1)
+    if index < 0:
+        raise FilterError(
+            f"filter {arg!r} names no column; write COLUMN:EXPR or COLUMN OP VALUE, {_EXAMPLES}"
+        )
+    column = arg[:index].strip()
+    expr = arg[index + 1 :] if arg[index] == ":" else arg[index:]
+    if not column:
+        raise FilterError(f"filter {arg!r} names no column before {arg[index]!r}; {_EXAMPLES}")
+    try:
+        split_column(column)
+    except ColumnError as exc:
+        raise FilterError(f"filter {arg!r}: {exc}") from None
+    try:
+        return column, parse_filter(expr)
+    except FilterError as exc:
+        raise FilterError(f"filter {arg!r}: {exc}") from None
+
+
+def parse_statuses(statuses: Iterable[str]) -> frozenset[str]:
+    """Check and normalise display statuses (case-insensitive) for :func:`filter_runs`.
+
+    Raises:
+        FilterError: a status outside :data:`traceml_ai.runs.layout.DISPLAY_STATUSES`.
+    """
+    out = set()
+    for status in statuses:
+        name = status.strip().lower()
+        if name not in DISPLAY_STATUSES:
+            raise FilterError(f"unknown status {status!r}; use one of {', '.join(DISPLAY_STATUSES)}")
+        out.add(name)
+    return frozenset(out)
+
+
+def matches_search(run: RunSummary, search: str) -> bool:
+    """True when every whitespace-separated word of ``search`` is a case-insensitive substring of the
+    run's id, name, group or one of its tags. An empty search matches every run."""
+    fields = [run.id, run.name, run.group or "", *run.tags]
+    haystack = [f.casefold() for f in fields]
+    return all(any(word in f for f in haystack) for word in search.casefold().split())
+
+
+def filter_runs(
+    runs: Iterable[RunSummary],
+    filters: Sequence[tuple[str, ColumnFilter]] = (),
+    search: str | None = None,
+    statuses: Collection[str] | None = None,
+) -> list[RunSummary]:
+    """The runs that pass every filter, in their input order.
+
+    Args:
+        runs: the runs to filter.
+        filters: ``(column, filter)`` pairs (see :func:`parse_filter_arg`); all must match. Whether a
+            column is numeric (for bare numbers) is decided over ``runs``.
+        search: words matched by :func:`matches_search`; None or blank for no search.
+        statuses: display statuses to keep (``stale`` and ``running?`` included, case-insensitive);
+            None keeps all, an empty collection keeps none.
+
+    Raises:
+        FilterError: an unknown column or status.
+    """
+    items = list(runs)
+    numeric: dict[str, bool] = {}
+    for column, _ in filters:
+        try:
+            numeric[column] = column_is_numeric(items, column)
+        except ColumnError as exc:
+            raise FilterError(str(exc)) from None
+    wanted = None if statuses is None else parse_statuses(statuses)
+    out = []
+    for run in items:
+        if wanted is not None and run.display_status not in wanted:
+            continue
+        if search and not matches_search(run, search):
+            continue
+        if all(_run_matches(run, column, flt, numeric[column]) for column, flt in filters):
+            out.append(run)
+    return out
+
+
+def _run_matches(run: RunSummary, column: str, flt: ColumnFilter, numeric_column: bool) -> bool:
+    if column == "tags":
+        return flt.matches_any(run.tags, numeric_column=numeric_column)
+    return flt.matches(cell(run, column), numeric_column=numeric_column)

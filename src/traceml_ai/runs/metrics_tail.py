@@ -1,0 +1,314 @@
+"""Incremental reading of ``metrics.jsonl`` by byte offset (003 seed, "Writing runs" §6 and
+"Live refresh").
+
+:class:`MetricsTail` owns one file. Each :meth:`MetricsTail.advance` reads only the bytes appended
+since the last call:
+
+- bytes after the last newline are a line still being written: held back until completed;
+- a file that shrank (or was replaced) is read again from byte 0;
+- a line that is not JSON, not an object, or has neither an integer ``step`` nor ``epoch`` is
+  counted and skipped; blank lines and CRLF endings are fine;
+- bare ``NaN``/``Infinity``/``-Infinity`` tokens read as non-finite floats (a gap when plotted);
+- ``epoch`` is used as the step when ``step`` is missing;
+- trailing lines of NUL bytes (a network file system showing a region before its data) are treated
+  as not yet written: they are re-read on the next call, never counted as corrupt;
+- at most ``max_bytes`` bytes of the file are read, with a warning.
+
+Rows are kept as the parsed dicts, in file order (a resumed run whose steps go backwards keeps both
+segments). Per-metric arrays are built on request by :meth:`MetricsTail.series`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from traceml_ai.runs.layout import DEFAULT_MAX_METRICS_FILE_MB, RESERVED_METRIC_KEYS
+
+CHUNK_BYTES = 8 * 1024 * 1024
+_BLOCK_LINES = 256
+_MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric's history: parallel arrays, one entry per row that logged the metric.
+
+    Attributes:
+        step: int64 steps, in file order (may go backwards after a resume).
+        epoch: float64 epochs (NaN where the row had none).
+        time: float64 Unix seconds (NaN where the row had none).
+        value: float64 values; NaN for null and non-finite values (a gap when plotted).
+    """
+
+    metric: str
+    step: np.ndarray
+    epoch: np.ndarray
+    time: np.ndarray
+    value: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+
+# Fast path: parse a block of lines as one JSON array. It gives exactly the per-line result when
+# every line starts with "{", no line holds a "}" followed by a comma before its end (a second value
+# on the line), and the array has one element per line: then each line is one complete value. JSON
+# strings cannot hold a raw newline, so no value can hide a line boundary. All checks are C-speed
+# byte counts; a block that fails them is parsed line by line.
+
+
+def parse_joined(lines: list[bytes]) -> list[Any] | None:
+    """Parse JSON lines in one call; None when the fast path cannot vouch for the result."""
+    joined = b",\n".join(lines)
+    if (
+        not joined.startswith(b"{")
+        or joined.count(b",\n{") != len(lines) - 1
+        or joined.count(b"},") != joined.count(b"},\n")
+        or joined.count(b"}\r,") != joined.count(b"}\r,\n")
+        or b"} " in joined
+        or b"}\t" in joined
+    ):
+        return None
+    try:
+        parsed: list[Any] = orjson.loads(b"[" + joined + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if len(parsed) == len(lines) else None
+
+
+def _as_step(v: Any) -> int | None:
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    return None
+
+
+class MetricsTail:
+    """Incremental reader of one ``metrics.jsonl``.
+
+    Args:
+        path: the file (it may not exist yet: then there are no rows).
+        max_bytes: read at most this many bytes of the file (``max_metrics_file_mb`` × 2**20).
+
+    Attributes:
+        rows: parsed rows (dicts) in file order; ``steps[i]`` is the step of ``rows[i]``.
+        corrupt_lines: how many complete lines were skipped.
+        offset: bytes of the file consumed (always the end of a complete line).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.max_bytes = max_bytes if max_bytes is not None else int(DEFAULT_MAX_METRICS_FILE_MB * 2**20)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.steps: list[int] = []
+        self.offset = 0
+        self.lines_read = 0
+        self.corrupt_lines = 0
+        self.corrupt_examples: list[str] = []
+        self.backward_steps: list[str] = []
+        self.resets = 0
+        self.truncated_at: int | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._names: set[str] = set()
+        self._names_upto = 0
+        self._series: dict[str, tuple[int, list[Any]]] = {}
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def advance(self) -> int:
+        """Read what was appended since the last call; return the number of new rows.
+
+        An unchanged file costs one ``stat``. Raises nothing for a missing or unreadable file:
+        a missing file means no rows yet; an unreadable one keeps the rows read so far.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return 0
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp == self._stamp:
+            return 0
+        if self._stamp is not None and (st.st_ino != self._stamp[0] or st.st_size < self.offset):
+            resets = self.resets + 1
+            self._reset()  # shrank or replaced: start over from byte 0
+            self.resets = resets
+        limit = min(st.st_size, self.max_bytes)
+        self.truncated_at = self.max_bytes if st.st_size > self.max_bytes else None
+        before = len(self.rows)
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                pending = b""
+                pos = self.offset
+                while pos < limit:
+                    chunk = f.read(min(CHUNK_BYTES, limit - pos))
+                    if not chunk:
+                        break
+                    pos += len(chunk)
+                    data = pending + chunk if pending else chunk
+                    consumed = self._consume(data)
+                    pending = data[consumed:]
+                    self.offset += consumed
+                    if consumed < len(data) and b"\n" in pending and b"\x00" in pending:
+                        break  # a NUL tail: wait for the file system to fill it in
+        except OSError:
+            return len(self.rows) - before
+        self._stamp = stamp
+        return len(self.rows) - before
+
+    def _consume(self, data: bytes) -> int:
+        """Parse the complete lines of ``data``; return how many bytes were consumed."""
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            return 0
+        region = data[:end]
+        if b"\x00" in region:
+            end = self._nul_tail_start(region)
+            region = data[:end]
+        lines = region.split(b"\n")
+        lines.pop()  # the empty piece after the final newline
+        first_line = self.lines_read + 1
+        for i in range(0, len(lines), _BLOCK_LINES):
+            self._parse_block(lines[i : i + _BLOCK_LINES], first_line + i)
+        self.lines_read += len(lines)
+        return end
+
+    @staticmethod
+    def _nul_tail_start(region: bytes) -> int:
+        """Where the trailing run of lines holding NUL bytes starts (``len(region)`` if none)."""
+        end = len(region)
+        while end > 0:
+            start = region.rfind(b"\n", 0, end - 1) + 1
+            if b"\x00" not in region[start:end]:
+                break
+            end = start
+        return end
+
+    def _parse_block(self, lines: list[bytes], first_line: int) -> None:
+        parsed = parse_joined(lines)
+        if parsed is None:
+            parsed = [self._parse_line(line, first_line + i) for i, line in enumerate(lines)]
+        rows, steps = self.rows, self.steps
+        prev = steps[-1] if steps else None
+        for i, row in enumerate(parsed):
+            if type(row) is dict:
+                step = row.get("step")
+                if type(step) is not int:
+                    step = _as_step(step)
+                    if step is None:
+                        step = _as_step(row.get("epoch"))
+                if step is not None:
+                    if prev is not None and step < prev:
+                        self._note_backwards(first_line + i, prev, step)
+                    rows.append(row)
+                    steps.append(step)
+                    prev = step
+                    continue
+                self._corrupt(first_line + i, "neither an integer step nor an epoch")
+            elif row is not _BLANK and row is not _SKIPPED:
+                self._corrupt(first_line + i, f"a JSON {type(row).__name__}, not an object")
+
+    def _parse_line(self, line: bytes, line_no: int) -> Any:
+        if not line.strip():
+            return _BLANK
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+        try:
+            # The standard library reads Python's bare NaN / Infinity / -Infinity tokens.
+            return json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            self._corrupt(line_no, "not JSON")
+            return _SKIPPED
+
+    def _corrupt(self, line_no: int, reason: str) -> None:
+        self.corrupt_lines += 1
+        if len(self.corrupt_examples) < _MAX_EXAMPLES:
+            self.corrupt_examples.append(f"line {line_no}: {reason}")
+
+    def _note_backwards(self, line_no: int, prev: int, step: int) -> None:
+        if len(self.backward_steps) < _MAX_EXAMPLES:
+            self.backward_steps.append(f"line {line_no}: step {prev} → {step}")
+        else:
+            self.backward_steps[-1] = f"… last at line {line_no}: step {prev} → {step}"
+
+    # -- results ---------------------------------------------------------------------------
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per problem, prefixed with the file name; empty when the file is clean."""
+        out: list[str] = []
+        if self.corrupt_lines:
+            out.append(
+                f"metrics.jsonl: {self.corrupt_lines} corrupt line(s) skipped ({'; '.join(self.corrupt_examples)})"
+            )
+        if self.backward_steps:
+            out.append(
+                "metrics.jsonl: steps go backwards (a resumed run?); both segments kept: "
+                + "; ".join(self.backward_steps)
+            )
+        if self.truncated_at is not None:
+            out.append(
+                f"metrics.jsonl: only the first {self.truncated_at / 2**20:.0f} MB read "
+                "(raise max_metrics_file_mb to read more)"
+            )
+        return out
+
+    def metric_names(self) -> list[str]:
+        """Every metric key seen in the rows so far, sorted (step, epoch and time excluded)."""
+        rows = self.rows
+        if self._names_upto < len(rows):
+            self._names.update(*(r.keys() for r in rows[self._names_upto :]))
+            self._names_upto = len(rows)
+        return sorted(self._names - RESERVED_METRIC_KEYS)
+
+    def series(self, metric: str) -> Series:
+        """The history of ``metric``: rows where it is a number or null, in file order.
+        Rows where it is absent or not a number (a string, a list...) are left out."""
+        done, acc = self._series.get(metric, (0, []))
+        rows, steps = self.rows, self.steps
+        n = len(rows)
+        for i in range(done, n):
+            row = rows[i]
+            v = row.get(metric, _ABSENT)
+            if v is _ABSENT:
+                continue
+            if v is None:
+                v = float("nan")
+            elif type(v) is not float:
+                if type(v) is int:
+                    v = float(v)
+                else:
+                    continue
+            e = row.get("epoch")
+            t = row.get("time")
+            acc.append((steps[i], e if type(e) is int or type(e) is float else np.nan,
+                        t if type(t) is float or type(t) is int else np.nan, v))
+        self._series[metric] = (n, acc)
+        if acc:
+            s, e, t, v = zip(*acc, strict=True)
+            arrays = [np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.float64),
+                      np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64)]
+        else:
+            arrays = [np.empty(0, np.int64)] + [np.empty(0, np.float64)] * 3
+        return Series(metric, *arrays)
+
+
+class _Marker:
+    __slots__ = ()
+
+
+_BLANK: Any = _Marker()
+_SKIPPED: Any = _Marker()
+_ABSENT: Any = _Marker()

@@ -1,0 +1,106 @@
+"""What a reader knows about one run: :class:`RunSummary` and its parts.
+
+Built by :mod:`traceml_ai.runs.store` from run.json, params.yaml, config.json, metrics.json and the
+head of metrics.jsonl (003 seed, "Writing runs" §3-7), shared by the table model, the command line and
+the web API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Scalar = str | int | float | bool | None
+MetricValue = float | None
+"""A metric value as read: a float (possibly NaN for a bare ``NaN`` token), or None for null."""
+
+
+@dataclass(frozen=True)
+class BestValue:
+    """``metrics.json`` ``best[<metric>]``: the best value so far and where it happened."""
+
+    value: float | None
+    step: int | None
+    epoch: int | None
+    mode: str | None  # "max" | "min" | None when the file did not say
+
+
+@dataclass
+class RunSummary:
+    """One run as the table shows it. Built only from files; ``display_status`` is derived.
+
+    Attributes:
+        key: the run folder's real path; unique across roots.
+        id: the folder name (``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` for runs TraceML writes).
+        root: the runs root (real path) the run was found in.
+        status: run.json's ``status`` ("running", "completed", "failed", "killed", another string as
+            written), or None when there is no readable run.json.
+        display_status: one of :data:`traceml_ai.runs.layout.DISPLAY_STATUSES`.
+        started_at, ended_at, heartbeat_at: ISO-8601 UTC strings as written (or None).
+        duration_s: seconds, from run.json (or None while running).
+        params: flat params.yaml values (nested keys joined with dots, lists as compact JSON).
+        start: first value of every metric found in the first 64 KB of metrics.jsonl.
+        last, best, summary: from metrics.json.
+        warnings: file problems of this run, one line each ("metrics.jsonl: 2 corrupt lines skipped").
+    """
+
+    key: str
+    id: str
+    root: str
+    name: str
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    notes: str = ""
+    status: str | None = None
+    display_status: str = "unknown"
+    legacy: bool = False
+    schema_version: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    heartbeat_at: str | None = None
+    duration_s: float | None = None
+    step: int | None = None
+    epoch: int | None = None
+    exit: dict[str, Any] | None = None
+    params: dict[str, Scalar] = field(default_factory=dict)
+    start: dict[str, MetricValue] = field(default_factory=dict)
+    last: dict[str, MetricValue] = field(default_factory=dict)
+    best: dict[str, BestValue] = field(default_factory=dict)
+    summary: dict[str, Scalar] = field(default_factory=dict)
+    metric_names: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    run_json: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        """The run folder (same as :attr:`key`)."""
+        return self.key
+
+    @property
+    def finished(self) -> bool:
+        """True when run.json says completed, failed or killed: such a run's files no longer change."""
+        return self.status in ("completed", "failed", "killed")
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """The failure of a failed run: ``{"type", "message", "traceback", "code", "signal"}`` or None.
+
+        Both layouts of the 003 seed are accepted: flat ``exit.error_type``/``error_message``/``traceback``
+        and a nested ``exit.error`` object.
+        """
+        if not isinstance(self.exit, dict):
+            return None
+        src: dict[str, Any] = self.exit
+        nested = src.get("error")
+        if isinstance(nested, dict):
+            src = {**src, **{f"error_{k}" if k in ("type", "message") else k: v for k, v in nested.items()}}
+        info = {
+            "type": src.get("error_type"),
+            "message": src.get("error_message"),
+            "traceback": src.get("traceback"),
+            "code": self.exit.get("code"),
+            "signal": self.exit.get("signal"),
+        }
+        if info["type"] is None and info["message"] is None and info["traceback"] is None:
+            return None
+        return info

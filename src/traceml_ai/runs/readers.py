@@ -1,0 +1,407 @@
+"""Tolerant parsers for the four small files of a run folder (003 seed, "Writing runs" §3-5, §7).
+
+Each parser takes the file's bytes and returns ``(value, warnings)``. Problems that make the whole file
+unusable raise :class:`RunFileError` with a one-line message; the run store then keeps the last good
+parse and shows the message as a warning on that run. Parsing never executes anything from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from typing import Any
+
+import orjson
+import yaml
+
+from traceml_ai.runs.layout import MAX_SMALL_FILE_BYTES, SCHEMA_VERSION
+from traceml_ai.runs.model import BestValue, MetricValue, Scalar
+
+MAX_YAML_NODES = 100_000
+"""params.yaml may expand to at most this many nodes after aliases (billion-laughs guard)."""
+
+
+class RunFileError(ValueError):
+    """A run file could not be used at all. ``str(err)`` is one line: ``"<file>: <what is wrong>"``."""
+
+    def __init__(self, file: str, message: str) -> None:
+        super().__init__(f"{file}: {message}")
+        self.file = file
+        self.message = message
+
+
+def check_size(file: str, size: int) -> None:
+    """Raise :class:`RunFileError` when a small file is above the 16 MB parse limit."""
+    if size > MAX_SMALL_FILE_BYTES:
+        raise RunFileError(file, f"{size / 1e6:.1f} MB is above the 16 MB limit; not parsed")
+
+
+def load_json(file: str, data: bytes) -> tuple[Any, list[str]]:
+    """Parse JSON bytes. Bare ``NaN``/``Infinity`` tokens are accepted (Python writes them); bytes that
+    are not UTF-8 are replaced by U+FFFD with a warning, so one bad byte does not hide the whole file.
+
+    Raises:
+        RunFileError: the text is not JSON.
+    """
+    warnings: list[str] = []
+    try:
+        return orjson.loads(data), warnings
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        warnings.append(f"{file}: byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; shown as \ufffd")
+        text = data.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text), warnings
+    except json.JSONDecodeError as err:
+        raise RunFileError(file, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+    except RecursionError:
+        raise RunFileError(file, "nested too deeply to parse") from None
+
+
+def parse_iso(value: Any) -> float | None:
+    """ISO-8601 text → Unix seconds; a naive time is taken as UTC. None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+# -- run.json ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunJson:
+    """run.json as read: the typed fields the table needs plus the raw object for the inspector."""
+
+    raw: dict[str, Any]
+    schema_version: int | None
+    name: str | None
+    group: str | None
+    tags: list[str]
+    notes: str
+    status: str | None
+    started_at: str | None
+    ended_at: str | None
+    heartbeat_at: str | None
+    heartbeat_s: float | None
+    duration_s: float | None
+    exit: dict[str, Any] | None
+
+
+def _opt_str(obj: dict[str, Any], key: str, file: str, warnings: list[str]) -> str | None:
+    v = obj.get(key)
+    if v is None or isinstance(v, str):
+        return v
+    warnings.append(f"{file}: {key} should be a string, got {type(v).__name__}; ignored")
+    return None
+
+
+def _opt_number(obj: dict[str, Any], key: str, file: str, warnings: list[str]) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    warnings.append(f"{file}: {key} should be a number, got {type(v).__name__}; ignored")
+    return None
+
+
+def _opt_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[str]]:
+    """Parse run.json (003 seed §3). Fields of the wrong type are dropped with a warning; a
+    ``schema_version`` above 1 is read as far as it matches version 1, with a warning.
+
+    Raises:
+        RunFileError: not JSON, or not a JSON object.
+    """
+    obj, warnings = load_json(file, data)
+    if not isinstance(obj, dict):
+        raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
+    version = _opt_int(obj.get("schema_version"))
+    if version is not None and version > SCHEMA_VERSION:
+        warnings.append(
+            f"{file}: schema_version {version} is newer than this TraceML reads ({SCHEMA_VERSION}); "
+            "some fields may not be shown"
+        )
+    tags_raw = obj.get("tags")
+    tags: list[str] = []
+    if isinstance(tags_raw, list):
+        tags = [t if isinstance(t, str) else json.dumps(t) for t in tags_raw]
+    elif tags_raw is not None:
+        warnings.append(f"{file}: tags should be a list of strings; ignored")
+    exit_raw = obj.get("exit")
+    if exit_raw is not None and not isinstance(exit_raw, dict):
+        warnings.append(f"{file}: exit should be an object or null; ignored")
+        exit_raw = None
+    heartbeat_at = _opt_str(obj, "heartbeat_at", file, warnings)
+    heartbeat_s = parse_iso(heartbeat_at)
+    if heartbeat_at and heartbeat_s is None:
+        warnings.append(f"{file}: heartbeat_at {heartbeat_at!r} is not an ISO-8601 time; ignored")
+    run = RunJson(
+        raw=obj,
+        schema_version=version,
+        name=_opt_str(obj, "name", file, warnings),
+        group=_opt_str(obj, "group", file, warnings),
+        tags=tags,
+        notes=_opt_str(obj, "notes", file, warnings) or "",
+        status=_opt_str(obj, "status", file, warnings),
+        started_at=_opt_str(obj, "started_at", file, warnings),
+        ended_at=_opt_str(obj, "ended_at", file, warnings),
+        heartbeat_at=heartbeat_at if heartbeat_s is not None else None,
+        heartbeat_s=heartbeat_s,
+        duration_s=_opt_number(obj, "duration_s", file, warnings),
+        exit=exit_raw,
+    )
+    return run, warnings
+
+
+# -- params.yaml -------------------------------------------------------------------------------
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _ParamsLoader(_Loader):  # type: ignore[valid-type,misc]
+    """Safe loader that also reads YAML 1.2 floats without a dot (``1e-05``) as floats, as every
+    other YAML reader the user might compare with does."""
+
+
+_ParamsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+# The fast path reads the flat ``key: scalar`` files loggers write without building a YAML parser;
+# anything it does not recognise exactly sends the whole file through PyYAML, so both give the same
+# result (tests/runs/test_readers.py checks the two agree).
+_FAST_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_./-]*|"[^"\\\x00-\x1f]*"): (.*?)\r?$')
+_FAST_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
+_FAST_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?$")
+_FAST_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_FAST_STRING = re.compile(r'^"[^"\\\x00-\x1f]*"$')
+_YAML_WORDS = {
+    "true": True, "false": False, "null": None,
+}
+_YAML_SPECIAL_WORDS = frozenset(
+    ["yes", "no", "on", "off", "y", "n", "true", "false", "null", "nan", "inf", "empty"]
+)
+
+
+def _fast_params(text: str) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        m = _FAST_LINE.match(line)
+        if m is None:
+            return None
+        key, raw = m.group(1), m.group(2)
+        if key.startswith('"'):
+            key = key[1:-1]
+        elif key.lower() in _YAML_SPECIAL_WORDS:
+            return None
+        if key in out:
+            return None  # let PyYAML decide what a duplicate key means
+        value: Any
+        if raw in _YAML_WORDS:
+            value = _YAML_WORDS[raw]
+        elif _FAST_INT.match(raw):
+            value = int(raw)
+        elif _FAST_FLOAT.match(raw):
+            value = float(raw)
+        elif _FAST_STRING.match(raw):
+            value = raw[1:-1]
+        elif _FAST_WORD.match(raw) and raw.lower() not in _YAML_SPECIAL_WORDS:
+            value = raw
+        else:
+            return None
+        out[key] = value
+    return out
+
+
+def _check_expansion(root: Any) -> None:
+    """Raise ValueError when the loaded document expands to more than MAX_YAML_NODES nodes
+    (aliases are shared objects after loading, so this counts the tree a reader would walk)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in active:
+            raise ValueError("a recursive alias")
+        active.add(id(node))
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_NODES:
+                raise ValueError(f"aliases expand to more than {MAX_YAML_NODES:,} values")
+        active.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
+def _param_scalar(v: Any) -> Scalar:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    if isinstance(v, (list, tuple)):
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
+    return str(v)
+
+
+def _flatten(obj: dict[Any, Any], prefix: str, out: dict[str, Scalar]) -> None:
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            _flatten(v, key + ".", out)
+        else:
+            out[key] = _param_scalar(v) if not isinstance(v, dict) else "{}"
+
+
+def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str, Scalar], list[str]]:
+    """Parse params.yaml into a flat ``{key: scalar}`` mapping (003 seed §4): nested mappings
+    flattened with dots, lists as compact JSON strings, booleans and null kept, dates as ISO text.
+
+    Raises:
+        RunFileError: not YAML, not a mapping, or aliases that expand too far.
+    """
+    warnings: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        warnings.append(f"{file}: byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; shown as \ufffd")
+        text = data.decode("utf-8", errors="replace")
+    fast = _fast_params(text)
+    if fast is not None:
+        return fast, warnings
+    try:
+        doc = yaml.load(text, Loader=_ParamsLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise RunFileError(file, f"not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise RunFileError(file, "nested too deeply to parse") from None
+    if doc is None:
+        return {}, warnings
+    if not isinstance(doc, dict):
+        raise RunFileError(file, f"expected a mapping of params, got {type(doc).__name__}")
+    try:
+        _check_expansion(doc)
+    except ValueError as err:
+        raise RunFileError(file, f"{err}; not parsed") from None
+    out: dict[str, Scalar] = {}
+    _flatten(doc, "", out)
+    return out, warnings
+
+
+# -- metrics.json ------------------------------------------------------------------------------
+
+
+@dataclass
+class MetricsJson:
+    """metrics.json as read (003 seed §7)."""
+
+    step: int | None = None
+    epoch: int | None = None
+    updated_at: str | None = None
+    last: dict[str, MetricValue] = field(default_factory=dict)
+    best: dict[str, BestValue] = field(default_factory=dict)
+    summary: dict[str, Scalar] = field(default_factory=dict)
+
+
+def metric_number(v: Any) -> MetricValue | bool:
+    """A metric value as read: float for a number (NaN/inf kept), None for null, False when the
+    value is not a number at all (strings, lists, objects, booleans are not metrics)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return float(v)
+
+
+def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[MetricsJson, list[str]]:
+    """Parse metrics.json. Non-numeric ``last``/``best`` values are skipped with one warning.
+
+    Raises:
+        RunFileError: not JSON or not an object.
+    """
+    obj, warnings = load_json(file, data)
+    if not isinstance(obj, dict):
+        raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
+    out = MetricsJson(step=_opt_int(obj.get("step")), epoch=_opt_int(obj.get("epoch")))
+    if isinstance(obj.get("updated_at"), str):
+        out.updated_at = obj["updated_at"]
+    skipped: list[str] = []
+    last = obj.get("last")
+    if isinstance(last, dict):
+        for k, v in last.items():
+            n = metric_number(v)
+            if n is False:
+                skipped.append(f"last.{k}")
+            else:
+                out.last[str(k)] = n  # type: ignore[assignment]
+    best = obj.get("best")
+    if isinstance(best, dict):
+        for k, b in best.items():
+            n = metric_number(b.get("value")) if isinstance(b, dict) else False
+            if n is False or not isinstance(b, dict):
+                skipped.append(f"best.{k}")
+                continue
+            mode = b.get("mode")
+            out.best[str(k)] = BestValue(
+                value=n,  # type: ignore[arg-type]
+                step=_opt_int(b.get("step")),
+                epoch=_opt_int(b.get("epoch")),
+                mode=mode if mode in ("max", "min") else None,
+            )
+    summary = obj.get("summary")
+    if isinstance(summary, dict):
+        for k, v in summary.items():
+            if v is None or isinstance(v, (str, bool, int, float)):
+                out.summary[str(k)] = v
+            else:
+                out.summary[str(k)] = json.dumps(v, separators=(",", ":"), default=str)
+    if skipped:
+        shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        warnings.append(f"{file}: {len(skipped)} non-numeric metric value(s) ignored ({shown})")
+    return out, warnings
+
+
+def is_finite(v: float | None) -> bool:
+    """True for a real, finite number."""
+    return v is not None and math.isfinite(v)

@@ -1,0 +1,436 @@
+"""The run store: every run under the roots, parsed once and kept fresh cheaply (003 seed, "Live
+refresh"; DESIGN §1, §4).
+
+- A parse cache keyed by each file's ``(mtime_ns, size)``: a file is parsed again only when one of
+  them changed.
+- :meth:`RunStore.poll` lists each root once, stats the core files of unfinished runs only, and
+  re-parses only changed files. Completed, failed and killed runs are frozen until
+  :meth:`RunStore.refresh`.
+- Histories (``metrics.jsonl``) are read only on request (:meth:`RunStore.history`) and then advanced
+  by the appended bytes.
+- A file that turns corrupt keeps its last good parse and adds a warning to that run; a problem in
+  one run never affects another.
+
+The store only reads: it never writes inside a runs root.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_ai.runs.discovery import Listing, RunLocation, list_runs, stat_confined
+from traceml_ai.runs.layout import (
+    CONFIG_JSON,
+    DEFAULT_MAX_METRICS_FILE_MB,
+    DEFAULT_STALE_AFTER_SECONDS,
+    METRICS_HEAD_BYTES,
+    METRICS_JSON,
+    METRICS_JSONL,
+    PARAMS_YAML,
+    RUN_ID_RE,
+    RUN_JSON,
+)
+from traceml_ai.runs.metrics_tail import MetricsTail
+from traceml_ai.runs.model import MetricValue, RunSummary
+from traceml_ai.runs.readers import (
+    MetricsJson,
+    RunFileError,
+    RunJson,
+    check_size,
+    load_json,
+    parse_metrics_json,
+    parse_params_yaml,
+    parse_run_json,
+)
+from traceml_ai.runs.writer import iso_utc
+
+_PARSERS: dict[str, Callable[[bytes, str], tuple[Any, list[str]]]] = {
+    RUN_JSON: parse_run_json,
+    PARAMS_YAML: parse_params_yaml,
+    METRICS_JSON: parse_metrics_json,
+    CONFIG_JSON: load_json,
+}
+_TABLE_FILES = (RUN_JSON, PARAMS_YAML, METRICS_JSON)
+
+
+@dataclass
+class _FileState:
+    """The parse cache entry of one file. ``value`` is the last good parse."""
+
+    stamp: tuple[int, int] | None = None
+    value: Any = None
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    present: bool = False
+
+
+@dataclass
+class _Head:
+    """What the first 64 KB of metrics.jsonl told: start values and metric names."""
+
+    stamp: tuple[int, int] | None = None
+    start: dict[str, MetricValue] = field(default_factory=dict)
+    last: dict[str, MetricValue] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    complete: bool = False  # the whole file fitted in the head
+    final: bool = False  # read past 64 KB: never read again
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _RunState:
+    loc: RunLocation
+    files: dict[str, _FileState] = field(default_factory=dict)
+    head: _Head = field(default_factory=_Head)
+    tail: MetricsTail | None = None
+    summary: RunSummary | None = None
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """What one poll or refresh changed.
+
+    Attributes:
+        changed: keys of runs that are new or whose summary changed (display status included).
+        removed: keys of runs whose folders disappeared.
+        version: the store's version counter after this poll (it grows by one per poll that
+            changed anything).
+    """
+
+    changed: list[str]
+    removed: list[str]
+    version: int
+
+
+@dataclass(frozen=True)
+class RunDetails:
+    """Everything the inspector shows about one run: the summary plus config.json."""
+
+    summary: RunSummary
+    config: Any
+    files: dict[str, int | None]  # file name → size in bytes (None when absent)
+
+
+class RunStore:
+    """All runs under ``roots``.
+
+    Args:
+        roots: runs folders; each direct subfolder is a run. Missing ones are skipped (listed in
+            :attr:`warnings`); :class:`~traceml_ai.runs.discovery.NoRootError` when none exists.
+        stale_after_seconds: heartbeat age after which a running run shows as ``stale``.
+        max_metrics_file_mb: read at most this many MB of a metrics.jsonl.
+        clock: Unix-seconds clock (tests pass a fake one).
+
+    Thread safety: all public methods take one lock, so a web server may call them from threads.
+
+    Example:
+        >>> store = RunStore(["traceml/runs"])          # doctest: +SKIP
+        >>> store.poll().changed                        # doctest: +SKIP
+        ['/abs/traceml/runs/20261130-101500_baseline_a3f9', ...]
+    """
+
+    def __init__(
+        self,
+        roots: Sequence[str | os.PathLike[str]],
+        *,
+        stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+        max_metrics_file_mb: float = DEFAULT_MAX_METRICS_FILE_MB,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.roots = [os.fspath(r) for r in roots]
+        self.stale_after_seconds = stale_after_seconds
+        self.max_metrics_bytes = int(max_metrics_file_mb * 2**20)
+        self.clock = clock
+        self.version = 0
+        self.warnings: list[str] = []
+        self._runs: dict[str, _RunState] = {}
+        self._lock = threading.RLock()
+        self._scanned = False
+
+    # -- public ----------------------------------------------------------------------------
+
+    def poll(self) -> PollResult:
+        """Bring the store up to date the cheap way (003 seed, "Live refresh").
+
+        The first call scans everything. Later calls list each root once, pick up new and removed
+        runs, and re-check only unfinished runs (running, legacy, unreadable). Raises
+        :class:`~traceml_ai.runs.discovery.NoRootError` when no root exists.
+        """
+        return self._update(recheck_finished=not self._scanned)
+
+    def refresh(self) -> PollResult:
+        """Like :meth:`poll`, but also re-check finished runs (the Refresh button)."""
+        return self._update(recheck_finished=True)
+
+    def runs(self) -> list[RunSummary]:
+        """Every run's summary, in root order then folder-name order."""
+        with self._lock:
+            return [s.summary for s in self._runs.values() if s.summary is not None]
+
+    def get(self, key: str) -> RunSummary | None:
+        """The summary of the run with real path ``key``, or None."""
+        with self._lock:
+            state = self._runs.get(key)
+            return state.summary if state else None
+
+    def find(self, ref: str) -> RunSummary:
+        """Find a run by folder path, id, unique id prefix, or unique name.
+
+        Raises:
+            KeyError: no run matches, or several do (the message lists them).
+        """
+        with self._lock:
+            real = os.path.realpath(ref)
+            if real in self._runs and self._runs[real].summary is not None:
+                return self._runs[real].summary  # type: ignore[return-value]
+            runs = self.runs()
+            for test in (
+                lambda r: r.id == ref,
+                lambda r: r.id.startswith(ref),
+                lambda r: r.name == ref,
+            ):
+                hits = [r for r in runs if test(r)]
+                if len(hits) == 1:
+                    return hits[0]
+                if len(hits) > 1:
+                    shown = ", ".join(r.id for r in hits[:5])
+                    raise KeyError(f"{ref!r} matches {len(hits)} runs ({shown}); give the full id")
+            raise KeyError(f"no run {ref!r} under {', '.join(self.roots)}")
+
+    def history(self, key: str) -> MetricsTail:
+        """The run's metrics.jsonl reader, loaded on first request and advanced by the appended
+        bytes on each later call. Its warnings are added to the run's summary.
+
+        Raises:
+            KeyError: unknown run.
+        """
+        with self._lock:
+            state = self._runs[key]
+            path = os.path.join(state.loc.path, METRICS_JSONL)
+            st, _reason = stat_confined(path, state.loc.root)
+            if state.tail is None:
+                # A confined symlink is read through its real path; an outside one not at all.
+                real = os.path.realpath(path) if st is not None else os.devnull
+                state.tail = MetricsTail(real, self.max_metrics_bytes)
+            before = list(state.tail.warnings)
+            state.tail.advance()
+            if state.tail.warnings != before and state.summary is not None:
+                self._build_summary(state)
+            return state.tail
+
+    def details(self, key: str) -> RunDetails:
+        """The run's summary plus its config.json (parsed on request; cached by mtime and size).
+
+        Raises:
+            KeyError: unknown run.
+        """
+        with self._lock:
+            state = self._runs[key]
+            if self._update_file(state, CONFIG_JSON):
+                self._build_summary(state)
+            sizes: dict[str, int | None] = {}
+            for name in (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSONL, METRICS_JSON):
+                st, _ = stat_confined(os.path.join(state.loc.path, name), state.loc.root)
+                sizes[name] = st.st_size if st is not None else None
+            assert state.summary is not None
+            return RunDetails(state.summary, state.files[CONFIG_JSON].value, sizes)
+
+    # -- updating --------------------------------------------------------------------------
+
+    def _update(self, *, recheck_finished: bool) -> PollResult:
+        with self._lock:
+            listing = list_runs(self.roots)
+            self._set_listing_warnings(listing)
+            changed: list[str] = []
+            seen: set[str] = set()
+            for loc in listing.runs:
+                seen.add(loc.path)
+                state = self._runs.get(loc.path)
+                if state is None:
+                    state = _RunState(loc)
+                    self._runs[loc.path] = state
+                    self._check_run(state)
+                    changed.append(loc.path)
+                    continue
+                summary = state.summary
+                if summary is not None and summary.finished and not recheck_finished:
+                    continue
+                if self._check_run(state):
+                    changed.append(loc.path)
+            removed = [key for key in self._runs if key not in seen]
+            for key in removed:
+                del self._runs[key]
+            if len(seen) != len(self._runs) or (listing.runs and list(self._runs) != [r.path for r in listing.runs]):
+                self._runs = {r.path: self._runs[r.path] for r in listing.runs}
+            self._scanned = True
+            if changed or removed:
+                self.version += 1
+            return PollResult(changed, removed, self.version)
+
+    def _set_listing_warnings(self, listing: Listing) -> None:
+        self.warnings = [f"runs folder not found, skipped: {r}" for r in listing.missing_roots]
+        self.warnings += [f"ignored {path}: {reason}" for path, reason in listing.ignored]
+
+    def _check_run(self, state: _RunState) -> bool:
+        """Stat the run's files, re-parse the changed ones; True when its summary changed."""
+        touched = False
+        for name in _TABLE_FILES:
+            touched |= self._update_file(state, name)
+        if CONFIG_JSON in state.files:
+            touched |= self._update_file(state, CONFIG_JSON)
+        touched |= self._update_head(state)
+        old = state.summary
+        if touched or old is None:
+            self._build_summary(state)
+        else:
+            status = self._display_status(state)
+            if status != old.display_status:
+                old.display_status = status
+                return True
+            return False
+        return old is None or state.summary != old
+
+    def _update_file(self, state: _RunState, name: str) -> bool:
+        fs = state.files.setdefault(name, _FileState())
+        path = os.path.join(state.loc.path, name)
+        st, reason = stat_confined(path, state.loc.root)
+        if st is None:
+            was = fs.present or fs.error is not None
+            fs.present, fs.stamp, fs.value, fs.warnings = False, None, None, []
+            fs.error = f"{name}: ignored ({reason})" if reason else None
+            return was or reason is not None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == fs.stamp:
+            return False
+        fs.present = True
+        try:
+            check_size(name, st.st_size)
+            with open(path, "rb") as f:
+                data = f.read()
+            value, warnings = _PARSERS[name](data, name)
+        except RunFileError as err:
+            kept = "; showing the last good version" if fs.value is not None else ""
+            fs.error = f"{err}{kept}"
+        except OSError as err:
+            fs.error = f"{name}: cannot read ({err.strerror or err})"
+            return True  # stamp not stored: try again next time
+        else:
+            fs.value, fs.warnings, fs.error = value, warnings, None
+        fs.stamp = stamp
+        return True
+
+    def _update_head(self, state: _RunState) -> bool:
+        """Read the first 64 KB of metrics.jsonl for start values (and, without metrics.json,
+        the metric names and last values). Once the file is past 64 KB it is never read again."""
+        head = state.head
+        if head.final:
+            return False
+        path = os.path.join(state.loc.path, METRICS_JSONL)
+        st, reason = stat_confined(path, state.loc.root)
+        if st is None:
+            had = head.stamp is not None or bool(head.warnings)
+            state.head = _Head(warnings=[f"{METRICS_JSONL}: ignored ({reason})"] if reason else [])
+            return had or reason is not None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == head.stamp:
+            return False
+        tail = MetricsTail(os.path.realpath(path), METRICS_HEAD_BYTES)
+        tail.advance()
+        new = _Head(stamp=stamp, complete=st.st_size <= METRICS_HEAD_BYTES, final=st.st_size > METRICS_HEAD_BYTES)
+        for row in tail.rows:
+            for k, v in row.items():
+                if k in ("step", "epoch", "time"):
+                    continue
+                if v is None or (type(v) in (int, float) and not isinstance(v, bool)):
+                    fv = None if v is None else float(v)
+                    if k not in new.start and fv is not None and math.isfinite(fv):
+                        new.start[k] = fv
+                    new.last[k] = fv
+        new.names = tail.metric_names()
+        new.warnings = [w for w in tail.warnings if "only the first" not in w]
+        if not new.complete:
+            new.last = {}
+        state.head = new
+        return True
+
+    def _display_status(self, state: _RunState) -> str:
+        from traceml_ai.runs.status import display_status
+
+        rj: RunJson | None = state.files[RUN_JSON].value
+        return display_status(
+            rj.status if rj else None,
+            legacy=not state.files[RUN_JSON].present and state.files[RUN_JSON].error is None,
+            heartbeat_s=rj.heartbeat_s if rj else None,
+            now=self.clock(),
+            stale_after_seconds=self.stale_after_seconds,
+        )
+
+    def _build_summary(self, state: _RunState) -> None:
+        loc = state.loc
+        files = state.files
+        rj: RunJson | None = files[RUN_JSON].value
+        mj: MetricsJson | None = files[METRICS_JSON].value
+        params: dict[str, Any] = files[PARAMS_YAML].value or {}
+        legacy = not files[RUN_JSON].present and files[RUN_JSON].error is None
+        m = RUN_ID_RE.match(loc.id)
+        name = (rj.name if rj else None) or (m.group("name") if m else loc.id)
+        started = rj.started_at if rj else None
+        if started is None and legacy and m:
+            stamp = m.group("stamp")
+            started = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
+        warnings: list[str] = []
+        for fname in (RUN_JSON, PARAMS_YAML, METRICS_JSON, CONFIG_JSON):
+            fs = files.get(fname)
+            if fs is not None:
+                warnings += fs.warnings
+                if fs.error:
+                    warnings.append(fs.error)
+        warnings += state.tail.warnings if state.tail is not None else state.head.warnings
+        head = state.head
+        last = dict(mj.last) if mj else (dict(head.last) if head.complete else {})
+        names = sorted(set(head.names) | set(last) | (set(mj.best) if mj else set()))
+        state.summary = RunSummary(
+            key=loc.path,
+            id=loc.id,
+            root=loc.root,
+            name=name,
+            group=rj.group if rj else None,
+            tags=list(rj.tags) if rj else [],
+            notes=rj.notes if rj else "",
+            status=rj.status if rj else None,
+            display_status=self._display_status(state),
+            legacy=legacy,
+            schema_version=rj.schema_version if rj else None,
+            started_at=started,
+            ended_at=rj.ended_at if rj else None,
+            heartbeat_at=rj.heartbeat_at if rj else None,
+            duration_s=rj.duration_s if rj else None,
+            step=mj.step if mj else None,
+            epoch=mj.epoch if mj else None,
+            exit=rj.exit if rj else None,
+            params=params,
+            start=dict(head.start),
+            last=last,
+            best=dict(mj.best) if mj else {},
+            summary=dict(mj.summary) if mj else {},
+            metric_names=names,
+            warnings=warnings,
+            run_json=rj.raw if rj else {},
+        )
+
+
+def heartbeat_age(summary: RunSummary, now: float) -> float | None:
+    """Seconds since the run's heartbeat, or None without one."""
+    from traceml_ai.runs.readers import parse_iso
+
+    t = parse_iso(summary.heartbeat_at)
+    return None if t is None else max(0.0, now - t)
+
+
+__all__ = ["PollResult", "RunDetails", "RunStore", "heartbeat_age", "iso_utc"]

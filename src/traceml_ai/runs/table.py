@@ -1,0 +1,501 @@
+"""The run table: columns, cells, sort, grouping, CSV and JSON rows (003 seed, "The runs table",
+"Exporting the table for an agent"; DESIGN §4).
+
+Pure functions over ``list[RunSummary]``, shared by ``traceml runs ls``, the web API and the tests.
+A column is named by a string:
+
+- fixed columns: ``id, name, status, group, tags, path, started, ended, heartbeat, duration_s, step,
+  epoch, notes, legacy, warnings`` (see :data:`FIXED_COLUMNS`);
+- logged values, named by kind: ``config.<key>`` (params.yaml), ``run.start.<metric>``,
+  ``run.last.<metric>``, ``run.best.<metric>`` (the metric history) and ``summary.<key>``.
+
+The part after the prefix is taken verbatim, so metric names may hold ``/``, ``.``, spaces and
+non-ASCII letters (``run.best.val/auc``, ``run.last.my metric``, ``summary.genauigkeit/über``).
+
+The filter language is in :mod:`traceml_ai.runs.filters`.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from traceml_ai.runs.model import RunSummary, Scalar
+
+FIXED_COLUMNS: Final = (
+    "id",
+    "name",
+    "status",
+    "group",
+    "tags",
+    "path",
+    "started",
+    "ended",
+    "heartbeat",
+    "duration_s",
+    "step",
+    "epoch",
+    "notes",
+    "legacy",
+    "warnings",
+)
+"""Columns every run has. ``status`` is the display status (it shows ``stale``), ``started``/``ended``/
+``heartbeat`` are run.json's ISO-8601 UTC strings, ``warnings`` is the number of file warnings."""
+
+KIND_PREFIXES: Final = ("config.", "run.start.", "run.last.", "run.best.", "summary.")
+"""Prefixes of logged-value columns; the rest of such a column name is the key, verbatim."""
+
+CSV_LEAD_COLUMNS: Final = ("id", "name", "status", "group", "tags", "path")
+"""The first six columns of every CSV export (003 seed, "Exporting the table for an agent")."""
+
+NONE_GROUP_LABEL: Final = "(none)"
+"""Label of the group of runs without a value (003 seed, "Decisions made where the spec was ambiguous")."""
+
+_DEFAULT_LEAD: Final = ("name", "status", "group", "tags", "started", "duration_s")
+
+
+class ColumnError(ValueError):
+    """A column name that is neither fixed nor starts with a known kind prefix (a user error)."""
+
+
+# -- columns ---------------------------------------------------------------------------------------
+
+
+def split_column(column: str) -> tuple[str, str]:
+    """Split a column name into ``(kind, key)``.
+
+    ``kind`` is ``"fixed"`` (key = the column itself), ``"config"``, ``"run.start"``, ``"run.last"``,
+    ``"run.best"`` or ``"summary"``; ``key`` is the rest of the name, verbatim.
+
+    >>> split_column("run.best.val/auc")
+    ('run.best', 'val/auc')
+
+    Raises:
+        ColumnError: the name is not a fixed column and has no kind prefix, or nothing follows the
+            prefix. The message names the column and suggests the closest valid name.
+    """
+    if column in FIXED_COLUMNS:
+        return "fixed", column
+    for prefix in KIND_PREFIXES:
+        if column.startswith(prefix):
+            key = column[len(prefix) :]
+            if not key:
+                raise ColumnError(f"column {column!r} names no key; write e.g. {prefix}val/auc")
+            return prefix[:-1], key
+    hint = difflib.get_close_matches(column, FIXED_COLUMNS, n=1)
+    fix = f"did you mean {hint[0]!r}? " if hint else ""
+    raise ColumnError(
+        f"unknown column {column!r}; {fix}use a fixed column ({', '.join(FIXED_COLUMNS)}) or "
+        "config.<key>, run.start.<metric>, run.last.<metric>, run.best.<metric>, summary.<key>"
+    )
+
+
+def validate_column(column: str) -> str:
+    """Return ``column`` unchanged when it is a valid column name; raise :class:`ColumnError` if not."""
+    split_column(column)
+    return column
+
+
+def cell(run: RunSummary, column: str) -> Scalar:
+    """The value of one column for one run, or None when the run has no value there.
+
+    Numbers stay numbers (a metric may be NaN), ``legacy`` is a bool, ``warnings`` the number of
+    warnings, ``tags`` the tags joined with ``;`` (as in the CSV export), ``status`` the display
+    status. An empty group or notes is None. ``run.best.<m>`` is :attr:`BestValue.value`.
+
+    Raises:
+        ColumnError: ``column`` is not a valid column name (see :func:`split_column`).
+    """
+    kind, key = split_column(column)
+    if kind == "fixed":
+        return _fixed_cell(run, key)
+    if kind == "config":
+        return run.params.get(key)
+    if kind == "run.start":
+        return run.start.get(key)
+    if kind == "run.last":
+        return run.last.get(key)
+    if kind == "run.best":
+        best = run.best.get(key)
+        return None if best is None else best.value
+    return run.summary.get(key)
+
+
+def _fixed_cell(run: RunSummary, column: str) -> Scalar:
+    if column == "id":
+        return run.id
+    if column == "name":
+        return run.name
+    if column == "status":
+        return run.display_status
+    if column == "group":
+        return run.group or None
+    if column == "tags":
+        return ";".join(run.tags) if run.tags else None
+    if column == "path":
+        return run.path
+    if column == "started":
+        return run.started_at
+    if column == "ended":
+        return run.ended_at
+    if column == "heartbeat":
+        return run.heartbeat_at
+    if column == "duration_s":
+        return run.duration_s
+    if column == "step":
+        return run.step
+    if column == "epoch":
+        return run.epoch
+    if column == "notes":
+        return run.notes or None
+    if column == "legacy":
+        return run.legacy
+    return len(run.warnings)  # "warnings"
+
+
+def is_number(value: object) -> bool:
+    """True for int and float (NaN included); False for bool, which is not a number here."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_nan(value: object) -> bool:
+    """True when ``value`` is a float NaN."""
+    return isinstance(value, float) and math.isnan(value)
+
+
+def format_cell(value: Scalar) -> str:
+    """A cell as text, exactly as the CSV export writes it and as text filters and search see it.
+
+    None → ``""``; True/False → ``true``/``false``; NaN → ``NaN``; other floats → ``repr`` (no
+    rounding: ``0.0003``, ``1e-05``, ``3600.0``, ``inf``); ints and strings as they are.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def available_columns(runs: Iterable[RunSummary]) -> list[str]:
+    """Every column the runs have a value name for: the fixed columns, then ``config.*``,
+    ``run.best.*``, ``run.last.*``, ``run.start.*`` and ``summary.*``, each sorted by key.
+
+    A logged-value column is listed when at least one run has the key (even with a null value).
+    """
+    config: set[str] = set()
+    best: set[str] = set()
+    last: set[str] = set()
+    start: set[str] = set()
+    summary: set[str] = set()
+    for run in runs:
+        config.update(run.params)
+        best.update(run.best)
+        last.update(run.last)
+        start.update(run.start)
+        summary.update(run.summary)
+    return [
+        *FIXED_COLUMNS,
+        *(f"config.{k}" for k in sorted(config)),
+        *(f"run.best.{k}" for k in sorted(best)),
+        *(f"run.last.{k}" for k in sorted(last)),
+        *(f"run.start.{k}" for k in sorted(start)),
+        *(f"summary.{k}" for k in sorted(summary)),
+    ]
+
+
+def default_columns(runs: Iterable[RunSummary]) -> list[str]:
+    """The columns shown before the user picks: ``name, status, group, tags, started, duration_s``,
+    then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed: "the table
+    shows every best and summary metric as a column by default")."""
+    best: set[str] = set()
+    summary: set[str] = set()
+    for run in runs:
+        best.update(run.best)
+        summary.update(run.summary)
+    return [
+        *_DEFAULT_LEAD,
+        *(f"run.best.{k}" for k in sorted(best)),
+        *(f"summary.{k}" for k in sorted(summary)),
+    ]
+
+
+def column_is_numeric(runs: Iterable[RunSummary], column: str) -> bool:
+    """True when every present, non-null value of ``column`` is a number (bool is not; NaN is).
+
+    False when no run has a value: with nothing to go by the column is treated as text. Decides
+    whether a bare number in a filter is an equality (numeric) or a substring (text) match
+    (003 seed, "Decisions made where the spec was ambiguous").
+
+    Raises:
+        ColumnError: ``column`` is not a valid column name.
+    """
+    validate_column(column)
+    seen = False
+    for run in runs:
+        value = cell(run, column)
+        if value is None:
+            continue
+        if not is_number(value):
+            return False
+        seen = True
+    return seen
+
+
+# -- sort ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One sort key: a column and its direction. Several keys sort like shift-click: the later ones
+    only break ties of the earlier ones.
+
+    >>> SortKey("run.best.val/auc", descending=True)
+    SortKey(column='run.best.val/auc', descending=True)
+    """
+
+    column: str
+    descending: bool = False
+
+
+def parse_sort_arg(arg: str) -> SortKey:
+    """Parse a ``--sort`` argument: ``COLUMN``, ``+COLUMN``, ``-COLUMN``, ``COLUMN:asc`` or
+    ``COLUMN:desc`` (e.g. ``-run.best.val/auc`` or ``run.best.val/auc:desc``).
+
+    Raises:
+        ColumnError: the column name is invalid (one line naming it and the fix).
+    """
+    text = arg.strip()
+    descending = False
+    head, sep, tail = text.rpartition(":")
+    if sep and tail.strip().lower() in ("asc", "desc"):
+        text, descending = head.strip(), tail.strip().lower() == "desc"
+    elif text.startswith("-"):
+        text, descending = text[1:].strip(), True
+    elif text.startswith("+"):
+        text = text[1:].strip()
+    if not text:
+        raise ColumnError(f"sort {arg!r} names no column; write e.g. -run.best.val/auc or name:asc")
+    return SortKey(validate_column(text), descending)
+
+
+# Sort classes: numbers, then text, then NaN, then missing (the last two in either direction).
+_NUMBER, _TEXT, _NAN, _MISSING = 0, 1, 2, 3
+
+
+def _sort_entry(value: Scalar) -> tuple[int, Any]:
+    if value is None or value == "":
+        return _MISSING, None
+    if is_nan(value):
+        return _NAN, None
+    if is_number(value):
+        return _NUMBER, value
+    return _TEXT, format_cell(value).casefold()
+
+
+def sort_runs(runs: Iterable[RunSummary], keys: Sequence[SortKey]) -> list[RunSummary]:
+    """The runs sorted by ``keys`` (first key first, later keys break ties); stable.
+
+    For each key: numbers first (ascending or descending), then text (case-insensitive, ascending or
+    descending; true/false sort as text), then NaN, then missing values. NaN and missing stay last in
+    both directions, so ``-run.best.val/auc`` puts the best runs on top and runs without the metric at
+    the bottom. With no keys the order is unchanged.
+
+    Raises:
+        ColumnError: a key names an invalid column.
+    """
+    items = list(runs)
+    for key in keys:
+        validate_column(key.column)
+    # One stable pass per key, last key first: each pass keeps the order of the previous one among
+    # ties. Python's sort stays stable with reverse=True, and the classes are concatenated in a fixed
+    # order, so NaN and missing stay last whatever the direction.
+    for key in reversed(keys):
+        buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
+        for run in items:
+            kind, value = _sort_entry(cell(run, key.column))
+            buckets[kind].append((value, run))
+        for kind in (_NUMBER, _TEXT):
+            buckets[kind].sort(key=lambda entry: entry[0], reverse=key.descending)
+        items = [run for bucket in buckets for _, run in bucket]
+    return items
+
+
+# -- group -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """Runs that share one value of the grouping column.
+
+    Attributes:
+        label: what the UI shows: the value as text, tags joined with ``", "`` (``"cv, sweep"``), or
+            ``"(none)"`` for runs without a value.
+        value: the shared value (for tags the joined label), None for the ``(none)`` group.
+        runs: the runs, in the order they were given.
+    """
+
+    label: str
+    value: Scalar
+    runs: list[RunSummary] = field(default_factory=list)
+
+
+def group_runs(runs: Iterable[RunSummary], column: str) -> list[Group]:
+    """Group the runs by one column (003 seed, "Decisions made where the spec was ambiguous").
+
+    Each run belongs to exactly one group. Tags are joined into one label in the order written
+    (``["cv", "sweep"]`` → ``"cv, sweep"``, a different group from ``["sweep", "cv"]``). Missing,
+    null and empty values form the ``(none)`` group, which always comes last. The other groups are
+    ordered by value: numbers numerically, then text case-insensitively (true/false as text), then
+    NaN. Equal numbers group together (1 and 1.0), a bool never groups with a number. Runs keep their
+    input order inside a group, so sort first to order them.
+
+    Raises:
+        ColumnError: ``column`` is invalid.
+    """
+    validate_column(column)
+    groups: dict[tuple[str, Any], Group] = {}
+    for run in runs:
+        if column == "tags":
+            value: Scalar = ", ".join(run.tags) if run.tags else None
+        else:
+            value = cell(run, column)
+        if value is None or value == "":
+            gkey: tuple[str, Any] = ("none", None)
+        elif is_nan(value):
+            gkey = ("nan", None)
+        elif isinstance(value, bool):
+            gkey = ("bool", value)
+        elif is_number(value):
+            gkey = ("number", value)
+        else:
+            gkey = ("text", value)
+        group = groups.get(gkey)
+        if group is None:
+            label = NONE_GROUP_LABEL if gkey[0] == "none" else format_cell(value)
+            group = groups[gkey] = Group(label, None if gkey[0] == "none" else value)
+        group.runs.append(run)
+
+    def order(item: tuple[tuple[str, Any], Group]) -> tuple[int, Any, str]:
+        (kind, value), group = item
+        if kind == "number":
+            return 0, value, ""
+        if kind in ("text", "bool"):
+            return 1, group.label.casefold(), group.label
+        return (2 if kind == "nan" else 3), 0, ""
+
+    return [group for _, group in sorted(groups.items(), key=order)]
+
+
+def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
+    """The params keys whose values are not identical across ``runs``, sorted (the "differing params
+    only" toggle).
+
+    A run without the key counts as a distinct value, except that missing and null are the same
+    (both show as an empty cell). 1 and 1.0 are identical, true and 1 are not, NaN equals NaN. With
+    fewer than two runs nothing differs.
+    """
+    keys: set[str] = set()
+    for run in runs:
+        keys.update(run.params)
+    differing = []
+    for key in keys:
+        values = {_identity(run.params.get(key)) for run in runs}
+        if len(values) > 1:
+            differing.append(key)
+    return sorted(differing)
+
+
+def _identity(value: Scalar) -> tuple[str, Any]:
+    if value is None:
+        return "none", None
+    if isinstance(value, bool):
+        return "bool", value
+    if is_nan(value):
+        return "nan", None
+    if is_number(value):
+        return "number", value
+    return "text", value
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+
+def csv_columns(columns: Sequence[str]) -> list[str]:
+    """The header of a CSV export: :data:`CSV_LEAD_COLUMNS`, then ``columns`` in order without those
+    six and without repeats.
+
+    Raises:
+        ColumnError: a column name is invalid.
+    """
+    out = list(CSV_LEAD_COLUMNS)
+    for column in columns:
+        if column not in out:
+            out.append(validate_column(column))
+    return out
+
+
+def to_csv(runs: Iterable[RunSummary], columns: Sequence[str]) -> str:
+    """The runs as CSV text for an agent or ``pandas.read_csv`` (003 seed, "Exporting the table for an
+    agent").
+
+    A header, then one row per run in the given order, RFC 4180 quoting (``csv`` module, CRLF line
+    ends). Columns: see :func:`csv_columns`. ``tags`` are joined with ``;``, ``path`` is the run
+    folder, timestamps stay ISO-8601 UTC strings as written, missing and null values are empty cells,
+    floats are written with ``repr`` (no rounding), NaN as ``NaN``, booleans as ``true``/``false``.
+    Encode the text as UTF-8 when writing it.
+
+    Raises:
+        ColumnError: a column name is invalid.
+    """
+    header = csv_columns(columns)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    for run in runs:
+        writer.writerow([format_cell(cell(run, column)) for column in header])
+    return buffer.getvalue()
+
+
+def csv_file_name(t: float) -> str:
+    """The name of a table export written at ``t`` (seconds since the Unix epoch):
+    ``table-YYYYMMDD-HHMMSS.csv`` in UTC (003 seed, "Exporting the table for an agent")."""
+    return time.strftime("table-%Y%m%d-%H%M%S.csv", time.gmtime(t))
+
+
+def row_json(run: RunSummary, columns: Sequence[str]) -> dict[str, Any]:
+    """One run as a JSON-safe dict for ``traceml runs ls --json`` and the web API.
+
+    Shape: ``{"id", "name", "status", "display_status", "warnings": [str], "values": {column: value}}``
+    where ``status`` is run.json's status as written (None without a readable run.json) and
+    ``display_status`` the derived one (``stale``, ``running?``, …; the ``status`` column shows this
+    one). In ``values``, NaN and ±infinity become None (JSON has no NaN) and ``tags`` is a list of
+    strings; other values are as :func:`cell` returns them.
+
+    Raises:
+        ColumnError: a column name is invalid.
+    """
+    values: dict[str, Any] = {}
+    for column in columns:
+        if column == "tags":
+            values[column] = list(run.tags)
+            continue
+        value = cell(run, column)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        values[column] = value
+    return {
+        "id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "display_status": run.display_status,
+        "warnings": list(run.warnings),
+        "values": values,
+    }

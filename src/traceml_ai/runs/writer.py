@@ -1,0 +1,129 @@
+"""Writer-side rules of the run format (003 seed, "Writing runs" §2): atomic writes, ISO-8601 UTC
+times, params flattening, metric values. Used by the logger (``traceml_ai.sdk``) and the fake-run
+generator so that both write exactly the same format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from traceml_ai.runs.layout import RUN_ID_RE
+
+Scalar = str | int | float | bool | None
+
+
+def iso_utc(t: float) -> str:
+    """Format Unix seconds ``t`` as ISO-8601 UTC with a ``Z`` suffix, second precision."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
+    """Return ``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` for Unix seconds ``t`` (UTC).
+
+    Raises:
+        ValueError: ``name`` is empty or contains a path separator.
+    """
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(f"run name {name!r} must be non-empty and contain no path separator")
+    stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_id = f"{stamp}_{name}_{hex4 or secrets.token_hex(2)}"
+    assert RUN_ID_RE.match(run_id), run_id
+    return run_id
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a dot-prefixed temp file in the same folder and a rename,
+    so a reader sees either the old file or the new one, never half of one (003 seed, write rules).
+    """
+    path = os.fspath(path)
+    folder, base = os.path.split(path)
+    tmp = os.path.join(folder, f".{base}.tmp")
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def dump_json(value: Any) -> bytes:
+    """Serialize ``value`` as indented JSON with a trailing newline. Non-JSON values become strings."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
+
+
+def metric_value(v: Any) -> float | None:
+    """A metric as written to disk: a finite float, or None for None / NaN / ±inf (a gap).
+
+    Raises:
+        TypeError, ValueError: ``v`` is not a number (strings, lists...) -- metrics must be numbers.
+    """
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise TypeError("a metric value must be a number or None, not a bool")
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Scalar]:
+    """Flatten nested mappings with dots; lists and tuples become compact JSON strings.
+
+    ``{"optim": {"lr": 3e-4}, "layers": [1, 2]}`` → ``{"optim.lr": 0.0003, "layers": "[1,2]"}``.
+    Non-finite floats become None; other non-scalar values become their ``str``.
+    """
+    out: dict[str, Scalar] = {}
+    for k, v in params.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten_params(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = json.dumps(list(v), separators=(",", ":"), default=str)
+        elif v is None or isinstance(v, (bool, int, str)):
+            out[key] = v
+        elif isinstance(v, float):
+            out[key] = v if math.isfinite(v) else None
+        else:
+            out[key] = str(v)
+    return out
+
+
+def yaml_scalar(v: Scalar) -> str:
+    """One flat params value as YAML text that any YAML 1.1 or 1.2 reader reads back unchanged."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        text = repr(v)
+        # YAML 1.1 (PyYAML) needs a dot in a float: 1e-05 would read back as a string.
+        if "e" in text and "." not in text:
+            mant, exp = text.split("e")
+            text = f"{mant}.0e{exp}"
+        return text
+    return json.dumps(v, ensure_ascii=False)
+
+
+def params_yaml(params: Mapping[str, Any]) -> str:
+    """The params.yaml text for ``params``: one ``key: scalar`` line per flattened key."""
+    return "".join(f"{_yaml_key(k)}: {yaml_scalar(v)}\n" for k, v in flatten_params(params).items())
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+
+
+def _yaml_key(key: str) -> str:
+    # Plain keys read best; anything else (spaces, colons, non-ASCII, "true"...) is JSON-quoted.
+    if _PLAIN_KEY.match(key) and key.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "y", "n"):
+        return key
+    return json.dumps(key, ensure_ascii=False)

@@ -1,0 +1,212 @@
+"""The filter language of the run table (traceml_ai.runs.filters; 003 seed, runs table and decisions)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter, parse_filter_arg
+from traceml_ai.runs.model import BestValue, RunSummary
+
+NAN = math.nan
+
+
+def make_run(name: str, **fields: Any) -> RunSummary:
+    """A run named ``name`` in /runs; ``best`` may be given as plain numbers."""
+    run_id = f"20261130-101500_{name}_a3f9"
+    best = {k: BestValue(v, 1, 1, "max") for k, v in fields.pop("best", {}).items()}
+    fields.setdefault("display_status", "completed")
+    return RunSummary(key=f"/runs/{run_id}", id=run_id, root="/runs", name=name, best=best, **fields)
+
+
+RUNS = [
+    make_run("baseline", group="sweep-a", tags=["cv", "sweep"], best={"val/auc": 0.89},
+             params={"optim.lr": 0.001, "optim.name": "adam", "batch": 32}),
+    make_run("high-lr", group="sweep-a", tags=["sweep"], best={"val/auc": 0.75},
+             params={"optim.lr": 0.01, "optim.name": "SGD", "batch": 64}),
+    make_run("nan-loss", display_status="failed", best={"val/auc": NAN},
+             params={"optim.lr": 0.1, "optim.name": "adam"}),
+    make_run("no-metric", display_status="stale", params={"optim.lr": 0.0001}),
+    make_run("run-3", group="other", best={"val/auc": 0.8}, params={"optim.lr": 1e-3}),
+]  # fmt: skip
+
+
+def names(flt: str, **kwargs: Any) -> list[str]:
+    column, parsed = parse_filter_arg(flt)
+    return [r.name for r in filter_runs(RUNS, [(column, parsed)], **kwargs)]
+
+
+def test_each_comparison_operator_on_a_numeric_column() -> None:
+    assert names("run.best.val/auc>0.8") == ["baseline"]
+    assert names("run.best.val/auc>=0.8") == ["baseline", "run-3"]
+    assert names("run.best.val/auc<0.8") == ["high-lr"]
+    assert names("run.best.val/auc<=0.8") == ["high-lr", "run-3"]
+    assert names("run.best.val/auc=0.8") == ["run-3"]
+    assert names("run.best.val/auc==0.8") == ["run-3"]
+
+
+def test_not_equal_also_matches_missing_and_nan() -> None:
+    # Documented choice: a run without the value, or with NaN, is "not equal" to anything.
+    assert names("run.best.val/auc!=0.8") == ["baseline", "high-lr", "nan-loss", "no-metric"]
+
+
+def test_spaces_around_the_operator_are_optional() -> None:
+    assert names("run.best.val/auc >= 0.8") == names("run.best.val/auc>=0.8")
+    assert names("config.optim.lr: >= 0.01") == ["high-lr", "nan-loss"]
+
+
+def test_numbers_compare_as_numbers_not_text() -> None:
+    assert names("config.optim.lr=1e-3") == ["baseline", "run-3"]
+    assert names("config.batch>=9") == ["baseline", "high-lr"]  # as text, "32" < "9"
+
+
+def test_range_is_inclusive_at_both_ends() -> None:
+    assert names("config.optim.lr:0.001..0.01") == ["baseline", "high-lr", "run-3"]
+    assert names("run.best.val/auc:0.75..0.8") == ["high-lr", "run-3"]
+
+
+def test_reversed_range_is_an_error_with_the_fix() -> None:
+    with pytest.raises(FilterError, match=r"0\.001\.\.0\.01"):
+        parse_filter("0.01..0.001")
+
+
+def test_bare_number_is_equality_in_a_numeric_column() -> None:
+    # 0.8 is not a substring match of 0.89: in a numeric column a bare number means "equals".
+    assert names("run.best.val/auc:0.8") == ["run-3"]
+
+
+def test_bare_number_is_a_substring_in_a_text_column() -> None:
+    assert names("name:3") == ["run-3"]
+    assert names("group:a") == ["baseline", "high-lr"]
+
+
+def test_text_is_a_case_insensitive_substring() -> None:
+    assert names("config.optim.name:ADA") == ["baseline", "nan-loss"]
+    assert names("name:LR") == ["high-lr"]
+
+
+def test_text_equality_is_exact_but_case_insensitive() -> None:
+    assert names("config.optim.name=sgd") == ["high-lr"]
+    assert names("config.optim.name=ada") == []
+    assert names("config.optim.name!=adam") == ["high-lr", "no-metric", "run-3"]
+
+
+def test_comparisons_on_text_columns_compare_as_text() -> None:
+    assert names("name<c") == ["baseline"]
+    assert names("name>=n") == ["nan-loss", "no-metric", "run-3"]
+
+
+def test_regex_is_case_insensitive_search() -> None:
+    assert names("name:/^(BASE|high)/") == ["baseline", "high-lr"]
+    assert names("name:/base.*/") == ["baseline"]
+
+
+def test_invalid_regex_is_a_clear_error() -> None:
+    with pytest.raises(FilterError) as err:
+        parse_filter_arg("name:/[unclosed/")
+    message = str(err.value)
+    assert "name:/[unclosed/" in message and "invalid regular expression" in message
+    assert "\n" not in message
+
+
+def test_missing_values_never_match_except_not_equal() -> None:
+    for flt in ("run.best.val/auc>0", "run.best.val/auc<2", "run.best.val/auc:0..1", "run.best.val/auc:/./"):
+        assert "no-metric" not in names(flt), flt
+    assert names("group:/.*/") == ["baseline", "high-lr", "run-3"]
+
+
+def test_nan_never_matches_a_comparison_but_is_found_as_text() -> None:
+    for flt in ("run.best.val/auc>0", "run.best.val/auc<2", "run.best.val/auc:0..1", "run.best.val/auc=0.8"):
+        assert "nan-loss" not in names(flt), flt
+    assert names("run.best.val/auc:nan") == ["nan-loss"]
+
+
+def test_tags_match_when_any_one_tag_matches() -> None:
+    assert names("tags=cv") == ["baseline"]
+    assert names("tags:/^sweep$/") == ["baseline", "high-lr"]
+    assert names("tags!=cv") == ["high-lr", "nan-loss", "no-metric", "run-3"]
+
+
+def test_status_column_is_the_display_status() -> None:
+    assert names("status=failed") == ["nan-loss"]
+    assert names("status=stale") == ["no-metric"]
+
+
+def test_statuses_keep_only_those_display_statuses() -> None:
+    kept = filter_runs(RUNS, statuses={"stale", "FAILED"})
+    assert [r.name for r in kept] == ["nan-loss", "no-metric"]
+    assert filter_runs(RUNS, statuses=[]) == []
+    with pytest.raises(FilterError, match="unknown status 'faild'"):
+        filter_runs(RUNS, statuses=["faild"])
+
+
+def test_search_looks_at_id_name_group_and_tags() -> None:
+    def found(text: str) -> list[str]:
+        return [r.name for r in filter_runs(RUNS, search=text)]
+
+    assert found("SWEEP") == ["baseline", "high-lr"]  # group sweep-a, tag sweep
+    assert found("cv") == ["baseline"]
+    assert found("other") == ["run-3"]
+    assert found("a3f9") == [r.name for r in RUNS]  # the id
+    assert found("sweep high") == ["high-lr"]  # every word must be found
+    assert found("  ") == [r.name for r in RUNS]
+
+
+def test_filters_search_and_statuses_combine() -> None:
+    column, flt = parse_filter_arg("config.optim.lr<=0.01")
+    kept = filter_runs(RUNS, [(column, flt)], search="sweep", statuses={"completed"})
+    assert [r.name for r in kept] == ["baseline", "high-lr"]
+
+
+def test_column_names_with_spaces_and_non_ascii() -> None:
+    runs = [
+        make_run("a", last={"my metric": 0.5}, summary={"genauigkeit/über": 0.9}),
+        make_run("b", last={"my metric": 2.0}, summary={"genauigkeit/über": "n/a"}),
+    ]
+    column, flt = parse_filter_arg("run.last.my metric<1")
+    assert column == "run.last.my metric"
+    assert [r.name for r in filter_runs(runs, [(column, flt)])] == ["a"]
+    column, flt = parse_filter_arg("summary.genauigkeit/über:N/A")
+    assert [r.name for r in filter_runs(runs, [(column, flt)])] == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("arg", "column", "op", "operand"),
+    [
+        ("run.best.val/auc>=0.8", "run.best.val/auc", ">=", "0.8"),
+        ("config.optim.lr:0.001..0.01", "config.optim.lr", "range", "0.001"),
+        ("name:/base.*/", "name", "regex", "base.*"),
+        ("status=failed", "status", "=", "failed"),
+        ("status = failed", "status", "=", "failed"),
+        ("run.last.my metric<1", "run.last.my metric", "<", "1"),
+        ("group!=sweep-a", "group", "!=", "sweep-a"),
+        ("name:a>b", "name", "text", "a>b"),
+        ("config.optim.lr:1e-3", "config.optim.lr", "number", "1e-3"),
+    ],
+)
+def test_parse_filter_arg_splits_at_the_first_colon_or_operator(
+    arg: str, column: str, op: str, operand: str
+) -> None:
+    got_column, flt = parse_filter_arg(arg)
+    assert (got_column, flt.op, flt.operand) == (column, op, operand)
+
+
+@pytest.mark.parametrize(
+    ("arg", "needle"),
+    [
+        ("run.best.val/auc", "names no column"),
+        (":0.8", "names no column"),
+        ("score>0.8", "unknown column 'score'"),
+        ("run.best.val/auc>=", "no value after '>='"),
+        ("name:", "empty filter"),
+        ("name!x", "write !="),
+    ],
+)
+def test_bad_filter_args_are_one_line_errors(arg: str, needle: str) -> None:
+    with pytest.raises(FilterError) as err:
+        parse_filter_arg(arg)
+    assert needle in str(err.value)
+    assert arg in str(err.value)
+    assert "\n" not in str(err.value)

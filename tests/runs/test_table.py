@@ -1,0 +1,367 @@
+"""The run table model (traceml_ai.runs.table; 003 seed, runs table and "Exporting the table for an
+agent")."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+import pytest
+
+from traceml_ai.runs.model import BestValue, RunSummary
+from traceml_ai.runs.table import (
+    ColumnError,
+    SortKey,
+    available_columns,
+    cell,
+    column_is_numeric,
+    csv_file_name,
+    default_columns,
+    differing_config_keys,
+    group_runs,
+    parse_sort_arg,
+    row_json,
+    sort_runs,
+    to_csv,
+)
+
+NAN = math.nan
+
+
+def make_run(name: str, **fields: Any) -> RunSummary:
+    """A run named ``name`` in /runs; ``best`` may be given as plain numbers."""
+    run_id = f"20261130-101500_{name}_a3f9"
+    best = {k: BestValue(v, 1, 1, "max") for k, v in fields.pop("best", {}).items()}
+    fields.setdefault("display_status", "completed")
+    return RunSummary(key=f"/runs/{run_id}", id=run_id, root="/runs", name=name, best=best, **fields)
+
+
+def names(runs: list[RunSummary]) -> list[str]:
+    return [r.name for r in runs]
+
+
+# -- columns ---------------------------------------------------------------------------------------
+
+
+def test_cells_of_fixed_columns() -> None:
+    run = make_run(
+        "baseline",
+        status="running",
+        display_status="stale",
+        group="sweep-a",
+        tags=["cv", "sweep"],
+        started_at="2026-11-30T10:15:00Z",
+        duration_s=12.5,
+        step=7,
+        legacy=False,
+        warnings=["metrics.jsonl: 2 corrupt lines skipped"],
+    )
+    assert cell(run, "status") == "stale"
+    assert cell(run, "tags") == "cv;sweep"
+    assert cell(run, "path") == "/runs/20261130-101500_baseline_a3f9"
+    assert cell(run, "started") == "2026-11-30T10:15:00Z"
+    assert cell(run, "ended") is None
+    assert cell(run, "duration_s") == 12.5
+    assert cell(run, "step") == 7
+    assert cell(run, "legacy") is False
+    assert cell(run, "warnings") == 1
+    assert cell(run, "notes") is None
+
+
+def test_logged_value_columns_take_the_rest_of_the_name_verbatim() -> None:
+    run = make_run(
+        "r",
+        params={"optim.lr": 0.001},
+        start={"my metric": 2.0},
+        last={"val/auc": 0.7},
+        best={"val/auc": 0.9},
+        summary={"genauigkeit/über": 0.5, "test.acc": "n/a"},
+    )
+    assert cell(run, "config.optim.lr") == 0.001
+    assert cell(run, "run.start.my metric") == 2.0
+    assert cell(run, "run.last.val/auc") == 0.7
+    assert cell(run, "run.best.val/auc") == 0.9
+    assert cell(run, "summary.genauigkeit/über") == 0.5
+    assert cell(run, "summary.test.acc") == "n/a"
+    assert cell(run, "config.missing") is None
+
+
+def test_unknown_column_is_a_one_line_error_with_a_hint() -> None:
+    with pytest.raises(ColumnError, match="did you mean 'started'"):
+        cell(make_run("r"), "startd")
+    with pytest.raises(ColumnError, match="names no key"):
+        cell(make_run("r"), "run.best.")
+
+
+def test_available_and_default_columns() -> None:
+    runs = [
+        make_run(
+            "a", params={"b": 1, "a": 2}, best={"val/auc": 0.9}, last={"loss": 1.0}, summary={"test/auc": 0.8}
+        ),
+        make_run("b", start={"loss": 3.0}, best={"val/loss": 0.1}),
+    ]
+    columns = available_columns(runs)
+    assert columns[:3] == ["id", "name", "status"]
+    assert columns[15:] == [
+        "config.a",
+        "config.b",
+        "run.best.val/auc",
+        "run.best.val/loss",
+        "run.last.loss",
+        "run.start.loss",
+        "summary.test/auc",
+    ]
+    assert default_columns(runs) == [
+        "name",
+        "status",
+        "group",
+        "tags",
+        "started",
+        "duration_s",
+        "run.best.val/auc",
+        "run.best.val/loss",
+        "summary.test/auc",
+    ]
+
+
+def test_column_is_numeric_ignores_missing_and_rejects_bool_and_text() -> None:
+    runs = [
+        make_run("a", params={"lr": 0.1, "flag": True, "mixed": 1}, best={"auc": NAN}),
+        make_run("b", params={"mixed": "auto"}),
+    ]
+    assert column_is_numeric(runs, "config.lr")
+    assert column_is_numeric(runs, "run.best.auc")  # NaN is a number
+    assert not column_is_numeric(runs, "config.flag")
+    assert not column_is_numeric(runs, "config.mixed")
+    assert not column_is_numeric(runs, "config.absent")
+    assert not column_is_numeric(runs, "name")
+
+
+# -- sort ------------------------------------------------------------------------------------------
+
+
+SORT_RUNS = [
+    make_run("missing"),
+    make_run("nan", best={"auc": NAN}),
+    make_run("low", best={"auc": 0.5}),
+    make_run("text", best={"auc": None}, summary={"auc": "n/a"}),
+    make_run("high", best={"auc": 0.9}),
+    make_run("mid", best={"auc": 0.7}),
+]
+
+
+def test_sort_ascending_puts_nan_then_missing_last() -> None:
+    assert names(sort_runs(SORT_RUNS, [SortKey("run.best.auc")])) == [
+        "low",
+        "mid",
+        "high",
+        "nan",
+        "missing",
+        "text",
+    ]
+
+
+def test_sort_descending_still_puts_nan_then_missing_last() -> None:
+    got = sort_runs(SORT_RUNS, [SortKey("run.best.auc", descending=True)])
+    assert names(got) == ["high", "mid", "low", "nan", "missing", "text"]
+
+
+def test_sort_numbers_before_text_case_insensitive_both_directions() -> None:
+    runs = [
+        make_run("a", params={"x": "beta"}),
+        make_run("b", params={"x": 10}),
+        make_run("c", params={"x": "Alpha"}),
+        make_run("d"),
+        make_run("e", params={"x": 9}),
+    ]
+    assert names(sort_runs(runs, [SortKey("config.x")])) == ["e", "b", "c", "a", "d"]
+    assert names(sort_runs(runs, [SortKey("config.x", descending=True)])) == ["b", "e", "a", "c", "d"]
+
+
+def test_later_sort_keys_break_ties_and_the_sort_is_stable() -> None:
+    runs = [
+        make_run("a", group="g2", best={"auc": 0.5}),
+        make_run("b", group="g1", best={"auc": 0.5}),
+        make_run("c", group="g1", best={"auc": 0.9}),
+        make_run("d", group="g1", best={"auc": 0.9}),
+        make_run("e", best={"auc": NAN}),
+        make_run("f", group="g1"),
+    ]
+    keys = [SortKey("group"), SortKey("run.best.auc", descending=True)]
+    assert names(sort_runs(runs, keys)) == ["c", "d", "b", "f", "a", "e"]
+    keys = [SortKey("group", descending=True), SortKey("run.best.auc")]
+    assert names(sort_runs(runs, keys)) == ["a", "b", "c", "d", "f", "e"]
+
+
+def test_parse_sort_arg() -> None:
+    assert parse_sort_arg("-run.best.val/auc") == SortKey("run.best.val/auc", True)
+    assert parse_sort_arg("run.best.val/auc:desc") == SortKey("run.best.val/auc", True)
+    assert parse_sort_arg("run.last.my metric:ASC") == SortKey("run.last.my metric", False)
+    assert parse_sort_arg("+name") == SortKey("name", False)
+    assert parse_sort_arg("started") == SortKey("started", False)
+    with pytest.raises(ColumnError, match="unknown column 'score'"):
+        parse_sort_arg("-score")
+
+
+# -- group -----------------------------------------------------------------------------------------
+
+
+def test_group_by_tags_joins_them_in_written_order_with_none_last() -> None:
+    runs = [
+        make_run("a", tags=["sweep", "cv"]),
+        make_run("b"),
+        make_run("c", tags=["cv", "sweep"]),
+        make_run("d", tags=["cv"]),
+        make_run("e", tags=["cv", "sweep"]),
+    ]
+    groups = group_runs(runs, "tags")
+    assert [(g.label, names(g.runs)) for g in groups] == [
+        ("cv", ["d"]),
+        ("cv, sweep", ["c", "e"]),
+        ("sweep, cv", ["a"]),
+        ("(none)", ["b"]),
+    ]
+    assert groups[-1].value is None
+
+
+def test_group_by_config_key_numbers_numerically_then_text_then_none() -> None:
+    runs = [
+        make_run("a", params={"batch": 64}),
+        make_run("b", params={"batch": "auto"}),
+        make_run("c", params={"batch": 8}),
+        make_run("d"),
+        make_run("e", params={"batch": 64.0}),
+        make_run("f", params={"batch": None}),
+        make_run("g", params={"batch": 128}),
+        make_run("h", params={"batch": ""}),
+    ]
+    groups = group_runs(runs, "config.batch")
+    assert [(g.label, names(g.runs)) for g in groups] == [
+        ("8", ["c"]),
+        ("64", ["a", "e"]),
+        ("128", ["g"]),
+        ("auto", ["b"]),
+        ("(none)", ["d", "f", "h"]),
+    ]
+    assert groups[1].value == 64
+
+
+def test_group_by_group_column() -> None:
+    runs = [make_run("a", group="lr-sweep"), make_run("b", group=""), make_run("c", group="Base")]
+    assert [g.label for g in group_runs(runs, "group")] == ["Base", "lr-sweep", "(none)"]
+
+
+def test_differing_config_keys() -> None:
+    runs = [
+        make_run("a", params={"lr": 0.1, "seed": 1, "opt": "adam", "extra": 1, "n": None, "x": 1}),
+        make_run("b", params={"lr": 0.1, "seed": 2, "opt": "adam", "x": 1.0}),
+        make_run("c", params={"lr": 0.1, "seed": 3, "opt": "adam", "x": 1}),
+    ]
+    # extra: missing in b and c counts as a different value; n: null equals missing; 1 == 1.0.
+    assert differing_config_keys(runs) == ["extra", "seed"]
+    assert differing_config_keys(runs[:1]) == []
+    flags = [make_run("a", params={"f": True}), make_run("b", params={"f": 1})]
+    assert differing_config_keys(flags) == ["f"]
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+
+def test_csv_always_starts_with_the_six_identity_columns() -> None:
+    run = make_run(
+        "baseline",
+        group="sweep-a",
+        tags=["cv", "sweep"],
+        started_at="2026-09-29T23:01:16.000Z",
+        duration_s=3600,
+        params={"optim.lr": 0.0003},
+        best={"val/auc": 0.894},
+        summary={"test/auc": 0.881},
+    )
+    text = to_csv(
+        [run], ["name", "started", "duration_s", "config.optim.lr", "run.best.val/auc", "summary.test/auc"]
+    )
+    lines = text.splitlines()
+    header = (
+        "id,name,status,group,tags,path,started,duration_s,config.optim.lr,run.best.val/auc,summary.test/auc"
+    )
+    assert lines[0] == header
+    assert lines[1] == (
+        "20261130-101500_baseline_a3f9,baseline,completed,sweep-a,cv;sweep,/runs/20261130-101500_baseline_a3f9,"
+        "2026-09-29T23:01:16.000Z,3600,0.0003,0.894,0.881"
+    )
+    assert len(lines) == 2
+
+
+def test_csv_quotes_a_name_with_comma_quote_and_newline() -> None:
+    run = make_run("x")
+    run.name = 'lr=1e-3, "warm"\nrestart'
+    text = to_csv([run], [])
+    assert '"lr=1e-3, ""warm""\nrestart"' in text
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[1][1] == run.name
+    assert len(rows) == 2
+
+
+def test_csv_cell_formats() -> None:
+    run = make_run(
+        "r",
+        legacy=True,
+        params={"flag": False, "tiny": 1e-05, "third": 1 / 3, "none": None},
+        last={"loss": NAN},
+        summary={"genauigkeit/über": "gut"},
+    )
+    columns = ["legacy", "config.flag", "config.tiny", "config.third", "config.none", "config.absent"]
+    columns += ["run.last.loss", "summary.genauigkeit/über", "tags", "group"]
+    rows = list(csv.reader(io.StringIO(to_csv([run], columns))))
+    row = dict(zip(rows[0], rows[1], strict=True))
+    assert row["legacy"] == "true"
+    assert row["config.flag"] == "false"
+    assert row["config.tiny"] == "1e-05"
+    assert row["config.third"] == "0.3333333333333333"  # repr, no rounding
+    assert row["config.none"] == "" and row["config.absent"] == ""
+    assert row["run.last.loss"] == "NaN"
+    assert row["summary.genauigkeit/über"] == "gut"
+    assert row["tags"] == "" and row["group"] == ""
+    assert rows[0].count("tags") == 1  # the six lead columns are not repeated
+
+
+def test_csv_rows_follow_the_given_order() -> None:
+    runs = [make_run("b"), make_run("a")]
+    rows = list(csv.reader(io.StringIO(to_csv(runs, ["name"]))))
+    assert [r[1] for r in rows[1:]] == ["b", "a"]
+
+
+def test_csv_file_name_is_utc() -> None:
+    assert csv_file_name(1790763630.5) == "table-20260930-102030.csv"
+
+
+def test_row_json_is_json_safe() -> None:
+    run = make_run(
+        "r",
+        status="running",
+        display_status="stale",
+        tags=["cv"],
+        warnings=["metrics.jsonl: 1 corrupt line skipped"],
+        best={"auc": NAN},
+        last={"loss": 0.25},
+    )
+    row = row_json(run, ["name", "tags", "run.best.auc", "run.last.loss", "config.lr"])
+    assert row == {
+        "id": "20261130-101500_r_a3f9",
+        "name": "r",
+        "status": "running",
+        "display_status": "stale",
+        "warnings": ["metrics.jsonl: 1 corrupt line skipped"],
+        "values": {
+            "name": "r",
+            "tags": ["cv"],
+            "run.best.auc": None,
+            "run.last.loss": 0.25,
+            "config.lr": None,
+        },
+    }
+    json.dumps(row, allow_nan=False)

@@ -39,7 +39,7 @@ def check_size(file: str, size: int) -> None:
         raise RunFileError(file, f"{size / 1e6:.1f} MB is above the 16 MB limit; not parsed")
 
 
-def load_json(file: str, data: bytes) -> tuple[Any, list[str]]:
+def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
     """Parse JSON bytes. Bare ``NaN``/``Infinity`` tokens are accepted (Python writes them); bytes that
     are not UTF-8 are replaced by U+FFFD with a warning, so one bad byte does not hide the whole file.
 
@@ -137,7 +137,7 @@ def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[s
     Raises:
         RunFileError: not JSON, or not a JSON object.
     """
-    obj, warnings = load_json(file, data)
+    obj, warnings = load_json(data, file)
     if not isinstance(obj, dict):
         raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
     version = _opt_int(obj.get("schema_version"))
@@ -360,7 +360,7 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
     Raises:
         RunFileError: not JSON or not an object.
     """
-    obj, warnings = load_json(file, data)
+    obj, warnings = load_json(data, file)
     if not isinstance(obj, dict):
         raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
     out = MetricsJson(step=_opt_int(obj.get("step")), epoch=_opt_int(obj.get("epoch")))

@@ -194,6 +194,7 @@ class RunStore:
                 lambda r: r.id == ref,
                 lambda r: r.id.startswith(ref),
                 lambda r: r.name == ref,
+                lambda r: r.name.startswith(ref),
             ):
                 hits = [r for r in runs if test(r)]
                 if len(hits) == 1:

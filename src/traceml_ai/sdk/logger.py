@@ -193,7 +193,9 @@ class Run:
             self.meta["heartbeat_at"] = iso_utc(time.time())
             self._write_meta()
 
-    def finish(self, status: str = "completed", exc: BaseException | None = None, *, exit_code: int | None = None) -> None:
+    def finish(
+        self, status: str = "completed", exc: BaseException | None = None, *, exit_code: int | None = None
+    ) -> None:
         """Write the final status once: ``completed``, ``failed`` or ``killed``.
 
         Args:

@@ -1,0 +1,110 @@
+"""Shared pieces of the commands: consoles, the one-line error rule (DESIGN §7), value formatting."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from traceml_ai.settings import Settings, SettingsError, load_settings
+
+out = Console(highlight=False, soft_wrap=False)
+if not out.is_terminal:
+    out.width = 200  # logs and pipes: no need to squeeze tables into 80 columns
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+STATUS_STYLE = {
+    "running": "bold green",
+    "running?": "green",
+    "stale": "bold yellow",
+    "completed": "cyan",
+    "failed": "bold red",
+    "killed": "magenta",
+    "legacy": "dim",
+    "unknown": "red",
+}
+
+DEBUG = {"on": False}
+
+
+class UserError(Exception):
+    """An error the user can fix: printed as one line, exit code 1."""
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr and return the Exit to raise."""
+    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    return typer.Exit(code)
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn user-causable errors into one stderr line and exit code 1 (a traceback with --debug)."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except (UserError, SettingsError, ValueError, KeyError, OSError) as e:
+            if DEBUG["on"]:
+                raise
+            text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            raise fail(str(text)) from None
+
+    return wrapper
+
+
+def settings(**flags: Any) -> Settings:
+    """Settings with the given flags on top (None = flag not given)."""
+    return load_settings(flags)
+
+
+def roots_or_default(roots: Sequence[str] | None, st: Settings) -> list[str]:
+    """Roots from the arguments, else from settings."""
+    return list(roots) if roots else list(st.roots)
+
+
+def fmt_value(v: Any) -> str:
+    """A cell as shown in a terminal table: 4 significant digits for floats, '' for missing."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)
+    return str(v)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``3725.0`` → ``1h 02m``; ``42.5`` → ``42s``."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d {(s % 86400) // 3600:02d}h"
+
+
+def fmt_time(iso: str | None) -> str:
+    """``2026-11-30T10:15:00Z`` → ``2026-11-30 10:15``."""
+    if not iso:
+        return ""
+    return iso.replace("T", " ")[:16]

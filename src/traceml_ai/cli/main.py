@@ -1,0 +1,47 @@
+"""The ``traceml`` command (DESIGN §7). Thin: parse, call, print."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from traceml_ai import __version__
+from traceml_ai.cli import runs as runs_cli
+from traceml_ai.cli.bench import bench
+from traceml_ai.cli.common import DEBUG
+from traceml_ai.cli.demo import demo
+from traceml_ai.cli.fake_runs import fake_runs
+
+app = typer.Typer(
+    name="traceml",
+    help="TraceML: see inside ML training runs. Run folders, a run table, and (soon) live telemetry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runs_cli.app, name="runs")
+app.command("fake-runs")(fake_runs)
+app.command("demo")(demo)
+app.command("bench")(bench)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"traceml {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    DEBUG["on"] = debug
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,265 @@
+"""``traceml runs ls`` and ``traceml runs show``: the run table and one run's details in the terminal.
+
+Both read through :class:`traceml_ai.runs.store.RunStore` and the table model, like the web viewer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from traceml_ai.cli.common import (
+    STATUS_STYLE,
+    UserError,
+    err,
+    fmt_duration,
+    fmt_time,
+    fmt_value,
+    one_line_errors,
+    out,
+    roots_or_default,
+    settings,
+)
+from traceml_ai.runs.discovery import NoRootError
+from traceml_ai.runs.filters import filter_runs, parse_filter_arg, parse_statuses
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.store import RunStore, heartbeat_age
+from traceml_ai.runs.table import (
+    cell,
+    default_columns,
+    group_runs,
+    parse_sort_arg,
+    row_json,
+    sort_runs,
+    to_csv,
+    validate_column,
+)
+
+app = typer.Typer(help="List and inspect run folders.", no_args_is_help=True, add_completion=False)
+
+RootsArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="[ROOT]...", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
+]
+
+
+def open_store(roots: list[str] | None, stale_after_seconds: float | None = None) -> RunStore:
+    """A polled run store over the roots (arguments, else settings); warnings go to stderr."""
+    st = settings(stale_after_seconds=stale_after_seconds)
+    store = RunStore(
+        roots_or_default(roots, st),
+        stale_after_seconds=st.stale_after_seconds,
+        max_metrics_file_mb=st.max_metrics_file_mb,
+    )
+    try:
+        store.poll()
+    except NoRootError as e:
+        raise UserError(str(e)) from None
+    for warning in store.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+    return store
+
+
+@app.command("ls")
+@one_line_errors
+def ls(
+    roots: RootsArg = None,
+    filter_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            "-f",
+            metavar="EXPR",
+            help="COLUMN OP VALUE, e.g. 'run.best.val/auc>=0.8', 'config.optim.lr:0.001..0.01', 'name:/^base/'.",
+        ),
+    ] = None,
+    sort: Annotated[
+        list[str] | None,
+        typer.Option("--sort", "-s", metavar="KEY", help="Column to sort by; '-' prefix for descending."),
+    ] = None,
+    group_by: Annotated[str | None, typer.Option("--group-by", "-g", metavar="FIELD", help="Group rows.")] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", "-c", metavar="COL,...", help="Columns to show, comma separated.")
+    ] = None,
+    search: Annotated[str | None, typer.Option("--search", help="Text in id, name, group or tags.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", metavar="S,...", help="Only these statuses (e.g. running,stale).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run (for scripts and agents).")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV with the export's column names.")] = False,
+    stale_after_seconds: Annotated[float | None, typer.Option(help="Heartbeat age that makes a run stale.")] = None,
+) -> None:
+    """List runs as a table.
+
+    Example: traceml runs ls traceml/runs --filter 'run.best.val/auc>=0.8' --sort -run.best.val/auc --group-by group
+    """
+    if as_json and as_csv:
+        raise UserError("choose one of --json and --csv")
+    store = open_store(roots, stale_after_seconds)
+    runs = store.runs()
+    filters = [parse_filter_arg(f) for f in filter_ or []]
+    statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
+    shown = filter_runs(runs, filters, search=search, statuses=statuses)
+    keys = [parse_sort_arg(s) for s in sort or []] or [parse_sort_arg("-started")]
+    shown = sort_runs(shown, keys)
+    cols = [validate_column(c.strip()) for c in columns.split(",") if c.strip()] if columns else default_columns(runs)
+    if group_by:
+        validate_column(group_by)
+    if as_json:
+        for run in shown:
+            sys.stdout.write(orjson.dumps(row_json(run, cols)).decode() + "\n")
+        return
+    if as_csv:
+        sys.stdout.write(to_csv(shown, cols))
+        return
+    _print_table(shown, cols, group_by, total=len(runs))
+
+
+def _print_table(runs: list[RunSummary], cols: list[str], group_by: str | None, total: int) -> None:
+    table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None)
+    table.add_column("", no_wrap=True)  # file-problem marker
+    for c in cols:
+        numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
+        short = c in ("name", "status", "started", "ended", "heartbeat", "duration_s", "id")
+        table.add_column(
+            c, justify="right" if numeric else "left", overflow="fold", max_width=48, no_wrap=short
+        )
+    groups = group_runs(runs, group_by) if group_by else None
+    sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
+    for label, members in sections:
+        if label is not None:
+            table.add_row("", Text(f"{group_by} = {label}  ({len(members)})", style="bold reverse"))
+        for run in members:
+            table.add_row(*_cells(run, cols), end_section=False)
+    out.print(table)
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.display_status] = counts.get(run.display_status, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+
+
+def _cells(run: RunSummary, cols: list[str]) -> list[Text | str]:
+    marker = Text("⚠", style="yellow") if run.warnings else Text("")
+    cells: list[Text | str] = [marker]
+    for c in cols:
+        v = cell(run, c)
+        if c == "status":
+            cells.append(Text(str(v), style=STATUS_STYLE.get(str(v), "")))
+        elif c == "duration_s":
+            cells.append(fmt_duration(run.duration_s))
+        elif c in ("started", "ended", "heartbeat"):
+            cells.append(fmt_time(v if isinstance(v, str) else None))
+        elif c == "name":
+            cells.append(Text(str(v), style="bold"))
+        else:
+            cells.append(Text(fmt_value(v)))
+    return cells
+
+
+@app.command("show")
+@one_line_errors
+def show(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, name, or folder path.")],
+    roots: Annotated[
+        list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")
+    ] = None,
+    tail: Annotated[int, typer.Option(help="Traceback lines to show.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
+) -> None:
+    """Show one run: status, error with the traceback tail, warnings, params and metrics.
+
+    Example: traceml runs show failed-run --root traceml/runs
+    """
+    if roots is None and os.path.isdir(run_ref):
+        roots = [os.path.dirname(os.path.realpath(run_ref))]  # a run folder path: its root is the parent
+    store = open_store(roots)
+    run = store.find(run_ref)
+    history = store.history(run.key)
+    details = store.details(run.key)
+    run = details.summary
+    if as_json:
+        sys.stdout.write(
+            orjson.dumps(
+                {**row_json(run, []), "path": run.path, "run_json": run.run_json, "params": run.params,
+                 "last": run.last, "best": {k: vars(b) for k, b in run.best.items()}, "summary": run.summary,
+                 "start": run.start, "config": details.config, "rows": len(history.rows)},
+                option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+                default=str,
+            ).decode()
+            + "\n"
+        )
+        return
+    style = STATUS_STYLE.get(run.display_status, "")
+    head = Text()
+    head.append(run.name, style="bold")
+    head.append("  ")
+    head.append(run.display_status, style=style)
+    head.append(f"\n{run.id}\n{run.path}", style="dim")
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="dim")
+    info.add_column()
+    age = heartbeat_age(run, time.time())
+    rows = [
+        ("group", run.group or ""),
+        ("tags", ", ".join(run.tags)),
+        ("started", fmt_time(run.started_at)),
+        ("ended", fmt_time(run.ended_at)),
+        ("duration", fmt_duration(run.duration_s)),
+        ("heartbeat", f"{fmt_time(run.heartbeat_at)} ({fmt_duration(age)} ago)" if age is not None else ""),
+        ("step / epoch", f"{fmt_value(run.step)} / {fmt_value(run.epoch)}"),
+        ("history", f"{len(history.rows)} rows in metrics.jsonl"),
+        ("command", " ".join(str(c) for c in run.run_json.get("command") or [])),
+        ("notes", run.notes),
+    ]
+    for k, v in rows:
+        if v and v.strip(" /"):
+            info.add_row(k, Text(v))
+    out.print(Panel.fit(info, title=head, title_align="left"))
+    error = run.error
+    if error or run.display_status == "failed":
+        err_text = Text()
+        if error:
+            err_text.append(f"{error.get('type') or 'Error'}: {error.get('message') or ''}\n", style="bold red")
+            err_text.append(f"exit code {error.get('code')}  signal {error.get('signal')}\n", style="red")
+            lines = str(error.get("traceback") or "").rstrip("\n").splitlines()
+            if lines:
+                err_text.append("\n".join(lines[-tail:]), style="")
+        else:
+            err_text.append("failed without error details in run.json", style="red")
+        out.print(Panel(err_text, title="error", border_style="red", title_align="left"))
+    if run.warnings:
+        warn = Text("\n".join(f"⚠ {w}" for w in run.warnings), style="yellow")
+        out.print(Panel(warn, title="file problems", border_style="yellow", title_align="left"))
+    metrics = Table(title="metrics", title_justify="left", box=None, header_style="bold")
+    for c in ("metric", "start", "last", "best", "at step"):
+        metrics.add_column(c, justify="left" if c == "metric" else "right")
+    for name in sorted(set(run.metric_names) | set(run.last) | set(run.best)):
+        b = run.best.get(name)
+        metrics.add_row(
+            name,
+            fmt_value(run.start.get(name)),
+            fmt_value(run.last.get(name)),
+            fmt_value(b.value) if b else "",
+            fmt_value(b.step) if b else "",
+        )
+    for k, v in run.summary.items():
+        metrics.add_row(f"summary.{k}", "", fmt_value(v), "", "")
+    if metrics.row_count:
+        out.print(metrics)
+    if run.params:
+        params = Table(title="params", title_justify="left", box=None, header_style="bold")
+        params.add_column("key")
+        params.add_column("value")
+        for k, v in run.params.items():
+            params.add_row(k, Text(fmt_value(v)))
+        out.print(params)

@@ -78,7 +78,7 @@ def train_digits(runs_dir: Path, name: str, *, lr: float, hidden: int, epochs: i
         run.summary["test/acc"] = float(accuracy_score(y_test, test_proba.argmax(axis=1)))
         run.summary["test/auc"] = float(roc_auc_score(y_test, test_proba, multi_class="ovr", labels=classes))
         run.summary["best_checkpoint"] = "checkpoints/none (the demo keeps no weights)"
-        return run.dir
+    return run.dir
 
 
 @one_line_errors

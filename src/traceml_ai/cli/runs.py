@@ -221,9 +221,9 @@ def show(
         ("command", " ".join(str(c) for c in run.run_json.get("command") or [])),
         ("notes", run.notes),
     ]
-    for k, v in rows:
-        if v and v.strip(" /"):
-            info.add_row(k, Text(v))
+    for label, text in rows:
+        if text and text.strip(" /"):
+            info.add_row(label, Text(text))
     out.print(Panel.fit(info, title=head, title_align="left"))
     error = run.error
     if error or run.display_status == "failed":

@@ -81,6 +81,9 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
         except OSError as err:
             listing.ignored.append((root, f"cannot list: {err.strerror or err}"))
             continue
+        # A symlink to a run folder of the same root (e.g. "best" -> a run) never takes the place of
+        # the folder itself, whichever name sorts first.
+        folders = {os.path.join(root, e.name) for e in entries if _is_folder(e)}
         for entry in entries:
             if entry.name.startswith("."):
                 continue
@@ -91,6 +94,9 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
                         listing.ignored.append((entry.path, OUTSIDE_ROOT))
                         continue
                     if not os.path.isdir(real):
+                        continue
+                    if real in folders:
+                        listing.ignored.append((entry.path, f"same folder as another run ({os.path.basename(real)})"))
                         continue
                 elif entry.is_dir(follow_symlinks=False):
                     real = os.path.join(root, entry.name)
@@ -104,6 +110,14 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
             seen.add(real)
             listing.runs.append(RunLocation(root=root, id=entry.name, path=real))
     return listing
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """A real (not symlinked) subfolder that is not a dot-folder."""
+    try:
+        return not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def stat_confined(path: str, root: str) -> tuple[os.stat_result | None, str | None]:

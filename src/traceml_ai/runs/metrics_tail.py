@@ -58,9 +58,11 @@ class Series:
 
 # Fast path: parse a block of lines as one JSON array. It gives exactly the per-line result when
 # every line starts with "{", no line holds a "}" followed by a comma before its end (a second value
-# on the line), and the array has one element per line: then each line is one complete value. JSON
-# strings cannot hold a raw newline, so no value can hide a line boundary. All checks are C-speed
-# byte counts; a block that fails them is parsed line by line.
+# on the line), and the array has one element per line: then each line is one complete value. The
+# whitespace JSON allows between "}" and "," is ruled out too: a space or tab after "}" anywhere, and
+# a CR after "}" other than a CRLF line end ("}\r\r,{" would hide a second value). JSON strings
+# cannot hold a raw newline, so no value can hide a line boundary. All checks are C-speed byte
+# counts; a block that fails them is parsed line by line.
 
 
 def parse_joined(lines: list[bytes]) -> list[Any] | None:
@@ -70,7 +72,7 @@ def parse_joined(lines: list[bytes]) -> list[Any] | None:
         not joined.startswith(b"{")
         or joined.count(b",\n{") != len(lines) - 1
         or joined.count(b"},") != joined.count(b"},\n")
-        or joined.count(b"}\r,") != joined.count(b"}\r,\n")
+        or joined.count(b"}\r") != joined.count(b"}\r,\n") + joined.endswith(b"}\r")
         or b"} " in joined
         or b"}\t" in joined
     ):
@@ -296,13 +298,14 @@ class MetricsTail:
             acc.append((steps[i], e if type(e) is int or type(e) is float else np.nan,
                         t if type(t) is float or type(t) is int else np.nan, v))
         self._series[metric] = (n, acc)
-        if acc:
-            s, e, t, v = zip(*acc, strict=True)
-            arrays = [np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.float64),
-                      np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64)]
-        else:
-            arrays = [np.empty(0, np.int64)] + [np.empty(0, np.float64)] * 3
-        return Series(metric, *arrays)
+        s, e, t, v = zip(*acc, strict=True) if acc else ((), (), (), ())
+        return Series(
+            metric,
+            step=np.asarray(s, dtype=np.int64),
+            epoch=np.asarray(e, dtype=np.float64),
+            time=np.asarray(t, dtype=np.float64),
+            value=np.asarray(v, dtype=np.float64),
+        )
 
 
 class _Marker:

@@ -197,11 +197,15 @@ _ParamsLoader.add_implicit_resolver(
 # The fast path reads the flat ``key: scalar`` files loggers write without building a YAML parser;
 # anything it does not recognise exactly sends the whole file through PyYAML, so both give the same
 # result (tests/runs/test_readers.py checks the two agree).
-_FAST_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_./-]*|"[^"\\\x00-\x1f]*"): (.*?)\r?$')
+# A quoted string takes only characters YAML reads as themselves: no escapes, no control or C1
+# characters (PyYAML rejects most of them), no line breaks YAML folds (U+0085, U+2028, U+2029).
+_FAST_QUOTED = r'"[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]*"'
+_FAST_LINE = re.compile(rf"^([A-Za-z_][A-Za-z0-9_./-]*|{_FAST_QUOTED}): (.*?)\r?$")
 _FAST_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
 _FAST_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?$")
 _FAST_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-_FAST_STRING = re.compile(r'^"[^"\\\x00-\x1f]*"$')
+# Values may also hold the escapes that mean the same in JSON and in YAML (writers use json.dumps).
+_FAST_STRING = re.compile(r'^"(?:[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]|\\["\\/bfnrt])*"$')
 _YAML_WORDS = {
     "true": True, "false": False, "null": None,
 }
@@ -233,7 +237,7 @@ def _fast_params(text: str) -> dict[str, Any] | None:
         elif _FAST_FLOAT.match(raw):
             value = float(raw)
         elif _FAST_STRING.match(raw):
-            value = raw[1:-1]
+            value = json.loads(raw) if "\\" in raw else raw[1:-1]
         elif _FAST_WORD.match(raw) and raw.lower() not in _YAML_SPECIAL_WORDS:
             value = raw
         else:
@@ -374,7 +378,7 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
             if n is False:
                 skipped.append(f"last.{k}")
             else:
-                out.last[str(k)] = n  # type: ignore[assignment]
+                out.last[str(k)] = n
     best = obj.get("best")
     if isinstance(best, dict):
         for k, b in best.items():
@@ -384,7 +388,7 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
                 continue
             mode = b.get("mode")
             out.best[str(k)] = BestValue(
-                value=n,  # type: ignore[arg-type]
+                value=n,
                 step=_opt_int(b.get("step")),
                 epoch=_opt_int(b.get("epoch")),
                 mode=mode if mode in ("max", "min") else None,

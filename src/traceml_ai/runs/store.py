@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,12 +190,13 @@ class RunStore:
             if real in self._runs and self._runs[real].summary is not None:
                 return self._runs[real].summary  # type: ignore[return-value]
             runs = self.runs()
-            for test in (
+            tests: tuple[Callable[[RunSummary], bool], ...] = (
                 lambda r: r.id == ref,
                 lambda r: r.id.startswith(ref),
                 lambda r: r.name == ref,
                 lambda r: r.name.startswith(ref),
-            ):
+            )
+            for test in tests:
                 hits = [r for r in runs if test(r)]
                 if len(hits) == 1:
                     return hits[0]
@@ -214,13 +215,15 @@ class RunStore:
         with self._lock:
             state = self._runs[key]
             path = os.path.join(state.loc.path, METRICS_JSONL)
-            st, _reason = stat_confined(path, state.loc.root)
+            _st, reason = stat_confined(path, state.loc.root)
             if state.tail is None:
-                # A confined symlink is read through its real path; an outside one not at all.
-                real = os.path.realpath(path) if st is not None else os.devnull
+                # A confined symlink is read through its real path; an outside one not at all. A file
+                # that does not exist yet is read from its path once it appears.
+                real = os.path.realpath(path) if reason is None else os.devnull
                 state.tail = MetricsTail(real, self.max_metrics_bytes)
             before = list(state.tail.warnings)
-            state.tail.advance()
+            if reason is None:
+                state.tail.advance()
             if state.tail.warnings != before and state.summary is not None:
                 self._build_summary(state)
             return state.tail
@@ -343,20 +346,14 @@ class RunStore:
             return False
         tail = MetricsTail(os.path.realpath(path), METRICS_HEAD_BYTES)
         tail.advance()
-        new = _Head(stamp=stamp, complete=st.st_size <= METRICS_HEAD_BYTES, final=st.st_size > METRICS_HEAD_BYTES)
-        for row in tail.rows:
-            for k, v in row.items():
-                if k in ("step", "epoch", "time"):
-                    continue
-                if v is None or (type(v) in (int, float) and not isinstance(v, bool)):
-                    fv = None if v is None else float(v)
-                    if k not in new.start and fv is not None and math.isfinite(fv):
-                        new.start[k] = fv
-                    new.last[k] = fv
+        new = _Head(
+            stamp=stamp, complete=st.st_size <= METRICS_HEAD_BYTES, final=st.st_size > METRICS_HEAD_BYTES
+        )
         new.names = tail.metric_names()
+        new.start = _first_values(tail.rows, new.names, finite=True)
+        if new.complete and not state.files[METRICS_JSON].present:
+            new.last = _first_values(reversed(tail.rows), new.names, finite=False)  # legacy: no metrics.json
         new.warnings = [w for w in tail.warnings if "only the first" not in w]
-        if not new.complete:
-            new.last = {}
         state.head = new
         return True
 
@@ -424,6 +421,27 @@ class RunStore:
             warnings=warnings,
             run_json=rj.raw if rj else {},
         )
+
+
+def _first_values(rows: Iterable[dict[str, Any]], names: list[str], *, finite: bool) -> dict[str, MetricValue]:
+    """The first number (or null, unless ``finite``) of each metric in ``rows``; stops early once
+    every metric has one, so a head of many rows costs a few rows."""
+    found: dict[str, MetricValue] = {}
+    pending = set(names)
+    for row in rows:
+        for key in pending.intersection(row):
+            v = row[key]
+            if v is None:
+                if not finite:
+                    found[key] = None
+            elif type(v) in (int, float):
+                if not finite or math.isfinite(v):
+                    found[key] = float(v)
+        if len(found) != len(names):
+            pending.difference_update(found)
+        else:
+            break
+    return found
 
 
 def heartbeat_age(summary: RunSummary, now: float) -> float | None:

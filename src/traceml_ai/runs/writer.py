@@ -68,9 +68,9 @@ def metric_value(v: Any) -> float | None:
     """
     if v is None:
         return None
-    if isinstance(v, bool):
-        raise TypeError("a metric value must be a number or None, not a bool")
-    f = float(v)
+    if isinstance(v, (bool, str, bytes)):
+        raise TypeError(f"a metric value must be a number or None, not {type(v).__name__}")
+    f = float(v)  # ints, floats, numpy scalars, 0-d tensors
     return f if math.isfinite(f) else None
 
 

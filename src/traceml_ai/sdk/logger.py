@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -245,7 +245,7 @@ class Run:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         if exc_type is None:
             self.finish("completed")
         elif issubclass(exc_type, KeyboardInterrupt):

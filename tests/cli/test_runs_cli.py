@@ -1,0 +1,153 @@
+"""`traceml runs ls / show`, `traceml demo` and `stormlog`, run as real commands."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_traceml
+from traceml_ai.runs.fake import generate
+from traceml_ai.runs.store import RunStore
+
+
+@pytest.fixture(scope="module")
+def fake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fake") / "runs"
+    generate(root, runs=24, seed=0)
+    return root
+
+
+def _ls_json(*args: str) -> dict[str, dict]:
+    proc = run_traceml("runs", "ls", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    return {row["name"]: row for row in rows}
+
+
+def test_ls_json_shows_every_special_run_with_its_status(fake_root: Path) -> None:
+    rows = _ls_json(str(fake_root))
+    assert len(rows) == 24
+    assert rows["stale-run"]["display_status"] == "stale"
+    assert rows["stale-run"]["status"] == "running"
+    assert rows["legacy-run"]["display_status"] == "legacy"
+    assert rows["failed-run"]["display_status"] == "failed"
+    assert rows["killed-run"]["display_status"] == "killed"
+    assert rows["baseline"]["display_status"] == "completed" and rows["baseline"]["warnings"] == []
+    assert any("schema_version 2" in w for w in rows["future-schema"]["warnings"])
+    assert any("corrupt line" in w for w in rows["malformed-lines"]["warnings"])
+
+
+def test_ls_filter_sort_and_columns(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc>=0.9", "--sort",
+                       "-run.best.val/auc", "--columns", "name,run.best.val/auc", "--json")
+    assert proc.returncode == 0, proc.stderr
+    values = [json.loads(line)["values"]["run.best.val/auc"] for line in proc.stdout.splitlines()]
+    assert values and all(v >= 0.9 for v in values)
+    assert values == sorted(values, reverse=True)
+
+
+def test_ls_status_and_search(fake_root: Path) -> None:
+    rows = _ls_json(str(fake_root), "--status", "failed,killed")
+    assert set(rows) == {"failed-run", "nan-loss", "killed-run"}
+    rows = _ls_json(str(fake_root), "--search", "LEGACY")
+    assert set(rows) == {"legacy-run"}
+
+
+def test_ls_csv_starts_with_the_six_fixed_columns(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--csv", "--columns", "config.optim.lr,summary.test/auc")
+    assert proc.returncode == 0, proc.stderr
+    reader = csv.reader(io.StringIO(proc.stdout))
+    header = next(reader)
+    assert header == ["id", "name", "status", "group", "tags", "path", "config.optim.lr", "summary.test/auc"]
+    rows = list(reader)
+    assert len(rows) == 24 and all(os.path.isdir(r[5]) for r in rows)
+
+
+def test_ls_table_groups_rows(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "config.data.dataset")
+    assert proc.returncode == 0, proc.stderr
+    assert "config.data.dataset = cifar10" in proc.stdout
+    assert "24 of 24 runs" in proc.stdout
+
+
+def test_ls_missing_root_is_one_line_error(tmp_path: Path) -> None:
+    proc = run_traceml("runs", "ls", str(tmp_path / "nope"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: no runs folder found")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_ls_one_missing_root_of_two_is_a_warning(fake_root: Path, tmp_path: Path) -> None:
+    proc = run_traceml("runs", "ls", str(tmp_path / "nope"), str(fake_root), "--json")
+    assert proc.returncode == 0
+    assert "runs folder not found, skipped" in proc.stderr
+    assert len(proc.stdout.splitlines()) == 24
+
+
+def test_ls_bad_filter_is_one_line_error(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name:/([/")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_setting_names_its_source(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_STALE_AFTER_SECONDS": "soon"})
+    assert proc.returncode == 1
+    assert "TRACEML_STALE_AFTER_SECONDS" in proc.stderr and "stale_after_seconds" in proc.stderr
+
+
+def test_settings_file_sets_roots(fake_root: Path, tmp_path: Path) -> None:
+    (tmp_path / "traceml.yaml").write_text(f"roots: [{json.dumps(str(fake_root))}]\n")
+    proc = run_traceml("runs", "ls", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 24
+
+
+def test_show_failed_run_has_error_callout(fake_root: Path) -> None:
+    proc = run_traceml("runs", "show", "failed-run", "--root", str(fake_root))
+    assert proc.returncode == 0, proc.stderr
+    assert "OutOfMemoryError" in proc.stdout and "CUDA out of memory" in proc.stdout
+    assert "Traceback (most recent call last)" in proc.stdout
+    assert "exit code 1" in proc.stdout
+
+
+def test_show_warns_about_file_problems(fake_root: Path) -> None:
+    proc = run_traceml("runs", "show", "malformed-lines", "--root", str(fake_root))
+    assert proc.returncode == 0, proc.stderr
+    assert "file problems" in proc.stdout and "corrupt line" in proc.stdout
+
+
+def test_show_unknown_run(fake_root: Path) -> None:
+    proc = run_traceml("runs", "show", "no-such-run", "--root", str(fake_root))
+    assert proc.returncode == 1 and "no run 'no-such-run'" in proc.stderr
+
+
+def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
+    proc = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "8", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    store = RunStore([tmp_path / "ws" / "traceml" / "runs"])
+    store.poll()
+    runs = {r.name: r for r in store.runs()}
+    real = runs["digits-mlp"]
+    assert real.display_status == "completed" and real.step == 7
+    assert real.best["val/acc"].value is not None and real.best["val/acc"].value > 0.5  # it really learned
+    assert 0.5 < float(real.summary["test/acc"]) <= 1.0  # type: ignore[arg-type]
+    assert runs["stale-run"].display_status == "stale"
+    assert runs["legacy-run"].display_status == "legacy"
+    assert runs["failed-run"].error is not None
+    # The demo can run again over its own workspace.
+    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3")
+    assert again.returncode == 0, again.stderr
+
+
+def test_stormlog_says_not_yet_available() -> None:
+    proc = subprocess.run([sys.executable, "-c", "from stormlog.cli import main; main()"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "not yet available" in proc.stderr

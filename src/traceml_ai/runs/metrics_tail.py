@@ -21,8 +21,10 @@ segments). Per-metric arrays are built on request by :meth:`MetricsTail.series`.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import dataclass
+from itertools import islice, repeat
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ import orjson
 from traceml_ai.runs.layout import DEFAULT_MAX_METRICS_FILE_MB, RESERVED_METRIC_KEYS
 
 CHUNK_BYTES = 8 * 1024 * 1024
-_BLOCK_LINES = 256
+_BLOCK_BYTES = 128 * 1024  # parse in blocks of about this size: fastest here, and a bad line costs one block
 _MAX_EXAMPLES = 5
 
 
@@ -56,32 +58,35 @@ class Series:
         return int(self.step.shape[0])
 
 
-# Fast path: parse a block of lines as one JSON array. It gives exactly the per-line result when
-# every line starts with "{", no line holds a "}" followed by a comma before its end (a second value
-# on the line), and the array has one element per line: then each line is one complete value. The
-# whitespace JSON allows between "}" and "," is ruled out too: a space or tab after "}" anywhere, and
-# a CR after "}" other than a CRLF line end ("}\r\r,{" would hide a second value). JSON strings
-# cannot hold a raw newline, so no value can hide a line boundary. All checks are C-speed byte
-# counts; a block that fails them is parsed line by line.
+# Fast path: parse a block of lines as one JSON array "[line1,\nline2,...]" (the block's newlines
+# become ",\n" in one C pass). It gives exactly the
+# per-line result when (1) every line starts with "{", (2) the block holds no other "{", and (3) the
+# array has one element per line and every element is an object. Proof: each element is an object,
+# so it begins with a "{" token; there are exactly as many "{" characters as lines, so every "{" begins
+# an element and element k begins where line k begins. Element k then ends before the comma that
+# precedes line k + 1, i.e. it is exactly line k. Nested objects or "{" inside strings fail (2) and
+# take the line-by-line path. Checks (1) and (2) are C-speed byte counts.
 
 
-def parse_joined(lines: list[bytes]) -> list[Any] | None:
-    """Parse JSON lines in one call; None when the fast path cannot vouch for the result."""
-    joined = b",\n".join(lines)
-    if (
-        not joined.startswith(b"{")
-        or joined.count(b",\n{") != len(lines) - 1
-        or joined.count(b"},") != joined.count(b"},\n")
-        or joined.count(b"}\r") != joined.count(b"}\r,\n") + joined.endswith(b"}\r")
-        or b"} " in joined
-        or b"}\t" in joined
-    ):
+def parse_block(block: bytes) -> list[Any] | None:
+    """Parse a block of newline-terminated JSON-object lines in one call; None when the fast path
+    cannot vouch for the result (the caller then parses line by line)."""
+    n = block.count(b"\n")
+    joined = block[:-1].replace(b"\n", b",\n")
+    if not joined.startswith(b"{") or joined.count(b"{") != n or joined.count(b",\n{") != n - 1:
         return None
     try:
         parsed: list[Any] = orjson.loads(b"[" + joined + b"]")
     except orjson.JSONDecodeError:
         return None
-    return parsed if len(parsed) == len(lines) else None
+    if len(parsed) != n or set(map(type, parsed)) != {dict}:
+        return None
+    return parsed
+
+
+def parse_joined(lines: list[bytes]) -> list[Any] | None:
+    """:func:`parse_block` for a list of lines (without their newlines)."""
+    return parse_block(b"\n".join(lines) + b"\n") if lines else None
 
 
 def _as_step(v: Any) -> int | None:
@@ -177,12 +182,13 @@ class MetricsTail:
         if b"\x00" in region:
             end = self._nul_tail_start(region)
             region = data[:end]
-        lines = region.split(b"\n")
-        lines.pop()  # the empty piece after the final newline
-        first_line = self.lines_read + 1
-        for i in range(0, len(lines), _BLOCK_LINES):
-            self._parse_block(lines[i : i + _BLOCK_LINES], first_line + i)
-        self.lines_read += len(lines)
+        pos = 0
+        while pos < end:
+            stop = region.rfind(b"\n", pos, pos + _BLOCK_BYTES) + 1
+            if stop <= pos:  # one line longer than a block
+                stop = region.find(b"\n", pos) + 1
+            self._parse_block(region[pos:stop])
+            pos = stop
         return end
 
     @staticmethod
@@ -196,12 +202,28 @@ class MetricsTail:
             end = start
         return end
 
-    def _parse_block(self, lines: list[bytes], first_line: int) -> None:
-        parsed = parse_joined(lines)
-        if parsed is None:
-            parsed = [self._parse_line(line, first_line + i) for i, line in enumerate(lines)]
+    def _parse_block(self, block: bytes) -> None:
+        """Parse a block of complete lines (ending with a newline) into rows."""
+        first_line = self.lines_read + 1
+        self.lines_read += block.count(b"\n")
+        parsed = parse_block(block)
         rows, steps = self.rows, self.steps
         prev = steps[-1] if steps else None
+        if parsed is not None:
+            # Common case, all in C (map, set): every row an object with an integer step, in order.
+            block_steps: list[Any] = list(map(dict.get, parsed, repeat("step")))
+            if (
+                set(map(type, block_steps)) == {int}
+                and (prev is None or block_steps[0] >= prev)
+                and all(map(operator.le, block_steps, islice(block_steps, 1, None)))
+            ):
+                rows.extend(parsed)
+                steps.extend(block_steps)
+                return
+        else:
+            lines = block.split(b"\n")
+            lines.pop()  # the empty piece after the final newline
+            parsed = [self._parse_line(line, first_line + i) for i, line in enumerate(lines)]
         for i, row in enumerate(parsed):
             if type(row) is dict:
                 step = row.get("step")
@@ -271,7 +293,7 @@ class MetricsTail:
         """Every metric key seen in the rows so far, sorted (step, epoch and time excluded)."""
         rows = self.rows
         if self._names_upto < len(rows):
-            self._names.update(*(r.keys() for r in rows[self._names_upto :]))
+            self._names.update(*rows[self._names_upto :])  # iterating a dict gives its keys
             self._names_upto = len(rows)
         return sorted(self._names - RESERVED_METRIC_KEYS)
 

@@ -200,48 +200,51 @@ _ParamsLoader.add_implicit_resolver(
 # A quoted string takes only characters YAML reads as themselves: no escapes, no control or C1
 # characters (PyYAML rejects most of them), no line breaks YAML folds (U+0085, U+2028, U+2029).
 _FAST_QUOTED = r'"[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]*"'
-_FAST_LINE = re.compile(rf"^([A-Za-z_][A-Za-z0-9_./-]*|{_FAST_QUOTED}): (.*?)\r?$")
-_FAST_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
-_FAST_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?$")
-_FAST_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 # Values may also hold the escapes that mean the same in JSON and in YAML (writers use json.dumps).
-_FAST_STRING = re.compile(r'^"(?:[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]|\\["\\/bfnrt])*"$')
-_YAML_WORDS = {
-    "true": True, "false": False, "null": None,
-}
+_FAST_ESCAPED = r'"(?:[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]|\\["\\/bfnrt])*"'
+# One line of a flat file; groups: plain key, quoted key, true/false/null, int, float, quoted, word.
+_FAST_LINE = re.compile(
+    rf"^(?:([A-Za-z_][A-Za-z0-9_./-]*)|({_FAST_QUOTED})): "
+    rf"(?:(true|false|null)|(-?(?:0|[1-9][0-9]*))|(-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?)|({_FAST_ESCAPED})"
+    r"|([A-Za-z][A-Za-z0-9_-]*))\r?$",
+    re.MULTILINE,
+)
+_YAML_WORDS: dict[str, Any] = {"true": True, "false": False, "null": None}
 _YAML_SPECIAL_WORDS = frozenset(
     ["yes", "no", "on", "off", "y", "n", "true", "false", "null", "nan", "inf", "empty"]
 )
 
 
 def _fast_params(text: str) -> dict[str, Any] | None:
+    """Flat ``key: scalar`` lines → dict, or None when any line needs the full YAML reader."""
+    if not text:
+        return {}
+    matches = _FAST_LINE.findall(text)
+    if len(matches) != text.count("\n") + (not text.endswith("\n")):
+        return None  # a line the pattern does not cover (comments, nesting, blank lines, ...)
     out: dict[str, Any] = {}
-    for line in text.split("\n"):
-        if not line:
-            continue
-        m = _FAST_LINE.match(line)
-        if m is None:
-            return None
-        key, raw = m.group(1), m.group(2)
-        if key.startswith('"'):
-            key = key[1:-1]
-        elif key.lower() in _YAML_SPECIAL_WORDS:
-            return None
+    for plain, quoted_key, word, integer, number, quoted, bare in matches:
+        if plain:
+            if plain.lower() in _YAML_SPECIAL_WORDS:
+                return None
+            key = plain
+        else:
+            key = quoted_key[1:-1]
         if key in out:
             return None  # let PyYAML decide what a duplicate key means
         value: Any
-        if raw in _YAML_WORDS:
-            value = _YAML_WORDS[raw]
-        elif _FAST_INT.match(raw):
-            value = int(raw)
-        elif _FAST_FLOAT.match(raw):
-            value = float(raw)
-        elif _FAST_STRING.match(raw):
-            value = json.loads(raw) if "\\" in raw else raw[1:-1]
-        elif _FAST_WORD.match(raw) and raw.lower() not in _YAML_SPECIAL_WORDS:
-            value = raw
-        else:
+        if word:
+            value = _YAML_WORDS[word]
+        elif integer:
+            value = int(integer)
+        elif number:
+            value = float(number)
+        elif quoted:
+            value = json.loads(quoted) if "\\" in quoted else quoted[1:-1]
+        elif bare.lower() in _YAML_SPECIAL_WORDS:
             return None
+        else:
+            value = bare
         out[key] = value
     return out
 
@@ -348,6 +351,9 @@ class MetricsJson:
     summary: dict[str, Scalar] = field(default_factory=dict)
 
 
+_NUMBER = (float, int)
+
+
 def metric_number(v: Any) -> MetricValue | bool:
     """A metric value as read: float for a number (NaN/inf kept), None for null, False when the
     value is not a number at all (strings, lists, objects, booleans are not metrics)."""
@@ -373,12 +379,9 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
     skipped: list[str] = []
     last = obj.get("last")
     if isinstance(last, dict):
-        for k, v in last.items():
-            n = metric_number(v)
-            if n is False:
-                skipped.append(f"last.{k}")
-            else:
-                out.last[str(k)] = n
+        # type() rather than isinstance(): bool is an int subclass but not a metric.
+        out.last = {k: float(v) if type(v) is int else v for k, v in last.items() if v is None or type(v) in _NUMBER}
+        skipped += [f"last.{k}" for k in last if k not in out.last]
     best = obj.get("best")
     if isinstance(best, dict):
         for k, b in best.items():

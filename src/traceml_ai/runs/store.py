@@ -81,6 +81,7 @@ class _Head:
     complete: bool = False  # the whole file fitted in the head
     final: bool = False  # read past 64 KB: never read again
     warnings: list[str] = field(default_factory=list)
+    problem: str | None = None  # the file is refused (e.g. a symlink leaving the root)
 
 
 @dataclass
@@ -302,7 +303,7 @@ class RunStore:
 
     def _update_file(self, state: _RunState, name: str) -> bool:
         fs = state.files.setdefault(name, _FileState())
-        path = os.path.join(state.loc.path, name)
+        path = state.loc.path + os.sep + name
         st, reason = stat_confined(path, state.loc.root)
         if st is None:
             was = fs.present or fs.error is not None
@@ -335,16 +336,16 @@ class RunStore:
         head = state.head
         if head.final:
             return False
-        path = os.path.join(state.loc.path, METRICS_JSONL)
+        path = state.loc.path + os.sep + METRICS_JSONL
         st, reason = stat_confined(path, state.loc.root)
         if st is None:
-            had = head.stamp is not None or bool(head.warnings)
-            state.head = _Head(warnings=[f"{METRICS_JSONL}: ignored ({reason})"] if reason else [])
+            had = head.stamp is not None or head.problem is not None
+            state.head = _Head(problem=f"{METRICS_JSONL}: ignored ({reason})" if reason else None)
             return had or reason is not None
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == head.stamp:
             return False
-        tail = MetricsTail(os.path.realpath(path), METRICS_HEAD_BYTES)
+        tail = MetricsTail(path, METRICS_HEAD_BYTES)  # stat_confined vouched for a symlink
         tail.advance()
         new = _Head(
             stamp=stamp, complete=st.st_size <= METRICS_HEAD_BYTES, final=st.st_size > METRICS_HEAD_BYTES
@@ -389,6 +390,8 @@ class RunStore:
                 warnings += fs.warnings
                 if fs.error:
                     warnings.append(fs.error)
+        if state.head.problem:
+            warnings.append(state.head.problem)
         warnings += state.tail.warnings if state.tail is not None else state.head.warnings
         head = state.head
         last = dict(mj.last) if mj else (dict(head.last) if head.complete else {})

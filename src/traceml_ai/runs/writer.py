@@ -111,7 +111,7 @@ def yaml_scalar(v: Scalar) -> str:
             mant, exp = text.split("e")
             text = f"{mant}.0e{exp}"
         return text
-    return json.dumps(v, ensure_ascii=False)
+    return _yaml_quoted(v)
 
 
 def params_yaml(params: Mapping[str, Any]) -> str:
@@ -126,4 +126,14 @@ def _yaml_key(key: str) -> str:
     # Plain keys read best; anything else (spaces, colons, non-ASCII, "true"...) is JSON-quoted.
     if _PLAIN_KEY.match(key) and key.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "y", "n"):
         return key
-    return json.dumps(key, ensure_ascii=False)
+    return _yaml_quoted(key)
+
+
+# Characters YAML readers reject or fold inside a quoted scalar (DEL, C1 controls, line and
+# paragraph separators, non-characters): written as \uXXXX escapes, which JSON and YAML both read.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+
+
+def _yaml_quoted(text: str) -> str:
+    """``text`` as a double-quoted scalar that YAML reads back unchanged."""
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))

@@ -44,6 +44,8 @@ from traceml_ai.runs.table import (
     validate_column,
 )
 
+_MAX_WARNED_RUNS = 10
+
 app = typer.Typer(help="List and inspect run folders.", no_args_is_help=True, add_completion=False)
 
 RootsArg = Annotated[
@@ -146,6 +148,12 @@ def _print_table(runs: list[RunSummary], cols: list[str], group_by: str | None, 
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+    flagged = [run for run in runs if run.warnings]
+    for run in flagged[:_MAX_WARNED_RUNS]:
+        more = f" (+{len(run.warnings) - 1} more)" if len(run.warnings) > 1 else ""
+        out.print(Text.assemble(("⚠ ", "yellow"), (run.name, "bold"), f": {run.warnings[0]}{more}"))
+    if len(flagged) > _MAX_WARNED_RUNS:
+        out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))
 
 
 def _cells(run: RunSummary, cols: list[str]) -> list[Text | str]:

@@ -11,6 +11,7 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 OUTSIDE_ROOT = "symlink points outside the run folder"
 
@@ -77,47 +78,37 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
     seen: set[str] = set()
     for root in real_roots:
         try:
-            entries = sorted(os.scandir(root), key=lambda e: e.name)
+            with os.scandir(root) as it:
+                entries = sorted((e for e in it if not e.name.startswith(".")), key=attrgetter("name"))
         except OSError as err:
             listing.ignored.append((root, f"cannot list: {err.strerror or err}"))
             continue
-        # A symlink to a run folder of the same root (e.g. "best" -> a run) never takes the place of
-        # the folder itself, whichever name sorts first.
-        folders = {os.path.join(root, e.name) for e in entries if _is_folder(e)}
+        found: list[RunLocation] = []
+        links: list[os.DirEntry[str]] = []
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             try:
-                if entry.is_symlink():
-                    real = os.path.realpath(entry.path)
-                    if not inside(real, root) or real == root:
-                        listing.ignored.append((entry.path, OUTSIDE_ROOT))
-                        continue
-                    if not os.path.isdir(real):
-                        continue
-                    if real in folders:
-                        listing.ignored.append((entry.path, f"same folder as another run ({os.path.basename(real)})"))
-                        continue
-                elif entry.is_dir(follow_symlinks=False):
-                    real = os.path.join(root, entry.name)
-                else:
-                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    found.append(RunLocation(root=root, id=entry.name, path=entry.path))
+                    seen.add(entry.path)
+                elif entry.is_symlink():
+                    links.append(entry)
             except OSError:
                 continue
-            if real in seen:
+        # Symlinks last: one pointing at a run folder of the same root (e.g. "best" -> a run) never
+        # takes the place of the folder itself, whichever name sorts first.
+        for entry in links:
+            real = os.path.realpath(entry.path)
+            if not inside(real, root) or real == root:
+                listing.ignored.append((entry.path, OUTSIDE_ROOT))
+            elif real in seen:
                 listing.ignored.append((entry.path, f"same folder as another run ({os.path.basename(real)})"))
-                continue
-            seen.add(real)
-            listing.runs.append(RunLocation(root=root, id=entry.name, path=real))
+            elif os.path.isdir(real):
+                seen.add(real)
+                found.append(RunLocation(root=root, id=entry.name, path=real))
+        if links:
+            found.sort(key=attrgetter("id"))
+        listing.runs += found
     return listing
-
-
-def _is_folder(entry: os.DirEntry[str]) -> bool:
-    """A real (not symlinked) subfolder that is not a dot-folder."""
-    try:
-        return not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def stat_confined(path: str, root: str) -> tuple[os.stat_result | None, str | None]:

@@ -68,10 +68,11 @@ class Series:
 # take the line-by-line path. Checks (1) and (2) are C-speed byte counts.
 
 
-def parse_block(block: bytes) -> list[Any] | None:
-    """Parse a block of newline-terminated JSON-object lines in one call; None when the fast path
-    cannot vouch for the result (the caller then parses line by line)."""
-    n = block.count(b"\n")
+def parse_block(block: bytes, n: int | None = None) -> list[Any] | None:
+    """Parse a block of ``n`` newline-terminated JSON-object lines in one call; None when the fast
+    path cannot vouch for the result (the caller then parses line by line)."""
+    if n is None:
+        n = block.count(b"\n")
     joined = block[:-1].replace(b"\n", b",\n")
     if not joined.startswith(b"{") or joined.count(b"{") != n or joined.count(b",\n{") != n - 1:
         return None
@@ -205,8 +206,9 @@ class MetricsTail:
     def _parse_block(self, block: bytes) -> None:
         """Parse a block of complete lines (ending with a newline) into rows."""
         first_line = self.lines_read + 1
-        self.lines_read += block.count(b"\n")
-        parsed = parse_block(block)
+        n = block.count(b"\n")
+        self.lines_read += n
+        parsed = parse_block(block, n)
         rows, steps = self.rows, self.steps
         prev = steps[-1] if steps else None
         if parsed is not None:

@@ -44,11 +44,12 @@ from traceml_ai.runs.readers import (
     RunJson,
     check_size,
     load_json,
+    parse_iso,
     parse_metrics_json,
     parse_params_yaml,
     parse_run_json,
 )
-from traceml_ai.runs.writer import iso_utc
+from traceml_ai.runs.status import display_status
 
 _PARSERS: dict[str, Callable[[bytes, str], tuple[Any, list[str]]]] = {
     RUN_JSON: parse_run_json,
@@ -359,8 +360,6 @@ class RunStore:
         return True
 
     def _display_status(self, state: _RunState) -> str:
-        from traceml_ai.runs.status import display_status
-
         rj: RunJson | None = state.files[RUN_JSON].value
         return display_status(
             rj.status if rj else None,
@@ -449,10 +448,8 @@ def _first_values(rows: Iterable[dict[str, Any]], names: list[str], *, finite: b
 
 def heartbeat_age(summary: RunSummary, now: float) -> float | None:
     """Seconds since the run's heartbeat, or None without one."""
-    from traceml_ai.runs.readers import parse_iso
-
     t = parse_iso(summary.heartbeat_at)
     return None if t is None else max(0.0, now - t)
 
 
-__all__ = ["PollResult", "RunDetails", "RunStore", "heartbeat_age", "iso_utc"]
+__all__ = ["PollResult", "RunDetails", "RunStore", "heartbeat_age"]

@@ -35,14 +35,22 @@ class Settings(BaseSettings):
     roots: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["traceml/runs"], description="runs folders to read; several separated by ':'"
     )
-    refresh_interval_seconds: float = Field(5.0, gt=0, description="how often running runs are polled")
-    stale_after_seconds: float = Field(60.0, gt=0, description="heartbeat age after which a running run is stale")
+    refresh_interval_seconds: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="how often running runs are polled"
+    )
+    stale_after_seconds: float = Field(
+        60.0, gt=0, allow_inf_nan=False, description="heartbeat age after which a running run is stale"
+    )
     max_points_per_series: int = Field(2000, ge=10, description="downsampling target per plotted series")
-    max_metrics_file_mb: float = Field(64.0, gt=0, description="metrics.jsonl is read up to this many MB")
+    max_metrics_file_mb: float = Field(
+        64.0, gt=0, allow_inf_nan=False, description="metrics.jsonl is read up to this many MB"
+    )
     cache_dir: str | None = Field(None, description="viewer cache folder (default: .cache beside the first root)")
     ui_host: str = Field("127.0.0.1", description="address the viewer binds")
     ui_port: int = Field(0, ge=0, le=65535, description="viewer port; 0 picks a free one")
-    interval: float = Field(1.0, gt=0, description="telemetry sampling interval, seconds")
+    interval: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="telemetry sampling interval, seconds"
+    )
     exporter: str | None = Field(None, description="telemetry exporter: jsonl, otlp or module:factory")
     export_streams: str = Field("step_time", description="exported streams, comma separated")
     exporter_hostname: str | None = Field(None, description="hostname recorded by exporters")

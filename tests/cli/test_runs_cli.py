@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,10 +92,90 @@ def test_ls_one_missing_root_of_two_is_a_warning(fake_root: Path, tmp_path: Path
     assert len(proc.stdout.splitlines()) == 24
 
 
-def test_ls_bad_filter_is_one_line_error(fake_root: Path) -> None:
-    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name:/([/")
-    assert proc.returncode == 1
+@pytest.mark.parametrize("args", [
+    ["--filter", "name:/([/"],  # invalid regular expression
+    ["--filter", "config.optim.lr:1.."],  # a range without its high end
+    ["--filter", "nosuchcolumn>1"],
+    ["--sort", "nosuchcolumn"],
+    ["--columns", ",,"],
+    ["--json", "--csv"],
+])
+def test_ls_bad_usage_is_one_line_error_with_exit_code_2(fake_root: Path, args: list[str]) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), *args)
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_ls_open_ended_range_with_inf(fake_root: Path) -> None:
+    rows = _ls_json(str(fake_root), "--filter", "run.best.val/auc:0.9..inf")
+    assert rows and all(r["values"]["run.best.val/auc"] >= 0.9 for r in rows.values())
+
+
+def test_ls_group_by_is_kept_in_json_and_csv(fake_root: Path) -> None:
+    rows = _ls_json(str(fake_root), "--group-by", "config.data.dataset")
+    assert rows["baseline"]["group_by"] == {"column": "config.data.dataset", "label": "cifar10"}
+    assert rows["legacy-run"]["group_by"]["label"] == "cifar10"
+    proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "config.data.dataset", "--csv")
+    header, *lines = list(csv.reader(io.StringIO(proc.stdout)))
+    assert header[6] == "group:config.data.dataset"
+    labels = [line[6] for line in lines]
+    assert labels == sorted(labels, key=lambda x: (x == "(none)", x))  # rows come group by group
+
+
+def test_ls_table_fits_a_narrow_terminal(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), env={"COLUMNS": "90"})
+    assert proc.returncode == 0, proc.stderr
+    table_lines = proc.stdout.split("24 of 24 runs")[0].splitlines()
+    assert all(len(line) <= 90 for line in table_lines)
+    assert "did not fit" in proc.stdout
+
+
+def test_control_characters_in_names_never_reach_the_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run = root / "20261130-101500_evil_abcd"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"name": "\x1b[31mred\nx2", "status": "completed"}))
+    proc = run_traceml("runs", "ls", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\\x1b[31mred\\x0ax2" in proc.stdout  # one row, escaped
+
+
+def test_one_unreadable_number_never_hides_other_runs(fake_root: Path, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    shutil.copytree(fake_root, root)
+    bad = next(root.glob("*_baseline_*"))
+    (bad / "run.json").write_text('{"name": "baseline", "status": "completed", "x": ' + "9" * 5000 + "}")
+    (bad / "params.yaml").write_text("a: " + "9" * 5000 + "\n")
+    with open(bad / "metrics.jsonl", "a") as f:
+        f.write('{"step": 99, "big": ' + "9" * 5000 + "}\n")
+    rows = _ls_json(str(root))
+    assert len(rows) == 24
+    warnings = " ".join(rows["20261117-010345_baseline_4309"]["warnings"] if "20261117-010345_baseline_4309" in rows
+                        else next(r for r in rows.values() if r["id"] == bad.name)["warnings"])
+    assert "run.json" in warnings and "params.yaml" in warnings
+    assert rows["high-lr"]["warnings"] == []
+    shown = run_traceml("runs", "show", bad.name, "--root", str(root))
+    assert shown.returncode == 0, shown.stderr
+
+
+def test_infinite_setting_is_a_one_line_error(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_MAX_METRICS_FILE_MB": "inf"})
+    assert proc.returncode == 1 and "finite" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_show_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    proc = run_traceml("runs", "show", str(tmp_path / "empty"))
+    assert proc.returncode == 1 and "not a run folder" in proc.stderr
+
+
+def test_demo_never_deletes_runs_it_did_not_write(tmp_path: Path) -> None:
+    mine = tmp_path / "traceml" / "runs" / "20261130-101500_mine_abcd"
+    mine.mkdir(parents=True)
+    (mine / "run.json").write_text('{"status": "completed"}')
+    proc = run_traceml("demo", "--workspace", str(tmp_path), "--epochs", "1", "--fake-runs", "1")
+    assert proc.returncode == 1 and "did not write" in proc.stderr
+    assert (mine / "run.json").exists()
 
 
 def test_bad_setting_names_its_source(fake_root: Path) -> None:

@@ -215,3 +215,48 @@ def test_bad_arguments_raise_clear_errors(tmp_path: Path) -> None:
             run.log(0, {"step": 3})
     with pytest.raises(RuntimeError, match="finished"):
         run.log(1, {"train/loss": 1.0})
+
+
+def test_sigterm_marks_killed_like_a_scheduler_stop(tmp_path: Path) -> None:
+    proc = _start_looping(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143  # what the scheduler would have seen
+    meta = _json(_only_run(tmp_path) / "run.json")
+    assert meta["status"] == "killed" and meta["exit"] == {"code": 143, "signal": "SIGTERM"}
+
+
+def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
+    proc = _run_script(tmp_path, """
+        import os, signal
+        seen = []
+        signal.signal(signal.SIGTERM, lambda *a: seen.append("mine"))
+        with traceml_ai.Run(runs_dir, "own-handler") as run:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        assert seen == ["mine"], seen
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert _json(_only_run(tmp_path) / "run.json")["status"] == "completed"
+
+
+def test_steps_must_be_integers_and_summary_values_stay_json(tmp_path: Path) -> None:
+    import numpy as np
+
+    import traceml_ai
+
+    with traceml_ai.Run(tmp_path, "steps", params={"n": np.int64(3), "lr": np.float32(0.5)}) as run:
+        with pytest.raises(ValueError, match="step must be an integer"):
+            run.log(1.5, {"a": 1.0})
+        with pytest.raises(TypeError, match="step must be an integer"):
+            run.log("3", {"a": 1.0})  # type: ignore[arg-type]
+        run.log(np.int64(2), {"a": 1.0})
+        run.log(3.0, {"a": 2.0})  # type: ignore[arg-type]
+        run.summary["nested"] = {"xs": [1, float("inf")]}
+    (folder,) = list(tmp_path.iterdir())
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 3]
+    assert _json(folder / "metrics.json")["summary"]["nested"] == '{"xs":[1,null]}'
+    assert yaml.safe_load((folder / "params.yaml").read_text()) == {"n": 3, "lr": 0.5}
+    with pytest.raises(ValueError, match="control characters"):
+        traceml_ai.Run(tmp_path, "x\ny")

@@ -99,8 +99,8 @@ def bench(
     for col in ("figure", "measured", "target", ""):
         table.add_column(col, justify="right" if col in ("measured", "target") else "left")
     rows = [
-        (f"cold scan of {len(first.changed)} runs", cold, 0.5),
-        (f"no-change poll ({running} running runs)", poll, 0.010),
+        (f"cold scan of {len(first.changed)} run folders ({runs} fake + big-run)", cold, 0.5),
+        (f"no-change poll ({running} running: 10 made running + stale-run)", poll, 0.010),
         (f"first load of {len(tail.rows):,}-line metrics.jsonl ({size_mb:.1f} MB)", load, 0.35),
         ("unchanged re-poll of it", repoll, 0.001),
     ]

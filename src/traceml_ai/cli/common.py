@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
@@ -13,7 +15,7 @@ from rich.console import Console
 from traceml_ai.settings import Settings, SettingsError, load_settings
 
 out = Console(highlight=False, soft_wrap=False)
-if not out.is_terminal:
+if not out.is_terminal and "COLUMNS" not in os.environ:
     out.width = 200  # logs and pipes: no need to squeeze tables into 80 columns
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -38,6 +40,19 @@ class UserError(Exception):
     """An error the user can fix: printed as one line, exit code 1."""
 
 
+class UsageError(UserError):
+    """A bad flag or argument value: printed as one line, exit code 2 (DESIGN §7)."""
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (ESC, newline, ...) shown as ``\\xNN``
+    escapes, so a run name cannot move the cursor, recolour the screen or split a table row."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` on stderr and return the Exit to raise."""
     err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
@@ -57,7 +72,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if DEBUG["on"]:
                 raise
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            raise fail(str(text)) from None
+            raise fail(printable(str(text)), code=2 if isinstance(e, UsageError) else 1) from None
 
     return wrapper
 

@@ -8,7 +8,6 @@ images, no download), trained on the CPU for a few seconds per run and logged wi
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -81,6 +80,9 @@ def train_digits(runs_dir: Path, name: str, *, lr: float, hidden: int, epochs: i
     return run.dir
 
 
+DEMO_MARKER = ".traceml-demo"
+
+
 @one_line_errors
 def demo(
     workspace: Annotated[
@@ -94,10 +96,16 @@ def demo(
     Example: traceml demo --workspace traceml-demo
     """
     runs_dir = workspace / "traceml" / "runs"
-    if runs_dir.exists():
+    marker = workspace / DEMO_MARKER
+    if runs_dir.exists() and any(runs_dir.iterdir()):
+        if not marker.exists():
+            raise UserError(
+                f"{runs_dir} already holds runs the demo did not write; the demo recreates that folder, "
+                "so pick another --workspace"
+            )
         generate(runs_dir, runs=0, clean=True)  # refuses a folder holding anything but runs
-        shutil.rmtree(runs_dir, ignore_errors=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("This folder was written by `traceml demo`, which recreates traceml/runs here.\n")
     t0 = time.perf_counter()
     written = generate(runs_dir, runs=fake, seed=0)
     out.print(f"wrote {len(written)} fake runs to [bold]{escape(str(runs_dir))}[/]")

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from traceml_ai.cli.common import (
     STATUS_STYLE,
+    UsageError,
     UserError,
     err,
     fmt_duration,
@@ -26,14 +27,18 @@ from traceml_ai.cli.common import (
     fmt_value,
     one_line_errors,
     out,
+    printable,
     roots_or_default,
     settings,
 )
 from traceml_ai.runs.discovery import NoRootError
-from traceml_ai.runs.filters import filter_runs, parse_filter_arg, parse_statuses
+from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
+from traceml_ai.runs.layout import CORE_FILES
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import RunStore, heartbeat_age
 from traceml_ai.runs.table import (
+    ColumnError,
+    Group,
     cell,
     default_columns,
     group_runs,
@@ -45,6 +50,7 @@ from traceml_ai.runs.table import (
 )
 
 _MAX_WARNED_RUNS = 10
+_MAX_CELL = 32  # characters; longer cells end with an ellipsis
 
 app = typer.Typer(help="List and inspect run folders.", no_args_is_help=True, add_completion=False)
 
@@ -105,72 +111,115 @@ def ls(
     Example: traceml runs ls traceml/runs --filter 'run.best.val/auc>=0.8' --sort -run.best.val/auc --group-by group
     """
     if as_json and as_csv:
-        raise UserError("choose one of --json and --csv")
+        raise UsageError("choose one of --json and --csv")
+    try:
+        filters = [parse_filter_arg(f) for f in filter_ or []]
+        statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
+        keys = [parse_sort_arg(s) for s in sort or []] or [parse_sort_arg("-started")]
+        if columns is not None:
+            cols = [validate_column(c.strip()) for c in columns.split(",") if c.strip()]
+            if not cols:
+                raise UsageError("--columns names no column; e.g. --columns name,status,run.best.val/auc")
+        if group_by:
+            validate_column(group_by)
+    except (FilterError, ColumnError) as e:
+        raise UsageError(str(e)) from None
     store = open_store(roots, stale_after_seconds)
     runs = store.runs()
-    filters = [parse_filter_arg(f) for f in filter_ or []]
-    statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
-    shown = filter_runs(runs, filters, search=search, statuses=statuses)
-    keys = [parse_sort_arg(s) for s in sort or []] or [parse_sort_arg("-started")]
-    shown = sort_runs(shown, keys)
-    cols = [validate_column(c.strip()) for c in columns.split(",") if c.strip()] if columns else default_columns(runs)
-    if group_by:
-        validate_column(group_by)
+    shown = sort_runs(filter_runs(runs, filters, search=search, statuses=statuses), keys)
+    if columns is None:
+        # The table model's defaults, with the logged values moved ahead of group and tags: in a
+        # terminal the columns that do not fit are the last ones.
+        cols = default_columns(runs)
+        cols = [c for c in cols if c not in ("group", "tags")] + [c for c in ("group", "tags") if c in cols]
+    groups = group_runs(shown, group_by) if group_by else None
+    if groups is not None:
+        shown = [run for g in groups for run in g.runs]
+    labels = {run.key: g.label for g in groups for run in g.runs} if groups is not None else {}
     if as_json:
         for run in shown:
-            sys.stdout.write(orjson.dumps(row_json(run, cols)).decode() + "\n")
+            row = row_json(run, cols)
+            if group_by:
+                row["group_by"] = {"column": group_by, "label": labels[run.key]}
+            sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return
     if as_csv:
-        sys.stdout.write(to_csv(shown, cols))
+        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels))
         return
-    _print_table(shown, cols, group_by, total=len(runs))
+    _print_table(shown, cols, group_by, groups, total=len(runs))
 
 
-def _print_table(runs: list[RunSummary], cols: list[str], group_by: str | None, total: int) -> None:
+def _print_table(
+    runs: list[RunSummary], cols: list[str], group_by: str | None, groups: list[Group] | None, total: int
+) -> None:
+    cells = {run.key: _cells(run, cols) for run in runs}
+    fitted, hidden = _fit_columns(cols, cells, out.width)
     table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None)
     table.add_column("", no_wrap=True)  # file-problem marker
-    for c in cols:
+    for c in fitted:
         numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
-        short = c in ("name", "status", "started", "ended", "heartbeat", "duration_s", "id")
-        table.add_column(
-            c, justify="right" if numeric else "left", overflow="fold", max_width=48, no_wrap=short
-        )
-    groups = group_runs(runs, group_by) if group_by else None
+        table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
+                         max_width=_MAX_CELL)
     sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
+    indices = [cols.index(c) for c in fitted]
     for label, members in sections:
         if label is not None:
-            table.add_row("", Text(f"{group_by} = {label}  ({len(members)})", style="bold reverse"))
+            table.add_row("", Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"))
         for run in members:
-            table.add_row(*_cells(run, cols), end_section=False)
+            row = cells[run.key]
+            table.add_row(row[0], *(row[1 + i] for i in indices))
     out.print(table)
     counts: dict[str, int] = {}
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+    if hidden:
+        out.print(Text(f"{len(hidden)} more column(s) did not fit ({', '.join(hidden[:4])}"
+                       f"{', …' if len(hidden) > 4 else ''}); choose with --columns or widen the terminal",
+                       style="dim"))
     flagged = [run for run in runs if run.warnings]
     for run in flagged[:_MAX_WARNED_RUNS]:
         more = f" (+{len(run.warnings) - 1} more)" if len(run.warnings) > 1 else ""
-        out.print(Text.assemble(("⚠ ", "yellow"), (run.name, "bold"), f": {run.warnings[0]}{more}"))
+        out.print(Text.assemble(("⚠ ", "yellow"), (printable(run.name), "bold"),
+                                f": {printable(run.warnings[0])}{more}"))
     if len(flagged) > _MAX_WARNED_RUNS:
         out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))
 
 
-def _cells(run: RunSummary, cols: list[str]) -> list[Text | str]:
+def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> tuple[list[str], list[str]]:
+    """Keep columns from the left while they fit the terminal; return (kept, dropped).
+
+    A column needs the wider of its header and its widest cell (capped at _MAX_CELL) plus padding;
+    the first two columns are always kept so a narrow terminal still shows which run is which.
+    """
+    used = 2  # the file-problem marker
+    kept: list[str] = []
+    for i, c in enumerate(cols):
+        widest = max([len(c)] + [row[i + 1].cell_len for row in cells.values()])
+        need = min(widest, _MAX_CELL) + 2
+        if kept and len(kept) >= 2 and used + need > width:
+            return kept, cols[i:]
+        kept.append(c)
+        used += need
+    return kept, []
+
+
+def _cells(run: RunSummary, cols: list[str]) -> list[Text]:
     marker = Text("⚠", style="yellow") if run.warnings else Text("")
-    cells: list[Text | str] = [marker]
+    cells: list[Text] = [marker]
     for c in cols:
         v = cell(run, c)
         if c == "status":
             cells.append(Text(str(v), style=STATUS_STYLE.get(str(v), "")))
         elif c == "duration_s":
-            cells.append(fmt_duration(run.duration_s))
+            cells.append(Text(fmt_duration(run.duration_s)))
         elif c in ("started", "ended", "heartbeat"):
-            cells.append(fmt_time(v if isinstance(v, str) else None))
+            cells.append(Text(fmt_time(v if isinstance(v, str) else None)))
         elif c == "name":
-            cells.append(Text(str(v), style="bold"))
+            cells.append(Text(printable(str(v)), style="bold"))
         else:
-            cells.append(Text(fmt_value(v)))
+            cells.append(Text(printable(fmt_value(v))))
     return cells
 
 
@@ -189,6 +238,8 @@ def show(
     Example: traceml runs show failed-run --root traceml/runs
     """
     if roots is None and os.path.isdir(run_ref):
+        if not any(os.path.exists(os.path.join(run_ref, name)) for name in CORE_FILES):
+            raise UserError(f"{run_ref} is not a run folder (it has none of {', '.join(CORE_FILES)})")
         roots = [os.path.dirname(os.path.realpath(run_ref))]  # a run folder path: its root is the parent
     store = open_store(roots)
     run = store.find(run_ref)

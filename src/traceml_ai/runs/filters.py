@@ -58,9 +58,11 @@ class FilterError(ValueError):
 
 
 def parse_number(text: str) -> int | float | None:
-    """``text`` as a number when it is a plain decimal literal (``3``, ``-0.5``, ``1e-3``, ``.5``),
-    else None. ``nan`` and ``inf`` are not numbers here, so they filter as text."""
+    """``text`` as a number when it is a plain decimal literal (``3``, ``-0.5``, ``1e-3``, ``.5``) or
+    ``inf``/``-inf`` (for open-ended ranges like ``0.9..inf``), else None. ``nan`` filters as text."""
     text = text.strip()
+    if text.lower().lstrip("+-") in ("inf", "infinity"):
+        return float("-inf") if text.startswith("-") else float("inf")
     if _INT_RE.fullmatch(text):
         return int(text)
     if _NUMBER_RE.fullmatch(text):
@@ -191,7 +193,9 @@ def parse_filter(expr: str) -> ColumnFilter:
     if text.startswith("!"):
         raise FilterError(f"filter {expr!r}: unknown operator '!'; write != for 'not equal', e.g. !=adam")
     low, sep, high = text.partition("..")
-    if sep and low.strip() and high.strip():
+    if sep and not (low.strip() and high.strip()):
+        raise FilterError(f"filter {expr!r}: a range needs both ends, e.g. 0.1..0.3 or 0.9..inf")
+    if sep:
         low, high = low.strip(), high.strip()
         low_number, high_number = parse_number(low), parse_number(high)
         if low_number is not None and high_number is not None:
@@ -233,7 +237,8 @@ def parse_filter_arg(arg: str) -> tuple[str, ColumnFilter]:
     try:
         return column, parse_filter(expr)
     except FilterError as exc:
-        raise FilterError(f"filter {arg!r}: {exc}") from None
+        detail = str(exc).removeprefix(f"filter {expr!r}: ").removeprefix(f"filter {expr.strip()!r}: ")
+        raise FilterError(f"filter {arg!r}: {detail}") from None
 
 
 def parse_statuses(statuses: Iterable[str]) -> frozenset[str]:

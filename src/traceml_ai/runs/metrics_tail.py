@@ -20,6 +20,7 @@ segments). Per-metric arrays are built on request by :meth:`MetricsTail.series`.
 
 from __future__ import annotations
 
+import gc
 import json
 import operator
 import os
@@ -126,10 +127,14 @@ class MetricsTail:
         self.backward_steps: list[str] = []
         self.resets = 0
         self.truncated_at: int | None = None
+        self.read_error: str | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._names: set[str] = set()
         self._names_upto = 0
-        self._series: dict[str, tuple[int, list[Any]]] = {}
+        self._series: dict[str, _CachedSeries] = {}
+        self._axes_cache: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+            np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -153,6 +158,10 @@ class MetricsTail:
         limit = min(st.st_size, self.max_bytes)
         self.truncated_at = self.max_bytes if st.st_size > self.max_bytes else None
         before = len(self.rows)
+        # orjson's dicts hold no reference cycles, so the cyclic collector would only walk the
+        # growing row list again and again while a big file loads (about a fifth of the time).
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -169,9 +178,14 @@ class MetricsTail:
                     self.offset += consumed
                     if consumed < len(data) and b"\n" in pending and b"\x00" in pending:
                         break  # a NUL tail: wait for the file system to fill it in
-        except OSError:
+        except OSError as err:
+            self.read_error = f"metrics.jsonl: cannot read ({err.strerror or err})"
             return len(self.rows) - before
+        finally:
+            if collecting:
+                gc.enable()
         self._stamp = stamp
+        self.read_error = None
         return len(self.rows) - before
 
     def _consume(self, data: bytes) -> int:
@@ -254,7 +268,7 @@ class MetricsTail:
         try:
             # The standard library reads Python's bare NaN / Infinity / -Infinity tokens.
             return json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, an integer too long to read
             self._corrupt(line_no, "not JSON")
             return _SKIPPED
 
@@ -274,7 +288,7 @@ class MetricsTail:
     @property
     def warnings(self) -> list[str]:
         """One line per problem, prefixed with the file name; empty when the file is clean."""
-        out: list[str] = []
+        out: list[str] = [self.read_error] if self.read_error else []
         if self.corrupt_lines:
             out.append(
                 f"metrics.jsonl: {self.corrupt_lines} corrupt line(s) skipped ({'; '.join(self.corrupt_examples)})"
@@ -301,35 +315,77 @@ class MetricsTail:
 
     def series(self, metric: str) -> Series:
         """The history of ``metric``: rows where it is a number or null, in file order.
-        Rows where it is absent or not a number (a string, a list...) are left out."""
-        done, acc = self._series.get(metric, (0, []))
-        rows, steps = self.rows, self.steps
-        n = len(rows)
-        for i in range(done, n):
-            row = rows[i]
-            v = row.get(metric, _ABSENT)
-            if v is _ABSENT:
-                continue
-            if v is None:
-                v = float("nan")
-            elif type(v) is not float:
-                if type(v) is int:
-                    v = float(v)
-                else:
-                    continue
-            e = row.get("epoch")
-            t = row.get("time")
-            acc.append((steps[i], e if type(e) is int or type(e) is float else np.nan,
-                        t if type(t) is float or type(t) is int else np.nan, v))
-        self._series[metric] = (n, acc)
-        s, e, t, v = zip(*acc, strict=True) if acc else ((), (), (), ())
-        return Series(
+        Rows where it is absent or not a number (a string, a list...) are left out.
+
+        Built with C-level passes (``map``, numpy) and cached: a later call only converts the rows
+        appended since, so a live run's series costs what it grew by.
+        """
+        cached = self._series.get(metric)
+        done = cached.rows_seen if cached is not None else 0
+        rows = self.rows
+        if cached is not None and done == len(rows):
+            return cached.series
+        new = rows[done:]
+        present = np.fromiter(map(dict.__contains__, new, repeat(metric)), dtype=bool, count=len(new))
+        keep = np.flatnonzero(present)
+        values: list[Any] = list(map(dict.__getitem__, map(new.__getitem__, keep.tolist()), repeat(metric)))
+        if not _NUMERIC_TYPES.issuperset(map(type, values)):
+            # Rare: strings, lists or booleans among the values; they are not metrics.
+            numeric = [type(v) in _NUMERIC_TYPES for v in values]
+            keep = keep[np.array(numeric, dtype=bool)]
+            values = [v for v, ok in zip(values, numeric, strict=True) if ok]
+        step, epoch, time = self._axes()
+        part = Series(
             metric,
-            step=np.asarray(s, dtype=np.int64),
-            epoch=np.asarray(e, dtype=np.float64),
-            time=np.asarray(t, dtype=np.float64),
-            value=np.asarray(v, dtype=np.float64),
+            step=step[done:][keep],
+            epoch=epoch[done:][keep],
+            time=time[done:][keep],
+            value=np.array(values, dtype=np.float64).reshape(-1),  # None becomes NaN: a gap
         )
+        if cached is not None:
+            old = cached.series
+            part = Series(
+                metric,
+                step=np.concatenate([old.step, part.step]),
+                epoch=np.concatenate([old.epoch, part.epoch]),
+                time=np.concatenate([old.time, part.time]),
+                value=np.concatenate([old.value, part.value]),
+            )
+        self._series[metric] = _CachedSeries(len(rows), part)
+        return part
+
+
+    def _axes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """step (int64), epoch and time (float64, NaN when missing) of every row, shared by all
+        metrics and extended by the rows appended since the last call."""
+        axes = self._axes_cache
+        done = axes[0].shape[0]
+        if done < len(self.rows):
+            new = self.rows[done:]
+            axes = (
+                np.concatenate([axes[0], np.asarray(self.steps[done:], dtype=np.int64)]),
+                np.concatenate([axes[1], _numbers(new, "epoch")]),
+                np.concatenate([axes[2], _numbers(new, "time")]),
+            )
+            self._axes_cache = axes
+        return axes
+
+
+@dataclass(frozen=True)
+class _CachedSeries:
+    rows_seen: int
+    series: Series
+
+
+_NUMERIC_TYPES = frozenset({float, int, type(None)})
+
+
+def _numbers(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    """``row[key]`` for each row as float64; NaN where it is missing or not a number."""
+    values: list[Any] = list(map(dict.get, rows, repeat(key)))
+    if not _NUMERIC_TYPES.issuperset(map(type, values)):
+        values = [v if type(v) in _NUMERIC_TYPES else None for v in values]
+    return np.array(values, dtype=np.float64).reshape(-1)
 
 
 class _Marker:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import yaml
 
-from traceml_ai.runs.layout import MAX_SMALL_FILE_BYTES, SCHEMA_VERSION
+from traceml_ai.runs.layout import MAX_SMALL_FILE_BYTES, SCHEMA_VERSION, STATUSES
 from traceml_ai.runs.model import BestValue, MetricValue, Scalar
 
 MAX_YAML_NODES = 100_000
@@ -62,6 +62,13 @@ def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
         raise RunFileError(file, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except RecursionError:
         raise RunFileError(file, "nested too deeply to parse") from None
+    except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        raise RunFileError(file, f"not readable JSON ({_first_line(err)})") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def parse_iso(value: Any) -> float | None:
@@ -141,6 +148,8 @@ def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[s
     if not isinstance(obj, dict):
         raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
     version = _opt_int(obj.get("schema_version"))
+    if version is None and obj.get("schema_version") is not None:
+        warnings.append(f"{file}: schema_version should be an integer, got {obj['schema_version']!r}; ignored")
     if version is not None and version > SCHEMA_VERSION:
         warnings.append(
             f"{file}: schema_version {version} is newer than this TraceML reads ({SCHEMA_VERSION}); "
@@ -160,6 +169,16 @@ def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[s
     heartbeat_s = parse_iso(heartbeat_at)
     if heartbeat_at and heartbeat_s is None:
         warnings.append(f"{file}: heartbeat_at {heartbeat_at!r} is not an ISO-8601 time; ignored")
+    status = _opt_str(obj, "status", file, warnings)
+    if status is not None and status not in STATUSES:
+        warnings.append(f"{file}: status {status!r} is not one of {', '.join(STATUSES)}; shown as unknown")
+    times = {}
+    for key in ("started_at", "ended_at"):
+        value = _opt_str(obj, key, file, warnings)
+        if value is not None and parse_iso(value) is None:
+            warnings.append(f"{file}: {key} {value!r} is not an ISO-8601 time; ignored")
+            value = None
+        times[key] = value
     run = RunJson(
         raw=obj,
         schema_version=version,
@@ -167,9 +186,9 @@ def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[s
         group=_opt_str(obj, "group", file, warnings),
         tags=tags,
         notes=_opt_str(obj, "notes", file, warnings) or "",
-        status=_opt_str(obj, "status", file, warnings),
-        started_at=_opt_str(obj, "started_at", file, warnings),
-        ended_at=_opt_str(obj, "ended_at", file, warnings),
+        status=status,
+        started_at=times["started_at"],
+        ended_at=times["ended_at"],
         heartbeat_at=heartbeat_at if heartbeat_s is not None else None,
         heartbeat_s=heartbeat_s,
         duration_s=_opt_number(obj, "duration_s", file, warnings),
@@ -311,7 +330,10 @@ def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str,
     except UnicodeDecodeError as err:
         warnings.append(f"{file}: byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; shown as \ufffd")
         text = data.decode("utf-8", errors="replace")
-    fast = _fast_params(text)
+    try:
+        fast = _fast_params(text)
+    except ValueError:  # an integer too long for int(): let PyYAML report it
+        fast = None
     if fast is not None:
         return fast, warnings
     try:
@@ -323,6 +345,8 @@ def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str,
         raise RunFileError(file, f"not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise RunFileError(file, "nested too deeply to parse") from None
+    except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        raise RunFileError(file, f"not readable YAML ({_first_line(err)})") from None
     if doc is None:
         return {}, warnings
     if not isinstance(doc, dict):

@@ -20,11 +20,11 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceml_ai.runs.discovery import Listing, RunLocation, list_runs, stat_confined
+from traceml_ai.runs.discovery import Listing, RunLocation, inside, list_runs, resolve_roots, stat_confined
 from traceml_ai.runs.layout import (
     CONFIG_JSON,
     DEFAULT_MAX_METRICS_FILE_MB,
@@ -58,6 +58,7 @@ _PARSERS: dict[str, Callable[[bytes, str], tuple[Any, list[str]]]] = {
     CONFIG_JSON: load_json,
 }
 _TABLE_FILES = (RUN_JSON, PARAMS_YAML, METRICS_JSON)
+_CLOCK_SKEW_S = 300.0
 
 
 @dataclass
@@ -92,6 +93,8 @@ class _RunState:
     head: _Head = field(default_factory=_Head)
     tail: MetricsTail | None = None
     summary: RunSummary | None = None
+    # From the run database (RunStore.seed): the summary stands while its files keep these stamps.
+    seed: tuple[RunSummary, Mapping[str, tuple[int, int]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,62 @@ class RunStore:
             assert state.summary is not None
             return RunDetails(state.summary, state.files[CONFIG_JSON].value, sizes)
 
+    def seed(self, cached: Mapping[str, tuple[RunSummary, Mapping[str, tuple[int, int]]]]) -> int:
+        """Fill the store from the run database before the first poll (003 seed, "Live refresh":
+        "the table is filled from it right away. Then each run's files are stat'ed once, and only
+        changed files are parsed again").
+
+        Args:
+            cached: run key → ``(summary, {file: (mtime_ns, size)})`` as
+                :func:`traceml_ai.runs.rundb.load_db` returns them (``LoadedDb.runs``).
+
+        A cached run is taken only when its key lies inside one of the roots; it is shown at once by
+        :meth:`runs`. The first :meth:`poll` lists the roots as usual (a cached run not found there is
+        removed, one found elsewhere is read afresh), stats the core files of every run, keeps a cached
+        summary whose files have the same stamps (its display status recomputed) and parses the runs
+        whose files changed. Returns the number of runs taken.
+
+        Raises:
+            RuntimeError: the store has already been polled (seeding is for start-up only).
+        """
+        with self._lock:
+            if self._scanned:
+                raise RuntimeError("RunStore.seed() must be called before the first poll")
+            real_roots, _ = resolve_roots(self.roots)
+            taken = 0
+            for key, (summary, stamps) in cached.items():
+                root = summary.root
+                if key in self._runs or summary.key != key or root not in real_roots:
+                    continue
+                if key == root or not inside(key, root):
+                    continue
+                state = _RunState(RunLocation(root=root, id=summary.id, path=key))
+                state.summary, state.seed = summary, (summary, dict(stamps))
+                summary.display_status = self._seed_status(summary)
+                self._runs[key] = state
+                taken += 1
+            if taken:
+                self.version += 1
+            return taken
+
+    def stamps(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Run key → ``{file: (mtime_ns, size)}`` of the files each summary was parsed from (absent
+        files not listed), for the run database. These are the stamps of the parsed versions, so a
+        file that changed after its parse is never recorded as fresh."""
+        with self._lock:
+            out: dict[str, dict[str, tuple[int, int]]] = {}
+            for key, state in self._runs.items():
+                if state.summary is None:
+                    continue
+                if state.seed is not None:
+                    out[key] = dict(state.seed[1])
+                    continue
+                files = {name: fs.stamp for name, fs in state.files.items() if fs.stamp is not None}
+                if state.head.stamp is not None:
+                    files[METRICS_JSONL] = state.head.stamp
+                out[key] = files
+            return out
+
     # -- updating --------------------------------------------------------------------------
 
     def _update(self, *, recheck_finished: bool) -> PollResult:
@@ -258,6 +317,8 @@ class RunStore:
             for loc in listing.runs:
                 seen.add(loc.path)
                 state = self._runs.get(loc.path)
+                if state is not None and state.seed is not None and state.loc != loc:
+                    state = None  # the listing, never the cache, says where a run is
                 if state is None:
                     state = _RunState(loc)
                     self._runs[loc.path] = state
@@ -285,6 +346,14 @@ class RunStore:
 
     def _check_run(self, state: _RunState) -> bool:
         """Stat the run's files, re-parse the changed ones; True when its summary changed."""
+        if state.seed is not None and state.summary is not None:
+            if self._seed_holds(state):
+                status = self._seed_status(state.summary)
+                if status != state.summary.display_status:
+                    state.summary.display_status = status
+                    return True
+                return False
+            state.seed = None  # a file changed: parse the run (the cached summary is the old one)
         touched = False
         for name in _TABLE_FILES:
             touched |= self._update_file(state, name)
@@ -326,6 +395,9 @@ class RunStore:
         except OSError as err:
             fs.error = f"{name}: cannot read ({err.strerror or err})"
             return True  # stamp not stored: try again next time
+        except Exception as err:
+            kept = "; showing the last good version" if fs.value is not None else ""
+            fs.error = f"{name}: could not be parsed ({type(err).__name__}: {str(err)[:200]}){kept}"
         else:
             fs.value, fs.warnings, fs.error = value, warnings, None
         fs.stamp = stamp
@@ -369,7 +441,39 @@ class RunStore:
             stale_after_seconds=self.stale_after_seconds,
         )
 
+    def _seed_holds(self, state: _RunState) -> bool:
+        """True when the seeded run's files still have the stamps its cached summary came from."""
+        assert state.seed is not None
+        stamps = state.seed[1]
+        names = (*_TABLE_FILES, METRICS_JSONL, *((CONFIG_JSON,) if CONFIG_JSON in stamps else ()))
+        for name in names:
+            st, reason = stat_confined(state.loc.path + os.sep + name, state.loc.root)
+            old = stamps.get(name)
+            if reason is not None or (st is None) != (old is None):
+                return False
+            if st is None or old is None:
+                continue
+            new = (st.st_mtime_ns, st.st_size)
+            if new != old and not (name == METRICS_JSONL and min(old[1], new[1]) > METRICS_HEAD_BYTES):
+                return False  # (a head past 64 KB is final: _update_head never reads it again)
+        return True
+
+    def _seed_status(self, summary: RunSummary) -> str:
+        return display_status(
+            summary.status,
+            legacy=summary.legacy,
+            heartbeat_s=parse_iso(summary.heartbeat_at),
+            now=self.clock(),
+            stale_after_seconds=self.stale_after_seconds,
+        )
+
     def _build_summary(self, state: _RunState) -> None:
+        if state.seed is not None:
+            # A seeded run has no parsed files yet: parse them before building from them.
+            state.seed = None
+            for name in _TABLE_FILES:
+                self._update_file(state, name)
+            self._update_head(state)
         loc = state.loc
         files = state.files
         rj: RunJson | None = files[RUN_JSON].value
@@ -392,6 +496,10 @@ class RunStore:
         if state.head.problem:
             warnings.append(state.head.problem)
         warnings += state.tail.warnings if state.tail is not None else state.head.warnings
+        if state.head.stamp is None and not any(fs.present or fs.error for fs in files.values()):
+            warnings.append("no run files here (run.json, params.yaml, metrics.json, metrics.jsonl)")
+        if rj is not None and rj.heartbeat_s is not None and rj.heartbeat_s > self.clock() + _CLOCK_SKEW_S:
+            warnings.append("run.json: heartbeat_at is in the future (clocks of two machines disagree?)")
         head = state.head
         last = dict(mj.last) if mj else (dict(head.last) if head.complete else {})
         names = sorted(set(head.names) | set(last) | (set(mj.best) if mj else set()))
@@ -437,8 +545,10 @@ def _first_values(rows: Iterable[dict[str, Any]], names: list[str], *, finite: b
                 if not finite:
                     found[key] = None
             elif type(v) in (int, float):
-                if not finite or math.isfinite(v):
-                    found[key] = float(v)
+                # A bare NaN/Infinity token is a gap: never a start value, a null last value.
+                found_value = float(v) if math.isfinite(v) else None
+                if found_value is not None or not finite:
+                    found[key] = found_value
         if len(found) != len(names):
             pending.difference_update(found)
         else:

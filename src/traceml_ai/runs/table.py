@@ -22,7 +22,7 @@ import difflib
 import io
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -442,7 +442,13 @@ def csv_columns(columns: Sequence[str]) -> list[str]:
     return out
 
 
-def to_csv(runs: Iterable[RunSummary], columns: Sequence[str]) -> str:
+def to_csv(
+    runs: Iterable[RunSummary],
+    columns: Sequence[str],
+    *,
+    group_by: str | None = None,
+    group_labels: Mapping[str, str] | None = None,
+) -> str:
     """The runs as CSV text for an agent or ``pandas.read_csv`` (003 seed, "Exporting the table for an
     agent").
 
@@ -450,17 +456,24 @@ def to_csv(runs: Iterable[RunSummary], columns: Sequence[str]) -> str:
     ends). Columns: see :func:`csv_columns`. ``tags`` are joined with ``;``, ``path`` is the run
     folder, timestamps stay ISO-8601 UTC strings as written, missing and null values are empty cells,
     floats are written with ``repr`` (no rounding), NaN as ``NaN``, booleans as ``true``/``false``.
-    Encode the text as UTF-8 when writing it.
+    Encode the text as UTF-8 when writing it. With ``group_by``, a ``group:<column>`` column after the
+    first six holds each run's group label (``group_labels[run.key]``, as :func:`group_runs` names it).
 
     Raises:
         ColumnError: a column name is invalid.
     """
     header = csv_columns(columns)
+    labels = group_labels or {}
+    if group_by is not None:
+        header.insert(len(CSV_LEAD_COLUMNS), f"group:{validate_column(group_by)}")
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
     for run in runs:
-        writer.writerow([format_cell(cell(run, column)) for column in header])
+        writer.writerow(
+            [labels.get(run.key, "") if column.startswith("group:") else format_cell(cell(run, column))
+             for column in header]
+        )
     return buffer.getvalue()
 
 

@@ -30,14 +30,21 @@ def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
     """Return ``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` for Unix seconds ``t`` (UTC).
 
     Raises:
-        ValueError: ``name`` is empty or contains a path separator.
+        ValueError: ``name`` is empty, longer than 100 characters, or holds a path separator or a
+            control character (newline, tab, ...).
     """
-    if not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise ValueError(f"run name {name!r} must be non-empty and contain no path separator")
+    if not name or len(name) > 100 or name in (".", "..") or _BAD_NAME_CHARS.search(name):
+        raise ValueError(
+            f"run name {name!r} must be 1-100 characters without path separators or control characters"
+        )
     stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}_{name}_{hex4 or secrets.token_hex(2)}"
-    assert RUN_ID_RE.match(run_id), run_id
+    if not RUN_ID_RE.match(run_id):
+        raise ValueError(f"run id {run_id!r} does not have the form <YYYYMMDD-HHMMSS>_<name>_<hex4>")
     return run_id
+
+
+_BAD_NAME_CHARS = re.compile("[/\\\x00-\x1f\x7f-\x9f]")
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
@@ -91,9 +98,16 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Sca
             out[key] = v
         elif isinstance(v, float):
             out[key] = v if math.isfinite(v) else None
+        elif _is_numpy_scalar(v):
+            out.update(flatten_params({k: v.item()}, prefix))
         else:
             out[key] = str(v)
     return out
+
+
+def _is_numpy_scalar(v: Any) -> bool:
+    # numpy (and torch 0-d) scalars know their Python value; duck-typed so numpy stays optional.
+    return type(v).__module__ in ("numpy", "torch") and callable(getattr(v, "item", None))
 
 
 def yaml_scalar(v: Scalar) -> str:

@@ -22,6 +22,7 @@ it), the logger writes into that folder instead of creating one, and takes over 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -146,6 +147,7 @@ class Run:
             target=self._heartbeat, args=(heartbeat_s,), name="traceml-heartbeat", daemon=True
         )
         self._thread.start()
+        self._sigterm_installed = _install_sigterm()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -158,12 +160,13 @@ class Run:
                 Prefix names (``train/``, ``val/``, ``test/``, ``sys/``) to group them.
 
         Raises:
-            TypeError, ValueError: a value is not a number, or a name is step/epoch/time.
+            TypeError, ValueError: a value is not a number, step/epoch is not an integer, or a
+                metric is named step, epoch or time.
             RuntimeError: the run has finished.
         """
         row: dict[str, Any] = {
-            "step": int(step),
-            "epoch": int(step if epoch is None else epoch),
+            "step": _as_int("step", step),
+            "epoch": _as_int("epoch", step if epoch is None else epoch),
             "time": round(time.time(), 3),
         }
         for k, v in metrics.items():
@@ -194,7 +197,12 @@ class Run:
             self._write_meta()
 
     def finish(
-        self, status: str = "completed", exc: BaseException | None = None, *, exit_code: int | None = None
+        self,
+        status: str = "completed",
+        exc: BaseException | None = None,
+        *,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
     ) -> None:
         """Write the final status once: ``completed``, ``failed`` or ``killed``.
 
@@ -204,12 +212,16 @@ class Run:
                 run.json's ``exit`` for a failed run.
             exit_code: the process exit code to record (default 0 for completed, 130 for killed,
                 1 for failed).
+            signal_name: the signal that killed the run (default ``SIGINT`` for killed).
 
         Raises:
             ValueError: an unknown status.
         """
         if status not in ("completed", "failed", "killed"):
             raise ValueError(f"final status must be completed, failed or killed, got {status!r}")
+        if self._sigterm_installed:
+            _restore_sigterm()
+            self._sigterm_installed = False
         self._stop.set()
         now = time.time()
         with self._lock:
@@ -221,7 +233,7 @@ class Run:
             default_code = {"completed": 0, "killed": 130}.get(status, 1)
             exit_info: dict[str, Any] = {
                 "code": default_code if exit_code is None else exit_code,
-                "signal": "SIGINT" if status == "killed" else None,
+                "signal": (signal_name or "SIGINT") if status == "killed" else None,
             }
             if exc is not None and status == "failed":
                 exit_info.update(
@@ -248,6 +260,9 @@ class Run:
     ) -> Literal[False]:
         if exc_type is None:
             self.finish("completed")
+        elif isinstance(exc, Terminated):
+            self.finish("killed", exc, exit_code=exc.code if isinstance(exc.code, int) else 143,
+                        signal_name="SIGTERM")
         elif issubclass(exc_type, KeyboardInterrupt):
             self.finish("killed", exc)
         elif issubclass(exc_type, SystemExit) and isinstance(exc, SystemExit):
@@ -292,15 +307,62 @@ class Run:
                     pass  # a full disk must not kill training; the next beat tries again
 
 
-def _summary_value(v: Any) -> Any:
-    """Summary values are numbers (non-finite → null) or strings."""
-    if v is None or isinstance(v, str):
+class Terminated(SystemExit):
+    """Raised in the main thread when SIGTERM arrives during a run (how schedulers such as Slurm,
+    Kubernetes and Docker stop a job), so the run is marked ``killed`` on the way out. Its exit
+    code is 143 (128 + SIGTERM), what the scheduler would have seen."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated(128 + signum)
+
+
+def _install_sigterm() -> bool:
+    """Handle SIGTERM while a run is open, unless the program has its own handler or this is not
+    the main thread (where Python only allows signal handlers). True when installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            return False
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _restore_sigterm() -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _as_int(what: str, v: Any) -> int:
+    """An integer step or epoch; integral floats and numpy integers are accepted, 1.5 or "3" are not."""
+    if isinstance(v, bool) or isinstance(v, (str, bytes)):
+        raise TypeError(f"{what} must be an integer, got {v!r}")
+    if isinstance(v, int):
         return v
-    if isinstance(v, bool):
+    try:
+        as_float = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be an integer, got {v!r}") from None
+    if not as_float.is_integer():
+        raise ValueError(f"{what} must be an integer, got {v!r}")
+    return int(as_float)
+
+
+def _summary_value(v: Any) -> Any:
+    """Summary values are numbers (non-finite → null) or strings; anything else is stored as its
+    compact JSON text (non-finite numbers inside become null), never as a Python repr."""
+    if v is None or isinstance(v, (str, bool)):
         return v
     try:
         return metric_value(v)
     except (TypeError, ValueError):
+        pass
+    try:
+        return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    except TypeError:
         return str(v)
 
 

@@ -12,6 +12,8 @@ from traceml_ai.cli.bench import bench
 from traceml_ai.cli.common import DEBUG
 from traceml_ai.cli.demo import demo
 from traceml_ai.cli.fake_runs import fake_runs
+from traceml_ai.cli.plot import plot
+from traceml_ai.cli.ui import ui
 
 app = typer.Typer(
     name="traceml",
@@ -24,6 +26,8 @@ app.add_typer(runs_cli.app, name="runs")
 app.command("fake-runs")(fake_runs)
 app.command("demo")(demo)
 app.command("bench")(bench)
+app.command("ui")(ui)
+app.command("plot")(plot)
 
 
 def _version(value: bool) -> None:

@@ -24,6 +24,12 @@ SMALL_FILES: Final = (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSON)
 CORE_FILES: Final = (*SMALL_FILES, METRICS_JSONL)
 """The files polled for a running run."""
 
+FINAL_SUMMARY_JSON: Final = "aggregator/final_summary.json"
+
+VIEWABLE_FILES: Final = (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSONL, METRICS_JSON, FINAL_SUMMARY_JSON)
+"""The six files a viewer may show of a run (003 seed, security: "a known run plus one of six fixed
+file names"): the five core files and TraceML's verdict (DESIGN §2.1, §3.5)."""
+
 SUBFOLDERS: Final = ("logs", "checkpoints", "artifacts")
 
 MAX_SMALL_FILE_BYTES: Final = 16 * 1024 * 1024

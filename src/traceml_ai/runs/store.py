@@ -35,6 +35,7 @@ from traceml_ai.runs.layout import (
     PARAMS_YAML,
     RUN_ID_RE,
     RUN_JSON,
+    VIEWABLE_FILES,
 )
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import MetricValue, RunSummary
@@ -244,11 +245,38 @@ class RunStore:
             if self._update_file(state, CONFIG_JSON):
                 self._build_summary(state)
             sizes: dict[str, int | None] = {}
-            for name in (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSONL, METRICS_JSON):
-                st, _ = stat_confined(os.path.join(state.loc.path, name), state.loc.root)
+            for name in VIEWABLE_FILES:
+                st, _ = self._stat_viewable(state, name)
                 sizes[name] = st.st_size if st is not None else None
             assert state.summary is not None
             return RunDetails(state.summary, state.files[CONFIG_JSON].value, sizes)
+
+    def read_file(self, key: str, name: str, max_bytes: int) -> tuple[bytes, int]:
+        """The first ``max_bytes`` bytes of one of the six viewable files of a known run, and the
+        file's size (003 seed, security: "a known run plus one of six fixed file names").
+
+        Raises:
+            KeyError: unknown run, a name outside :data:`VIEWABLE_FILES` (such as ``../../secret``),
+                or a file that is absent or refused (a symlink leaving the root).
+        """
+        if name not in VIEWABLE_FILES:
+            raise KeyError(f"{name!r} is not one of the viewable files ({', '.join(VIEWABLE_FILES)})")
+        with self._lock:
+            state = self._runs.get(key)
+            if state is None:
+                raise KeyError(f"no run {key!r}")
+            st, reason = self._stat_viewable(state, name)
+            if st is None:
+                raise KeyError(f"{name} of {state.loc.id}: {reason or 'not found'}")
+            with open(os.path.realpath(os.path.join(state.loc.path, name)), "rb") as f:
+                return f.read(max_bytes), st.st_size
+
+    @staticmethod
+    def _stat_viewable(state: _RunState, name: str) -> tuple[os.stat_result | None, str | None]:
+        path = os.path.join(state.loc.path, name)
+        if "/" in name and not inside(os.path.realpath(os.path.dirname(path)), state.loc.path):
+            return None, "symlink points outside the run folder"  # e.g. a symlinked aggregator/
+        return stat_confined(path, state.loc.root)
 
     def seed(self, cached: Mapping[str, tuple[RunSummary, Mapping[str, tuple[int, int]]]]) -> int:
         """Fill the store from the run database before the first poll (003 seed, "Live refresh":

@@ -1,0 +1,94 @@
+"""``traceml plot``: save a line chart of runs' metric histories as a 300-DPI PNG or as CSV data, the
+same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting chart data").
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from traceml_ai.cli.common import UserError, one_line_errors, out, settings
+from traceml_ai.cli.runs import open_store
+from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec
+from traceml_ai.runs.metrics_tail import MetricsTail
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.ui.cache import CacheFolder, default_cache_dir
+
+
+class XAxis(str, Enum):
+    step = "step"
+    epoch = "epoch"
+    time = "time"
+
+
+class PlotFormat(str, Enum):
+    png = "png"
+    csv = "csv"
+
+
+def _check_ema(value: float) -> float:
+    if not 0.0 <= value < 1.0:
+        raise typer.BadParameter(f"{value} is not in [0, 1); try 0.6")
+    return value
+
+
+@one_line_errors
+def plot(
+    run_refs: Annotated[
+        list[str], typer.Argument(metavar="RUN", help="Run ids, unique id prefixes, names, or run folder paths.")
+    ],
+    metric: Annotated[
+        list[str], typer.Option("--metric", "-m", metavar="M", help="Metric to plot, e.g. val/auc (repeatable).")
+    ],
+    x: Annotated[XAxis, typer.Option("--x", help="X axis: step, epoch, or time (seconds since the run's start).")] = (
+        XAxis.step
+    ),
+    ema: Annotated[
+        float,
+        typer.Option("--ema", metavar="W", callback=_check_ema, help="EMA smoothing weight in [0, 1); 0 = none."),
+    ] = 0.0,
+    log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
+    fmt: Annotated[
+        PlotFormat, typer.Option("--format", help="png (300 DPI) or csv (the full history, not downsampled).")
+    ] = PlotFormat.png,
+    roots: Annotated[
+        list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")
+    ] = None,
+    cache_dir: Annotated[
+        str | None, typer.Option("--cache-dir", help="Where to save (default: .cache beside the first runs folder).")
+    ] = None,
+) -> None:
+    """Save a chart of metric histories into the cache folder and print its path.
+
+    Example: traceml plot baseline high-lr --metric val/auc --ema 0.6 --root traceml/runs
+    """
+    if roots is None:
+        folders = [r for r in run_refs if os.path.isdir(r)]
+        if folders and len(folders) == len(run_refs):
+            # Run folder paths: their roots are the parents.
+            roots = list(dict.fromkeys(os.path.dirname(os.path.realpath(r)) for r in folders))
+    store = open_store(roots)
+    runs: list[RunSummary] = []
+    for ref in run_refs:
+        run = store.find(ref)
+        if run.key not in {r.key for r in runs}:
+            runs.append(run)
+    if len(runs) > MAX_LINE_RUNS:
+        raise UserError(f"{len(runs)} runs given; a chart shows at most {MAX_LINE_RUNS}")
+    metrics = list(dict.fromkeys(m for m in metric if m))
+    if not metrics:
+        raise UserError("give a metric with --metric, e.g. --metric val/auc")
+    histories: list[tuple[RunSummary, MetricsTail]] = [(run, store.history(run.key)) for run in runs]
+    for m in metrics:
+        if not any(len(tail.series(m)) for _, tail in histories):
+            logged = sorted({name for _, tail in histories for name in tail.metric_names()})
+            shown = ", ".join(logged[:20]) + (" …" if len(logged) > 20 else "")
+            raise UserError(f"no given run logged metric {m!r}; logged: {shown or '(none)'}")
+    st = settings(cache_dir=cache_dir)
+    folder = CacheFolder(default_cache_dir(store.roots, st.cache_dir), roots=store.roots)
+    spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=x.value, ema=ema, log_y=log_y)
+    path = folder.export_chart(spec, runs, histories, fmt=fmt.value, max_points=st.max_points_per_series)
+    out.print(path, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,218 @@
+"""The JSON API routes (docs/viewer-api.md). Each handler parses, calls :class:`Viewer`, encodes.
+
+Blocking work (file reads, parsing) runs in a worker thread so one slow file system never stalls
+the event loop that streams events to the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from traceml_ai.ui.cache import CacheError
+from traceml_ai.ui.service import RequestError, Viewer
+
+MAX_BODY_BYTES = 1024 * 1024
+PING_EVERY_S = 15.0
+
+
+class JSONResponse(Response):
+    """orjson-encoded JSON; NaN and ±infinity become null, numpy arrays are lists."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise RequestError("request body too large")
+    try:
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError:
+        raise RequestError("request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    return body
+
+
+def _str_list(body: dict[str, Any], name: str) -> list[str]:
+    value = body.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RequestError(f"{name} must be a list of strings")
+    return value
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def routes(viewer: Viewer) -> list[Route]:
+    """The API routes bound to ``viewer``."""
+
+    def guarded(fn: Callable[[Request], Awaitable[Response]]) -> Handler:
+        async def handler(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except RequestError as err:
+                return _error(400, str(err))
+            except CacheError as err:
+                return _error(400, str(err))
+            except KeyError as err:
+                return _error(404, str(err.args[0]) if err.args else "not found")
+
+        return handler
+
+    async def get_runs(request: Request) -> Response:
+        since = _int(request.query_params.get("since", "0"), "since")
+        return JSONResponse(await asyncio.to_thread(viewer.runs_payload, since))
+
+    async def get_table(request: Request) -> Response:
+        q = request.query_params
+        columns = q.get("columns")
+        payload = await asyncio.to_thread(
+            viewer.table_payload,
+            filters=q.getlist("filter"),
+            sorts=q.getlist("sort"),
+            group=q.get("group") or None,
+            search=q.get("search"),
+            status=q.get("status"),
+            columns=[c for c in columns.split(",") if c] if columns else None,
+            show_hidden=q.get("show_hidden") in ("1", "true"),
+        )
+        return JSONResponse(payload)
+
+    async def post_series(request: Request) -> Response:
+        body = await _body(request)
+        ema = body.get("ema", 0.0)
+        if not isinstance(ema, (int, float)) or isinstance(ema, bool):
+            raise RequestError("ema must be a number")
+        payload = await asyncio.to_thread(
+            viewer.series_payload, _str_list(body, "keys"), _str_list(body, "metrics"), str(body.get("x", "step")),
+            float(ema),
+        )
+        return JSONResponse(payload)
+
+    async def post_chart(request: Request) -> Response:
+        from traceml_ai.runs.analysis import ChartSpecError, chart_data, parse_chart_spec
+
+        body = await _body(request)
+        try:
+            spec = parse_chart_spec(body)
+        except ChartSpecError as err:
+            raise RequestError(str(err)) from None
+        if body.get("chart") == "line":
+            raise RequestError("line charts come from POST /api/series")
+        runs = viewer.runs_by_keys(list(spec.keys))
+        return JSONResponse(await asyncio.to_thread(chart_data, spec, runs))  # type: ignore[arg-type]
+
+    async def get_run(request: Request) -> Response:
+        key = request.query_params.get("key", "")
+        return JSONResponse(await asyncio.to_thread(viewer.details_payload, key))
+
+    async def get_file(request: Request) -> Response:
+        q = request.query_params
+        text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
+        return PlainTextResponse(text, headers={"cache-control": "no-store"})
+
+    async def post_refresh(request: Request) -> Response:
+        body = await _body(request)
+        since = body.get("since", 0)
+        await asyncio.to_thread(viewer.poll, refresh=True)
+        return JSONResponse(await asyncio.to_thread(viewer.runs_payload, since if isinstance(since, int) else 0))
+
+    async def post_hide(request: Request) -> Response:
+        body = await _body(request)
+        hidden = body.get("hidden", True)
+        if not isinstance(hidden, bool):
+            raise RequestError("hidden must be true or false")
+        return JSONResponse({"hidden": await asyncio.to_thread(viewer.set_hidden, _str_list(body, "keys"), hidden)})
+
+    async def ui_state(request: Request) -> Response:
+        if viewer.cache is None:
+            return JSONResponse({} if request.method == "GET" else {"ok": False})
+        if request.method == "GET":
+            return JSONResponse(await asyncio.to_thread(viewer.cache.load_ui_state))
+        body = await _body(request)
+        await asyncio.to_thread(viewer.cache.save_ui_state, body)
+        return JSONResponse({"ok": True})
+
+    async def export_table(request: Request) -> Response:
+        body = await _body(request)
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder to write exports into")
+        runs = viewer.runs_by_keys(_str_list(body, "keys"))
+        path, latest = await asyncio.to_thread(viewer.cache.export_table_csv, runs, _str_list(body, "columns"))
+        return JSONResponse({"path": path, "latest": latest, "rows": len(runs)})
+
+    async def export_chart(request: Request) -> Response:
+        from traceml_ai.runs.analysis import ChartSpecError, parse_chart_spec
+
+        body = await _body(request)
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder to write exports into")
+        fmt = body.get("format", "png")
+        if fmt not in ("png", "csv"):
+            raise RequestError("format must be png or csv")
+        try:
+            spec = parse_chart_spec(body)
+        except ChartSpecError as err:
+            raise RequestError(str(err)) from None
+        path = await asyncio.to_thread(viewer.export_chart, spec, fmt)
+        return JSONResponse({"path": path})
+
+    async def events(request: Request) -> Response:
+        queue = viewer.subscribe()
+        asyncio.get_running_loop().run_in_executor(None, viewer.poll)  # a page connected: look now
+
+        async def stream() -> Any:
+            try:
+                yield f"event: hello\ndata: {orjson.dumps({'version': viewer.version}).decode()}\n\n"
+                while True:
+                    try:
+                        version = await asyncio.wait_for(queue.get(), timeout=PING_EVERY_S)
+                    except asyncio.TimeoutError:
+                        yield ": ping\n\n"
+                        continue
+                    while not queue.empty():  # coalesce a burst of versions into one event
+                        version = queue.get_nowait()
+                    yield f"event: runs\ndata: {orjson.dumps({'version': version}).decode()}\n\n"
+            finally:
+                viewer.unsubscribe(queue)
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"cache-control": "no-store", "x-accel-buffering": "no"}
+        )
+
+    return [
+        Route("/api/runs", guarded(get_runs), methods=["GET"]),
+        Route("/api/table", guarded(get_table), methods=["GET"]),
+        Route("/api/series", guarded(post_series), methods=["POST"]),
+        Route("/api/chart", guarded(post_chart), methods=["POST"]),
+        Route("/api/run", guarded(get_run), methods=["GET"]),
+        Route("/api/file", guarded(get_file), methods=["GET"]),
+        Route("/api/events", events, methods=["GET"]),
+        Route("/api/refresh", guarded(post_refresh), methods=["POST"]),
+        Route("/api/hide", guarded(post_hide), methods=["POST"]),
+        Route("/api/ui-state", guarded(ui_state), methods=["GET", "PUT"]),
+        Route("/api/export/table", guarded(export_table), methods=["POST"]),
+        Route("/api/export/chart", guarded(export_chart), methods=["POST"]),
+    ]
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise RequestError(f"{name} must be an integer") from None

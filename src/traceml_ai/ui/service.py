@@ -1,0 +1,405 @@
+"""The viewer's state between HTTP requests: the run store, change versions, live polling, hidden
+runs and the cache folder (DESIGN §4; 003 seed, "Live refresh").
+
+Versions: every poll that changes something bumps :attr:`Viewer.version` and stamps the changed runs
+with it, so a page holding version ``v`` asks only for runs changed after ``v`` and never downloads
+what it has. Polling runs only while at least one page holds an events stream open: unfinished runs
+every ``refresh_interval_seconds``; finished runs only on Refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_ai.runs.analysis import first_time, line_points
+from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
+from traceml_ai.runs.layout import VIEWABLE_FILES
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.store import PollResult, RunStore, heartbeat_age
+from traceml_ai.runs.table import (
+    ColumnError,
+    available_columns,
+    column_is_numeric,
+    default_columns,
+    differing_config_keys,
+    group_runs,
+    parse_sort_arg,
+    sort_runs,
+    validate_column,
+)
+from traceml_ai.runs.writer import iso_utc
+from traceml_ai.ui.cache import CacheFolder
+
+log = logging.getLogger("traceml.ui")
+
+MAX_SERIES_RUNS = 30
+MAX_FILE_BYTES = 2 * 1024 * 1024
+DB_SAVE_EVERY_S = 10.0
+
+
+class RequestError(ValueError):
+    """A bad request from the page: one line, HTTP 400."""
+
+
+@dataclass
+class _Listeners:
+    queues: set[asyncio.Queue[int]] = field(default_factory=set)
+
+
+class Viewer:
+    """Everything the API serves, over one :class:`RunStore`.
+
+    Args:
+        store: the run store (not yet polled, or seeded from the run database).
+        cache: the cache folder, or None to write nothing (tests, read-only media).
+        refresh_interval_seconds: poll period for unfinished runs while a page is connected.
+        max_points_per_series: downsampling budget per plotted series.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        cache: CacheFolder | None,
+        *,
+        refresh_interval_seconds: float = 5.0,
+        max_points_per_series: int = 5000,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.refresh_interval_seconds = refresh_interval_seconds
+        self.max_points = max_points_per_series
+        self.version = 0
+        self.changed_at: dict[str, int] = {}
+        self.removed_at: dict[str, int] = {}
+        self.refreshed_at: float | None = None
+        self.hidden: set[str] = set(cache.hidden_runs()) if cache is not None else set()
+        self._listeners = _Listeners()
+        self._lock = threading.RLock()
+        self._series_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._db_dirty = False
+        self._db_saved_at = 0.0
+
+    # -- updating --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fill from the run database (when there is one) so the first page has rows at once."""
+        if self.cache is None:
+            return
+        try:
+            loaded = self.cache.load_run_db()
+        except Exception as err:
+            log.warning("[TraceML] run database not used: %s", err)
+            return
+        if loaded is not None:
+            taken = self.store.seed(dict(loaded.runs))
+            if taken:
+                self._bump([r.key for r in self.store.runs()], [])
+
+    def poll(self, *, refresh: bool = False) -> PollResult:
+        """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
+        result = self.store.refresh() if refresh else self.store.poll()
+        with self._lock:
+            self.refreshed_at = time.time()
+            if result.changed or result.removed:
+                self._bump(result.changed, result.removed)
+        self._save_db_if_due(force=False)
+        return result
+
+    def _bump(self, changed: Sequence[str], removed: Sequence[str]) -> None:
+        with self._lock:
+            self.version += 1
+            for key in changed:
+                self.changed_at[key] = self.version
+                self.removed_at.pop(key, None)
+            for key in removed:
+                self.removed_at[key] = self.version
+                self.changed_at.pop(key, None)
+            self._db_dirty = True
+            version = self.version
+        for queue in list(self._listeners.queues):
+            queue.put_nowait(version)
+
+    def _save_db_if_due(self, *, force: bool) -> None:
+        """Write runs.sqlite at most every 10 s while runs change (003 seed, "Live refresh")."""
+        if self.cache is None or not self._db_dirty:
+            return
+        now = time.monotonic()
+        if not force and now - self._db_saved_at < DB_SAVE_EVERY_S:
+            return
+        try:
+            self.cache.save_run_db(self.store.runs(), self.store.stamps(), force=True)
+        except Exception as err:
+            log.warning("[TraceML] could not save the run database: %s", err)
+            return
+        self._db_dirty = False
+        self._db_saved_at = now
+
+    def close(self) -> None:
+        """Write the run database one last time (on shutdown)."""
+        self._save_db_if_due(force=True)
+
+    async def poll_loop(self) -> None:
+        """Poll unfinished runs every ``refresh_interval_seconds`` while a page is connected."""
+        while True:
+            await asyncio.sleep(self.refresh_interval_seconds)
+            if self._listeners.queues:
+                try:
+                    await asyncio.to_thread(self.poll)
+                except Exception as err:
+                    log.warning("[TraceML] poll failed: %s", err)
+
+    def subscribe(self) -> asyncio.Queue[int]:
+        """An events stream opened: returns the queue that receives new versions."""
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        self._listeners.queues.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[int]) -> None:
+        """An events stream closed."""
+        self._listeners.queues.discard(queue)
+
+    @property
+    def connected(self) -> int:
+        """How many event streams are open."""
+        return len(self._listeners.queues)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def runs_payload(self, since: int = 0) -> dict[str, Any]:
+        """``GET /api/runs`` (docs/viewer-api.md)."""
+        with self._lock:
+            runs = self.store.runs()
+            full = since <= 0 or since > self.version
+            if full:
+                changed = runs
+                removed: list[str] = []
+            else:
+                changed = [r for r in runs if self.changed_at.get(r.key, 0) > since]
+                removed = [k for k, v in self.removed_at.items() if v > since]
+            counts: dict[str, int] = {}
+            for run in runs:
+                counts[run.root] = counts.get(run.root, 0) + 1
+            roots = [{"path": r, "count": counts.get(r, 0), "missing": False} for r in self._real_roots()]
+            roots += [{"path": r, "count": 0, "missing": True} for r in self._missing_roots()]
+            return {
+                "version": self.version,
+                "full": full,
+                "runs": [run_row(r) for r in changed],
+                "removed": removed,
+                "hidden": sorted(self.hidden),
+                "roots": roots,
+                "warnings": list(self.store.warnings) + (list(self.cache.warnings) if self.cache else []),
+                "refreshed_at": iso_utc(self.refreshed_at) if self.refreshed_at else None,
+                "refresh_interval_seconds": self.refresh_interval_seconds,
+                "stale_after_seconds": self.store.stale_after_seconds,
+            }
+
+    def _real_roots(self) -> list[str]:
+        from traceml_ai.runs.discovery import resolve_roots
+
+        return resolve_roots(self.store.roots)[0]
+
+    def _missing_roots(self) -> list[str]:
+        from traceml_ai.runs.discovery import resolve_roots
+
+        return resolve_roots(self.store.roots)[1]
+
+    def table_payload(
+        self,
+        *,
+        filters: Sequence[str] = (),
+        sorts: Sequence[str] = (),
+        group: str | None = None,
+        search: str | None = None,
+        status: str | None = None,
+        columns: Sequence[str] | None = None,
+        show_hidden: bool = False,
+    ) -> dict[str, Any]:
+        """``GET /api/table``: the table model applied in Python (docs/viewer-api.md)."""
+        runs = self.store.runs()
+        visible = runs if show_hidden else [r for r in runs if r.key not in self.hidden]
+        error: str | None = None
+        shown = visible
+        groups_out: list[dict[str, Any]] | None = None
+        try:
+            parsed = [parse_filter_arg(f) for f in filters if f.strip()]
+            statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
+            keys = [parse_sort_arg(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
+            shown = sort_runs(filter_runs(visible, parsed, search=search or None, statuses=statuses), keys)
+            if group:
+                validate_column(group)
+                groups = group_runs(shown, group)
+                shown = [r for g in groups for r in g.runs]
+                groups_out = [
+                    {"label": g.label, "keys": [r.key for r in g.runs], "color": i} for i, g in enumerate(groups)
+                ]
+        except (FilterError, ColumnError) as err:
+            error = str(err)
+            shown = sort_runs(visible, [parse_sort_arg("-started")])
+        available = available_columns(visible)
+        defaults = default_columns(visible)
+        chosen: list[str] = []
+        for c in columns or defaults:
+            try:
+                chosen.append(validate_column(c))
+            except ColumnError:
+                continue
+        return {
+            "version": self.version,
+            "keys": [r.key for r in shown],
+            "total": len(visible),
+            "shown": len(shown),
+            "groups": groups_out,
+            "columns": {
+                "available": available,
+                "default": defaults,
+                "numeric": [c for c in available if column_is_numeric(visible, c)],
+                "shown": chosen,
+            },
+            # Always sent: the page's "differing params only" toggle needs no second request.
+            "differing": [f"config.{k}" for k in differing_config_keys(shown)],
+            "error": error,
+        }
+
+    def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float) -> dict[str, Any]:
+        """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md).
+
+        Raises:
+            RequestError: too many runs, an unknown x axis or a bad EMA weight.
+        """
+        if len(keys) > MAX_SERIES_RUNS:
+            raise RequestError(f"at most {MAX_SERIES_RUNS} runs can be plotted at once, got {len(keys)}")
+        if x not in ("step", "epoch", "time"):
+            raise RequestError(f"x must be step, epoch or time, got {x!r}")
+        if not (0.0 <= ema_weight < 1.0) or math.isnan(ema_weight):
+            raise RequestError(f"ema must be in [0, 1), got {ema_weight}")
+        out: list[dict[str, Any]] = []
+        warnings: dict[str, list[str]] = {}
+        for key in keys:
+            if self.store.get(key) is None:
+                continue
+            tail = self.store.history(key)
+            if tail.warnings:
+                warnings[key] = tail.warnings
+            for metric in metrics:
+                out.append(self._one_series(key, tail, metric, x, ema_weight))
+        return {"version": self.version, "series": out, "warnings": warnings}
+
+    def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
+        rows = len(tail.rows)
+        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points)
+        hit = self._series_cache.get(cache_key)
+        if hit is not None:
+            return hit
+        # The same points the PNG export draws: EMA over the full history, then min/max buckets.
+        points = line_points(tail.series(metric), x, weight, self.max_points, first_time(tail))  # type: ignore[arg-type]
+        item = {
+            "key": key,
+            "metric": metric,
+            "x": points.x.tolist(),
+            "y": points.y.tolist(),
+            "smoothed": points.smoothed.tolist() if points.smoothed is not None else None,
+            "raw_points": points.raw_points,
+            "downsampled": points.downsampled,
+        }
+        if len(self._series_cache) > 512:
+            self._series_cache.clear()
+        self._series_cache[cache_key] = item
+        return item
+
+    def details_payload(self, key: str) -> dict[str, Any]:
+        """``GET /api/run``: the inspector's data. Raises KeyError for an unknown run."""
+        if self.store.get(key) is None:
+            raise KeyError(f"no run {key!r}")
+        self.store.history(key)  # so history warnings (corrupt lines) are part of the summary
+        details = self.store.details(key)
+        error = details.summary.error
+        return {
+            "run": run_row(details.summary),
+            "config": details.config,
+            "run_json": details.summary.run_json,
+            "traceback": error.get("traceback") if error else None,
+            "files": details.files,
+        }
+
+    def file_text(self, key: str, name: str) -> str:
+        """``GET /api/file``: one of the six viewable files as text (at most 2 MB). KeyError when
+        the run or the name is not known."""
+        if name not in VIEWABLE_FILES:
+            raise KeyError(f"{name!r} is not a viewable file")
+        data, size = self.store.read_file(key, name, MAX_FILE_BYTES)
+        text = data.decode("utf-8", errors="replace")
+        if size > len(data):
+            text += f"\n… [TraceML: showing the first {len(data):,} of {size:,} bytes]\n"
+        return text
+
+    def set_hidden(self, keys: Sequence[str], hidden: bool) -> list[str]:
+        """``POST /api/hide``; hidden runs are remembered in the cache folder."""
+        with self._lock:
+            if self.cache is not None:
+                self.hidden = set(self.cache.set_hidden(keys, hidden))
+            elif hidden:
+                self.hidden |= set(keys)
+            else:
+                self.hidden -= set(keys)
+            self._bump([k for k in keys if self.store.get(k) is not None], [])
+            return sorted(self.hidden)
+
+    def export_chart(self, spec: Any, fmt: str) -> str:
+        """``POST /api/export/chart``: the chart's data as CSV, or a 300-DPI PNG, in the cache folder."""
+        if self.cache is None:
+            raise RequestError("this viewer has no cache folder to write exports into")
+        runs = self.runs_by_keys(list(spec.keys))
+        histories = [(run, self.store.history(run.key)) for run in runs] if spec.kind == "line" else []
+        return self.cache.export_chart(spec, runs, histories, fmt=fmt, max_points=self.max_points)  # type: ignore[arg-type]
+
+    def runs_by_keys(self, keys: Sequence[str]) -> list[RunSummary]:
+        """The known runs among ``keys``, in that order."""
+        out = []
+        for key in keys:
+            run = self.store.get(key)
+            if run is not None:
+                out.append(run)
+        return out
+
+
+def run_row(run: RunSummary) -> dict[str, Any]:
+    """A RunSummary as the API's ``RunRow`` (docs/viewer-api.md). NaN/inf become null when the
+    response is encoded (orjson)."""
+    error = run.error
+    return {
+        "key": run.key,
+        "id": run.id,
+        "name": run.name,
+        "group": run.group,
+        "tags": run.tags,
+        "notes": run.notes,
+        "status": run.status,
+        "display_status": run.display_status,
+        "legacy": run.legacy,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+        "heartbeat_at": run.heartbeat_at,
+        "heartbeat_age_s": heartbeat_age(run, time.time()),
+        "duration_s": run.duration_s,
+        "step": run.step,
+        "epoch": run.epoch,
+        "path": run.path,
+        "root": run.root,
+        "warnings": run.warnings,
+        "error": {k: error[k] for k in ("type", "message", "code", "signal")} if error else None,
+        "params": run.params,
+        "start": run.start,
+        "last": run.last,
+        "best": {k: {"value": b.value, "step": b.step, "epoch": b.epoch, "mode": b.mode} for k, b in run.best.items()},
+        "summary": run.summary,
+        "metric_names": run.metric_names,
+        "host": run.run_json.get("host") if isinstance(run.run_json.get("host"), dict) else None,
+    }

@@ -1,0 +1,201 @@
+"""The run database runs.sqlite and the start-up it makes fast (003 seed, "The run database", "Live
+refresh")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from traceml_ai.runs.fake import generate
+from traceml_ai.runs.rundb import load_db, update_db, write_db
+from traceml_ai.runs.store import RunStore
+
+WHEN = "2026-11-30T12:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def fake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fake") / "runs"
+    generate(root, runs=24, seed=0)
+    return root
+
+
+@pytest.fixture
+def store(fake_root: Path) -> RunStore:
+    s = RunStore([fake_root])
+    s.poll()
+    return s
+
+
+def test_round_trip_gives_back_the_summaries_and_stamps(store: RunStore, tmp_path: Path) -> None:
+    runs, stamps = store.runs(), store.stamps()
+    write_db(tmp_path / "runs.sqlite", runs, stamps, written_at=WHEN)
+    db, reason = load_db(tmp_path / "runs.sqlite")
+    assert reason is None and db is not None
+    assert db.written_at == WHEN
+    assert list(db.runs) == [r.key for r in runs]
+    for r in runs:
+        assert db.runs[r.key].summary == r
+        assert db.runs[r.key].stamps == stamps[r.key]
+    assert set(stamps[runs[0].key]) >= {"run.json", "params.yaml", "metrics.json", "metrics.jsonl"}
+
+
+def test_the_tables_answer_the_seed_example_query(store: RunStore, tmp_path: Path) -> None:
+    write_db(tmp_path / "runs.sqlite", store.runs(), store.stamps(), written_at=WHEN)
+    con = sqlite3.connect(tmp_path / "runs.sqlite")
+    rows = con.execute(
+        """SELECT r.name, c.value AS lr, m.value AS best_auc
+           FROM runs r
+           JOIN metrics m ON m.run_key = r.key AND m.metric = 'val/auc' AND m.kind = 'best'
+           LEFT JOIN config c ON c.run_key = r.key AND c.key = 'optim.lr'
+           ORDER BY best_auc DESC LIMIT 5"""
+    ).fetchall()
+    assert len(rows) == 5 and rows == sorted(rows, key=lambda row: -row[2])
+    best = max(store.runs(), key=lambda r: r.best["val/auc"].value if "val/auc" in r.best else -1)
+    assert rows[0][0] == best.name
+    stale = con.execute("SELECT status, display_status, tags, legacy FROM runs WHERE name = 'stale-run'").fetchone()
+    assert stale[0] == "running" and stale[1] == "stale" and ";" in stale[2] and stale[3] == 0
+    mode = con.execute("SELECT step, mode FROM metrics WHERE kind = 'best' AND metric = 'val/loss' LIMIT 1").fetchone()
+    assert isinstance(mode[0], int) and mode[1] == "min"
+    con.close()
+
+
+def test_booleans_are_stored_as_one_and_zero(store: RunStore, tmp_path: Path) -> None:
+    run = store.runs()[0]
+    run.params["flag.on"] = True
+    run.params["flag.off"] = False
+    write_db(tmp_path / "runs.sqlite", [run], {}, written_at=WHEN)
+    con = sqlite3.connect(tmp_path / "runs.sqlite")
+    values = dict(con.execute("SELECT key, value FROM config WHERE key LIKE 'flag.%'").fetchall())
+    assert values == {"flag.on": 1, "flag.off": 0}
+    con.close()
+    db, _ = load_db(tmp_path / "runs.sqlite")
+    assert db is not None and db.runs[run.key].summary.params["flag.on"] is True
+
+
+def test_missing_file_is_no_database_and_no_problem(tmp_path: Path) -> None:
+    assert load_db(tmp_path / "runs.sqlite") == (None, None)
+
+
+def test_garbage_bytes_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "runs.sqlite").write_bytes(os.urandom(4096))
+    db, reason = load_db(tmp_path / "runs.sqlite")
+    assert db is None and reason
+
+
+def _written(store: RunStore, folder: Path) -> Path:
+    path = folder / "runs.sqlite"
+    write_db(path, store.runs(), store.stamps(), written_at=WHEN)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragment"),
+    [
+        ("PRAGMA user_version = 2", "schema version 2"),
+        ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", "schema_version"),
+        ("UPDATE runs SET step = 'abc' WHERE name = 'baseline'", "edited"),
+        ("UPDATE runs SET name = 'renamed' WHERE name = 'baseline'", "edited"),
+        ("UPDATE config SET value = 'x' WHERE key = 'optim.lr'", "edited"),
+        ("DELETE FROM metrics WHERE kind = 'best'", "edited"),
+        ("UPDATE run_cache SET stamps = '{\"run.json\": [\"a\", 1]}'", "file stamp"),
+        ("UPDATE run_cache SET summary = replace(summary, '\"legacy\":false', '\"legacy\":\"no\"')", "wrong type"),
+        ("ALTER TABLE runs ADD COLUMN extra TEXT", "columns"),
+        ("PRAGMA application_id = 1", "not a TraceML"),
+    ],
+)
+def test_an_edited_or_other_version_file_is_refused(store: RunStore, tmp_path: Path, sql: str, fragment: str) -> None:
+    path = _written(store, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    db, reason = load_db(path)
+    assert db is None and reason is not None and fragment in reason
+    assert "\n" not in reason
+
+
+def test_update_rewrites_only_the_changed_runs(store: RunStore, tmp_path: Path) -> None:
+    base = _written(store, tmp_path)
+    runs = store.runs()
+    changed, unchanged_but_edited, removed = runs[0], runs[1], runs[2]
+    changed.notes = "changed"
+    unchanged_but_edited.notes = "not rewritten"  # not listed as changed: the old row must stay
+    keep = [r for r in runs if r is not removed]
+    update_db(base, tmp_path / "next.sqlite", keep, store.stamps(), changed=[changed.key], written_at="later")
+    db, reason = load_db(tmp_path / "next.sqlite")
+    assert reason is None and db is not None
+    assert db.written_at == "later"
+    assert db.runs[changed.key].summary.notes == "changed"
+    assert db.runs[unchanged_but_edited.key].summary.notes != "not rewritten"
+    assert removed.key not in db.runs and len(db.runs) == len(runs) - 1
+
+
+# -- start-up from the database ---------------------------------------------------------------------
+
+
+def _seeded(fake_root: Path, tmp_path: Path, *, rename: str | None = None) -> tuple[RunStore, str]:
+    """A new store seeded from a database in which the baseline's cached name is ``rename``."""
+    first = RunStore([fake_root])
+    first.poll()
+    runs = first.runs()
+    baseline = next(r for r in runs if r.name == "baseline")
+    if rename:
+        baseline.name = rename
+    path = tmp_path / "runs.sqlite"
+    write_db(path, runs, first.stamps(), written_at=WHEN)
+    db, reason = load_db(path)
+    assert db is not None, reason
+    second = RunStore([fake_root])
+    assert second.seed(db.runs) == len(runs)
+    return second, baseline.key
+
+
+def test_seeded_store_fills_the_table_before_any_poll(fake_root: Path, tmp_path: Path) -> None:
+    store, key = _seeded(fake_root, tmp_path)
+    assert len(store.runs()) == 24 and store.get(key) is not None and store.version == 1
+    assert store.get(key).display_status == "completed"  # type: ignore[union-attr]
+
+
+def test_first_poll_after_seeding_keeps_unchanged_runs_and_reparses_changed_ones(
+    fake_root: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "runs"
+    shutil.copytree(fake_root, work, symlinks=True)
+    store, key = _seeded(work, tmp_path, rename="from-the-cache")
+    result = store.poll()
+    # Same stamps: the cached summary stands (a re-parse would have said "baseline").
+    assert store.get(key).name == "from-the-cache"  # type: ignore[union-attr]
+    assert key not in result.changed
+    stale = next(r for r in store.runs() if r.name == "stale-run")
+    assert stale.display_status == "stale"
+    # A changed file: the run is parsed again.
+    run_json = Path(key) / "run.json"
+    st = os.stat(run_json)
+    os.utime(run_json, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    result = store.refresh()
+    assert store.get(key).name == "baseline"  # type: ignore[union-attr]
+    assert key in result.changed
+    assert store.details(key).summary.name == "baseline"
+
+
+def test_the_listing_not_the_cache_decides_which_runs_exist(fake_root: Path, tmp_path: Path) -> None:
+    work = tmp_path / "runs"
+    shutil.copytree(fake_root, work, symlinks=True)
+    store, key = _seeded(work, tmp_path)
+    shutil.rmtree(key)
+    result = store.poll()
+    assert key in result.removed and store.get(key) is None
+    # A cached run outside the store's roots is never taken.
+    other = RunStore([tmp_path / "elsewhere"])
+    db, _ = load_db(tmp_path / "runs.sqlite")
+    assert db is not None and other.seed(db.runs) == 0
+
+
+def test_seeding_after_a_poll_is_a_programming_error(store: RunStore) -> None:
+    with pytest.raises(RuntimeError):
+        store.seed({})

@@ -1,0 +1,191 @@
+"""The viewer's JSON API through a real Starlette app (docs/viewer-api.md; DESIGN §4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from traceml_ai.runs.fake import generate
+from traceml_ai.runs.store import RunStore
+from traceml_ai.runs.writer import iso_utc
+from traceml_ai.ui.app import create_app
+from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.service import Viewer
+
+TOKEN = "test-token-0123456789"
+HOST = "127.0.0.1:8765"
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    generate(tmp_path / "traceml" / "runs", runs=24, seed=0)
+    return tmp_path
+
+
+def _client(workspace: Path, *, cache: bool = True) -> tuple[TestClient, Viewer]:
+    root = workspace / "traceml" / "runs"
+    store = RunStore([root])
+    folder = CacheFolder(workspace / "traceml" / ".cache", roots=[root]) if cache else None
+    viewer = Viewer(store, folder, refresh_interval_seconds=0.2)
+    viewer.poll()
+    app = create_app(viewer, TOKEN, lambda: {HOST, "localhost:8765"})
+    client = TestClient(app, base_url=f"http://{HOST}")
+    return client, viewer
+
+
+def _auth(client: TestClient) -> TestClient:
+    client.headers["x-traceml-token"] = TOKEN
+    return client
+
+
+def _key(viewer: Viewer, name: str) -> str:
+    return next(r.key for r in viewer.store.runs() if r.name == name)
+
+
+def test_every_request_needs_the_token(workspace: Path) -> None:
+    client, _ = _client(workspace)
+    for path in ("/", "/api/runs", "/api/table", "/static/app.js", "/api/file?key=x&name=run.json"):
+        response = client.get(path)
+        assert response.status_code == 403, path
+        assert "content-security-policy" in response.headers
+    assert client.get("/api/runs", headers={"x-traceml-token": "wrong"}).status_code == 403
+    client.cookies.set("traceml_token", "wrong")
+    assert client.get("/api/runs").status_code == 403
+
+
+def test_first_visit_sets_a_cookie_and_drops_the_token_from_the_url(workspace: Path) -> None:
+    client, _ = _client(workspace)
+    response = client.get(f"/?token={TOKEN}", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/"
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    # The client now holds the cookie: the API answers without the token in the URL.
+    assert client.get("/api/runs").status_code == 200
+
+
+def test_a_foreign_host_header_is_refused_even_with_the_token(workspace: Path) -> None:
+    client, _ = _client(workspace)
+    response = client.get("/api/runs", headers={"x-traceml-token": TOKEN, "host": "evil.example:8765"})
+    assert response.status_code == 403
+
+
+def test_strict_content_security_policy_on_every_response(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    for path in ("/", "/api/runs"):
+        csp = client.get(path).headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "default-src 'none'" in csp
+        assert "unsafe-inline" not in csp and "http" not in csp.replace("https", "")
+
+
+def test_runs_then_only_changed_runs(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    _auth(client)
+    first = client.get("/api/runs").json()
+    assert first["full"] and len(first["runs"]) == 24
+    stale = next(r for r in first["runs"] if r["name"] == "stale-run")
+    assert stale["display_status"] == "stale"
+    assert client.get(f"/api/runs?since={first['version']}").json()["runs"] == []
+    # The stale run writes a new heartbeat: the next poll sends that run only.
+    run_json = Path(stale["path"]) / "run.json"
+    meta = json.loads(run_json.read_text())
+    meta["heartbeat_at"] = iso_utc(time.time())
+    run_json.write_text(json.dumps(meta))
+    viewer.poll()
+    later = client.get(f"/api/runs?since={first['version']}").json()
+    assert [r["name"] for r in later["runs"]] == ["stale-run"]
+    assert later["runs"][0]["display_status"] == "running"
+
+
+def test_table_applies_the_python_table_model(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    body = client.get("/api/table", params=[("filter", "run.best.val/auc>=0.9"), ("sort", "-run.best.val/auc")]).json()
+    assert body["error"] is None and 0 < body["shown"] < body["total"] == 24
+    grouped = client.get("/api/table", params={"group": "config.data.dataset"}).json()
+    assert [g["label"] for g in grouped["groups"]][-1] != "(none)" or len(grouped["groups"]) == 1
+    assert sum(len(g["keys"]) for g in grouped["groups"]) == 24
+    bad = client.get("/api/table", params={"filter": "name:/([/"}).json()
+    assert bad["error"] and bad["shown"] == 24  # a bad filter is reported, the table still shows
+    assert "run.best.val/auc" in body["columns"]["default"]
+
+
+def test_series_downsampled_with_gaps_and_a_30_run_limit(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    _auth(client)
+    key = _key(viewer, "nan-loss")
+    body = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"], "x": "step", "ema": 0.5}).json()
+    (series,) = body["series"]
+    assert series["y"][-1] is None  # the loss that went NaN is a gap
+    assert len(series["smoothed"]) == len(series["y"])
+    too_many = client.post("/api/series", json={"keys": [key] * 31, "metrics": ["train/loss"]})
+    assert too_many.status_code == 400 and "at most 30" in too_many.json()["error"]
+    assert client.post("/api/series", json={"keys": [key], "metrics": [], "x": "nope"}).status_code == 400
+
+
+def test_file_view_only_serves_the_six_files_of_known_runs(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    _auth(client)
+    key = _key(viewer, "baseline")
+    ok = client.get("/api/file", params={"key": key, "name": "run.json"})
+    assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/plain")
+    assert json.loads(ok.text)["name"] == "baseline"
+    secret = workspace / "secret.txt"
+    secret.write_text("top secret")
+    for name in ("../../secret.txt", "../../../secret.txt", "/etc/passwd", "logs", "checkpoints/x.pt"):
+        response = client.get("/api/file", params={"key": key, "name": name})
+        assert response.status_code == 404, name
+        assert "top secret" not in response.text
+    assert client.get("/api/file", params={"key": str(workspace), "name": "run.json"}).status_code == 404
+    # A viewable name that is a symlink leaving the root is refused too.
+    link_run = Path(key)
+    (link_run / "config.json").unlink()
+    os.symlink(secret, link_run / "config.json")
+    assert client.get("/api/file", params={"key": key, "name": "config.json"}).status_code == 404
+
+
+def test_values_from_run_files_come_back_as_data_not_markup(workspace: Path) -> None:
+    root = workspace / "traceml" / "runs"
+    evil = root / "20261130-101500_evil_abcd"
+    evil.mkdir()
+    (evil / "run.json").write_text(json.dumps({"name": "<img src=x onerror=alert(1)>", "status": "completed"}))
+    client = _auth(_client(workspace)[0])
+    response = client.get("/api/runs")
+    assert response.headers["content-type"] == "application/json"
+    names = [r["name"] for r in response.json()["runs"]]
+    assert "<img src=x onerror=alert(1)>" in names
+
+
+def test_hide_writes_only_into_the_cache_folder(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    _auth(client)
+    key = _key(viewer, "killed-run")
+    assert client.post("/api/hide", json={"keys": [key], "hidden": True}).json()["hidden"] == [key]
+    assert key not in client.get("/api/table").json()["keys"]
+    assert key in client.get("/api/table", params={"show_hidden": "1"}).json()["keys"]
+    stored = json.loads((workspace / "traceml" / ".cache" / "hidden-runs.json").read_text())
+    assert key in json.dumps(stored)
+    assert client.post("/api/hide", json={"keys": [key], "hidden": False}).json()["hidden"] == []
+
+
+def test_ui_state_round_trip_and_limits(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    assert client.get("/api/ui-state").json() == {}
+    state = {"view": "runs", "sort": ["-run.best.val/auc"], "ema": 0.6}
+    assert client.put("/api/ui-state", json=state).json() == {"ok": True}
+    assert client.get("/api/ui-state").json() == state
+    assert client.put("/api/ui-state", json=[1, 2]).status_code == 400
+    assert client.put("/api/ui-state", content=b"{not json").status_code == 400
+
+
+def test_details_for_the_inspector(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    _auth(client)
+    body = client.get("/api/run", params={"key": _key(viewer, "failed-run")}).json()
+    assert body["run"]["error"]["type"] == "OutOfMemoryError"
+    assert "Traceback (most recent call last)" in body["traceback"]
+    assert body["files"]["run.json"] > 0 and body["files"]["aggregator/final_summary.json"] is None
+    assert client.get("/api/run", params={"key": "/nope"}).status_code == 404

@@ -211,7 +211,7 @@ def test_show_unknown_run(fake_root: Path) -> None:
 
 
 def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
-    proc = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "8", timeout=300)
+    proc = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "8", "--no-ui", timeout=300)
     assert proc.returncode == 0, proc.stderr
     store = RunStore([tmp_path / "ws" / "traceml" / "runs"])
     store.poll()
@@ -224,7 +224,7 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     assert runs["legacy-run"].display_status == "legacy"
     assert runs["failed-run"].error is not None
     # The demo can run again over its own workspace.
-    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3")
+    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
     assert again.returncode == 0, again.stderr
 
 

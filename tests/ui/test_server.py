@@ -82,3 +82,27 @@ def test_ui_without_any_runs_folder_is_a_one_line_error(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "traceml_ai", "ui", str(tmp_path / "nope"), "--no-browser"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no runs folder found")
+
+
+def test_demo_ends_by_serving_the_viewer_on_its_workspace(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2",
+         "--fake-runs", "4", "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.stdout is not None
+    url = None
+    for line in proc.stdout:
+        match = re.search(r"(http://127\.0\.0\.1:\d+/\?token=[\w-]+)", line)
+        if match:
+            url = match.group(1)
+            break
+    try:
+        assert url, proc.stderr.read() if proc.stderr else ""
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        opener.open(url, timeout=10)
+        body = json.loads(opener.open(url.split("/?")[0] + "/api/runs", timeout=10).read())
+        names = {r["name"] for r in body["runs"]}
+        assert {"digits-mlp", "digits-mlp-wide", "baseline", "failed-run"} <= names
+    finally:
+        assert _stop(proc) == 0

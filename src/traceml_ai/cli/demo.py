@@ -90,8 +90,14 @@ def demo(
     ] = Path("traceml-demo"),
     epochs: Annotated[int, typer.Option(min=1, max=500, help="Epochs per real run.")] = 30,
     fake: Annotated[int, typer.Option("--fake-runs", min=0, help="Fake runs written beside the real ones.")] = 24,
+    no_ui: Annotated[bool, typer.Option("--no-ui", help="Stop after the table; do not start the viewer.")] = False,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Start the viewer but only print its URL.")
+    ] = False,
+    port: Annotated[int, typer.Option(help="Viewer port; 0 picks a free one.")] = 0,
 ) -> None:
-    """Train two real small models on the CPU, write fake runs beside them, and show them all.
+    """Train two real small models on the CPU, write fake runs beside them, show them in the
+    terminal, then open the web viewer on them (Ctrl+C stops it).
 
     Example: traceml demo --workspace traceml-demo
     """
@@ -131,5 +137,12 @@ def demo(
     shown = os.path.relpath(runs_dir)
     out.print(
         "\nNext: [bold]traceml runs show digits-mlp --root "
-        f"{escape(shown)}[/] · [bold]traceml runs show failed-run --root {escape(shown)}[/]"
+        f"{escape(shown)}[/] · [bold]traceml ui {escape(shown)}[/]"
     )
+    if no_ui:
+        return
+    from traceml_ai.cli.ui import ui
+
+    out.print("\nStarting the viewer on the demo runs (Ctrl+C to stop) …")
+    ui(roots=[str(runs_dir)], port=port, host=None, no_browser=no_browser, cache_dir=None,
+       refresh_interval_seconds=None)

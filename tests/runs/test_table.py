@@ -365,3 +365,20 @@ def test_row_json_is_json_safe() -> None:
         },
     }
     json.dumps(row, allow_nan=False)
+
+
+def test_numeric_columns_agrees_with_column_is_numeric() -> None:
+    import tempfile
+
+    from traceml_ai.runs.fake import generate
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.runs.table import available_columns, column_is_numeric, numeric_columns
+
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(tmp, runs=24, seed=0)
+        store = RunStore([tmp])
+        store.poll()
+        runs = store.runs()
+        fast = numeric_columns(runs)
+        for column in available_columns(runs):
+            assert (column in fast) == column_is_numeric(runs, column), column

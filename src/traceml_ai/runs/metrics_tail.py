@@ -24,6 +24,7 @@ import gc
 import json
 import operator
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Any
@@ -38,7 +39,6 @@ _BLOCK_BYTES = 128 * 1024  # parse in blocks of about this size: fastest here, a
 _MAX_EXAMPLES = 5
 
 
-@dataclass(frozen=True)
 class Series:
     """One metric's history: parallel arrays, one entry per row that logged the metric.
 
@@ -47,16 +47,44 @@ class Series:
         epoch: float64 epochs (NaN where the row had none).
         time: float64 Unix seconds (NaN where the row had none).
         value: float64 values; NaN for null and non-finite values (a gap when plotted).
+
+    ``epoch`` and ``time`` may be given as zero-argument callables: they are then built on first
+    use, so a chart over steps never pays for the other two axes of a 200,000-row history.
     """
 
-    metric: str
-    step: np.ndarray
-    epoch: np.ndarray
-    time: np.ndarray
-    value: np.ndarray
+    __slots__ = ("_epoch", "_time", "metric", "step", "value")
+
+    def __init__(
+        self,
+        metric: str,
+        step: np.ndarray,
+        epoch: np.ndarray | Callable[[], np.ndarray],
+        time: np.ndarray | Callable[[], np.ndarray],
+        value: np.ndarray,
+    ) -> None:
+        self.metric = metric
+        self.step = step
+        self._epoch = epoch
+        self._time = time
+        self.value = value
+
+    @property
+    def epoch(self) -> np.ndarray:
+        if callable(self._epoch):
+            self._epoch = self._epoch()
+        return self._epoch
+
+    @property
+    def time(self) -> np.ndarray:
+        if callable(self._time):
+            self._time = self._time()
+        return self._time
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Series({self.metric!r}, {len(self)} points)"
 
 
 # Fast path: parse a block of lines as one JSON array "[line1,\nline2,...]" (the block's newlines
@@ -132,9 +160,7 @@ class MetricsTail:
         self._names: set[str] = set()
         self._names_upto = 0
         self._series: dict[str, _CachedSeries] = {}
-        self._axes_cache: tuple[np.ndarray, np.ndarray, np.ndarray] = (
-            np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.float64)
-        )
+        self._axes_cache: dict[str, np.ndarray] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -323,58 +349,52 @@ class MetricsTail:
         cached = self._series.get(metric)
         done = cached.rows_seen if cached is not None else 0
         rows = self.rows
-        if cached is not None and done == len(rows):
-            return cached.series
-        new = rows[done:]
-        present = np.fromiter(map(dict.__contains__, new, repeat(metric)), dtype=bool, count=len(new))
-        keep = np.flatnonzero(present)
-        values: list[Any] = list(map(dict.__getitem__, map(new.__getitem__, keep.tolist()), repeat(metric)))
-        if not _NUMERIC_TYPES.issuperset(map(type, values)):
-            # Rare: strings, lists or booleans among the values; they are not metrics.
-            numeric = [type(v) in _NUMERIC_TYPES for v in values]
-            keep = keep[np.array(numeric, dtype=bool)]
-            values = [v for v, ok in zip(values, numeric, strict=True) if ok]
-        step, epoch, time = self._axes()
-        part = Series(
+        if cached is None or done < len(rows):
+            new = rows[done:]
+            present = np.fromiter(map(dict.__contains__, new, repeat(metric)), dtype=bool, count=len(new))
+            keep = np.flatnonzero(present)
+            values: list[Any] = list(map(dict.__getitem__, map(new.__getitem__, keep.tolist()), repeat(metric)))
+            if not _NUMERIC_TYPES.issuperset(map(type, values)):
+                # Rare: strings, lists or booleans among the values; they are not metrics.
+                numeric = [type(v) in _NUMERIC_TYPES for v in values]
+                keep = keep[np.array(numeric, dtype=bool)]
+                values = [v for v, ok in zip(values, numeric, strict=True) if ok]
+            index = keep + done
+            value = np.array(values, dtype=np.float64).reshape(-1)  # None becomes NaN: a gap
+            if cached is not None:
+                index = np.concatenate([cached.index, index])
+                value = np.concatenate([cached.value, value])
+            cached = _CachedSeries(len(rows), index, value)
+            self._series[metric] = cached
+        index = cached.index
+        return Series(
             metric,
-            step=step[done:][keep],
-            epoch=epoch[done:][keep],
-            time=time[done:][keep],
-            value=np.array(values, dtype=np.float64).reshape(-1),  # None becomes NaN: a gap
+            step=self._axis("step")[index],
+            epoch=lambda: self._axis("epoch")[index],
+            time=lambda: self._axis("time")[index],
+            value=cached.value,
         )
-        if cached is not None:
-            old = cached.series
-            part = Series(
-                metric,
-                step=np.concatenate([old.step, part.step]),
-                epoch=np.concatenate([old.epoch, part.epoch]),
-                time=np.concatenate([old.time, part.time]),
-                value=np.concatenate([old.value, part.value]),
-            )
-        self._series[metric] = _CachedSeries(len(rows), part)
-        return part
 
-
-    def _axes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """step (int64), epoch and time (float64, NaN when missing) of every row, shared by all
-        metrics and extended by the rows appended since the last call."""
-        axes = self._axes_cache
-        done = axes[0].shape[0]
-        if done < len(self.rows):
-            new = self.rows[done:]
-            axes = (
-                np.concatenate([axes[0], np.asarray(self.steps[done:], dtype=np.int64)]),
-                np.concatenate([axes[1], _numbers(new, "epoch")]),
-                np.concatenate([axes[2], _numbers(new, "time")]),
-            )
-            self._axes_cache = axes
-        return axes
+    def _axis(self, name: str) -> np.ndarray:
+        """``step`` (int64) or ``epoch``/``time`` (float64, NaN when missing) of every row, built on
+        first use and extended by the rows appended since."""
+        array = self._axes_cache.get(name)
+        done = 0 if array is None else array.shape[0]
+        if array is None or done < len(self.rows):
+            if name == "step":
+                part = np.asarray(self.steps[done:], dtype=np.int64)
+            else:
+                part = _numbers(self.rows[done:], name)
+            array = part if array is None else np.concatenate([array, part])
+            self._axes_cache[name] = array
+        return array
 
 
 @dataclass(frozen=True)
 class _CachedSeries:
     rows_seen: int
-    series: Series
+    index: np.ndarray  # row index of each point
+    value: np.ndarray
 
 
 _NUMERIC_TYPES = frozenset({float, int, type(None)})

@@ -249,6 +249,34 @@ def column_is_numeric(runs: Iterable[RunSummary], column: str) -> bool:
     return seen
 
 
+def numeric_columns(runs: Iterable[RunSummary]) -> set[str]:
+    """Every column for which :func:`column_is_numeric` is true, found in one pass over the runs'
+    values (the web table asks for all of them at once)."""
+    seen: set[str] = set()
+    text: set[str] = set()
+    for run in runs:
+        for prefix, values in (
+            ("config.", run.params),
+            ("run.start.", run.start),
+            ("run.last.", run.last),
+            ("summary.", run.summary),
+        ):
+            for key, value in values.items():
+                kind = type(value)
+                if kind is float or kind is int:  # exact types: bool is not a number
+                    seen.add(prefix + key)
+                elif value is not None:
+                    text.add(prefix + key)
+        for key, best in run.best.items():
+            if best.value is not None:
+                seen.add("run.best." + key)
+        for column in ("duration_s", "step", "epoch"):
+            if getattr(run, column) is not None:
+                seen.add(column)
+    seen.add("warnings")
+    return seen - text
+
+
 # -- sort ------------------------------------------------------------------------------------------
 
 
@@ -407,9 +435,11 @@ def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
         keys.update(run.params)
     differing = []
     for key in keys:
-        values = {_identity(run.params.get(key)) for run in runs}
-        if len(values) > 1:
-            differing.append(key)
+        first = _identity(runs[0].params.get(key)) if runs else None
+        for run in runs:
+            if _identity(run.params.get(key)) != first:  # stop at the first difference
+                differing.append(key)
+                break
     return sorted(differing)
 
 

@@ -26,10 +26,10 @@ from traceml_ai.runs.store import PollResult, RunStore, heartbeat_age
 from traceml_ai.runs.table import (
     ColumnError,
     available_columns,
-    column_is_numeric,
     default_columns,
     differing_config_keys,
     group_runs,
+    numeric_columns,
     parse_sort_arg,
     sort_runs,
     validate_column,
@@ -244,6 +244,7 @@ class Viewer:
             error = str(err)
             shown = sort_runs(visible, [parse_sort_arg("-started")])
         available = available_columns(visible)
+        numeric = numeric_columns(visible)
         defaults = default_columns(visible)
         chosen: list[str] = []
         for c in columns or defaults:
@@ -260,7 +261,7 @@ class Viewer:
             "columns": {
                 "available": available,
                 "default": defaults,
-                "numeric": [c for c in available if column_is_numeric(visible, c)],
+                "numeric": [c for c in available if c in numeric],
                 "shown": chosen,
             },
             # Always sent: the page's "differing params only" toggle needs no second request.

@@ -1,0 +1,172 @@
+// Actions that call the server and update the store: loading run deltas, querying the table model,
+// hiding runs, exports, and remembering the view.
+
+import { api, type TableQuery } from "./api";
+import { debounce } from "./dom";
+import { type StatusSegment, store } from "./store";
+import type { ExportResponse, TableResponse } from "./types";
+import { errorText, toast } from "./ui";
+
+let runsInFlight: Promise<void> | null = null;
+let runsAgain = false;
+
+/** Fetch what changed since the version the page holds, and tell the views. */
+export function loadRuns(full = false): Promise<void> {
+  if (runsInFlight) {
+    runsAgain = true;
+    return runsInFlight;
+  }
+  runsInFlight = (async () => {
+    try {
+      do {
+        runsAgain = false;
+        const res = await api.runs(full ? 0 : store.version);
+        full = false;
+        const changed = store.applyRuns(res);
+        store.emit("runs", changed);
+      } while (runsAgain);
+    } finally {
+      runsInFlight = null;
+    }
+  })();
+  return runsInFlight;
+}
+
+/** POST /api/refresh: re-check finished runs too, then re-query the table. */
+export async function refreshNow(): Promise<void> {
+  try {
+    const res = await api.refresh(store.version);
+    const changed = store.applyRuns(res);
+    store.emit("runs", changed);
+    await queryTable();
+  } catch (err) {
+    toast(errorText(err), "error");
+  }
+}
+
+export function statusList(seg: StatusSegment): string[] {
+  if (seg === "all") return [];
+  if (seg === "running") return ["running", "running?"];
+  return [seg];
+}
+
+export function currentTableQuery(): TableQuery {
+  const ui = store.ui;
+  return {
+    filters: ui.filters.map((f) => `${f.column}:${f.expr}`),
+    sort: ui.sort,
+    group: ui.group,
+    search: ui.search,
+    status: statusList(ui.status),
+    differing: ui.differing,
+    columns: ui.columns,
+    showHidden: ui.showHidden,
+  };
+}
+
+let tableSeq = 0;
+
+/** GET /api/table with the current view; only the newest answer is applied. */
+export async function queryTable(): Promise<TableResponse | null> {
+  const seq = ++tableSeq;
+  try {
+    const res = await api.table(currentTableQuery());
+    if (seq !== tableSeq) return null;
+    store.table = res;
+    store.emit("table");
+    return res;
+  } catch (err) {
+    if (seq === tableSeq) toast(errorText(err), "error");
+    return null;
+  }
+}
+
+export const queryTableSoon = debounce(() => void queryTable(), 180);
+
+/** Keys of the table in the order it is drawn (group by group when grouped). */
+export function tableOrder(): string[] {
+  const t = store.table;
+  if (!t) return [];
+  const keys = t.groups ? t.groups.flatMap((g) => g.keys) : t.keys;
+  return keys.filter((k) => store.runs.has(k));
+}
+
+/**
+ * The columns the table shows. With "differing params only" on, the config columns are exactly the
+ * params whose value differs between the shown runs (placed after the run columns), whatever the
+ * column chooser holds; the other columns stay as chosen.
+ */
+export function shownColumns(): string[] {
+  const t = store.table;
+  if (!t) return [];
+  if (!store.ui.differing) return t.columns.shown;
+  const rest = t.columns.shown.filter((c) => !c.startsWith("config."));
+  const at = rest.findIndex((c) => c.startsWith("run.") || c.startsWith("summary."));
+  const cut = at < 0 ? rest.length : at;
+  return [...rest.slice(0, cut), ...t.differing, ...rest.slice(cut)];
+}
+
+export async function setHidden(keys: string[], hidden: boolean): Promise<void> {
+  if (!keys.length) return;
+  try {
+    const res = await api.hide(keys, hidden);
+    store.hidden = new Set(res.hidden);
+    if (hidden && !store.ui.showHidden) store.selectMany(keys, false);
+    store.emit("runs", keys);
+    await queryTable();
+    toast(`${keys.length} run${keys.length === 1 ? "" : "s"} ${hidden ? "hidden" : "shown again"}`);
+  } catch (err) {
+    toast(errorText(err), "error");
+  }
+}
+
+// -- exports ----------------------------------------------------------------------------------------
+
+export interface ExportNotice {
+  what: string;
+  res: ExportResponse;
+}
+
+let exportListener: ((n: ExportNotice) => void) | null = null;
+
+export function onExport(fn: (n: ExportNotice) => void): void {
+  exportListener = fn;
+}
+
+export async function runExport(what: string, call: () => Promise<ExportResponse>): Promise<void> {
+  try {
+    const res = await call();
+    exportListener?.({ what, res });
+  } catch (err) {
+    toast(errorText(err), "error");
+  }
+}
+
+export function exportTable(): Promise<void> {
+  const keys = tableOrder();
+  return runExport(`Table CSV (${keys.length} runs)`, () => api.exportTable(keys, shownColumns()));
+}
+
+// -- remembered view --------------------------------------------------------------------------------
+
+let saveEnabled = false;
+
+const saveNow = debounce(() => {
+  api.putUiState(store.ui).catch((err: unknown) => console.warn("ui-state not saved:", errorText(err)));
+}, 600);
+
+export async function loadUiState(): Promise<Record<string, unknown>> {
+  try {
+    return await api.getUiState();
+  } catch (err) {
+    console.warn("ui-state not loaded:", errorText(err));
+    return {};
+  }
+}
+
+export function enableSaving(): void {
+  saveEnabled = true;
+  store.on("ui", () => {
+    if (saveEnabled) saveNow();
+  });
+}

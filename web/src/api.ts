@@ -1,0 +1,111 @@
+// The only module that talks to the server (docs/viewer-api.md). The token lives in an HttpOnly
+// cookie set by the first visit, so requests are plain same-origin fetches.
+
+import type {
+  BarResponse,
+  BarSpec,
+  BoxResponse,
+  BoxSpec,
+  ExportResponse,
+  LineSpec,
+  RunDetail,
+  RunsResponse,
+  ScatterResponse,
+  ScatterSpec,
+  SeriesResponse,
+  TableResponse,
+  XAxis,
+} from "./types";
+
+/** A failed API call; `message` is the server's one-line `error` when it sent one. */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method, credentials: "same-origin", headers: {} };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers = { "Content-Type": "application/json" };
+  }
+  let res: Response;
+  try {
+    res = await fetch(path, init);
+  } catch {
+    throw new ApiError("cannot reach the TraceML server (is `traceml ui` still running?)", 0);
+  }
+  const type = res.headers.get("Content-Type") ?? "";
+  if (!res.ok) {
+    let message = `${method} ${path.split("?")[0]}: HTTP ${res.status}`;
+    if (type.includes("json")) {
+      try {
+        const data = (await res.json()) as { error?: unknown };
+        if (typeof data.error === "string") message = data.error;
+      } catch {
+        // keep the generic message
+      }
+    }
+    if (res.status === 403) {
+      message = "access refused: open the URL with ?token=… that `traceml ui` printed";
+    }
+    throw new ApiError(message, res.status);
+  }
+  if (type.includes("json")) return (await res.json()) as T;
+  return (await res.text()) as unknown as T;
+}
+
+export interface TableQuery {
+  filters: string[];
+  sort: string[];
+  group: string | null;
+  search: string;
+  status: string[];
+  differing: boolean;
+  columns: string[] | null;
+  showHidden: boolean;
+}
+
+export function tableParams(q: TableQuery): URLSearchParams {
+  const p = new URLSearchParams();
+  for (const f of q.filters) p.append("filter", f);
+  for (const s of q.sort) p.append("sort", s);
+  if (q.group) p.set("group", q.group);
+  if (q.search.trim()) p.set("search", q.search.trim());
+  if (q.status.length) p.set("status", q.status.join(","));
+  if (q.differing) p.set("differing", "1");
+  if (q.columns && q.columns.length) p.set("columns", q.columns.join(","));
+  if (q.showHidden) p.set("show_hidden", "1");
+  return p;
+}
+
+export const api = {
+  runs: (since: number) => request<RunsResponse>("GET", `/api/runs?since=${since}`),
+  refresh: (since: number) => request<RunsResponse>("POST", "/api/refresh", { since }),
+  table: (q: TableQuery) => request<TableResponse>("GET", `/api/table?${tableParams(q).toString()}`),
+  series: (keys: string[], metrics: string[], x: XAxis, ema: number) =>
+    request<SeriesResponse>("POST", "/api/series", { keys, metrics, x, ema }),
+  bar: (spec: BarSpec) => request<BarResponse>("POST", "/api/chart", { chart: "bar", ...spec }),
+  scatter: (spec: ScatterSpec) => request<ScatterResponse>("POST", "/api/chart", { chart: "scatter", ...spec }),
+  box: (spec: BoxSpec) => request<BoxResponse>("POST", "/api/chart", { chart: "box", ...spec }),
+  run: (key: string) => request<RunDetail>("GET", `/api/run?key=${encodeURIComponent(key)}`),
+  file: (key: string, name: string) =>
+    request<string>("GET", `/api/file?key=${encodeURIComponent(key)}&name=${encodeURIComponent(name)}`),
+  hide: (keys: string[], hidden: boolean) => request<{ hidden: string[] }>("POST", "/api/hide", { keys, hidden }),
+  getUiState: () => request<Record<string, unknown>>("GET", "/api/ui-state"),
+  putUiState: (state: object) => request<{ ok: boolean }>("PUT", "/api/ui-state", state),
+  exportTable: (keys: string[], columns: string[]) =>
+    request<ExportResponse>("POST", "/api/export/table", { keys, columns }),
+  exportChart: (
+    spec:
+      | ({ chart: "line" } & LineSpec)
+      | ({ chart: "bar" } & BarSpec)
+      | ({ chart: "scatter" } & ScatterSpec)
+      | ({ chart: "box" } & BoxSpec),
+    format: "csv" | "png",
+  ) => request<ExportResponse>("POST", "/api/export/chart", { ...spec, format }),
+};

@@ -1,0 +1,90 @@
+// Display formatting of values. Full precision always stays available as a tooltip: the table
+// shows `0.8912`, the tooltip (and the CSV export) `0.89123456`.
+
+import type { Scalar } from "./types";
+
+/** A number in at most ~4 significant digits; exponent form for very small or large values. */
+export function fmtNum(v: number): string {
+  if (!Number.isFinite(v)) return String(v);
+  if (Number.isInteger(v) && Math.abs(v) < 1e7) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e7)) {
+    return v.toExponential(2).replace(/\.?0+e/, "e");
+  }
+  const digits = a >= 1000 ? 1 : a >= 100 ? 2 : a >= 10 ? 3 : 4;
+  return String(Number(v.toFixed(digits)));
+}
+
+/** The exact text of a value (as the CSV export writes it). */
+export function rawText(v: Scalar | undefined): string {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "boolean") return v ? "true" : "false";
+  return String(v);
+}
+
+/** A cell value for display. */
+export function fmtValue(v: Scalar | undefined): string {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number") return fmtNum(v);
+  if (typeof v === "boolean") return v ? "true" : "false";
+  return v;
+}
+
+/** Seconds as `1h 02m`, `3m 05s`, `12.5 s`. */
+export function fmtDuration(sec: number | null | undefined): string {
+  if (sec === null || sec === undefined || !Number.isFinite(sec)) return "";
+  if (sec < 60) return `${Number(sec.toFixed(sec < 10 ? 1 : 0))} s`;
+  const s = Math.round(sec);
+  const d = Math.floor(s / 86400);
+  const hh = Math.floor((s % 86400) / 3600);
+  const mm = Math.floor((s % 3600) / 60);
+  const ss = s % 60;
+  if (d > 0) return `${d}d ${String(hh).padStart(2, "0")}h`;
+  if (hh > 0) return `${hh}h ${String(mm).padStart(2, "0")}m`;
+  return `${mm}m ${String(ss).padStart(2, "0")}s`;
+}
+
+/** An ISO-8601 time as local `YYYY-MM-DD HH:MM`. */
+export function fmtTime(iso: string | null | undefined): string {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return iso;
+  const p = (n: number) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
+/** Seconds since an ISO time, or null. */
+export function ageSeconds(iso: string | null | undefined, now = Date.now()): number | null {
+  if (!iso) return null;
+  const t = new Date(iso).getTime();
+  if (Number.isNaN(t)) return null;
+  return Math.max(0, (now - t) / 1000);
+}
+
+/** `12 s ago`, `4 min ago`, `3 h ago`, `2 d ago`. */
+export function fmtAgo(iso: string | null | undefined, now = Date.now()): string {
+  const a = ageSeconds(iso, now);
+  if (a === null) return "never";
+  if (a < 5) return "just now";
+  if (a < 60) return `${Math.floor(a)} s ago`;
+  if (a < 3600) return `${Math.floor(a / 60)} min ago`;
+  if (a < 86400) return `${Math.floor(a / 3600)} h ago`;
+  return `${Math.floor(a / 86400)} d ago`;
+}
+
+/** File size in bytes as `812 B`, `4.1 KB`, `2.3 MB`. */
+export function fmtBytes(n: number | null | undefined): string {
+  if (n === null || n === undefined) return "";
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** Axis label for seconds of wall time. */
+export function fmtSecondsAxis(v: number): string {
+  const a = Math.abs(v);
+  if (a < 60) return `${fmtNum(v)}s`;
+  if (a < 3600) return `${fmtNum(v / 60)}m`;
+  if (a < 86400) return `${fmtNum(v / 3600)}h`;
+  return `${fmtNum(v / 86400)}d`;
+}

@@ -1,0 +1,43 @@
+// Live refresh: the server pushes `event: runs` over server-sent events when a poll changed
+// something; the page then fetches only the changed runs (GET /api/runs?since=) and re-queries the
+// table. Sort, filters, selection, zoom and column choices live in the store, so nothing is lost.
+
+import { loadRuns } from "./actions";
+import { store } from "./store";
+
+export function connectLive(): void {
+  let source: EventSource | null = null;
+  let retry = 1000;
+
+  const open = () => {
+    source = new EventSource("/api/events");
+    source.addEventListener("open", () => {
+      retry = 1000;
+      store.live = true;
+      store.emit("live");
+      // Catch up on whatever changed while we were away.
+      void loadRuns();
+    });
+    source.addEventListener("runs", (ev) => {
+      let version: number | null = null;
+      try {
+        const data = JSON.parse((ev as MessageEvent<string>).data) as { version?: unknown };
+        version = typeof data.version === "number" ? data.version : null;
+      } catch {
+        version = null;
+      }
+      if (version === null || version !== store.version) void loadRuns();
+    });
+    source.addEventListener("error", () => {
+      store.live = false;
+      store.emit("live");
+      if (source && source.readyState === EventSource.CLOSED) {
+        // The browser gave up (e.g. a 403 or the server went away): try again later.
+        source = null;
+        window.setTimeout(open, retry);
+        retry = Math.min(retry * 2, 30000);
+      }
+    });
+  };
+  open();
+}

@@ -1,0 +1,310 @@
+// The application shell: sidebar (views, roots, selection, settings), header (status counts, last
+// refresh, Refresh), the view area, the inspector panel and the export bar.
+
+import { onExport, queryTable, refreshNow } from "./actions";
+import { h, replace } from "./dom";
+import { fmtAgo } from "./format";
+import { type IconName, icon } from "./icons";
+import { MAX_SERIES_RUNS, type View, store } from "./store";
+import { button, copyText, toast, toggle } from "./ui";
+
+export interface ViewModule {
+  /** Build the view's DOM once. */
+  mount(host: HTMLElement): void;
+  /** The view became visible. */
+  show(): void;
+  /** The view was hidden. */
+  hide?(): void;
+}
+
+const VIEW_META: Record<View, { label: string; icon: IconName; title: string }> = {
+  overview: { label: "Overview", icon: "overview", title: "Overview" },
+  runs: { label: "Runs", icon: "runs", title: "Runs" },
+  charts: { label: "Charts", icon: "charts", title: "Charts & analysis" },
+  compare: { label: "Compare", icon: "compare", title: "Compare runs" },
+};
+
+export class Shell {
+  private root: HTMLElement;
+  private navCounts = new Map<View, HTMLElement>();
+  private navItems = new Map<View, HTMLElement>();
+  private viewHosts = new Map<View, HTMLElement>();
+  private rootsEl = h("div", { class: "side-list", testid: "roots" });
+  private selectionEl = h("div", { class: "side-selection", testid: "selection" });
+  private settingsEl = h("div", { class: "side-settings", testid: "settings" });
+  private titleEl = h("h1", { class: "header-title" });
+  private countsEl = h("div", { class: "header-counts" });
+  private refreshedEl = h("span", { class: "header-refreshed", testid: "last-refreshed" });
+  private liveEl = h("span", { class: "live-dot", title: "live updates" });
+  private exportBar = h("div", { class: "exportbar", testid: "export-bar" });
+  readonly inspectorHost = h("aside", { class: "inspector", testid: "inspector", attrs: { hidden: true } });
+  private active: View | null = null;
+
+  constructor(
+    host: HTMLElement,
+    private views: Record<View, ViewModule>,
+  ) {
+    this.root = host;
+    this.exportBar.hidden = true;
+    this.build();
+    store.on("runs", () => this.renderCounts());
+    store.on("table", () => this.renderCounts());
+    store.on("selection", () => {
+      this.renderCounts();
+      this.renderSelection();
+    });
+    store.on("view", () => this.showView(store.ui.view));
+    store.on("live", () => this.renderLive());
+    store.on("inspector", () => {
+      this.inspectorHost.hidden = store.inspector === null;
+      this.root.classList.toggle("has-inspector", store.inspector !== null);
+    });
+    onExport((n) => this.showExport(n.what, n.res.path, n.res.latest));
+    window.setInterval(() => this.renderRefreshed(), 1000);
+  }
+
+  private build(): void {
+    const nav = h("nav", { class: "nav", attrs: { "aria-label": "Views" } });
+    for (const v of Object.keys(VIEW_META) as View[]) {
+      const meta = VIEW_META[v];
+      const count = h("span", { class: "nav-count", testid: `nav-count-${v}` });
+      const item = h(
+        "button",
+        { type: "button", class: "nav-item", testid: `nav-${v}`, data: { view: v } },
+        icon(meta.icon),
+        h("span", { class: "nav-label", text: meta.label }),
+        count,
+      );
+      item.addEventListener("click", () => store.setView(v));
+      this.navCounts.set(v, count);
+      this.navItems.set(v, item);
+      nav.appendChild(item);
+    }
+    const brand = h(
+      "div",
+      { class: "brand" },
+      h("span", { class: "brand-mark" }, icon("charts")),
+      h("span", { class: "brand-name", text: "TraceML" }),
+    );
+    const sidebar = h(
+      "aside",
+      { class: "sidebar", testid: "sidebar" },
+      brand,
+      nav,
+      h("div", { class: "side-section" }, h("div", { class: "side-heading", text: "Roots" }), this.rootsEl),
+      h("div", { class: "side-section" }, h("div", { class: "side-heading", text: "Selection" }), this.selectionEl),
+      h("div", { class: "side-section side-bottom" }, h("div", { class: "side-heading", text: "Settings" }), this.settingsEl),
+    );
+    const refresh = button("Refresh", {
+      icon: "refresh",
+      testid: "refresh",
+      title: "Re-check all runs, finished ones too",
+      onClick: async () => {
+        refresh.classList.add("is-busy");
+        await refreshNow();
+        refresh.classList.remove("is-busy");
+      },
+    });
+    const header = h(
+      "header",
+      { class: "header", testid: "header" },
+      this.titleEl,
+      this.countsEl,
+      h("div", { class: "spacer" }),
+      h("div", { class: "header-status" }, this.liveEl, this.refreshedEl),
+      refresh,
+    );
+    const viewsEl = h("div", { class: "views" });
+    for (const v of Object.keys(VIEW_META) as View[]) {
+      const host = h("section", { class: `view view-${v}`, testid: `view-${v}`, attrs: { hidden: true } });
+      this.viewHosts.set(v, host);
+      viewsEl.appendChild(host);
+      this.views[v].mount(host);
+    }
+    const main = h("div", { class: "main" }, header, viewsEl, this.exportBar);
+    replace(this.root, sidebar, main, this.inspectorHost);
+    this.root.classList.add("app");
+    this.renderSettings();
+    this.renderSelection();
+    this.renderLive();
+  }
+
+  showView(v: View): void {
+    if (this.active === v) return;
+    if (this.active) {
+      this.viewHosts.get(this.active)!.hidden = true;
+      this.views[this.active].hide?.();
+    }
+    this.active = v;
+    for (const [k, el] of this.navItems) el.classList.toggle("is-active", k === v);
+    this.viewHosts.get(v)!.hidden = false;
+    this.titleEl.textContent = VIEW_META[v].title;
+    this.views[v].show();
+  }
+
+  renderCounts(): void {
+    const runs = store.visibleRuns();
+    const by = (s: string[]) => runs.filter((r) => s.includes(r.display_status)).length;
+    const running = by(["running", "running?"]);
+    const stale = by(["stale"]);
+    const failed = by(["failed"]);
+    const sel = store.ui.selection.length;
+    this.navCounts.get("overview")!.textContent = String(runs.length);
+    this.navCounts.get("runs")!.textContent = store.table ? String(store.table.shown) : String(runs.length);
+    this.navCounts.get("charts")!.textContent = sel ? String(Math.min(sel, MAX_SERIES_RUNS)) : "";
+    this.navCounts.get("compare")!.textContent = sel ? String(sel) : "";
+    const pill = (n: number, label: string, cls: string) =>
+      h(
+        "button",
+        {
+          type: "button",
+          class: `count-pill status-${cls}${n ? "" : " is-zero"}`,
+          testid: `count-${label}`,
+          title: `Show ${label} runs`,
+        },
+        h("span", { class: "badge-dot" }),
+        h("span", { class: "count-n", text: String(n) }),
+        h("span", { text: label }),
+      );
+    const pills = [pill(running, "running", "running"), pill(stale, "stale", "stale"), pill(failed, "failed", "failed")];
+    pills.forEach((p, i) =>
+      p.addEventListener("click", () => {
+        store.set("status", (["running", "stale", "failed"] as const)[i]!);
+        store.setView("runs");
+        void queryTable();
+      }),
+    );
+    replace(this.countsEl, ...pills);
+    this.renderRoots();
+    this.renderRefreshed();
+  }
+
+  private renderRoots(): void {
+    if (!store.roots.length) {
+      replace(this.rootsEl, h("div", { class: "side-muted", text: "no roots" }));
+      return;
+    }
+    replace(
+      this.rootsEl,
+      ...store.roots.map((r) => {
+        const parts = r.path.split(/[\\/]/).filter(Boolean);
+        const base = parts.slice(-2).join("/") || r.path;
+        return h(
+          "div",
+          { class: `side-root${r.missing ? " is-missing" : ""}`, title: r.path, testid: "root-item" },
+          icon("folder"),
+          h("span", { class: "side-root-name", text: base }),
+          h("span", { class: "side-root-count", text: r.missing ? "missing" : String(r.count) }),
+        );
+      }),
+    );
+  }
+
+  private renderSelection(): void {
+    const n = store.ui.selection.length;
+    const clear = button("Clear", {
+      small: true,
+      kind: "ghost",
+      testid: "clear-selection",
+      disabled: n === 0,
+      onClick: () => store.setSelection([]),
+    });
+    const compare = button("Compare", {
+      small: true,
+      kind: "ghost",
+      testid: "selection-compare",
+      disabled: n < 2,
+      onClick: () => store.setView("compare"),
+    });
+    const plot = button("Plot", {
+      small: true,
+      kind: "ghost",
+      testid: "selection-plot",
+      disabled: n === 0,
+      onClick: () => {
+        store.set("chart", "line");
+        store.setView("charts");
+      },
+    });
+    replace(
+      this.selectionEl,
+      h(
+        "div",
+        { class: "side-selection-count" },
+        h("span", { class: "side-big", testid: "selection-count", text: String(n) }),
+        h("span", { class: "side-muted", text: n === 1 ? " run selected" : " runs selected" }),
+      ),
+      n > MAX_SERIES_RUNS
+        ? h("div", { class: "side-note", text: `Line charts plot the first ${MAX_SERIES_RUNS}.` })
+        : null,
+      h("div", { class: "side-actions" }, plot, compare, clear),
+    );
+  }
+
+  renderSettings(): void {
+    const interval = h("span", { class: "side-value", testid: "refresh-interval" });
+    const update = () => {
+      interval.textContent = `${store.refreshInterval} s · stale after ${store.staleAfter} s`;
+    };
+    update();
+    store.on("runs", update);
+    replace(
+      this.settingsEl,
+      h("div", { class: "side-kv" }, h("span", { class: "side-muted", text: "Refresh" }), interval),
+      toggle(
+        "Show hidden runs",
+        store.ui.showHidden,
+        (on) => {
+          store.set("showHidden", on);
+          store.emit("runs", []);
+          void queryTable();
+        },
+        "show-hidden",
+      ),
+    );
+  }
+
+  private renderRefreshed(): void {
+    this.refreshedEl.textContent = store.refreshedAt ? `Refreshed ${fmtAgo(store.refreshedAt)}` : "Not refreshed yet";
+    if (store.refreshedAt) this.refreshedEl.title = store.refreshedAt;
+  }
+
+  private renderLive(): void {
+    this.liveEl.classList.toggle("is-live", store.live);
+    this.liveEl.title = store.live ? "Live: the server pushes changes" : "Not connected: live updates paused";
+  }
+
+  private showExport(what: string, path: string, latest?: string): void {
+    const pathEl = h("code", { class: "exportbar-path", testid: "export-path", text: path });
+    const copy = button("Copy path", {
+      icon: "copy",
+      small: true,
+      testid: "copy-path",
+      onClick: async () => {
+        const ok = await copyText(path);
+        toast(ok ? "Path copied" : "Could not copy; select the path instead", ok ? "info" : "error");
+      },
+    });
+    const close = button("", {
+      icon: "close",
+      kind: "ghost",
+      small: true,
+      title: "Close",
+      testid: "export-close",
+      onClick: () => {
+        this.exportBar.hidden = true;
+      },
+    });
+    replace(
+      this.exportBar,
+      icon("download"),
+      h("span", { class: "exportbar-what", text: `${what} saved:` }),
+      pathEl,
+      latest ? h("span", { class: "exportbar-latest", title: latest, text: "also latest.csv" }) : null,
+      h("div", { class: "spacer" }),
+      copy,
+      close,
+    );
+    this.exportBar.hidden = false;
+  }
+}

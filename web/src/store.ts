@@ -1,0 +1,284 @@
+// Page state: the runs the page holds (merged from GET /api/runs deltas), the last table answer,
+// and the remembered view (GET/PUT /api/ui-state). A tiny event bus tells views what changed.
+
+import type { ChartKind, RunRow, RootInfo, RunsResponse, TableResponse, XAxis } from "./types";
+
+export type View = "overview" | "runs" | "charts" | "compare";
+export const VIEWS: View[] = ["overview", "runs", "charts", "compare"];
+
+export const STATUS_SEGMENTS = ["all", "running", "stale", "completed", "failed", "killed", "legacy"] as const;
+export type StatusSegment = (typeof STATUS_SEGMENTS)[number];
+
+export interface FilterChip {
+  column: string;
+  expr: string;
+}
+
+export interface ScatterState {
+  x: string | null;
+  y: string | null;
+  size: string | null;
+  color: string | null;
+  logX: boolean;
+  logY: boolean;
+}
+
+export interface FieldState {
+  field: string | null;
+  groupBy: string | null;
+}
+
+/** What GET/PUT /api/ui-state remembers. */
+export interface UiState {
+  view: View;
+  selection: string[];
+  search: string;
+  filters: FilterChip[];
+  status: StatusSegment;
+  sort: string[];
+  group: string | null;
+  columns: string[] | null;
+  differing: boolean;
+  showHidden: boolean;
+  metrics: string[] | null;
+  x: XAxis;
+  ema: number;
+  logY: boolean;
+  colorBy: string | null;
+  chart: ChartKind;
+  scatter: ScatterState;
+  box: FieldState;
+  bar: FieldState;
+  compareOnlyDiff: boolean;
+}
+
+export function defaultUiState(): UiState {
+  return {
+    view: "runs",
+    selection: [],
+    search: "",
+    filters: [],
+    status: "all",
+    sort: [],
+    group: null,
+    columns: null,
+    differing: false,
+    showHidden: false,
+    metrics: null,
+    x: "step",
+    ema: 0,
+    logY: false,
+    colorBy: null,
+    chart: "line",
+    scatter: { x: null, y: null, size: null, color: null, logX: false, logY: false },
+    box: { field: null, groupBy: null },
+    bar: { field: null, groupBy: null },
+    compareOnlyDiff: false,
+  };
+}
+
+// -- validation of a remembered view (any JSON object may come back) ------------------------------
+
+const isStr = (v: unknown): v is string => typeof v === "string";
+const strOrNull = (v: unknown, d: string | null): string | null => (v === null ? null : isStr(v) ? v : d);
+const bool = (v: unknown, d: boolean): boolean => (typeof v === "boolean" ? v : d);
+const strList = (v: unknown): string[] | null => (Array.isArray(v) && v.every(isStr) ? v : null);
+
+export function parseUiState(raw: unknown): UiState {
+  const d = defaultUiState();
+  if (!raw || typeof raw !== "object" || Array.isArray(raw)) return d;
+  const r = raw as Record<string, unknown>;
+  const scatter = (r.scatter && typeof r.scatter === "object" ? r.scatter : {}) as Record<string, unknown>;
+  const box = (r.box && typeof r.box === "object" ? r.box : {}) as Record<string, unknown>;
+  const bar = (r.bar && typeof r.bar === "object" ? r.bar : {}) as Record<string, unknown>;
+  const filters = Array.isArray(r.filters)
+    ? r.filters.filter(
+        (f): f is FilterChip =>
+          !!f && typeof f === "object" && isStr((f as FilterChip).column) && isStr((f as FilterChip).expr),
+      )
+    : [];
+  return {
+    view: VIEWS.includes(r.view as View) ? (r.view as View) : d.view,
+    selection: strList(r.selection) ?? [],
+    search: isStr(r.search) ? r.search : "",
+    filters: filters.map((f) => ({ column: f.column, expr: f.expr })),
+    status: (STATUS_SEGMENTS as readonly string[]).includes(r.status as string) ? (r.status as StatusSegment) : "all",
+    sort: strList(r.sort) ?? [],
+    group: strOrNull(r.group, null),
+    columns: strList(r.columns),
+    differing: bool(r.differing, false),
+    showHidden: bool(r.showHidden, false),
+    metrics: strList(r.metrics),
+    x: r.x === "epoch" || r.x === "time" ? r.x : "step",
+    ema: typeof r.ema === "number" && r.ema >= 0 && r.ema <= 0.99 ? r.ema : 0,
+    logY: bool(r.logY, false),
+    colorBy: strOrNull(r.colorBy, null),
+    chart: r.chart === "scatter" || r.chart === "box" || r.chart === "bar" ? r.chart : "line",
+    scatter: {
+      x: strOrNull(scatter.x, null),
+      y: strOrNull(scatter.y, null),
+      size: strOrNull(scatter.size, null),
+      color: strOrNull(scatter.color, null),
+      logX: bool(scatter.logX, false),
+      logY: bool(scatter.logY, false),
+    },
+    box: { field: strOrNull(box.field, null), groupBy: strOrNull(box.groupBy, null) },
+    bar: { field: strOrNull(bar.field, null), groupBy: strOrNull(bar.groupBy, null) },
+    compareOnlyDiff: bool(r.compareOnlyDiff, false),
+  };
+}
+
+// -- the store --------------------------------------------------------------------------------------
+
+export type Topic =
+  | "runs" // run data changed (payload: changed keys)
+  | "table" // a new table answer
+  | "selection"
+  | "view"
+  | "ui" // any remembered setting changed
+  | "inspector"
+  | "live"; // events stream connected/disconnected
+
+type Listener = (detail?: unknown) => void;
+
+export const PALETTE_SIZE = 12;
+export const MAX_SERIES_RUNS = 30;
+
+export class Store {
+  ui: UiState = defaultUiState();
+  runs = new Map<string, RunRow>();
+  version = 0;
+  hidden = new Set<string>();
+  roots: RootInfo[] = [];
+  warnings: string[] = [];
+  refreshedAt: string | null = null;
+  refreshInterval = 5;
+  staleAfter = 60;
+  table: TableResponse | null = null;
+  inspector: string | null = null;
+  live = false;
+  private colorSlots = new Map<string, number>();
+  private listeners = new Map<Topic, Set<Listener>>();
+
+  on(topic: Topic, fn: Listener): void {
+    let set = this.listeners.get(topic);
+    if (!set) this.listeners.set(topic, (set = new Set()));
+    set.add(fn);
+  }
+
+  emit(topic: Topic, detail?: unknown): void {
+    for (const fn of this.listeners.get(topic) ?? []) {
+      try {
+        fn(detail);
+      } catch (err) {
+        console.error(err);
+      }
+    }
+  }
+
+  /** Merge a GET /api/runs (or POST /api/refresh) answer; returns the changed or removed keys. */
+  applyRuns(res: RunsResponse): string[] {
+    const changed: string[] = [];
+    if (res.full) {
+      for (const k of this.runs.keys()) changed.push(k);
+      this.runs.clear();
+    }
+    for (const r of res.runs) {
+      this.runs.set(r.key, r);
+      changed.push(r.key);
+    }
+    for (const k of res.removed) {
+      if (this.runs.delete(k)) changed.push(k);
+    }
+    this.version = res.version;
+    this.hidden = new Set(res.hidden);
+    this.roots = res.roots;
+    this.warnings = res.warnings;
+    this.refreshedAt = res.refreshed_at;
+    this.refreshInterval = res.refresh_interval_seconds;
+    this.staleAfter = res.stale_after_seconds;
+    // Runs that disappeared leave the selection.
+    const sel = this.ui.selection.filter((k) => this.runs.has(k));
+    if (sel.length !== this.ui.selection.length) this.setSelection(sel);
+    return changed;
+  }
+
+  /** Runs the user may see (hidden ones only with "show hidden runs"). */
+  visibleRuns(): RunRow[] {
+    const out: RunRow[] = [];
+    for (const r of this.runs.values()) if (this.ui.showHidden || !this.hidden.has(r.key)) out.push(r);
+    return out;
+  }
+
+  set<K extends keyof UiState>(key: K, value: UiState[K]): void {
+    this.ui[key] = value;
+    this.emit("ui", key);
+  }
+
+  setView(view: View): void {
+    if (this.ui.view === view) return;
+    this.set("view", view);
+    this.emit("view");
+  }
+
+  isSelected(key: string): boolean {
+    return this.selectionSet.has(key);
+  }
+
+  private selectionSet = new Set<string>();
+
+  setSelection(keys: string[]): void {
+    const uniq = [...new Set(keys)];
+    this.ui.selection = uniq;
+    this.selectionSet = new Set(uniq);
+    this.assignColors();
+    this.emit("selection");
+    this.emit("ui", "selection");
+  }
+
+  toggleSelected(key: string, on?: boolean): void {
+    const want = on ?? !this.selectionSet.has(key);
+    if (want === this.selectionSet.has(key)) return;
+    this.setSelection(want ? [...this.ui.selection, key] : this.ui.selection.filter((k) => k !== key));
+  }
+
+  selectMany(keys: string[], on: boolean): void {
+    if (on) this.setSelection([...this.ui.selection, ...keys]);
+    else {
+      const drop = new Set(keys);
+      this.setSelection(this.ui.selection.filter((k) => !drop.has(k)));
+    }
+  }
+
+  /** A run's palette slot: given when first selected (the least used among the selected runs), kept after. */
+  colorOf(key: string): number {
+    let slot = this.colorSlots.get(key);
+    if (slot === undefined) {
+      slot = this.leastUsedSlot();
+      this.colorSlots.set(key, slot);
+    }
+    return slot;
+  }
+
+  private leastUsedSlot(): number {
+    const use = new Array<number>(PALETTE_SIZE).fill(0);
+    for (const k of this.ui.selection) {
+      const s = this.colorSlots.get(k);
+      if (s !== undefined) use[s] = (use[s] ?? 0) + 1;
+    }
+    let best = 0;
+    for (let i = 1; i < PALETTE_SIZE; i++) if ((use[i] ?? 0) < (use[best] ?? 0)) best = i;
+    return best;
+  }
+
+  private assignColors(): void {
+    for (const k of this.ui.selection) this.colorOf(k);
+  }
+
+  openInspector(key: string | null): void {
+    this.inspector = key;
+    this.emit("inspector");
+  }
+}
+
+export const store = new Store();

@@ -1,0 +1,216 @@
+// Shapes of the viewer JSON API (docs/viewer-api.md). Everything here comes from run files or the
+// server and is untrusted text: it is only ever put into the page with textContent.
+
+export type Scalar = string | number | boolean | null;
+
+export type DisplayStatus =
+  | "running"
+  | "running?"
+  | "stale"
+  | "completed"
+  | "failed"
+  | "killed"
+  | "legacy"
+  | "unknown";
+
+export interface BestValue {
+  value: number | null;
+  step: number | null;
+  epoch: number | null;
+  mode: string | null;
+}
+
+export interface RunError {
+  type: string | null;
+  message: string | null;
+  code: number | null;
+  signal: string | null;
+}
+
+export interface RunRow {
+  key: string;
+  id: string;
+  name: string;
+  group: string | null;
+  tags: string[];
+  notes: string;
+  status: string;
+  display_status: DisplayStatus | string;
+  legacy: boolean;
+  started_at: string | null;
+  ended_at: string | null;
+  heartbeat_at: string | null;
+  duration_s: number | null;
+  step: number | null;
+  epoch: number | null;
+  path: string;
+  root: string;
+  warnings: string[];
+  error: RunError | null;
+  params: Record<string, Scalar>;
+  start: Record<string, number | null>;
+  last: Record<string, number | null>;
+  best: Record<string, BestValue>;
+  summary: Record<string, Scalar>;
+  metric_names: string[];
+}
+
+export interface RootInfo {
+  path: string;
+  count: number;
+  missing: boolean;
+}
+
+export interface RunsResponse {
+  version: number;
+  full: boolean;
+  runs: RunRow[];
+  removed: string[];
+  hidden: string[];
+  roots: RootInfo[];
+  warnings: string[];
+  refreshed_at: string | null;
+  refresh_interval_seconds: number;
+  stale_after_seconds: number;
+}
+
+export interface TableGroup {
+  label: string;
+  keys: string[];
+  color: number;
+}
+
+export interface TableColumns {
+  available: string[];
+  default: string[];
+  numeric: string[];
+  shown: string[];
+}
+
+export interface TableResponse {
+  version: number;
+  keys: string[];
+  total: number;
+  shown: number;
+  groups: TableGroup[] | null;
+  columns: TableColumns;
+  differing: string[];
+  error: string | null;
+}
+
+export type XAxis = "step" | "epoch" | "time";
+
+export interface Series {
+  key: string;
+  metric: string;
+  x: (number | null)[];
+  y: (number | null)[];
+  smoothed: (number | null)[] | null;
+  raw_points: number;
+  downsampled: boolean;
+}
+
+export interface SeriesResponse {
+  version: number;
+  series: Series[];
+  warnings: Record<string, string[]>;
+}
+
+export interface BarItem {
+  key: string | null;
+  label: string;
+  value: number | null;
+  min: number | null;
+  max: number | null;
+  n: number;
+  group: string | null;
+}
+
+export interface BarResponse {
+  bars: BarItem[];
+  total: number;
+  limit: number;
+}
+
+export interface ScatterPoint {
+  key: string;
+  label: string;
+  x: number;
+  y: number;
+  size: number | null;
+  group: string | null;
+}
+
+export interface ScatterResponse {
+  points: ScatterPoint[];
+  dropped: number;
+}
+
+export interface BoxPoint {
+  key: string;
+  label: string;
+  value: number;
+  outlier: boolean;
+}
+
+export interface BoxGroup {
+  label: string;
+  n: number;
+  q1: number;
+  median: number;
+  q3: number;
+  low: number;
+  high: number;
+  points: BoxPoint[];
+}
+
+export interface BoxResponse {
+  groups: BoxGroup[];
+}
+
+export interface RunDetail {
+  run: RunRow;
+  config: unknown;
+  run_json: Record<string, unknown> | null;
+  traceback: string | null;
+  files: Record<string, number | null>;
+}
+
+export interface ExportResponse {
+  path: string;
+  latest?: string;
+  rows?: number;
+}
+
+export type ChartKind = "line" | "scatter" | "box" | "bar";
+
+export interface LineSpec {
+  keys: string[];
+  metrics: string[];
+  x: XAxis;
+  ema: number;
+  log_y: boolean;
+  group_by: string | null;
+}
+
+export interface BarSpec {
+  keys: string[];
+  field: string;
+  group_by: string | null;
+}
+
+export interface ScatterSpec {
+  keys: string[];
+  x_field: string;
+  y_field: string;
+  size_field: string | null;
+  color_field: string | null;
+  log_x: boolean;
+  log_y: boolean;
+}
+
+export interface BoxSpec {
+  keys: string[];
+  field: string;
+  group_by: string | null;
+}

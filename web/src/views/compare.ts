@@ -1,0 +1,165 @@
+// Compare: the selected runs side by side (run info, params, best/last metrics, summary), rows whose
+// values differ marked, with an only-differences toggle.
+
+import { h, replace } from "../dom";
+import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
+import type { ViewModule } from "../shell";
+import { store } from "../store";
+import type { RunRow, Scalar } from "../types";
+import { button, emptyState, paletteColor, statusBadge, swatch, toggle } from "../ui";
+
+interface Section {
+  title: string;
+  rows: { label: string; values: Scalar[]; display?: (v: Scalar, run: RunRow) => Node | string }[];
+}
+
+function differs(values: Scalar[]): boolean {
+  const texts = values.map((v) => (v === null || v === undefined ? "\u0000" : rawText(v)));
+  return new Set(texts).size > 1;
+}
+
+export class CompareView implements ViewModule {
+  private host!: HTMLElement;
+  private visible = false;
+
+  mount(host: HTMLElement): void {
+    this.host = h("div", { class: "compare", testid: "compare" });
+    host.appendChild(this.host);
+    const again = () => {
+      if (this.visible) this.render();
+    };
+    store.on("runs", again);
+    store.on("selection", again);
+  }
+
+  show(): void {
+    this.visible = true;
+    this.render();
+  }
+
+  hide(): void {
+    this.visible = false;
+  }
+
+  private render(): void {
+    const runs = store.ui.selection.map((k) => store.runs.get(k)).filter((r): r is RunRow => !!r);
+    if (runs.length < 2) {
+      replace(
+        this.host,
+        emptyState(
+          "Select two or more runs to compare",
+          "Tick runs in the Runs table (or a whole group), then come back here.",
+          button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
+          "compare-empty",
+        ),
+      );
+      return;
+    }
+    const sections = this.sections(runs);
+    const onlyDiff = store.ui.compareOnlyDiff;
+    let diffCount = 0;
+    const table = h("table", { class: "compare-table", testid: "compare-table" });
+    const head = h(
+      "tr",
+      {},
+      h("th", { class: "compare-corner", text: `${runs.length} runs` }),
+      ...runs.map((r) => {
+        const th = h(
+          "th",
+          { class: "compare-run", title: r.id },
+          h("span", { class: "compare-run-name" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { text: r.name || r.id })),
+          statusBadge(r.display_status),
+        );
+        th.addEventListener("click", () => store.openInspector(r.key));
+        return th;
+      }),
+    );
+    table.appendChild(h("thead", {}, head));
+    const body = h("tbody");
+    for (const sec of sections) {
+      const rows: HTMLElement[] = [];
+      for (const row of sec.rows) {
+        const diff = differs(row.values);
+        if (diff) diffCount++;
+        if (onlyDiff && !diff) continue;
+        rows.push(
+          h(
+            "tr",
+            { class: diff ? "is-diff" : "", testid: "compare-row", data: { diff: diff ? "1" : "0" } },
+            h("td", { class: "compare-key", title: row.label }, diff ? h("span", { class: "diff-mark", title: "values differ" }) : null, row.label),
+            ...row.values.map((v, i) => {
+              const content = row.display ? row.display(v, runs[i]!) : this.display(v);
+              return h("td", { class: typeof v === "number" ? "num" : "", title: rawText(v) }, content);
+            }),
+          ),
+        );
+      }
+      if (!rows.length) continue;
+      body.appendChild(h("tr", { class: "compare-section" }, h("td", { attrs: { colspan: runs.length + 1 }, text: sec.title })));
+      for (const r of rows) body.appendChild(r);
+    }
+    table.appendChild(body);
+    const bar = h(
+      "div",
+      { class: "toolbar" },
+      toggle(
+        "Only differences",
+        onlyDiff,
+        (on) => {
+          store.set("compareOnlyDiff", on);
+          this.render();
+        },
+        "compare-only-diff",
+      ),
+      h("span", { class: "toolbar-info", testid: "compare-diff-count", text: `${diffCount} differing row${diffCount === 1 ? "" : "s"}` }),
+    );
+    replace(this.host, bar, h("div", { class: "compare-scroll" }, table));
+  }
+
+  private display(v: Scalar): Node | string {
+    if (v === null || v === undefined) return h("span", { class: "cell-null", text: "–" });
+    if (typeof v === "number") return fmtNum(v);
+    return rawText(v);
+  }
+
+  private sections(runs: RunRow[]): Section[] {
+    const keysOf = (pick: (r: RunRow) => Record<string, unknown>) => [...new Set(runs.flatMap((r) => Object.keys(pick(r))))].sort();
+    const info: Section = {
+      title: "Run",
+      rows: [
+        { label: "status", values: runs.map((r) => r.display_status) },
+        { label: "group", values: runs.map((r) => r.group) },
+        { label: "tags", values: runs.map((r) => r.tags.join(", ") || null) },
+        {
+          label: "started",
+          values: runs.map((r) => r.started_at),
+          display: (v) => (v ? fmtTime(String(v)) : this.display(null)),
+        },
+        { label: "duration", values: runs.map((r) => r.duration_s), display: (v) => (typeof v === "number" ? fmtDuration(v) : this.display(null)) },
+        { label: "step", values: runs.map((r) => r.step) },
+        { label: "epoch", values: runs.map((r) => r.epoch) },
+        {
+          label: "error",
+          values: runs.map((r) => (r.error ? [r.error.type, r.error.message].filter(Boolean).join(": ") || "error" : null)),
+        },
+      ],
+    };
+    const params: Section = {
+      title: "Params",
+      rows: keysOf((r) => r.params).map((k) => ({ label: k, values: runs.map((r) => r.params[k] ?? null) })),
+    };
+    const best: Section = {
+      title: "Best",
+      rows: keysOf((r) => r.best).map((k) => ({ label: k, values: runs.map((r) => r.best[k]?.value ?? null) })),
+    };
+    const last: Section = {
+      title: "Last",
+      rows: keysOf((r) => r.last).map((k) => ({ label: k, values: runs.map((r) => r.last[k] ?? null) })),
+    };
+    const summary: Section = {
+      title: "Summary",
+      rows: keysOf((r) => r.summary).map((k) => ({ label: k, values: runs.map((r) => r.summary[k] ?? null) })),
+    };
+    return [info, params, best, last, summary];
+  }
+}

@@ -1,0 +1,621 @@
+// Line charts (uPlot): one chart per metric, one line per selected run (at most 30), x = step, epoch
+// or relative wall time, optional log y, EMA smoothing computed in Python (raw line faint, smoothed
+// solid), colour by run or by a column's value, drag to zoom (kept across live updates, synced
+// across charts), nulls as gaps with isolated points still drawn, legend click hides a run.
+
+import uPlot from "uplot";
+import { api } from "../api";
+import { runExport } from "../actions";
+import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup } from "../columns";
+import { debounce, h, replace } from "../dom";
+import { fmtNum, fmtSecondsAxis, rawText } from "../format";
+import { icon } from "../icons";
+import { MAX_SERIES_RUNS, store } from "../store";
+import type { LineSpec, Series, SeriesResponse, XAxis } from "../types";
+import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
+import { columnOptions } from "./runs";
+
+const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time (s)" };
+
+/** Indices of values that have no drawn neighbour (a gap or nothing on both sides): drawn as points. */
+export function isolatedPoints(ys: (number | null | undefined)[]): number[] {
+  const out: number[] = [];
+  let prev: number | null | undefined = undefined; // last defined value before i
+  for (let i = 0; i < ys.length; i++) {
+    const v = ys[i];
+    if (v === undefined) continue;
+    if (v !== null) {
+      let j = i + 1;
+      while (j < ys.length && ys[j] === undefined) j++;
+      const next = j < ys.length ? ys[j] : undefined;
+      if ((prev === undefined || prev === null) && (next === undefined || next === null)) out.push(i);
+    }
+    prev = v;
+  }
+  return out;
+}
+
+/** Y tick labels; on a log axis only decades (and 2, 5 when the range is under two decades). */
+function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): string[] {
+  if (!log) return splits.map((v) => (v === null ? "" : fmtNum(v)));
+  const min = u.scales.y?.min ?? 1;
+  const max = u.scales.y?.max ?? 10;
+  const decades = Math.log10(Math.max(max, 1e-300)) - Math.log10(Math.max(min, 1e-300));
+  return splits.map((v) => {
+    if (v === null || v <= 0) return "";
+    const m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v))) * 1000) / 1000;
+    if (decades < 1) return fmtNum(v);
+    return m === 1 || (decades < 2 && (m === 2 || m === 5)) ? fmtNum(v) : "";
+  });
+}
+
+export class LineCharts {
+  readonly toolbar = h("div", { class: "toolbar chart-toolbar" });
+  private grid = h("div", { class: "line-grid" });
+  private legend = h("div", { class: "legend", testid: "chart-legend" });
+  private note = h("div", { class: "chart-note" });
+  private plots: uPlot[] = [];
+  private data: SeriesResponse | null = null;
+  private fetchedFor = "";
+  private seq = 0;
+  private zoom: { min: number; max: number } | null = null;
+  private applying = false;
+  private hiddenRuns = new Set<string>();
+  private visible = false;
+  private resizeObs: ResizeObserver;
+  private error: string | null = null;
+
+  constructor(host: HTMLElement) {
+    host.append(this.note, this.legend, this.grid);
+    this.resizeObs = new ResizeObserver(debounce(() => this.resize(), 80));
+    this.resizeObs.observe(this.grid);
+  }
+
+  setVisible(v: boolean): void {
+    this.visible = v;
+    if (v) this.refresh();
+  }
+
+  /** Plotted runs: the selection in order, at most 30. */
+  keys(): string[] {
+    return store.ui.selection.filter((k) => store.runs.has(k)).slice(0, MAX_SERIES_RUNS);
+  }
+
+  availableMetrics(): string[] {
+    const sel = this.keys();
+    const runs = sel.length ? sel.map((k) => store.runs.get(k)!) : store.visibleRuns();
+    const names = new Set<string>();
+    for (const r of runs) for (const m of r.metric_names) names.add(m);
+    return [...names].sort();
+  }
+
+  metrics(): string[] {
+    const avail = this.availableMetrics();
+    if (store.ui.metrics) return store.ui.metrics;
+    const defaults = DEFAULT_METRICS.filter((m) => avail.includes(m));
+    return defaults.length ? defaults : avail.slice(0, 3);
+  }
+
+  spec(): LineSpec {
+    return {
+      keys: this.keys(),
+      metrics: this.metrics(),
+      x: store.ui.x,
+      ema: store.ui.ema,
+      log_y: store.ui.logY,
+      group_by: store.ui.colorBy,
+    };
+  }
+
+  /** Re-fetch when what is plotted changed (or `force`), else just redraw. */
+  refresh(force = false): void {
+    this.renderToolbar();
+    if (!this.visible) return;
+    const keys = this.keys();
+    const metrics = this.metrics();
+    const sig = JSON.stringify([keys, metrics, store.ui.x, store.ui.ema]);
+    if (force || sig !== this.fetchedFor) void this.fetch(sig, keys, metrics);
+    else this.draw();
+  }
+
+  /** Runs changed on disk: re-fetch when a plotted run is among them. */
+  onRunsChanged(changed: string[]): void {
+    const plotted = new Set(this.keys());
+    if (changed.some((k) => plotted.has(k))) this.refresh(true);
+    else this.renderToolbar();
+  }
+
+  private async fetch(sig: string, keys: string[], metrics: string[]): Promise<void> {
+    const seq = ++this.seq;
+    if (!keys.length || !metrics.length) {
+      this.data = null;
+      this.fetchedFor = sig;
+      this.error = null;
+      this.draw();
+      return;
+    }
+    try {
+      const res = await api.series(keys, metrics, store.ui.x, store.ui.ema);
+      if (seq !== this.seq) return;
+      // A zoom range on another x axis means nothing on this one.
+      const prevX = this.fetchedFor ? (JSON.parse(this.fetchedFor) as unknown[])[2] : null;
+      if (prevX !== store.ui.x) this.zoom = null;
+      this.data = res;
+      this.fetchedFor = sig;
+      this.error = null;
+    } catch (err) {
+      if (seq !== this.seq) return;
+      this.error = errorText(err);
+    }
+    this.draw();
+  }
+
+  // -- toolbar --------------------------------------------------------------------------------------
+
+  renderToolbar(): void {
+    const metrics = this.metrics();
+    const pickBtn = button(`Metrics (${metrics.length})`, {
+      icon: "charts",
+      testid: "metric-picker",
+      onClick: () => this.pickMetrics(pickBtn),
+    });
+    const xSel = select(
+      [
+        { value: "step", label: "step" },
+        { value: "epoch", label: "epoch" },
+        { value: "time", label: "relative wall time" },
+      ],
+      store.ui.x,
+      (v) => {
+        store.set("x", v as XAxis);
+        this.zoom = null;
+        this.refresh();
+      },
+      "x-axis",
+    );
+    const logY = toggle(
+      "Log y",
+      store.ui.logY,
+      (on) => {
+        store.set("logY", on);
+        this.draw();
+      },
+      "log-y",
+    );
+    const emaVal = h("span", { class: "ema-value", testid: "ema-value", text: store.ui.ema.toFixed(2) });
+    const ema = h("input", {
+      type: "range",
+      class: "range",
+      testid: "ema",
+      attrs: { min: 0, max: 0.99, step: 0.01, "aria-label": "EMA smoothing" },
+    });
+    ema.value = String(store.ui.ema);
+    const applyEma = debounce(() => this.refresh(), 250);
+    ema.addEventListener("input", () => {
+      const v = Math.min(0.99, Math.max(0, Number(ema.value)));
+      emaVal.textContent = v.toFixed(2);
+      store.set("ema", v);
+      applyEma();
+    });
+    const colorBy = select(
+      columnOptions(store.table?.columns.available ?? [], "each run"),
+      store.ui.colorBy ?? "",
+      (v) => {
+        store.set("colorBy", v || null);
+        this.draw();
+      },
+      "color-by",
+      "Colour the lines by a column's value",
+    );
+    const reset = button("", {
+      icon: "zoomOut",
+      kind: "ghost",
+      title: "Reset zoom (or double-click a chart)",
+      testid: "reset-zoom",
+      disabled: !this.zoom,
+      onClick: () => {
+        this.zoom = null;
+        this.draw();
+      },
+    });
+    replace(
+      this.toolbar,
+      pickBtn,
+      field("X", xSel),
+      field("Smoothing", h("span", { class: "ema" }, ema, emaVal), "field-ema"),
+      logY,
+      field("Colour", colorBy),
+      reset,
+    );
+  }
+
+  private pickMetrics(anchor: HTMLElement): void {
+    const avail = this.availableMetrics();
+    let chosen = [...this.metrics()];
+    const list = h("div", { class: "metric-list" });
+    const find = h("input", { type: "search", class: "input", testid: "metric-search", attrs: { placeholder: "Find a metric…", spellcheck: "false" } });
+    const commit = () => {
+      store.set("metrics", chosen);
+      this.refresh();
+    };
+    const draw = () => {
+      const q = find.value.trim().toLowerCase();
+      const parts: HTMLElement[] = [];
+      for (const g of METRIC_GROUPS) {
+        const ms = avail.filter((m) => metricGroup(m) === g && (!q || m.toLowerCase().includes(q)));
+        if (!ms.length) continue;
+        parts.push(h("div", { class: "col-list-head", text: g === "other" ? "other" : `${g}/` }));
+        for (const m of ms) {
+          const cb = h("input", { type: "checkbox", testid: "metric-option", data: { metric: m } });
+          cb.checked = chosen.includes(m);
+          cb.addEventListener("change", () => {
+            chosen = cb.checked ? [...chosen, m] : chosen.filter((x) => x !== m);
+            commit();
+          });
+          parts.push(h("label", { class: "col-list-item" }, cb, h("span", { text: m })));
+        }
+      }
+      if (!parts.length) parts.push(h("div", { class: "muted", text: avail.length ? "No metric matches." : "The runs logged no metrics." }));
+      replace(list, ...parts);
+    };
+    find.addEventListener("input", draw);
+    draw();
+    popover(
+      anchor,
+      h(
+        "div",
+        { class: "col-pop" },
+        h(
+          "div",
+          { class: "pop-row" },
+          find,
+          button("Defaults", {
+            small: true,
+            kind: "ghost",
+            testid: "metrics-default",
+            onClick: () => {
+              store.set("metrics", null);
+              chosen = [...this.metrics()];
+              this.refresh();
+              draw();
+            },
+          }),
+        ),
+        list,
+      ),
+      "metric-popover",
+    );
+  }
+
+  // -- colours --------------------------------------------------------------------------------------
+
+  /** Colour of each plotted run, and the group legend when colouring by a column. */
+  private colors(keys: string[]): { byKey: Map<string, string>; groups: [string, string][] } {
+    const byKey = new Map<string, string>();
+    const groups: [string, string][] = [];
+    const col = store.ui.colorBy;
+    if (!col) {
+      for (const k of keys) byKey.set(k, paletteColor(store.colorOf(k)));
+      return { byKey, groups };
+    }
+    const index = new Map<string, number>();
+    for (const k of keys) {
+      const run = store.runs.get(k);
+      const v = run ? cellValue(run, col) : null;
+      const label = v === null || v === "" ? "(none)" : rawText(v);
+      let i = index.get(label);
+      if (i === undefined) {
+        i = index.size;
+        index.set(label, i);
+        groups.push([label, paletteColor(i)]);
+      }
+      byKey.set(k, paletteColor(i));
+    }
+    return { byKey, groups };
+  }
+
+  // -- drawing --------------------------------------------------------------------------------------
+
+  private destroyPlots(): void {
+    for (const p of this.plots) p.destroy();
+    this.plots = [];
+  }
+
+  draw(): void {
+    this.renderToolbar();
+    this.destroyPlots();
+    const selected = store.ui.selection.filter((k) => store.runs.has(k));
+    const keys = this.keys();
+    replace(
+      this.note,
+      selected.length > MAX_SERIES_RUNS
+        ? h(
+            "div",
+            { class: "callout callout-warn", testid: "series-cap" },
+            icon("warning"),
+            `${selected.length} runs are selected; line charts show the first ${MAX_SERIES_RUNS}.`,
+          )
+        : null,
+      this.error ? h("div", { class: "callout callout-error", testid: "series-error", text: this.error }) : null,
+    );
+    if (!keys.length) {
+      replace(this.legend);
+      replace(
+        this.grid,
+        emptyState(
+          "Select runs to plot their metrics",
+          "Tick runs in the Runs table (up to 30 are plotted), or tick a whole group.",
+          button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
+          "chart-empty",
+        ),
+      );
+      return;
+    }
+    const metrics = this.metrics();
+    if (!metrics.length) {
+      replace(this.legend);
+      replace(this.grid, emptyState("No metrics to plot", "The selected runs logged no metrics yet.", undefined, "chart-empty"));
+      return;
+    }
+    const { byKey, groups } = this.colors(keys);
+    this.renderLegend(keys, byKey, groups);
+    const data = this.data;
+    const cards: HTMLElement[] = [];
+    const mounts: (() => void)[] = [];
+    for (const metric of metrics) {
+      const series = (data?.series ?? []).filter((s) => s.metric === metric && byKey.has(s.key));
+      const plotEl = h("div", { class: "plot" });
+      const raw = series.reduce((n, s) => n + s.raw_points, 0);
+      const down = series.some((s) => s.downsampled);
+      const card = h(
+        "div",
+        { class: "chart-card", testid: "chart-line", data: { metric } },
+        h(
+          "div",
+          { class: "chart-card-head" },
+          h("span", { class: "chart-card-title", text: metric }),
+          down ? h("span", { class: "chart-card-note", title: `${raw} raw points`, text: "downsampled" }) : null,
+        ),
+        plotEl,
+      );
+      cards.push(card);
+      if (!series.some((s) => s.y.some((v) => v !== null))) {
+        plotEl.appendChild(h("div", { class: "plot-empty", text: data ? "No values for the plotted runs." : "Loading…" }));
+        continue;
+      }
+      mounts.push(() => this.mountPlot(plotEl, series, byKey));
+    }
+    replace(this.grid, ...cards);
+    for (const m of mounts) m();
+  }
+
+  private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {
+    const items: HTMLElement[] = [];
+    if (groups.length) {
+      items.push(
+        h(
+          "div",
+          { class: "legend-groups" },
+          h("span", { class: "legend-title", text: store.ui.colorBy ?? "" }),
+          ...groups.map(([label, color]) => h("span", { class: "legend-group" }, swatch(color), h("span", { text: label }))),
+        ),
+      );
+    }
+    const runs = h("div", { class: "legend-runs" });
+    for (const k of keys) {
+      const run = store.runs.get(k)!;
+      const off = this.hiddenRuns.has(k);
+      const item = h(
+        "button",
+        {
+          type: "button",
+          class: `legend-item${off ? " is-off" : ""}`,
+          testid: "legend-item",
+          data: { key: k },
+          title: `${run.id}\nclick: hide/show · shift-click: show only this run`,
+        },
+        swatch(byKey.get(k) ?? "#888"),
+        h("span", { text: run.name || run.id }),
+      );
+      item.addEventListener("click", (ev) => {
+        if (ev.shiftKey) {
+          const only = !this.hiddenRuns.has(k) && this.hiddenRuns.size === keys.length - 1;
+          this.hiddenRuns = only ? new Set() : new Set(keys.filter((x) => x !== k));
+        } else if (off) this.hiddenRuns.delete(k);
+        else this.hiddenRuns.add(k);
+        this.draw();
+      });
+      runs.appendChild(item);
+    }
+    items.push(runs);
+    replace(this.legend, ...items);
+  }
+
+  private mountPlot(el: HTMLElement, series: Series[], byKey: Map<string, string>): void {
+    const logY = store.ui.logY;
+    const smooth = store.ui.ema > 0;
+    const shown = series.filter((s) => !this.hiddenRuns.has(s.key));
+    const tables: uPlot.AlignedData[] = [];
+    const opts: uPlot.Series[] = [{}];
+    const report: { si: number; name: string; color: string }[] = [];
+    for (const s of shown) {
+      const xs: number[] = [];
+      const ys: (number | null)[] = [];
+      const sm: (number | null)[] = [];
+      const fix = (v: number | null | undefined) => (v === null || v === undefined || (logY && v <= 0) ? null : v);
+      for (let i = 0; i < s.x.length; i++) {
+        const x = s.x[i];
+        if (x === null || x === undefined) continue;
+        if (xs.length && x <= xs[xs.length - 1]!) {
+          // Keep x strictly increasing for the join: a repeated step keeps its latest value.
+          if (x === xs[xs.length - 1]) {
+            ys[ys.length - 1] = fix(s.y[i]);
+            sm[sm.length - 1] = fix(s.smoothed?.[i]);
+          }
+          continue;
+        }
+        xs.push(x);
+        ys.push(fix(s.y[i]));
+        sm.push(fix(s.smoothed?.[i]));
+      }
+      const color = byKey.get(s.key) ?? "#888";
+      const name = store.runs.get(s.key)?.name || s.key;
+      if (smooth && s.smoothed) {
+        tables.push([xs, ys, sm] as uPlot.AlignedData);
+        opts.push(this.seriesOpts(name, withAlpha(color, 0.28), 1));
+        opts.push(this.seriesOpts(`${name} (EMA)`, color, 2));
+        report.push({ si: opts.length - 1, name, color });
+      } else {
+        tables.push([xs, ys] as uPlot.AlignedData);
+        opts.push(this.seriesOpts(name, color, 1.75));
+        report.push({ si: opts.length - 1, name, color });
+      }
+    }
+    if (!tables.length) {
+      el.appendChild(h("div", { class: "plot-empty", text: "All runs hidden: click a name in the legend." }));
+      return;
+    }
+    const data = uPlot.join(tables);
+    const isolated = data.slice(1).map((ys) => isolatedPoints(ys as (number | null | undefined)[]));
+    opts.forEach((o, i) => {
+      if (i === 0) return;
+      const idx = isolated[i - 1] ?? [];
+      o.points = {
+        show: false,
+        size: 6,
+        fill: (o.stroke as string) ?? "#888",
+        filter: (_u: uPlot, _si: number, show: boolean) => (show ? null : idx),
+      };
+    });
+    const axisColor = token("--text-2", "#8b949e");
+    const gridColor = token("--chart-grid", "rgba(255,255,255,0.06)");
+    const x = store.ui.x;
+    const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
+    const width = Math.max(280, el.clientWidth || 600);
+    const self = this;
+    const u = new uPlot(
+      {
+        width,
+        height: 240,
+        legend: { show: false },
+        cursor: {
+          drag: { x: true, y: false, setScale: true },
+          sync: { key: "traceml-line", setSeries: false },
+          points: { size: 6 },
+        },
+        scales: {
+          x: { time: false },
+          y: logY ? { distr: 3, log: 10 } : { auto: true },
+        },
+        axes: [
+          {
+            stroke: axisColor,
+            grid: { stroke: gridColor, width: 1 },
+            ticks: { stroke: gridColor, width: 1 },
+            font: "11px system-ui, sans-serif",
+            size: 26,
+            label: X_LABEL[x],
+            labelFont: "11px system-ui, sans-serif",
+            labelSize: 14,
+            labelGap: 0,
+            values: (_u: uPlot, splits: (number | null)[]) =>
+              splits.map((v) => (v === null ? "" : x === "time" ? fmtSecondsAxis(v) : fmtNum(v))),
+          },
+          {
+            stroke: axisColor,
+            grid: { stroke: gridColor, width: 1 },
+            ticks: { stroke: gridColor, width: 1 },
+            font: "11px system-ui, sans-serif",
+            size: 56,
+            values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY),
+          },
+        ],
+        series: opts,
+        hooks: {
+          setScale: [
+            (pu: uPlot, key: string) => {
+              if (key !== "x" || self.applying) return;
+              const min = pu.scales.x!.min;
+              const max = pu.scales.x!.max;
+              if (min === undefined || max === undefined || min === null || max === null) return;
+              self.zoom = { min, max };
+              self.applying = true;
+              for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
+              self.applying = false;
+              self.renderToolbar();
+            },
+          ],
+          setCursor: [(pu: uPlot) => self.tip(pu, tooltip, report)],
+        },
+      },
+      data,
+      el,
+    );
+    el.appendChild(tooltip);
+    u.over.addEventListener("dblclick", () => {
+      this.zoom = null;
+      this.renderToolbar();
+    });
+    u.over.addEventListener("mouseleave", () => {
+      tooltip.hidden = true;
+    });
+    this.plots.push(u);
+    if (this.zoom) {
+      this.applying = true;
+      u.setScale("x", this.zoom);
+      this.applying = false;
+    }
+  }
+
+  private seriesOpts(label: string, stroke: string, width: number): uPlot.Series {
+    return { label, stroke, width, spanGaps: false };
+  }
+
+  private tip(u: uPlot, el: HTMLElement, report: { si: number; name: string; color: string }[]): void {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined || u.cursor.left === undefined || u.cursor.left < 0) {
+      el.hidden = true;
+      return;
+    }
+    const xv = u.data[0][idx];
+    const rows: [string, number, string][] = [];
+    for (const r of report) {
+      const v = u.data[r.si]?.[idx];
+      if (v === null || v === undefined) continue;
+      rows.push([r.name, v, r.color]);
+    }
+    if (!rows.length || xv === undefined) {
+      el.hidden = true;
+      return;
+    }
+    rows.sort((a, b) => b[1] - a[1]);
+    const xs = store.ui.x === "time" ? fmtSecondsAxis(xv) : fmtNum(xv);
+    replace(
+      el,
+      h("div", { class: "plot-tip-x", text: `${store.ui.x} ${xs}` }),
+      ...rows.slice(0, 10).map(([name, v, color]) => h("div", { class: "plot-tip-row" }, swatch(color, "swatch swatch-sm"), h("span", { class: "plot-tip-name", text: name }), h("span", { class: "plot-tip-v", text: fmtNum(v) }))),
+      rows.length > 10 ? h("div", { class: "muted", text: `+${rows.length - 10} more` }) : null,
+    );
+    el.hidden = false;
+    const left = u.cursor.left + 14;
+    const w = el.offsetWidth;
+    const plotW = u.over.clientWidth;
+    el.style.left = `${(left + w > plotW ? u.cursor.left - w - 14 : left) + u.over.offsetLeft}px`;
+    el.style.top = `${u.over.offsetTop + 8}px`;
+  }
+
+  private resize(): void {
+    for (const p of this.plots) {
+      const parent = p.root.parentElement;
+      if (!parent) continue;
+      const w = Math.max(280, parent.clientWidth);
+      if (Math.abs(w - p.width) > 2) p.setSize({ width: w, height: 240 });
+    }
+  }
+
+  exportChart(format: "csv" | "png"): void {
+    const spec = this.spec();
+    if (!spec.keys.length || !spec.metrics.length) return;
+    void runExport(`Line chart ${format.toUpperCase()}`, () => api.exportChart({ chart: "line", ...spec }, format));
+  }
+}

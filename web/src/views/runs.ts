@@ -1,0 +1,389 @@
+// The Runs view: search, status segments, group by, differing-params toggle, column chooser, export,
+// per-column filter chips, hide/unhide, and the table itself.
+
+import { exportTable, queryTable, queryTableSoon, setHidden } from "../actions";
+import { columnTitle, KIND_LABEL, type Kind, splitColumn } from "../columns";
+import { debounce, h, replace } from "../dom";
+import { icon } from "../icons";
+import type { ViewModule } from "../shell";
+import { type FilterChip, STATUS_SEGMENTS, type StatusSegment, store } from "../store";
+import { button, chip, closePopover, popover, segmented, select, type SelectOption, toggle } from "../ui";
+import { RunTable } from "./table";
+
+const KIND_ORDER: Kind[] = ["fixed", "config", "run.best", "run.last", "run.start", "summary"];
+const KIND_HEADING: Record<Kind, string> = {
+  fixed: "Run",
+  config: "Config (params.yaml)",
+  "run.best": "Best",
+  "run.last": "Last",
+  "run.start": "Start",
+  summary: "Summary",
+};
+
+/** Options for a column picker, grouped by kind. */
+export function columnOptions(columns: string[], empty?: string): SelectOption[] {
+  const opts: SelectOption[] = empty !== undefined ? [{ value: "", label: empty }] : [];
+  for (const kind of KIND_ORDER) {
+    for (const c of columns) {
+      if (splitColumn(c)[0] === kind) opts.push({ value: c, label: kind === "fixed" ? c : columnTitle(c), group: KIND_HEADING[kind] });
+    }
+  }
+  return opts;
+}
+
+export class RunsView implements ViewModule {
+  private segEl = h("div", { class: "toolbar-segments" });
+  private groupEl = h("div", { class: "toolbar-group" });
+  private chipsEl = h("div", { class: "filter-chips", testid: "filter-chips" });
+  private infoEl = h("div", { class: "toolbar-info", testid: "table-info" });
+  private errorEl = h("div", { class: "filter-error", testid: "filter-error", attrs: { hidden: true } });
+  private selActions = h("div", { class: "toolbar-selection" });
+  private search = h("input", {
+    type: "search",
+    class: "input search-input",
+    testid: "search",
+    attrs: { placeholder: "Search runs…", "aria-label": "Search runs", spellcheck: "false" },
+  });
+  private differing = h("span");
+  private table!: RunTable;
+  private visible = false;
+
+  mount(host: HTMLElement): void {
+    this.search.value = store.ui.search;
+    const onSearch = debounce(() => {
+      store.set("search", this.search.value);
+      void queryTable();
+    }, 200);
+    this.search.addEventListener("input", onSearch);
+    const searchBox = h("div", { class: "search" }, icon("search"), this.search);
+
+    const columnsBtn = button("Columns", { icon: "columns", testid: "column-chooser", onClick: () => this.chooseColumns(columnsBtn) });
+    const exportBtn = button("Export CSV", {
+      icon: "download",
+      testid: "export-table",
+      title: "Write the shown rows and columns to a CSV file in the cache folder",
+      onClick: () => void exportTable(),
+    });
+    const addFilter = button("Filter", {
+      icon: "plus",
+      small: true,
+      kind: "ghost",
+      testid: "add-filter",
+      onClick: () => this.editFilter(null, addFilter),
+    });
+
+    const toolbar = h("div", { class: "toolbar" }, searchBox, this.segEl, h("div", { class: "spacer" }), columnsBtn, exportBtn);
+    const filterbar = h(
+      "div",
+      { class: "filterbar" },
+      addFilter,
+      this.chipsEl,
+      h("div", { class: "spacer" }),
+      this.selActions,
+      this.groupEl,
+      this.differing,
+      this.infoEl,
+    );
+    const tableHost = h("div", { class: "table-host", testid: "runs-table" });
+    host.append(toolbar, filterbar, this.errorEl, tableHost);
+    this.table = new RunTable(tableHost, { editFilter: (c, a) => this.editFilter(c, a) });
+
+    store.on("table", () => {
+      this.renderToolbar();
+      if (this.visible) this.table.render();
+    });
+    store.on("runs", () => {
+      this.renderSegments();
+      queryTableSoon();
+    });
+    store.on("selection", () => this.renderSelectionActions());
+    store.on("inspector", () => this.table.syncInspected());
+    this.renderToolbar();
+  }
+
+  show(): void {
+    this.visible = true;
+    this.table.render();
+    this.table.redraw();
+  }
+
+  hide(): void {
+    this.visible = false;
+  }
+
+  private renderToolbar(): void {
+    this.renderSegments();
+    this.renderGroup();
+    this.renderChips();
+    this.renderInfo();
+    this.renderSelectionActions();
+    replace(
+      this.differing,
+      toggle(
+        "Differing params only",
+        store.ui.differing,
+        (on) => {
+          store.set("differing", on);
+          void queryTable();
+        },
+        "differing-toggle",
+        "Show only the config columns whose value differs between the shown runs",
+      ),
+    );
+  }
+
+  private renderSegments(): void {
+    const runs = store.visibleRuns();
+    const count = (s: StatusSegment) =>
+      s === "all"
+        ? runs.length
+        : runs.filter((r) => (s === "running" ? r.display_status === "running" || r.display_status === "running?" : r.display_status === s)).length;
+    replace(
+      this.segEl,
+      segmented<StatusSegment>(
+        STATUS_SEGMENTS.map((s) => ({ value: s, label: s, count: count(s) })),
+        store.ui.status,
+        (v) => {
+          store.set("status", v);
+          this.renderSegments();
+          void queryTable();
+        },
+        (v) => `status-segment-${v}`,
+        "status-segments",
+      ),
+    );
+  }
+
+  private renderGroup(): void {
+    const available = store.table?.columns.available ?? [];
+    const opts = columnOptions(available, "No grouping");
+    const sel = select(
+      opts,
+      store.ui.group ?? "",
+      (v) => {
+        store.set("group", v || null);
+        void queryTable();
+      },
+      "group-by",
+      "Group the runs by a column",
+    );
+    replace(this.groupEl, h("span", { class: "toolbar-label" }, icon("group"), "Group"), sel);
+  }
+
+  private renderChips(): void {
+    const chips = store.ui.filters.map((f, i) =>
+      chip(
+        [
+          h("span", { class: "chip-col", text: columnTitle(f.column) }),
+          h("span", { class: "chip-expr", text: f.expr }),
+        ],
+        () => {
+          const next = store.ui.filters.filter((_, j) => j !== i);
+          store.set("filters", next);
+          this.renderChips();
+          void queryTable();
+        },
+        () => {
+          const el = this.chipsEl.children[i] as HTMLElement | undefined;
+          if (el) this.editFilter(f.column, el);
+        },
+        "filter-chip",
+      ),
+    );
+    if (chips.length > 1) {
+      chips.push(
+        button("Clear all", {
+          small: true,
+          kind: "ghost",
+          testid: "clear-filters",
+          onClick: () => {
+            store.set("filters", []);
+            this.renderChips();
+            void queryTable();
+          },
+        }),
+      );
+    }
+    replace(this.chipsEl, ...chips);
+    for (const [i, el] of [...this.chipsEl.querySelectorAll<HTMLElement>(".chip")].entries()) {
+      el.title = `${store.ui.filters[i]?.column ?? ""} ${store.ui.filters[i]?.expr ?? ""}`;
+    }
+    const err = store.table?.error ?? null;
+    this.errorEl.hidden = !err;
+    replace(this.errorEl, err ? icon("warning") : null, err ?? "");
+  }
+
+  private renderInfo(): void {
+    const t = store.table;
+    if (!t) {
+      this.infoEl.textContent = "";
+      return;
+    }
+    this.infoEl.textContent = `${t.shown} of ${t.total} runs`;
+  }
+
+  private renderSelectionActions(): void {
+    const sel = store.ui.selection;
+    const hiddenSel = sel.filter((k) => store.hidden.has(k));
+    const shownSel = sel.filter((k) => !store.hidden.has(k));
+    replace(
+      this.selActions,
+      shownSel.length
+        ? button(`Hide ${shownSel.length}`, {
+            icon: "eyeOff",
+            small: true,
+            kind: "ghost",
+            testid: "hide-selected",
+            title: "Hide the selected runs in TraceML (their folders stay untouched)",
+            onClick: () => void setHidden(shownSel, true),
+          })
+        : null,
+      hiddenSel.length
+        ? button(`Unhide ${hiddenSel.length}`, {
+            icon: "eye",
+            small: true,
+            kind: "ghost",
+            testid: "unhide-selected",
+            onClick: () => void setHidden(hiddenSel, false),
+          })
+        : null,
+    );
+  }
+
+  // -- filters --------------------------------------------------------------------------------------
+
+  /** Edit (or add) the filter of `column`; `null` lets the user pick the column. */
+  editFilter(column: string | null, anchor: HTMLElement): void {
+    const existing = column ? store.ui.filters.find((f) => f.column === column) : undefined;
+    const available = store.table?.columns.available ?? [];
+    let col = column ?? available.find((c) => c.startsWith("run.best.")) ?? "name";
+    const colSel = select(columnOptions(available), col, (v) => (col = v), "filter-column");
+    const input = h("input", {
+      type: "text",
+      class: "input",
+      testid: "filter-input",
+      attrs: { placeholder: ">0.8   0.1..0.3   /re/   text", spellcheck: "false", "aria-label": "Filter expression" },
+    });
+    input.value = existing?.expr ?? "";
+    const apply = () => {
+      const expr = input.value.trim();
+      const others = store.ui.filters.filter((f) => f.column !== col);
+      const next: FilterChip[] = expr ? [...others, { column: col, expr }] : others;
+      store.set("filters", next);
+      closePopover();
+      this.renderChips();
+      void queryTable();
+    };
+    input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter") apply();
+    });
+    const body = h(
+      "div",
+      { class: "filter-pop" },
+      h("div", { class: "pop-title", text: column ? `Filter ${columnTitle(column)}` : "Add a filter" }),
+      column ? h("div", { class: "pop-sub", text: column }) : colSel,
+      input,
+      h(
+        "div",
+        { class: "pop-help" },
+        ...[
+          [">0.8  <=1e-3", "compare numbers"],
+          ["0.1..0.3", "inclusive range"],
+          ["/^vit/", "regular expression"],
+          ["=failed  !=x", "equal / not equal"],
+          ["text", "contains (numbers: equals)"],
+        ].map(([code, what]) => h("div", { class: "help-row" }, h("code", { text: code! }), h("span", { text: what! }))),
+      ),
+      h(
+        "div",
+        { class: "pop-actions" },
+        existing
+          ? button("Remove", {
+              small: true,
+              kind: "ghost",
+              testid: "filter-remove",
+              onClick: () => {
+                input.value = "";
+                apply();
+              },
+            })
+          : null,
+        h("div", { class: "spacer" }),
+        button("Apply", { small: true, kind: "primary", testid: "filter-apply", onClick: apply }),
+      ),
+    );
+    popover(anchor, body, "filter-popover");
+    input.focus();
+  }
+
+  // -- column chooser -------------------------------------------------------------------------------
+
+  private chooseColumns(anchor: HTMLElement): void {
+    const t = store.table;
+    if (!t) return;
+    let chosen = [...(store.ui.columns ?? t.columns.shown)];
+    const list = h("div", { class: "col-list" });
+    const filter = h("input", {
+      type: "search",
+      class: "input",
+      testid: "column-search",
+      attrs: { placeholder: "Find a column…", spellcheck: "false" },
+    });
+    const commit = () => {
+      store.set("columns", chosen);
+      void queryTable();
+    };
+    const draw = () => {
+      const q = filter.value.trim().toLowerCase();
+      const items: HTMLElement[] = [];
+      for (const kind of KIND_ORDER) {
+        const cols = t.columns.available.filter((c) => splitColumn(c)[0] === kind && (!q || c.toLowerCase().includes(q)));
+        if (!cols.length) continue;
+        items.push(h("div", { class: "col-list-head", text: `${KIND_HEADING[kind]} · ${cols.length}` }));
+        for (const c of cols) {
+          const cb = h("input", { type: "checkbox", testid: "column-option", data: { column: c } });
+          cb.checked = chosen.includes(c);
+          cb.addEventListener("change", () => {
+            chosen = cb.checked ? [...chosen, c] : chosen.filter((x) => x !== c);
+            commit();
+          });
+          items.push(
+            h(
+              "label",
+              { class: "col-list-item", title: c },
+              cb,
+              kind !== "fixed" ? h("span", { class: `col-kind kind-${kind.replace(".", "-")}`, text: KIND_LABEL[kind] }) : null,
+              h("span", { text: columnTitle(c) }),
+              t.columns.default.includes(c) ? h("span", { class: "col-default", text: "default" }) : null,
+            ),
+          );
+        }
+      }
+      replace(list, ...items);
+    };
+    filter.addEventListener("input", draw);
+    draw();
+    const body = h(
+      "div",
+      { class: "col-pop" },
+      h(
+        "div",
+        { class: "pop-row" },
+        filter,
+        button("Defaults", {
+          small: true,
+          kind: "ghost",
+          testid: "columns-default",
+          onClick: () => {
+            chosen = [...t.columns.default];
+            store.set("columns", null);
+            void queryTable();
+            draw();
+          },
+        }),
+      ),
+      list,
+    );
+    popover(anchor, body, "column-popover");
+  }
+}

@@ -1,0 +1,103 @@
+// Axis scales and ticks for the SVG charts (scatter, box, bar).
+
+import { fmtNum } from "../format";
+
+export interface Scale {
+  (v: number): number;
+  ticks: number[];
+  log: boolean;
+  domain: [number, number];
+}
+
+/** 1, 2, 5 × 10^k steps giving about `count` ticks over [lo, hi]. */
+export function niceTicks(lo: number, hi: number, count = 6): number[] {
+  if (!Number.isFinite(lo) || !Number.isFinite(hi)) return [];
+  if (lo === hi) {
+    const d = lo === 0 ? 1 : Math.abs(lo) * 0.1;
+    lo -= d;
+    hi += d;
+  }
+  const raw = (hi - lo) / Math.max(1, count);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const norm = raw / mag;
+  const step = (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
+  const out: number[] = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  return out;
+}
+
+/** A padded domain covering `values` (and zero when `withZero`). */
+export function extent(values: number[], withZero = false, pad = 0.05): [number, number] {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values) {
+    if (!Number.isFinite(v)) continue;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  if (lo === Infinity) return [0, 1];
+  if (withZero) {
+    lo = Math.min(lo, 0);
+    hi = Math.max(hi, 0);
+  }
+  if (lo === hi) {
+    const d = lo === 0 ? 1 : Math.abs(lo) * 0.1;
+    return [lo - d, hi + d];
+  }
+  const p = (hi - lo) * pad;
+  return [withZero && lo === 0 ? 0 : lo - p, withZero && hi === 0 ? 0 : hi + p];
+}
+
+export function linearScale(domain: [number, number], range: [number, number], tickCount = 6): Scale {
+  const ticks = niceTicks(domain[0], domain[1], tickCount);
+  // Let the outer ticks enclose the data so the axis starts and ends on a label.
+  if (ticks.length >= 2) {
+    const step = ticks[1]! - ticks[0]!;
+    if (ticks[ticks.length - 1]! < domain[1] - step * 1e-9) ticks.push(Number((ticks[ticks.length - 1]! + step).toPrecision(12)));
+    if (ticks[0]! > domain[0] + step * 1e-9) ticks.unshift(Number((ticks[0]! - step).toPrecision(12)));
+  }
+  const d0 = Math.min(domain[0], ticks[0] ?? domain[0]);
+  const d1 = Math.max(domain[1], ticks[ticks.length - 1] ?? domain[1]);
+  const f = ((v: number) => range[0] + ((v - d0) / (d1 - d0 || 1)) * (range[1] - range[0])) as Scale;
+  f.ticks = ticks;
+  f.log = false;
+  f.domain = [d0, d1];
+  return f;
+}
+
+export function logScale(domain: [number, number], range: [number, number]): Scale {
+  const lo = Math.floor(Math.log10(Math.max(domain[0], 1e-300)));
+  let hi = Math.ceil(Math.log10(Math.max(domain[1], 1e-300)));
+  if (hi === lo) hi = lo + 1;
+  const f = ((v: number) => range[0] + ((Math.log10(v) - lo) / (hi - lo)) * (range[1] - range[0])) as Scale;
+  const ticks: number[] = [];
+  const every = Math.max(1, Math.ceil((hi - lo) / 8));
+  for (let e = lo; e <= hi; e += every) ticks.push(Math.pow(10, e));
+  f.ticks = ticks;
+  f.log = true;
+  f.domain = [Math.pow(10, lo), Math.pow(10, hi)];
+  return f;
+}
+
+export function tickLabel(v: number, log: boolean): string {
+  if (log) {
+    const e = Math.round(Math.log10(v));
+    return e >= -2 && e <= 3 ? fmtNum(v) : `1e${e}`;
+  }
+  return fmtNum(v);
+}
+
+/** A deterministic jitter in [-1, 1] from a string (so points do not jump on redraw). */
+export function jitter(key: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 16777619);
+  }
+  return ((h >>> 0) / 4294967295) * 2 - 1;
+}
+
+/** Shorten a label to `n` characters with an ellipsis. */
+export function ellipsize(text: string, n: number): string {
+  return text.length > n ? `${text.slice(0, n - 1)}…` : text;
+}

@@ -1,0 +1,566 @@
+// Run-level charts drawn as SVG with DOM APIs: scatter (X, Y, size, colour, log axes, dropped count),
+// box (quartiles, whiskers, jittered points, outliers per group) and bar (one per run up to 60, or
+// group mean with min–max whiskers). The numbers come from POST /api/chart (Python computes them,
+// the same data the CSV/PNG exports use); labels are SVG text nodes and <title> tooltips.
+
+import { api } from "../api";
+import { runExport, tableOrder } from "../actions";
+import { columnTitle } from "../columns";
+import { debounce, h, replace, s, svgTitle } from "../dom";
+import { fmtNum } from "../format";
+import { store } from "../store";
+import type { BarResponse, BoxResponse, ScatterResponse } from "../types";
+import { emptyState, errorText, field, paletteColor, select, swatch, toggle } from "../ui";
+import { columnOptions } from "./runs";
+import { ellipsize, extent, jitter, linearScale, logScale, type Scale, tickLabel } from "./scales";
+
+/** The runs a run-level chart uses: the selection, or every shown table row when none is selected. */
+export function chartKeys(): { keys: string[]; scope: string } {
+  const sel = store.ui.selection.filter((k) => store.runs.has(k));
+  if (sel.length) return { keys: sel, scope: `${sel.length} selected run${sel.length === 1 ? "" : "s"}` };
+  const keys = tableOrder();
+  return { keys, scope: `all ${keys.length} shown runs (none selected)` };
+}
+
+function numericColumns(): string[] {
+  return store.table?.columns.numeric ?? [];
+}
+
+function firstOf(cands: string[], prefer: string[]): string | null {
+  for (const p of prefer) {
+    const hit = cands.find((c) => c === p || c.startsWith(p));
+    if (hit) return hit;
+  }
+  return cands[0] ?? null;
+}
+
+function defaultMetricField(): string | null {
+  return firstOf(numericColumns(), ["run.best.val/auc", "run.best.", "summary.", "run.last."]);
+}
+
+function defaultGroupField(): string | null {
+  return firstOf(store.table?.columns.available ?? [], ["config.data.dataset", "group"]);
+}
+
+interface Frame {
+  svg: SVGSVGElement;
+  w: number;
+  h: number;
+  m: { l: number; r: number; t: number; b: number };
+}
+
+function frame(host: HTMLElement, height: number, m = { l: 64, r: 24, t: 16, b: 46 }): Frame {
+  const w = Math.max(420, host.clientWidth || 800);
+  const svg = s("svg", { class: "svg-chart", width: w, height, viewBox: `0 0 ${w} ${height}`, role: "img" });
+  return { svg, w, h: height, m };
+}
+
+function xAxis(f: Frame, sc: Scale, label: string): void {
+  const y0 = f.h - f.m.b;
+  const g = s("g", { class: "axis axis-x" });
+  g.appendChild(s("line", { x1: f.m.l, x2: f.w - f.m.r, y1: y0, y2: y0, class: "axis-line" }));
+  for (const t of sc.ticks) {
+    const x = sc(t);
+    if (x < f.m.l - 0.5 || x > f.w - f.m.r + 0.5) continue;
+    g.appendChild(s("line", { x1: x, x2: x, y1: f.m.t, y2: y0, class: "grid-line" }));
+    g.appendChild(s("text", { x, y: y0 + 16, "text-anchor": "middle", class: "tick" }, tickLabel(t, sc.log)));
+  }
+  g.appendChild(s("text", { x: (f.m.l + f.w - f.m.r) / 2, y: f.h - 8, "text-anchor": "middle", class: "axis-label" }, label));
+  f.svg.appendChild(g);
+}
+
+function yAxis(f: Frame, sc: Scale, label: string): void {
+  const g = s("g", { class: "axis axis-y" });
+  g.appendChild(s("line", { x1: f.m.l, x2: f.m.l, y1: f.m.t, y2: f.h - f.m.b, class: "axis-line" }));
+  for (const t of sc.ticks) {
+    const y = sc(t);
+    if (y < f.m.t - 0.5 || y > f.h - f.m.b + 0.5) continue;
+    g.appendChild(s("line", { x1: f.m.l, x2: f.w - f.m.r, y1: y, y2: y, class: "grid-line" }));
+    g.appendChild(s("text", { x: f.m.l - 8, y: y + 4, "text-anchor": "end", class: "tick" }, tickLabel(t, sc.log)));
+  }
+  const cy = (f.m.t + f.h - f.m.b) / 2;
+  g.appendChild(s("text", { x: 14, y: cy, transform: `rotate(-90 14 ${cy})`, "text-anchor": "middle", class: "axis-label" }, label));
+  f.svg.appendChild(g);
+}
+
+function groupLegend(groups: Map<string, number>, title: string | null): HTMLElement | null {
+  if (groups.size < 1 || (groups.size === 1 && groups.has(""))) return null;
+  return h(
+    "div",
+    { class: "legend legend-groups" },
+    title ? h("span", { class: "legend-title", text: title }) : null,
+    ...[...groups.entries()].map(([label, i]) => h("span", { class: "legend-group" }, swatch(paletteColor(i)), h("span", { text: label || "(none)" }))),
+  );
+}
+
+/** Shared fetch/draw life cycle of the three run-level charts. */
+abstract class RunChart<T> {
+  readonly toolbar = h("div", { class: "toolbar chart-toolbar" });
+  protected body = h("div", { class: "svg-host" });
+  protected data: T | null = null;
+  protected error: string | null = null;
+  private seq = 0;
+  private fetchedFor = "";
+  protected visible = false;
+
+  private drawnWidth = 0;
+
+  constructor(protected host: HTMLElement) {
+    host.appendChild(this.body);
+    // SVG charts are laid out for the width they get: redraw when it changes (window, inspector).
+    new ResizeObserver(
+      debounce(() => {
+        const w = this.body.clientWidth;
+        if (this.visible && this.data && w > 0 && Math.abs(w - this.drawnWidth) > 4) {
+          this.drawnWidth = w;
+          this.draw();
+        }
+      }, 120),
+    ).observe(this.body);
+  }
+
+  setVisible(v: boolean): void {
+    this.visible = v;
+    if (v) this.refresh();
+  }
+
+  protected abstract specSig(): unknown;
+  protected abstract load(keys: string[]): Promise<T> | null;
+  protected abstract renderToolbar(): void;
+  protected abstract draw(): void;
+  abstract exportChart(format: "csv" | "png"): void;
+
+  refresh(force = false): void {
+    this.renderToolbar();
+    if (!this.visible) return;
+    const { keys } = chartKeys();
+    const sig = JSON.stringify([keys, this.specSig()]);
+    if (!force && sig === this.fetchedFor) {
+      this.draw();
+      return;
+    }
+    this.fetchedFor = sig;
+    void this.fetch(keys);
+  }
+
+  private async fetch(keys: string[]): Promise<void> {
+    const seq = ++this.seq;
+    const p = keys.length ? this.load(keys) : null;
+    if (!p) {
+      this.data = null;
+      this.error = null;
+      this.draw();
+      return;
+    }
+    try {
+      const res = await p;
+      if (seq !== this.seq) return;
+      this.data = res;
+      this.error = null;
+    } catch (err) {
+      if (seq !== this.seq) return;
+      this.error = errorText(err);
+    }
+    this.draw();
+  }
+
+  protected empty(title: string, hint?: string): void {
+    replace(this.body, emptyState(title, hint, undefined, "chart-empty"));
+  }
+
+  protected showError(): boolean {
+    if (!this.error) return false;
+    replace(this.body, h("div", { class: "callout callout-error", testid: "chart-error", text: this.error }));
+    return true;
+  }
+}
+
+// -- scatter ----------------------------------------------------------------------------------------
+
+export class ScatterChart extends RunChart<ScatterResponse> {
+  private st() {
+    const sc = store.ui.scatter;
+    const num = numericColumns();
+    return {
+      ...sc,
+      x: sc.x ?? firstOf(num, ["config.optim.lr", "config."]) ?? defaultMetricField(),
+      y: sc.y ?? defaultMetricField(),
+    };
+  }
+
+  protected specSig(): unknown {
+    return this.st();
+  }
+
+  protected load(keys: string[]): Promise<ScatterResponse> | null {
+    const st = this.st();
+    if (!st.x || !st.y) return null;
+    return api.scatter({ keys, x_field: st.x, y_field: st.y, size_field: st.size, color_field: st.color, log_x: st.logX, log_y: st.logY });
+  }
+
+  private setField(key: "x" | "y" | "size" | "color", v: string): void {
+    store.set("scatter", { ...this.st(), [key]: v || null });
+    this.refresh();
+  }
+
+  protected renderToolbar(): void {
+    const st = this.st();
+    const num = numericColumns();
+    const all = store.table?.columns.available ?? [];
+    replace(
+      this.toolbar,
+      field("X", select(columnOptions(num), st.x ?? "", (v) => this.setField("x", v), "scatter-x")),
+      field("Y", select(columnOptions(num), st.y ?? "", (v) => this.setField("y", v), "scatter-y")),
+      field("Size", select(columnOptions(num, "none"), st.size ?? "", (v) => this.setField("size", v), "scatter-size")),
+      field("Colour", select(columnOptions(all, "none"), st.color ?? "", (v) => this.setField("color", v), "scatter-color")),
+      toggle("Log x", st.logX, (on) => {
+        store.set("scatter", { ...this.st(), logX: on });
+        this.refresh();
+      }, "scatter-log-x"),
+      toggle("Log y", st.logY, (on) => {
+        store.set("scatter", { ...this.st(), logY: on });
+        this.refresh();
+      }, "scatter-log-y"),
+    );
+  }
+
+  protected draw(): void {
+    if (this.showError()) return;
+    const st = this.st();
+    if (!st.x || !st.y) return this.empty("No numeric columns to plot", "Scatter needs numeric params or metrics.");
+    const d = this.data;
+    if (!d) return this.empty("No runs to plot", "Select runs, or clear the table filters.");
+    let pts = d.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const beforeLog = pts.length;
+    if (st.logX) pts = pts.filter((p) => p.x > 0);
+    if (st.logY) pts = pts.filter((p) => p.y > 0);
+    const notPositive = beforeLog - pts.length;
+    const f = frame(this.body, 460);
+    const xr: [number, number] = [f.m.l, f.w - f.m.r];
+    const yr: [number, number] = [f.h - f.m.b, f.m.t];
+    const xs = pts.map((p) => p.x);
+    const ys = pts.map((p) => p.y);
+    const xsc = st.logX ? logScale([Math.min(...xs), Math.max(...xs)], xr) : linearScale(extent(xs), xr);
+    const ysc = st.logY ? logScale([Math.min(...ys), Math.max(...ys)], yr) : linearScale(extent(ys), yr);
+    xAxis(f, xsc, st.x);
+    yAxis(f, ysc, st.y);
+    const sizes = pts.map((p) => p.size).filter((v): v is number => v !== null && Number.isFinite(v));
+    const sMin = Math.min(...sizes);
+    const sMax = Math.max(...sizes);
+    const radius = (v: number | null) => {
+      if (v === null || !sizes.length) return 5;
+      if (sMax === sMin) return 7;
+      return 3 + Math.sqrt((v - sMin) / (sMax - sMin)) * 11;
+    };
+    const groups = new Map<string, number>();
+    const g = s("g", { class: "points" });
+    // Big points first so small ones stay clickable on top.
+    const order = [...pts].sort((a, b) => radius(b.size) - radius(a.size));
+    for (const p of order) {
+      const label = p.group ?? "";
+      let gi = groups.get(label);
+      if (gi === undefined) {
+        gi = groups.size;
+        groups.set(label, gi);
+      }
+      const color = st.color ? paletteColor(gi) : store.isSelected(p.key) ? paletteColor(store.colorOf(p.key)) : paletteColor(0);
+      const c = s("circle", {
+        cx: xsc(p.x),
+        cy: ysc(p.y),
+        r: radius(p.size),
+        class: "dot",
+        fill: color,
+        stroke: color,
+        "data-key": p.key,
+        "data-testid": "scatter-point",
+      });
+      const tip = [
+        p.label,
+        `${st.x} = ${fmtNum(p.x)}`,
+        `${st.y} = ${fmtNum(p.y)}`,
+        st.size ? `${st.size} = ${p.size === null ? "missing (default size)" : fmtNum(p.size)}` : null,
+        st.color ? `${st.color} = ${p.group ?? "(none)"}` : null,
+      ]
+        .filter(Boolean)
+        .join("\n");
+      c.appendChild(svgTitle(tip));
+      c.addEventListener("click", () => store.openInspector(p.key));
+      g.appendChild(c);
+    }
+    f.svg.appendChild(g);
+    const dropped = d.dropped;
+    replace(
+      this.body,
+      h(
+        "div",
+        { class: "chart-meta" },
+        h("span", { testid: "scatter-count", text: `${pts.length} run${pts.length === 1 ? "" : "s"} plotted` }),
+        h("span", {
+          class: dropped ? "meta-warn" : "muted",
+          testid: "scatter-dropped",
+          text: `${dropped} run${dropped === 1 ? "" : "s"} dropped (no X or Y value)`,
+        }),
+        notPositive ? h("span", { class: "meta-warn", text: `${notPositive} not drawn (≤ 0 on a log axis)` }) : null,
+      ),
+      st.color ? groupLegend(groups, columnTitle(st.color)) : null,
+      h("div", { class: "chart-card", testid: "chart-scatter" }, f.svg),
+    );
+  }
+
+  exportChart(format: "csv" | "png"): void {
+    const st = this.st();
+    const { keys } = chartKeys();
+    if (!st.x || !st.y || !keys.length) return;
+    void runExport(`Scatter ${format.toUpperCase()}`, () =>
+      api.exportChart(
+        { chart: "scatter", keys, x_field: st.x!, y_field: st.y!, size_field: st.size, color_field: st.color, log_x: st.logX, log_y: st.logY },
+        format,
+      ),
+    );
+  }
+}
+
+// -- box --------------------------------------------------------------------------------------------
+
+export class BoxChart extends RunChart<BoxResponse> {
+  private st() {
+    const b = store.ui.box;
+    return { field: b.field ?? defaultMetricField(), groupBy: b.groupBy ?? defaultGroupField() };
+  }
+
+  protected specSig(): unknown {
+    return this.st();
+  }
+
+  protected load(keys: string[]): Promise<BoxResponse> | null {
+    const st = this.st();
+    if (!st.field) return null;
+    return api.box({ keys, field: st.field, group_by: st.groupBy });
+  }
+
+  protected renderToolbar(): void {
+    const st = this.st();
+    replace(
+      this.toolbar,
+      field(
+        "Value",
+        select(columnOptions(numericColumns()), st.field ?? "", (v) => {
+          store.set("box", { ...this.st(), field: v || null });
+          this.refresh();
+        }, "box-field"),
+      ),
+      field(
+        "Group by",
+        select(columnOptions(store.table?.columns.available ?? []), st.groupBy ?? "", (v) => {
+          store.set("box", { ...this.st(), groupBy: v || null });
+          this.refresh();
+        }, "box-group-by"),
+      ),
+    );
+  }
+
+  protected draw(): void {
+    if (this.showError()) return;
+    const st = this.st();
+    if (!st.field) return this.empty("No numeric columns to plot");
+    const d = this.data;
+    if (!d || !d.groups.length) return this.empty("No values to plot", "None of the runs has a value in this column.");
+    const f = frame(this.body, 440, { l: 64, r: 24, t: 16, b: 58 });
+    const vals = d.groups.flatMap((g) => [g.low, g.high, ...g.points.map((p) => p.value)]);
+    const ysc = linearScale(extent(vals), [f.h - f.m.b, f.m.t]);
+    yAxis(f, ysc, st.field);
+    const n = d.groups.length;
+    const band = (f.w - f.m.l - f.m.r) / n;
+    const boxW = Math.min(80, band * 0.5);
+    d.groups.forEach((g, gi) => {
+      const cx = f.m.l + band * (gi + 0.5);
+      const color = paletteColor(gi);
+      const grp = s("g", { class: "box", "data-testid": "box-group", "data-group": g.label });
+      const tip = `${g.label}\nn = ${g.n}\nmedian ${fmtNum(g.median)}\nq1 ${fmtNum(g.q1)} · q3 ${fmtNum(g.q3)}\nwhiskers ${fmtNum(g.low)} – ${fmtNum(g.high)}`;
+      grp.appendChild(s("line", { x1: cx, x2: cx, y1: ysc(g.low), y2: ysc(g.q1), class: "whisker", stroke: color }));
+      grp.appendChild(s("line", { x1: cx, x2: cx, y1: ysc(g.q3), y2: ysc(g.high), class: "whisker", stroke: color }));
+      for (const v of [g.low, g.high]) {
+        grp.appendChild(s("line", { x1: cx - boxW / 4, x2: cx + boxW / 4, y1: ysc(v), y2: ysc(v), class: "whisker", stroke: color }));
+      }
+      const top = ysc(g.q3);
+      const rect = s("rect", {
+        x: cx - boxW / 2,
+        y: top,
+        width: boxW,
+        height: Math.max(1, ysc(g.q1) - top),
+        class: "box-rect",
+        fill: color,
+        stroke: color,
+        rx: 3,
+      });
+      rect.appendChild(svgTitle(tip));
+      grp.appendChild(rect);
+      grp.appendChild(s("line", { x1: cx - boxW / 2, x2: cx + boxW / 2, y1: ysc(g.median), y2: ysc(g.median), class: "median" }));
+      for (const p of g.points) {
+        const c = s("circle", {
+          cx: cx + jitter(p.key) * boxW * 0.42,
+          cy: ysc(p.value),
+          r: p.outlier ? 4 : 3,
+          class: p.outlier ? "dot outlier" : "dot jitter",
+          fill: p.outlier ? "none" : color,
+          stroke: color,
+          "data-key": p.key,
+          "data-testid": p.outlier ? "box-outlier" : "box-point",
+        });
+        c.appendChild(svgTitle(`${p.label}\n${fmtNum(p.value)}${p.outlier ? " (outlier)" : ""}`));
+        c.addEventListener("click", () => store.openInspector(p.key));
+        grp.appendChild(c);
+      }
+      const lbl = s("text", { x: cx, y: f.h - f.m.b + 18, "text-anchor": "middle", class: "tick tick-strong" }, ellipsize(g.label, Math.max(6, Math.floor(band / 7))));
+      lbl.appendChild(svgTitle(g.label));
+      grp.appendChild(lbl);
+      grp.appendChild(s("text", { x: cx, y: f.h - f.m.b + 33, "text-anchor": "middle", class: "tick" }, `n=${g.n}`));
+      f.svg.appendChild(grp);
+    });
+    replace(
+      this.body,
+      h("div", { class: "chart-meta" }, h("span", { text: `${d.groups.length} group${d.groups.length === 1 ? "" : "s"} by ${st.groupBy ?? "group"}` })),
+      h("div", { class: "chart-card", testid: "chart-box" }, f.svg),
+    );
+  }
+
+  exportChart(format: "csv" | "png"): void {
+    const st = this.st();
+    const { keys } = chartKeys();
+    if (!st.field || !keys.length) return;
+    void runExport(`Box plot ${format.toUpperCase()}`, () =>
+      api.exportChart({ chart: "box", keys, field: st.field!, group_by: st.groupBy }, format),
+    );
+  }
+}
+
+// -- bar --------------------------------------------------------------------------------------------
+
+export class BarChart extends RunChart<BarResponse> {
+  private st() {
+    const b = store.ui.bar;
+    return { field: b.field ?? defaultMetricField(), groupBy: b.groupBy };
+  }
+
+  protected specSig(): unknown {
+    return this.st();
+  }
+
+  protected load(keys: string[]): Promise<BarResponse> | null {
+    const st = this.st();
+    if (!st.field) return null;
+    return api.bar({ keys, field: st.field, group_by: st.groupBy });
+  }
+
+  protected renderToolbar(): void {
+    const st = this.st();
+    replace(
+      this.toolbar,
+      field(
+        "Value",
+        select(columnOptions(numericColumns()), st.field ?? "", (v) => {
+          store.set("bar", { ...this.st(), field: v || null });
+          this.refresh();
+        }, "bar-field"),
+      ),
+      field(
+        "Bars",
+        select(columnOptions(store.table?.columns.available ?? [], "one per run"), st.groupBy ?? "", (v) => {
+          store.set("bar", { ...this.st(), groupBy: v || null });
+          this.refresh();
+        }, "bar-group-by", "One bar per run, or the mean of each group with min–max whiskers"),
+      ),
+    );
+  }
+
+  protected draw(): void {
+    if (this.showError()) return;
+    const st = this.st();
+    if (!st.field) return this.empty("No numeric columns to plot");
+    const d = this.data;
+    if (!d || !d.bars.length) return this.empty("No values to plot", "None of the runs has a value in this column.");
+    const bars = d.bars.slice(0, d.limit || 60);
+    const grouped = !!st.groupBy;
+    const rowH = 24;
+    const labelW = 190;
+    const f = frame(this.body, bars.length * rowH + 56, { l: labelW + 12, r: 120, t: 8, b: 40 });
+    const vals = bars.flatMap((b) => [b.value, b.min, b.max]).filter((v): v is number => v !== null);
+    const xsc = linearScale(extent(vals, true, 0.02), [f.m.l, f.w - f.m.r]);
+    xAxis(f, xsc, grouped ? `mean ${st.field}` : st.field);
+    const zero = xsc(Math.max(xsc.domain[0], Math.min(0, xsc.domain[1])));
+    const groups = new Map<string, number>();
+    bars.forEach((b, i) => {
+      const y = f.m.t + i * rowH;
+      const glabel = b.group ?? "";
+      let gi = groups.get(glabel);
+      if (gi === undefined) {
+        gi = groups.size;
+        groups.set(glabel, gi);
+      }
+      const color = grouped || b.group !== null ? paletteColor(gi) : b.key && store.isSelected(b.key) ? paletteColor(store.colorOf(b.key)) : paletteColor(0);
+      const g = s("g", { class: "bar", "data-testid": "bar", "data-key": b.key ?? "", "data-label": b.label });
+      const lbl = s("text", { x: f.m.l - 10, y: y + rowH / 2 + 4, "text-anchor": "end", class: "tick tick-strong" }, ellipsize(b.label, 28));
+      lbl.appendChild(svgTitle(b.label));
+      g.appendChild(lbl);
+      if (b.value !== null) {
+        const x1 = xsc(b.value);
+        const rect = s("rect", {
+          x: Math.min(zero, x1),
+          y: y + 4,
+          width: Math.max(1, Math.abs(x1 - zero)),
+          height: rowH - 8,
+          rx: 3,
+          class: "bar-rect",
+          fill: color,
+        });
+        const tip = [
+          b.label,
+          `${grouped ? "mean " : ""}${st.field} = ${fmtNum(b.value)}`,
+          b.min !== null && b.max !== null ? `min ${fmtNum(b.min)} · max ${fmtNum(b.max)}` : null,
+          grouped ? `n = ${b.n}` : null,
+        ]
+          .filter(Boolean)
+          .join("\n");
+        rect.appendChild(svgTitle(tip));
+        g.appendChild(rect);
+        if (b.min !== null && b.max !== null && grouped) {
+          const cy = y + rowH / 2;
+          g.appendChild(s("line", { x1: xsc(b.min), x2: xsc(b.max), y1: cy, y2: cy, class: "whisker bar-whisker" }));
+          for (const v of [b.min, b.max]) g.appendChild(s("line", { x1: xsc(v), x2: xsc(v), y1: cy - 5, y2: cy + 5, class: "whisker bar-whisker" }));
+        }
+        const tx = Math.max(x1, zero, b.max !== null && grouped ? xsc(b.max) : -Infinity) + 6;
+        g.appendChild(s("text", { x: tx, y: y + rowH / 2 + 4, class: "tick bar-value" }, `${fmtNum(b.value)}${grouped ? ` (n=${b.n})` : ""}`));
+      }
+      if (b.key) {
+        const key = b.key;
+        g.addEventListener("click", () => store.openInspector(key));
+        g.classList.add("is-clickable");
+      }
+      f.svg.appendChild(g);
+    });
+    const more = d.total > bars.length;
+    replace(
+      this.body,
+      h(
+        "div",
+        { class: "chart-meta" },
+        h("span", {
+          testid: "bar-count",
+          text: grouped ? `${bars.length} group${bars.length === 1 ? "" : "s"}` : `${bars.length} of ${d.total} runs`,
+        }),
+        more ? h("span", { class: "meta-warn", testid: "bar-limit", text: `only the first ${bars.length} are drawn; the CSV export has all ${d.total}` }) : null,
+      ),
+      !grouped && groups.size > 1 ? groupLegend(groups, "group") : null,
+      h("div", { class: "chart-card", testid: "chart-bar" }, f.svg),
+    );
+  }
+
+  exportChart(format: "csv" | "png"): void {
+    const st = this.st();
+    const { keys } = chartKeys();
+    if (!st.field || !keys.length) return;
+    void runExport(`Bar chart ${format.toUpperCase()}`, () =>
+      api.exportChart({ chart: "bar", keys, field: st.field!, group_by: st.groupBy }, format),
+    );
+  }
+}

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     stale_after_seconds: float = Field(
         60.0, gt=0, allow_inf_nan=False, description="heartbeat age after which a running run is stale"
     )
-    max_points_per_series: int = Field(2000, ge=10, description="downsampling target per plotted series")
+    max_points_per_series: int = Field(5000, ge=10, le=1_000_000, description="downsampling target per plotted series")
     max_metrics_file_mb: float = Field(
         64.0, gt=0, allow_inf_nan=False, description="metrics.jsonl is read up to this many MB"
     )

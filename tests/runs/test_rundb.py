@@ -3,6 +3,7 @@ refresh")."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sqlite3
@@ -102,6 +103,11 @@ def _written(store: RunStore, folder: Path) -> Path:
         ("UPDATE runs SET name = 'renamed' WHERE name = 'baseline'", "edited"),
         ("UPDATE config SET value = 'x' WHERE key = 'optim.lr'", "edited"),
         ("DELETE FROM metrics WHERE kind = 'best'", "edited"),
+        ("INSERT INTO metrics VALUES ('/nowhere', 'val/auc', 'best', 1.0, 1, 'max')", "edited"),
+        ("UPDATE meta SET value = '1' WHERE key = 'change_counter'", "edited"),
+        ("UPDATE run_cache SET summary = replace(summary, '\"notes\":\"\"', '\"notes\":\"x\"')", "run_cache"),
+        ("DELETE FROM meta WHERE key = 'change_counter'", "older TraceML"),
+        ("PRAGMA journal_mode = WAL", "WAL"),
         ("UPDATE run_cache SET stamps = '{\"run.json\": [\"a\", 1]}'", "file stamp"),
         ("UPDATE run_cache SET summary = replace(summary, '\"legacy\":false', '\"legacy\":\"no\"')", "wrong type"),
         ("ALTER TABLE runs ADD COLUMN extra TEXT", "columns"),
@@ -117,6 +123,37 @@ def test_an_edited_or_other_version_file_is_refused(store: RunStore, tmp_path: P
     db, reason = load_db(path)
     assert db is None and reason is not None and fragment in reason
     assert "\n" not in reason
+
+
+def test_an_edit_that_bypasses_sqlite_is_found_in_the_run_cache(store: RunStore, tmp_path: Path) -> None:
+    # A byte-level edit (a hex editor, a disk error) leaves SQLite's change counter as it was; the
+    # run_cache rows TraceML reads no longer match meta.cache_digest.
+    path = _written(store, tmp_path)
+    data = path.read_bytes()
+    assert b'"name":"baseline"' in data
+    path.write_bytes(data.replace(b'"name":"baseline"', b'"name":"baselinx"', 1))
+    db, reason = load_db(path)
+    assert db is None and reason is not None and "run_cache was edited" in reason
+
+
+def test_long_integers_nan_infinity_and_lone_surrogates_come_back_exactly(store: RunStore, tmp_path: Path) -> None:
+    run = store.runs()[0]
+    run.params.update({"seed.big": 2**70, "seed.low": -(2**63) - 1, "seed.max": 2**64 - 1})
+    run.last["val/loss"] = float("nan")
+    run.start["val/loss"] = float("inf")
+    run.notes = "δ and a lone \ud800 surrogate"
+    run.summary["note"] = "x" * 30 + "1234567890123456789012"  # long digits inside a string
+    write_db(tmp_path / "runs.sqlite", [run], {}, written_at=WHEN)
+    con = sqlite3.connect(tmp_path / "runs.sqlite")
+    # Beyond 64 bits: REAL in the SQL table, as SQLite stores such a literal; exact in the bookkeeping.
+    assert con.execute("SELECT value FROM config WHERE key = 'seed.big'").fetchone() == (float(2**70),)
+    con.close()
+    db, reason = load_db(tmp_path / "runs.sqlite")
+    assert reason is None and db is not None
+    back = db.runs[run.key].summary
+    assert back.params == run.params and all(type(back.params[k]) is int for k in ("seed.big", "seed.low", "seed.max"))
+    assert math.isnan(back.last["val/loss"]) and back.start["val/loss"] == float("inf")
+    assert back.notes == run.notes and back.summary == run.summary and back.best == run.best
 
 
 def test_update_rewrites_only_the_changed_runs(store: RunStore, tmp_path: Path) -> None:

@@ -168,6 +168,17 @@ def test_run_db_is_replaced_atomically_and_throttled(store: RunStore, tmp_path: 
     runs[0].notes = ""
 
 
+def test_a_restarted_viewer_rewrites_nothing_when_nothing_changed(store: RunStore, tmp_path: Path) -> None:
+    CacheFolder(tmp_path / ".cache").save_run_db(store.runs(), store.stamps())
+    written = os.stat(tmp_path / ".cache" / "runs.sqlite")
+    later = CacheFolder(tmp_path / ".cache")
+    loaded = later.load_run_db()
+    assert loaded is not None and later.warnings == []
+    runs = [c.summary for c in loaded.runs.values()]
+    assert later.save_run_db(runs, {key: c.stamps for key, c in loaded.runs.items()}) is None
+    assert os.stat(tmp_path / ".cache" / "runs.sqlite").st_ino == written.st_ino
+
+
 def test_hidden_runs_are_left_out_of_the_run_db(store: RunStore, tmp_path: Path) -> None:
     cache = CacheFolder(tmp_path / ".cache")
     hidden = store.runs()[3].key

@@ -299,7 +299,8 @@ class RunStore:
         with self._lock:
             if self._scanned:
                 raise RuntimeError("RunStore.seed() must be called before the first poll")
-            real_roots, _ = resolve_roots(self.roots)
+            real_roots = set(resolve_roots(self.roots)[0])
+            now = self.clock()
             taken = 0
             for key, (summary, stamps) in cached.items():
                 root = summary.root
@@ -307,9 +308,9 @@ class RunStore:
                     continue
                 if key == root or not inside(key, root):
                     continue
-                state = _RunState(RunLocation(root=root, id=summary.id, path=key))
+                state = _RunState(RunLocation(root, summary.id, key))
                 state.summary, state.seed = summary, (summary, dict(stamps))
-                summary.display_status = self._seed_status(summary)
+                summary.display_status = self._seed_status(summary, now)
                 self._runs[key] = state
                 taken += 1
             if taken:
@@ -486,12 +487,16 @@ class RunStore:
                 return False  # (a head past 64 KB is final: _update_head never reads it again)
         return True
 
-    def _seed_status(self, summary: RunSummary) -> str:
+    def _seed_status(self, summary: RunSummary, now: float | None = None) -> str:
+        """The display status of a cached summary at ``now`` (default: the store's clock)."""
+        # Only a running run's status depends on its heartbeat: the others skip parsing it (this runs
+        # for every cached run at start-up).
+        running = summary.status == "running" and not summary.legacy
         return display_status(
             summary.status,
             legacy=summary.legacy,
-            heartbeat_s=parse_iso(summary.heartbeat_at),
-            now=self.clock(),
+            heartbeat_s=parse_iso(summary.heartbeat_at) if running else None,
+            now=self.clock() if now is None else now,
             stale_after_seconds=self.stale_after_seconds,
         )
 

@@ -64,7 +64,16 @@ from traceml_ai.runs.discovery import inside
 from traceml_ai.runs.layout import DEFAULT_RUNS_ROOT
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.runs.rundb import DB_FILE, LoadedDb, RunDbError, load_db, summary_json, update_db, write_db
+from traceml_ai.runs.rundb import (
+    DB_FILE,
+    Fingerprint,
+    LoadedDb,
+    RunDbError,
+    fingerprint,
+    load_db,
+    update_db,
+    write_db,
+)
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import iso_utc
@@ -275,7 +284,7 @@ class CacheFolder:
         self.warnings: list[str] = []
         self._hidden: list[str] | None = None
         self._db_saved_at: float | None = None
-        self._db_rows: dict[str, str] = {}  # run key → what was last written for it
+        self._db_rows: dict[str, Fingerprint] = {}  # run key → what was last written for it
         self._db_file: tuple[int, int, int] | None = None  # (ino, mtime_ns, size) of our last write
         # Web handlers run in threads: read-modify-write of hidden-runs.json and the run database's
         # bookkeeping happen one at a time.
@@ -388,7 +397,7 @@ class CacheFolder:
                 return None
             if before is not None and _stat_id(path) == before:  # not replaced while we read it
                 self._db_file = before
-                self._db_rows = {key: _db_fingerprint(c.summary, c.stamps) for key, c in db.runs.items()}
+                self._db_rows = dict(db.fingerprints)  # as read: nothing is serialized again
             return db
 
     def save_run_db(
@@ -428,7 +437,7 @@ class CacheFolder:
             return None
         hidden = set(self.hidden_runs())
         shown = [r for r in runs if r.key not in hidden]
-        rows = {r.key: _db_fingerprint(r, stamps.get(r.key, {})) for r in shown}
+        rows = {r.key: fingerprint(r, stamps.get(r.key, {})) for r in shown}
         target = os.path.join(self.path, RUN_DB_FILE)
         base_ok = self._db_file is not None and _same_file(target, self._db_file)
         if base_ok and rows == self._db_rows:
@@ -604,10 +613,6 @@ def _temp_file(folder: str, name: str) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"cannot create a temp file in {folder}")
-
-
-def _db_fingerprint(summary: RunSummary, stamps: Mapping[str, tuple[int, int]]) -> str:
-    return summary_json(summary) + repr(sorted(stamps.items()))
 
 
 def _file_id(st: os.stat_result) -> tuple[int, int, int]:

@@ -534,7 +534,7 @@ export class LineCharts {
         hooks: {
           setScale: [
             (pu: uPlot, key: string) => {
-              if (key !== "x" || self.applying) return;
+              if (key !== "x" || self.applying || pu.status === 0) return; // status 0: uPlot's own first scale, not a zoom
               const min = pu.scales.x!.min;
               const max = pu.scales.x!.max;
               if (min === undefined || max === undefined || min === null || max === null) return;

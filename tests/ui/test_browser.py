@@ -1,0 +1,835 @@
+"""The viewer in a real browser: Debian's chromium, driven by Playwright, against a real ``traceml ui``.
+
+Each test does what a user does (click, type, drag) and asserts what they see; counts are read
+from the footer or the API, never from the rows in the DOM (the table is virtualized). Every page
+also records console errors, page errors, CSP violations and dialogs, and a test ends by checking
+that there were none. Screenshots of each view land in ``test-artifacts/screens/`` for a human look.
+
+Skipped without the ``playwright`` package or without ``/usr/bin/chromium`` (CI installs both).
+"""
+
+from __future__ import annotations
+
+import csv
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from traceml_ai.runs.fake import generate, live_run
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need the playwright package")
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Locator, Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="the browser tests need Debian's chromium at /usr/bin/chromium (apt install chromium)"
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENS = REPO / "test-artifacts" / "screens"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--no-first-run"]
+VIEWPORT = {"width": 1440, "height": 1000}
+WAIT_MS = 30_000  # generous: a loaded CI machine is slow, and nothing here measures time
+XSS_NAME = "<img src=x onerror=alert(1)>"
+PNG_300_DPI = 11811  # pixels per metre
+
+expect = sync_api.expect
+expect.set_options(timeout=WAIT_MS)
+
+# Records what the page must never do: CSP violations (the console also reports them, but this
+# catches the ones a browser reports only as events).
+RECORD_CSP = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Viewer:
+    """A running ``traceml ui`` on a loopback port, and an API client holding its token cookie."""
+
+    url: str  # the printed URL, with ?token=
+    root: Path
+    proc: subprocess.Popen[str]
+    opener: urllib.request.OpenerDirector = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.opener.open(self.url, timeout=30).read()  # sets the cookie
+
+    @property
+    def base(self) -> str:
+        return self.url.split("/?")[0]
+
+    @property
+    def cache(self) -> Path:
+        return self.root.parent / ".cache"
+
+    def api(self, path: str, body: Any = None, method: str | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method or ("POST" if data else "GET"),
+                                     headers={"Content-Type": "application/json"} if data else {})
+        with self.opener.open(req, timeout=30) as res:
+            return json.loads(res.read())
+
+    def table(self, **params: str | list[str]) -> Any:
+        return self.api("/api/table?" + urllib.parse.urlencode(params, doseq=True))
+
+    def key_of(self, name: str) -> str:
+        keys = [r["key"] for r in self.api("/api/runs")["runs"] if r["name"] == name]
+        assert len(keys) == 1, f"{len(keys)} runs named {name!r}"
+        return str(keys[0])
+
+    def forget_view(self) -> None:
+        """Start the next page from the default view (the page remembers its last one)."""
+        self.api("/api/ui-state", {}, method="PUT")
+
+
+@contextmanager
+def serve(root: Path, **env: str) -> Iterator[Viewer]:
+    """``traceml ui ROOT --port 0 --no-browser`` as a user runs it; stopped with Ctrl+C (SIGINT)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    full_env.update({"COLUMNS": "200", **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "ui", str(root), "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+/\?token=[\w-]+)", line)
+        assert match, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        yield Viewer(match.group(1), root, proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def write_xss_run(root: Path) -> None:
+    """A completed run whose name, tags and notes are HTML that would run script if inserted as HTML."""
+    run_id = "20261130-120000_xss_ab12"
+    folder = root / run_id
+    folder.mkdir(parents=True)
+    run = {
+        "schema_version": 1, "id": run_id, "name": XSS_NAME, "group": "<b>group</b>",
+        "tags": ["<script>alert(2)</script>"], "notes": "<svg onload=alert(3)>", "status": "completed",
+        "started_at": "2026-11-30T12:00:00Z", "ended_at": "2026-11-30T12:10:00Z",
+        "heartbeat_at": "2026-11-30T12:10:00Z", "duration_s": 600.0, "exit": {"code": 0, "signal": None},
+    }
+    (folder / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
+    """24 fake runs (seed 0) served by one ``traceml ui`` for the whole module."""
+    root = tmp_path_factory.mktemp("browser") / "traceml" / "runs"
+    generate(root, runs=24, seed=0)
+    with serve(root) as v:
+        yield v
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+# -- the page --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """One browser tab on the viewer, with everything it must not do recorded."""
+
+    page: Page
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def csp_violations(self) -> list[str]:
+        return list(self.page.evaluate("window.__cspViolations || []"))
+
+    def assert_clean(self) -> None:
+        assert self.console_errors == []
+        assert self.page_errors == []
+        assert self.csp_violations() == []
+        assert self.dialogs == []
+
+
+@contextmanager
+def open_viewer(browser: Browser, viewer: Viewer) -> Iterator[Session]:
+    """A fresh tab on the viewer's printed URL, from the default view, once the table has loaded."""
+    viewer.forget_view()
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    context.add_init_script(RECORD_CSP)
+    page = context.new_page()
+    session = Session(page)
+    page.on("console", lambda m: session.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: session.page_errors.append(str(e)))
+    page.on("request", lambda r: session.requests.append(r.url))
+
+    def on_dialog(d: Any) -> None:
+        session.dialogs.append(f"{d.type}: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", on_dialog)
+    try:
+        page.goto(viewer.url)
+        expect(page.get_by_test_id("table-info")).to_have_text(re.compile(r"^\d+ of \d+ runs$"))
+        yield session
+    finally:
+        context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"{name}.png"))
+
+
+def row(page: Page, name: str) -> Locator:
+    """The table row of the run named ``name`` (exactly)."""
+    cell = page.locator(".cell-name").filter(has_text=re.compile(f"^{re.escape(name)}$"))
+    return page.get_by_test_id("run-row").filter(has=cell)
+
+
+def select_runs(page: Page, *names: str) -> None:
+    for name in names:
+        row(page, name).get_by_test_id("row-check").check()
+    expect(page.get_by_test_id("selection-count")).to_have_text(str(len(names)))
+
+
+def switch(page: Page, testid: str) -> Locator:
+    """The visible label of a toggle (its checkbox is visually hidden)."""
+    return page.get_by_test_id(testid).locator("xpath=..")
+
+
+def shown_keys_are(page: Page, keys: list[str]) -> None:
+    """Wait until the rows drawn, top to bottom, are the first of ``keys`` (in that order)."""
+    page.wait_for_function(
+        """(keys) => {
+          const drawn = [...document.querySelectorAll('[data-testid=run-row]')].map((r) => r.dataset.key);
+          return drawn.length > 0 && drawn.every((k, i) => k === keys[i]);
+        }""",
+        arg=keys, timeout=WAIT_MS,
+    )
+
+
+def painted_pixels(canvas: Locator) -> int:
+    """How many pixels of a canvas are not transparent."""
+    return int(canvas.evaluate(
+        """(c) => {
+          const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+          let n = 0;
+          for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+          return n;
+        }"""
+    ))
+
+
+def x_range(page: Page, chart: Locator) -> tuple[float, float]:
+    """The x values a user reads in the tooltip at the left and right edges of a line chart.
+
+    A live redraw can replace the chart under the mouse; then the mouse simply moves again.
+    """
+    values: list[float] = []
+    for side in (0, 1):
+        for _ in range(20):
+            box = chart.locator(".u-over").bounding_box()
+            assert box is not None
+            page.mouse.move(0, 0)
+            page.mouse.move(box["x"] + 2 + side * (box["width"] - 4), box["y"] + box["height"] / 2)
+            tip = chart.locator(".plot-tip-x")
+            try:
+                expect(tip).to_be_visible(timeout=1500)
+                values.append(float(tip.inner_text(timeout=1500).split()[-1].replace(",", "")))
+                break
+            except (AssertionError, sync_api.Error):
+                continue
+        else:
+            raise AssertionError("the chart shows no tooltip at its edge")
+    page.mouse.move(0, 0)
+    return values[0], values[1]
+
+
+def drag_zoom(page: Page, chart: Locator, start: float, end: float) -> None:
+    """Drag across a line chart from ``start`` to ``end`` (fractions of its width) until it zooms.
+
+    Tries again when a live redraw replaced the chart during the drag.
+    """
+    for _ in range(5):
+        box = chart.locator(".u-over").bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * start, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * end, y, steps=12)
+        page.mouse.up()
+        if page.get_by_test_id("reset-zoom").is_enabled():
+            return
+    raise AssertionError("dragging across the chart did not zoom it")
+
+
+def redrawn(page: Page, chart: Locator) -> None:
+    """Wait until the chart drawn now is replaced by a new one (a live update arrived)."""
+    page.wait_for_function("(el) => !el.isConnected", arg=chart.locator(".uplot").element_handle(), timeout=WAIT_MS)
+
+
+def png_phys(data: bytes) -> tuple[int, int, int]:
+    """The pHYs chunk of a PNG: pixels per unit in x and y, and the unit (1 = metre)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos = 8
+    while pos + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        if kind == b"pHYs":
+            x, y, unit = struct.unpack(">IIB", data[pos + 8:pos + 17])
+            return x, y, unit
+        if kind == b"IDAT":
+            break  # pHYs must come before the image data
+        pos += 12 + length
+    raise AssertionError("the PNG has no pHYs chunk before its image data")
+
+
+# -- 1. the table on fake runs ---------------------------------------------------------------------
+
+
+def test_the_table_shows_the_24_fake_runs_with_their_statuses(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+        expect(page.get_by_test_id("nav-count-runs")).to_have_text("24")
+        assert viewer.table()["total"] == 24
+        expect(page.get_by_test_id("status-segment-stale")).to_contain_text("1")
+        expect(page.get_by_test_id("status-segment-legacy")).to_contain_text("1")
+        expect(page.get_by_test_id("count-failed")).to_contain_text("2")  # failed-run and nan-loss
+        expect(row(page, "stale-run").get_by_test_id("status-badge")).to_have_text("stale")
+        expect(row(page, "legacy-run").get_by_test_id("status-badge")).to_have_text("legacy")
+        expect(row(page, "failed-run").get_by_test_id("status-badge")).to_have_text("failed")
+        expect(row(page, "baseline").get_by_test_id("status-badge")).to_have_text("completed")
+        # malformed-lines skipped corrupt metrics lines: the row carries the file-problem mark
+        expect(row(page, "malformed-lines").get_by_test_id("file-problem")).to_be_visible()
+        shot(page, "runs-table")
+
+        page.get_by_test_id("nav-overview").click()
+        expect(page.get_by_test_id("overview-status-failed")).to_contain_text("2")
+        expect(page.get_by_test_id("failed-run").filter(has_text="failed-run")).to_contain_text("OutOfMemoryError")
+        shot(page, "overview")
+        s.assert_clean()
+
+
+# -- 2. filter, search, group, sort ----------------------------------------------------------------
+
+
+def test_filter_chip_search_group_and_sort_update_the_counts(browser: Browser, viewer: Viewer) -> None:
+    runs = viewer.api("/api/runs")["runs"]
+    good = [r for r in runs if (r["best"].get("val/auc") or {}).get("value") is not None
+            and r["best"]["val/auc"]["value"] >= 0.9]
+    assert 0 < len(good) < 24  # the seed gives a real filter
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        # a per-column filter from the column header's funnel
+        page.locator("[data-testid=column-filter][data-column='run.best.val/auc']").click()
+        popover = page.get_by_test_id("filter-popover")
+        popover.get_by_test_id("filter-input").fill(">=0.9")
+        popover.get_by_test_id("filter-apply").click()
+        chip = page.get_by_test_id("filter-chip")
+        expect(chip).to_have_count(1)
+        expect(chip).to_contain_text("val/auc")
+        expect(chip).to_contain_text(">=0.9")
+        expect(page.get_by_test_id("table-info")).to_have_text(f"{len(good)} of 24 runs")
+        expect(page.get_by_test_id("nav-count-runs")).to_have_text(str(len(good)))
+        expect(page.get_by_test_id("filter-error")).to_be_hidden()
+
+        # search narrows further (the count is Python's answer for the same query)
+        page.get_by_test_id("search").fill("resnet50")
+        both = viewer.table(filter="run.best.val/auc:>=0.9", search="resnet50")
+        assert both["shown"] < len(good)
+        expect(page.get_by_test_id("table-info")).to_have_text(f"{both['shown']} of 24 runs")
+        page.get_by_test_id("search").fill("")
+        expect(page.get_by_test_id("table-info")).to_have_text(f"{len(good)} of 24 runs")
+
+        # a bad expression shows the server's one-line error
+        chip.click()
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-input").fill("/[/")
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-apply").click()
+        expect(page.get_by_test_id("filter-error")).to_contain_text("invalid regular expression")
+        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")  # the unfiltered order
+        page.get_by_test_id("filter-chip-remove").click()
+        expect(page.get_by_test_id("filter-chip")).to_have_count(0)
+        expect(page.get_by_test_id("filter-error")).to_be_hidden()
+        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+
+        # group by dataset: one header per dataset, with its run count
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        groups = viewer.table(group="config.data.dataset")["groups"]
+        assert len(groups) >= 3
+        headers = page.get_by_test_id("group-header")
+        expect(headers).to_have_count(len(groups))
+        for g in groups:
+            n = len(g["keys"])
+            header = page.locator(f"[data-testid=group-header][data-group='{g['label']}']")
+            expect(header).to_contain_text(f"{n} run{'' if n == 1 else 's'}")
+        assert sum(len(g["keys"]) for g in groups) == 24
+        shot(page, "runs-grouped")
+        page.get_by_test_id("group-by").select_option("")
+        expect(headers).to_have_count(0)
+
+        # click a header: ascending; again: descending; shift-click another: a second sort level
+        title = page.locator(".col-title[data-column=group] .col-name")
+        title.click()
+        expect(page.locator(".col-title[data-column=group] .col-sort")).to_have_text("↑")
+        shown_keys_are(page, viewer.table(sort="group")["keys"])
+        title.click()
+        expect(page.locator(".col-title[data-column=group] .col-sort")).to_have_text("↓")
+        shown_keys_are(page, viewer.table(sort="-group")["keys"])
+        page.locator(".col-title[data-column='run.best.val/auc'] .col-name").click(modifiers=["Shift"])
+        expect(page.locator(".col-title[data-column=group] .col-sort")).to_have_text("↓1")
+        expect(page.locator(".col-title[data-column='run.best.val/auc'] .col-sort")).to_have_text("↑2")
+        two = viewer.table(sort=["-group", "run.best.val/auc"])["keys"]
+        assert two != viewer.table(sort="-group")["keys"]  # the second level matters on this data
+        shown_keys_are(page, two)
+        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+        s.assert_clean()
+
+
+# -- 3-5. line charts: plot, zoom, EMA -------------------------------------------------------------
+
+THREE = ("baseline", "high-lr", "small-model")
+
+
+def plot(page: Page, *names: str) -> Locator:
+    """Select runs in the table, press Plot; returns the line charts once each has drawn."""
+    select_runs(page, *names)
+    page.get_by_test_id("selection-plot").click()
+    charts = page.get_by_test_id("chart-line")
+    expect(charts.first.locator("canvas")).to_be_visible()
+    for i in range(charts.count()):
+        expect(charts.nth(i).locator(".uplot canvas")).to_have_count(1)
+    return charts
+
+
+def test_three_selected_runs_plot_as_line_charts_with_a_legend(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        charts = plot(page, *THREE)
+        expect(page.get_by_test_id("view-charts")).to_be_visible()
+        expect(page.get_by_test_id("chart-scope")).to_have_text("3 of 3 selected runs")
+        # the default metrics, one chart each, each drawn (its canvas is not blank)
+        assert [charts.nth(i).get_attribute("data-metric") for i in range(charts.count())] == [
+            "train/loss", "val/loss", "val/auc"]
+        for i in range(charts.count()):
+            assert painted_pixels(charts.nth(i).locator("canvas")) > 2000
+        legend = page.get_by_test_id("legend-item")
+        expect(legend).to_have_text(list(THREE))
+        # legend click hides a run; the chart redraws without it, and a second click brings it back
+        before = painted_pixels(charts.first.locator("canvas"))
+        legend.nth(1).click()
+        expect(legend.nth(1)).to_have_class(re.compile(r"\bis-off\b"))
+        assert painted_pixels(page.get_by_test_id("chart-line").first.locator("canvas")) < before
+        legend.nth(1).click()
+        expect(legend.nth(1)).not_to_have_class(re.compile(r"\bis-off\b"))
+        shot(page, "chart-line")
+        s.assert_clean()
+
+
+def test_drag_zooms_the_x_axis_and_the_zoom_survives_redraws(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        charts = plot(page, *THREE)
+        chart = charts.first
+        expect(page.get_by_test_id("reset-zoom")).to_be_disabled()
+        lo, hi = x_range(page, chart)
+        drag_zoom(page, chart, 0.3, 0.6)
+        expect(page.get_by_test_id("reset-zoom")).to_be_enabled()
+        zlo, zhi = x_range(page, chart)
+        assert lo < zlo < zhi < hi
+        assert zhi - zlo < 0.5 * (hi - lo)
+        # the other metric charts follow (synced x)
+        assert x_range(page, charts.nth(2)) == (zlo, zhi)
+
+        # a redraw (log y) and a re-fetch (Refresh) keep the zoom
+        switch(page, "log-y").click()
+        expect(page.get_by_test_id("log-y")).to_be_checked()
+        assert x_range(page, page.get_by_test_id("chart-line").first) == (zlo, zhi)
+        with page.expect_response(lambda r: "/api/refresh" in r.url):
+            page.get_by_test_id("refresh").click()
+        expect(page.get_by_test_id("reset-zoom")).to_be_enabled()
+        assert x_range(page, page.get_by_test_id("chart-line").first) == (zlo, zhi)
+
+        # the zoom-out button goes back to the whole range
+        page.get_by_test_id("reset-zoom").click()
+        expect(page.get_by_test_id("reset-zoom")).to_be_disabled()
+        assert x_range(page, page.get_by_test_id("chart-line").first) == (lo, hi)
+
+        # so does a double-click, and the charts are then unzoomed (a redraw shows everything again)
+        chart = page.get_by_test_id("chart-line").first
+        drag_zoom(page, chart, 0.3, 0.6)
+        assert x_range(page, chart)[1] < hi
+        chart.locator(".u-over").dblclick()
+        assert x_range(page, chart) == (lo, hi)
+        expect(page.get_by_test_id("reset-zoom")).to_be_disabled()
+        switch(page, "log-y").click()
+        expect(page.get_by_test_id("log-y")).not_to_be_checked()
+        assert x_range(page, page.get_by_test_id("chart-line").first) == (lo, hi)
+        s.assert_clean()
+
+
+def test_ema_slider_requests_and_draws_smoothed_series(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        charts = plot(page, *THREE)
+        raw = painted_pixels(charts.first.locator("canvas"))
+        with page.expect_response(lambda r: "/api/series" in r.url and r.request.post_data_json["ema"] == 0.6) as got:
+            page.get_by_test_id("ema").fill("0.6")
+        expect(page.get_by_test_id("ema-value")).to_have_text("0.60")
+        body = got.value.json()
+        assert {x["key"] for x in body["series"]} == {viewer.key_of(n) for n in THREE}
+        for series in body["series"]:
+            assert series["smoothed"] is not None and len(series["smoothed"]) == len(series["y"])
+            assert series["smoothed"] != series["y"]
+        # the raw lines stay (faint) and the smoothed ones are drawn on top: more ink than before
+        charts = page.get_by_test_id("chart-line")
+        expect(charts.first.locator(".uplot canvas")).to_have_count(1)
+        page.wait_for_function(
+            "([el, n]) => { const c = el.querySelector('canvas'); if (!c) return false;"
+            " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            " let k = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) k++; return k > n; }",
+            arg=[charts.first.element_handle(), raw], timeout=WAIT_MS,
+        )
+        shot(page, "chart-line-ema")
+        s.assert_clean()
+
+
+# -- scatter, box, bar -----------------------------------------------------------------------------
+
+
+def test_scatter_box_and_bar_charts_draw_every_shown_run(browser: Browser, viewer: Viewer) -> None:
+    runs = viewer.api("/api/runs")["runs"]
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("nav-charts").click()
+        expect(page.get_by_test_id("chart-empty")).to_be_visible()  # line charts need a selection
+
+        page.get_by_test_id("chart-kind-scatter").click()
+        expect(page.get_by_test_id("chart-scope")).to_have_text("all 24 shown runs (none selected)")
+        expect(page.get_by_test_id("chart-scatter")).to_be_visible()
+        plotted = int(page.get_by_test_id("scatter-count").inner_text().split()[0])
+        expect(page.get_by_test_id("scatter-point")).to_have_count(plotted)
+        assert 10 < plotted <= 24
+        shot(page, "chart-scatter")
+
+        page.get_by_test_id("chart-kind-box").click()
+        datasets = {r["params"].get("data.dataset") for r in runs} - {None}
+        expect(page.get_by_test_id("box-group")).to_have_count(len(datasets))
+        for name in datasets:
+            expect(page.locator(f"[data-testid=box-group][data-group='{name}']")).to_have_count(1)
+        points = page.locator("[data-testid=box-point], [data-testid=box-outlier]")
+        assert points.count() > 10
+        shot(page, "chart-box")
+
+        page.get_by_test_id("chart-kind-bar").click()
+        expect(page.get_by_test_id("chart-bar")).to_be_visible()
+        n_bars = int(page.get_by_test_id("bar-count").inner_text().split()[0])
+        expect(page.get_by_test_id("bar")).to_have_count(n_bars)
+        assert 10 < n_bars <= 24
+        expect(page.locator("[data-testid=bar][data-label=baseline]")).to_have_count(1)
+        shot(page, "chart-bar")
+        s.assert_clean()
+
+
+# -- 6. compare ------------------------------------------------------------------------------------
+
+
+def test_compare_marks_differing_rows_and_can_hide_the_equal_ones(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        select_runs(page, *THREE)
+        page.get_by_test_id("selection-compare").click()
+        table = page.get_by_test_id("compare-table")
+        expect(table.locator("thead th")).to_have_count(4)
+        expect(table.locator("thead")).to_contain_text("baseline")
+        expect(table.locator("thead")).to_contain_text("high-lr")
+        expect(table.locator("thead")).to_contain_text("small-model")
+        rows = page.get_by_test_id("compare-row")
+        diff = page.locator("[data-testid=compare-row][data-diff='1']")
+        same = page.locator("[data-testid=compare-row][data-diff='0']")
+        n_diff = diff.count()
+        assert n_diff > 0 and same.count() > 0
+        expect(page.get_by_test_id("compare-diff-count")).to_have_text(f"{n_diff} differing rows")
+        # the learning rate is what high-lr changes; all three completed
+        lr = rows.filter(has=page.locator("td.compare-key", has_text=re.compile(r"^optim\.lr$")))
+        expect(lr).to_have_attribute("data-diff", "1")
+        status = rows.filter(has=page.locator("td.compare-key", has_text=re.compile(r"^status$")))
+        expect(status).to_have_attribute("data-diff", "0")
+        shot(page, "compare")
+
+        switch(page, "compare-only-diff").click()
+        expect(page.get_by_test_id("compare-only-diff")).to_be_checked()
+        expect(same).to_have_count(0)
+        expect(rows).to_have_count(n_diff)
+        expect(status).to_have_count(0)
+        expect(lr).to_have_count(1)
+        switch(page, "compare-only-diff").click()
+        expect(same.first).to_be_visible()
+        s.assert_clean()
+
+
+# -- 7. inspector ----------------------------------------------------------------------------------
+
+
+def test_the_inspector_of_the_failed_run_shows_its_error_and_opens_run_json(browser: Browser, viewer: Viewer) -> None:
+    run_json = next(viewer.root.glob("*_failed-run_*")) / "run.json"
+    on_disk = run_json.read_bytes()
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "failed-run").locator(".cell-name").click()
+        inspector = page.get_by_test_id("inspector")
+        expect(inspector).to_be_visible()
+        expect(page.get_by_test_id("inspector-name")).to_have_text("failed-run")
+        callout = page.get_by_test_id("error-callout")
+        expect(callout.get_by_test_id("error-type")).to_have_text("OutOfMemoryError")
+        expect(callout.get_by_test_id("error-message")).to_contain_text("CUDA out of memory. Tried to allocate")
+        expect(callout.get_by_test_id("error-exit")).to_have_text("exit code 1")
+        traceback = callout.get_by_test_id("traceback")
+        expect(traceback).to_contain_text("torch.OutOfMemoryError: CUDA out of memory")  # the last line
+        expect(traceback).to_contain_text('train.py", line 212, in <module>')
+        expect(row(page, "failed-run")).to_have_class(re.compile(r"\bis-inspected\b"))
+        shot(page, "inspector")
+
+        page.locator("[data-testid=file-button][data-file='run.json']").click()
+        viewer_modal = page.get_by_test_id("file-viewer")
+        expect(viewer_modal).to_contain_text("read-only")
+        # on screen, although run.json holds the traceback on one very long line
+        expect(viewer_modal).to_be_in_viewport(ratio=0.99)
+        content = viewer_modal.get_by_test_id("file-content")
+        expect(content).to_contain_text('"error_type": "OutOfMemoryError"')
+        assert json.loads(content.inner_text())["name"] == "failed-run"
+        # nothing in it can be edited or saved
+        expect(viewer_modal.locator("textarea, input, [contenteditable], button:has-text('Save')")).to_have_count(0)
+        shot(page, "inspector-run-json")
+        page.keyboard.press("Escape")  # closes the modal first...
+        expect(viewer_modal).to_have_count(0)
+        expect(inspector).to_be_visible()
+        page.keyboard.press("Escape")  # ...then the inspector
+        expect(inspector).to_be_hidden()
+        s.assert_clean()
+    assert run_json.read_bytes() == on_disk
+
+
+# -- 8. exports ------------------------------------------------------------------------------------
+
+
+def test_export_table_csv_and_chart_png_into_the_cache_folder(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("export-table").click()
+        bar = page.get_by_test_id("export-bar")
+        expect(bar).to_be_visible()
+        expect(bar).to_contain_text("Table CSV (24 runs) saved:")
+        path = Path(page.get_by_test_id("export-path").inner_text())
+        assert path.parent == viewer.cache / "exports" and path.suffix == ".csv"
+        latest = viewer.cache / "exports" / "latest.csv"
+        assert path.is_file() and latest.is_file()
+        with latest.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        head = rows[0]
+        assert {"name", "status", "run.best.val/auc"} <= set(head)  # the shown columns
+        assert len(rows) == 1 + 24
+        assert {r[head.index("name")] for r in rows[1:]} >= set(THREE)
+        page.get_by_test_id("export-close").click()
+        expect(bar).to_be_hidden()
+
+        plot(page, *THREE)
+        page.get_by_test_id("export-chart-png").click()
+        expect(bar).to_be_visible()
+        expect(bar).to_contain_text("Line chart PNG saved:")
+        png = Path(page.get_by_test_id("export-path").inner_text())
+        assert png.parent == viewer.cache / "plots" and png.suffix == ".png"
+        assert png.is_file()
+        assert png_phys(png.read_bytes()) == (PNG_300_DPI, PNG_300_DPI, 1)  # 300 DPI
+        s.assert_clean()
+
+
+# -- 9. live run -----------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def live(tmp_path: Path) -> Iterator[Viewer]:
+    """24 fake runs served with a 1 s poll, one server per test (each test starts its own live run)."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=24, seed=0)
+    with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v:
+        yield v
+
+
+@contextmanager
+def logging_run(root: Path) -> Iterator[None]:
+    """``live_run`` writing one epoch every 0.5 s into ``root`` in a thread, until the block ends."""
+    stop = threading.Event()
+    thread = threading.Thread(target=live_run, args=(root,), kwargs={"interval": 0.5, "stop": stop}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def step_cell(page: Page) -> Locator:
+    return row(page, "live-run").locator(".tabulator-cell[tabulator-field=step]")
+
+
+def test_a_live_run_appears_and_its_step_grows_without_a_reload(browser: Browser, live: Viewer) -> None:
+    with open_viewer(browser, live) as s:
+        page = s.page
+        expect(page.get_by_test_id("refresh-interval")).to_contain_text("1 s")
+        before = len(live.api("/api/runs")["runs"])
+        page.evaluate("window.__notReloaded = true")
+        page.get_by_test_id("column-chooser").click()
+        page.locator("[data-testid=column-option][data-column=step]").check()
+        page.keyboard.press("Escape")
+        with logging_run(live.root):
+            expect(page.get_by_test_id("table-info")).to_have_text(f"{before + 1} of {before + 1} runs")
+            expect(row(page, "live-run").get_by_test_id("status-badge")).to_have_text("running")
+            expect(page.get_by_test_id("count-running")).to_contain_text("1")
+            expect(step_cell(page)).to_have_text(re.compile(r"^\d+$"))
+            first = int(step_cell(page).inner_text())
+            expect(step_cell(page)).not_to_have_text(str(first))
+            assert int(step_cell(page).inner_text()) > first
+            shot(page, "runs-live")
+        assert page.evaluate("window.__notReloaded") is True  # the same page, updated in place
+        assert any("/api/events" in u for u in s.requests)  # pushed over server-sent events...
+        assert any(re.search(r"/api/runs\?since=[1-9]", u) for u in s.requests)  # ...then fetched as a delta
+        s.assert_clean()
+
+
+def test_a_live_chart_follows_new_steps_and_keeps_a_zoom(browser: Browser, live: Viewer) -> None:
+    with logging_run(live.root), open_viewer(browser, live) as s:
+        page = s.page
+        expect(row(page, "live-run").get_by_test_id("status-badge")).to_have_text("running")
+        chart = plot(page, "live-run").first
+        expect(page.get_by_test_id("reset-zoom")).to_be_disabled()
+        lo, hi = x_range(page, chart)
+        # unzoomed, the chart grows with the run (a redraw may bring no new step yet: wait for one that does)
+        for _ in range(20):
+            redrawn(page, chart)
+            lo2, hi2 = x_range(page, chart)
+            if hi2 > hi:
+                break
+        else:
+            raise AssertionError(f"the live chart still ends at step {hi2} after 20 updates")
+        assert lo2 == lo
+        expect(page.get_by_test_id("reset-zoom")).to_be_disabled()
+        # zoomed, live redraws keep the zoomed range
+        drag_zoom(page, chart, 0.2, 0.7)
+        zoomed = x_range(page, chart)
+        assert lo < zoomed[0] < zoomed[1] < hi2
+        for _ in range(2):
+            redrawn(page, chart)
+            expect(page.get_by_test_id("reset-zoom")).to_be_enabled()
+            assert x_range(page, chart) == zoomed
+        s.assert_clean()
+
+
+# -- 10. a run name that is HTML -------------------------------------------------------------------
+
+
+def test_a_run_named_like_html_shows_as_text_and_runs_no_script(browser: Browser, tmp_path: Path) -> None:
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=3, seed=0)
+    write_xss_run(root)
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        expect(page.get_by_test_id("table-info")).to_have_text("4 of 4 runs")
+        xss = row(page, XSS_NAME)
+        expect(xss.locator(".cell-name")).to_have_text(XSS_NAME)
+        expect(xss).to_contain_text("<b>group</b>")
+        expect(xss).to_contain_text("<script>alert(2)</script>")
+        shot(page, "xss-table")
+
+        xss.locator(".cell-name").click()
+        expect(page.get_by_test_id("inspector-name")).to_have_text(XSS_NAME)
+        info = page.get_by_test_id("inspector-info")
+        expect(info).to_contain_text("<svg onload=alert(3)>")
+        expect(info).to_contain_text("<b>group</b>")
+        page.locator("[data-testid=file-button][data-file='run.json']").click()
+        expect(page.get_by_test_id("file-content")).to_contain_text('"name": "<img src=x onerror=alert(1)>"')
+        page.keyboard.press("Escape")
+        shot(page, "xss-inspector")
+
+        xss.get_by_test_id("row-check").check()
+        row(page, "baseline").get_by_test_id("row-check").check()
+        page.get_by_test_id("selection-compare").click()
+        expect(page.get_by_test_id("compare-table").locator("thead")).to_contain_text(XSS_NAME)
+        page.get_by_test_id("nav-overview").click()
+        expect(page.get_by_test_id("recent-runs")).to_contain_text(XSS_NAME)
+
+        # none of it became markup: no image, no bold, no script, no svg from the run's values
+        assert page.locator("img, b, script:not([src]), svg[onload]").count() == 0
+        assert not any(u.endswith("/x") for u in s.requests)
+        s.assert_clean()  # no dialog, no console error, no CSP violation
+
+
+# -- 11. no console errors, no CSP violations ------------------------------------------------------
+
+
+def test_every_view_loads_without_console_errors_or_csp_violations(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        csp = page.evaluate("fetch('/').then((r) => r.headers.get('content-security-policy'))")
+        assert "script-src 'self'" in csp and "style-src 'self'" in csp
+        for view in ("overview", "runs", "charts", "compare"):
+            page.get_by_test_id(f"nav-{view}").click()
+            expect(page.get_by_test_id(f"view-{view}")).to_be_visible()
+        page.get_by_test_id("nav-runs").click()
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        expect(page.get_by_test_id("group-header").first).to_be_visible()
+        page.get_by_test_id("group-by").select_option("")
+        plot(page, *THREE)
+        for kind in ("scatter", "box", "bar", "line"):
+            page.get_by_test_id(f"chart-kind-{kind}").click()
+            expect(page.get_by_test_id(f"chart-pane-{kind}")).to_be_visible()
+        page.get_by_test_id("nav-compare").click()
+        expect(page.get_by_test_id("compare-table")).to_be_visible()
+        page.get_by_test_id("nav-runs").click()
+        row(page, "failed-run").locator(".cell-name").click()
+        expect(page.get_by_test_id("error-callout")).to_be_visible()
+        page.locator("[data-testid=file-button][data-file='metrics.jsonl']").click()
+        expect(page.get_by_test_id("file-content")).not_to_have_text("Loading…")
+        page.keyboard.press("Escape")
+        # the page fetched nothing but its own origin
+        assert s.requests and all(u.startswith(viewer.base + "/") for u in s.requests)
+        assert s.console_errors == []
+        assert s.csp_violations() == []
+        s.assert_clean()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import Any
@@ -246,9 +247,9 @@ def _fast_params(text: str) -> dict[str, Any] | None:
         if plain:
             if plain.lower() in _YAML_SPECIAL_WORDS:
                 return None
-            key = plain
+            key = sys.intern(plain)  # the same keys repeat in every run: store each once
         else:
-            key = quoted_key[1:-1]
+            key = sys.intern(quoted_key[1:-1])
         if key in out:
             return None  # let PyYAML decide what a duplicate key means
         value: Any

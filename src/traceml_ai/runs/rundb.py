@@ -46,6 +46,7 @@ found, whose files have the same stamps).
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import math
 import os
@@ -74,7 +75,9 @@ FileStamps = dict[str, tuple[int, int]]
 """``{file name: (mtime_ns, size)}`` of the core files a summary was parsed from; an absent file is
 not listed."""
 
-Fingerprint = tuple[bytes, bytes]
+Fingerprint = bytes
+"""A 16-byte digest of what the database stores for one run (its stamps and summary texts): enough
+to tell which runs changed, without keeping megabytes of JSON text for 10,000 runs in memory."""
 """What the database stores for one run, ``(stamps JSON, summary JSON)`` as UTF-8, as
 :func:`fingerprint` makes them: a run whose fingerprint did not change since the last write need not
 be rewritten."""
@@ -271,7 +274,12 @@ def stamps_json(stamps: Mapping[str, tuple[int, int]]) -> str:
 def fingerprint(summary: RunSummary, stamps: Mapping[str, tuple[int, int]]) -> Fingerprint:
     """What the database stores for ``summary`` and its file ``stamps`` (``run_cache.stamps`` and
     ``run_cache.summary``). Compare it with :attr:`LoadedDb.fingerprints` to find the changed runs."""
-    return stamps_json(stamps).encode(), summary_json(summary).encode()
+    return _fingerprint(stamps_json(stamps).encode(), summary_json(summary).encode())
+
+
+def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
+    # NUL separates the two texts: JSON text (ASCII-escaped) never holds one.
+    return hashlib.blake2b(stamps_text + b"\x00" + summary_text, digest_size=16).digest()
 
 
 def _cache_digest(rows: Iterable[tuple[bytes, bytes, bytes]]) -> str:
@@ -578,7 +586,8 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
         key: CachedRun(_build_summary(obj), _build_stamps(stamps))
         for key, obj, stamps in zip(keys, objs, stamp_objs, strict=True)
     }
-    return LoadedDb(runs, written_at, dict(zip(keys, zip(stamps_texts, summary_texts, strict=True), strict=True)))
+    prints = {k: _fingerprint(st, su) for k, st, su in zip(keys, stamps_texts, summary_texts, strict=True)}
+    return LoadedDb(runs, written_at, prints)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:

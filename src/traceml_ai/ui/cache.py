@@ -18,46 +18,30 @@ files are created exclusively (never overwriting; a name taken in the same secon
 file is never touched; a sub-folder that is a symlink is refused. Files read back are validated
 field by field and only ever offer data: they never say where TraceML reads.
 
-PNGs are drawn with matplotlib's Agg canvas (no pyplot, no global state) in the viewer's dark theme,
-from the same data as the page (:mod:`traceml_ai.runs.analysis`), then checked to be a PNG with a
-``pHYs`` chunk of 300 DPI before they are written. matplotlib is imported only when a PNG is drawn.
+PNGs are drawn by :mod:`traceml_ai.ui.png` from the same data as the page, then checked here to be a
+PNG with a ``pHYs`` chunk of 300 DPI before they are written.
 """
 
 from __future__ import annotations
 
-import io
-import math
 import os
 import re
 import secrets
 import sqlite3
 import stat
-import struct
 import sys
 import threading
 import time
 import unicodedata
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
 from traceml_ai.runs.analysis import (
-    BarSpec,
-    BoxSpec,
     ChartSpec,
-    LineSpec,
-    ScatterSpec,
-    bar_data,
-    box_data,
     chart_csv_rows,
     chart_slug_source,
-    first_time,
-    group_labels,
-    line_groups,
-    line_points,
-    scatter_data,
     table_csv,
 )
 from traceml_ai.runs.discovery import inside
@@ -77,9 +61,7 @@ from traceml_ai.runs.rundb import (
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import iso_utc
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
+from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png, set_png_dpi
 
 UI_STATE_FILE: Final = "ui-state.json"
 HIDDEN_RUNS_FILE: Final = "hidden-runs.json"
@@ -96,7 +78,6 @@ KEEP_TABLE_EXPORTS: Final = 20
 KEEP_PLOTS: Final = 50
 RUN_DB_MIN_INTERVAL_S: Final = 10.0
 """The run database is written at most this often while runs change (003 seed)."""
-PNG_DPI: Final = 300
 MAX_SLUG_CHARS: Final = 60
 
 TABLE_EXPORT_RE: Final = re.compile(r"table-(?P<stamp>\d{8}-\d{6})(?:-(?P<n>[1-9]\d{0,2}))?\.csv")
@@ -105,10 +86,8 @@ PLOT_RE: Final = re.compile(
 )
 _SLUG_RE: Final = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _FIXED_NAMES: Final = frozenset({UI_STATE_FILE, HIDDEN_RUNS_FILE, RUN_DB_FILE, LATEST_CSV})
-_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 
 ChartFormat = Literal["png", "csv"]
-Theme = Literal["dark", "light"]
 
 
 class CacheError(ValueError):
@@ -183,69 +162,6 @@ def plot_name(slug: str, t: float, ext: ChartFormat, n: int = 0) -> str:
 
 
 # -- PNG checks ------------------------------------------------------------------------------------
-
-
-def is_png(data: bytes) -> bool:
-    """True when ``data`` is a well-formed PNG: the signature, then chunks with valid CRCs starting
-    with ``IHDR`` and ending with ``IEND``."""
-    chunks = _png_chunks(data)
-    return chunks is not None and bool(chunks) and chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
-
-
-def png_dpi(data: bytes) -> float | None:
-    """The resolution in a PNG's ``pHYs`` chunk, in dots per inch (None without one, or when its
-    unit is not the metre or x and y differ). 300 DPI is stored as 11811 pixels per metre."""
-    for kind, body in _png_chunks(data) or []:
-        if kind == b"pHYs" and len(body) == 9:
-            x, y, unit = struct.unpack(">IIB", body)
-            return x * 0.0254 if unit == 1 and x == y else None
-    return None
-
-
-def set_png_dpi(data: bytes, dpi: float) -> bytes:
-    """``data`` with exactly one ``pHYs`` chunk saying ``dpi`` (pixels per metre, unit 1), placed
-    right after ``IHDR``.
-
-    Raises:
-        ValueError: ``data`` is not a PNG.
-    """
-    chunks = _png_chunks(data)
-    if not chunks or chunks[0][0] != b"IHDR":
-        raise ValueError("not a PNG image")
-    ppm = round(dpi / 0.0254)
-    phys = (b"pHYs", struct.pack(">IIB", ppm, ppm, 1))
-    kept = [c for c in chunks if c[0] != b"pHYs"]
-    out = [_PNG_SIGNATURE]
-    for kind, body in [kept[0], phys, *kept[1:]]:
-        out.append(struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body)))
-    return b"".join(out)
-
-
-def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]] | None:
-    if not data.startswith(_PNG_SIGNATURE):
-        return None
-    chunks: list[tuple[bytes, bytes]] = []
-    pos = len(_PNG_SIGNATURE)
-    while pos < len(data):
-        if pos + 12 > len(data):
-            return None
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        end = pos + 8 + length
-        if end + 4 > len(data):
-            return None
-        body = data[pos + 8 : end]
-        (crc,) = struct.unpack(">I", data[end : end + 4])
-        if crc != zlib.crc32(kind + body):
-            return None
-        chunks.append((kind, body))
-        pos = end + 4
-        if kind == b"IEND":
-            break
-    return chunks
-
-
-# -- the folder ------------------------------------------------------------------------------------
 
 
 class CacheFolder:
@@ -690,230 +606,12 @@ def _prune(folder: str, pattern: re.Pattern[str], keep: int, *, ext: str | None 
 
 # -- PNG rendering ---------------------------------------------------------------------------------
 
-_THEMES: Final[dict[str, dict[str, str]]] = {
-    "dark": {"bg": "#16181d", "fg": "#d7dae0", "muted": "#8b919c", "grid": "#2c313a"},
-    "light": {"bg": "#ffffff", "fg": "#1f2328", "muted": "#59636e", "grid": "#d8dee4"},
-}
-PALETTE: Final = (
-    "#4e9cf5", "#f5a524", "#3ecf8e", "#ef5a6f", "#a78bfa", "#22c1c3", "#f07c3e", "#c3d64a", "#ec6cb9", "#8fa1b3",
-)
-_FIG_INCHES: Final = (8.0, 4.5)
-
 
 def _matplotlib_home(cache: str) -> None:
     """matplotlib keeps a font cache under ~/.cache and ~/.config; point it into the cache folder so
     the viewer writes nowhere else (a user's own MPLCONFIGDIR is kept)."""
     if "matplotlib" not in sys.modules:
         os.environ.setdefault("MPLCONFIGDIR", os.path.join(cache, "matplotlib"))
-
-
-def render_chart_png(
-    spec: ChartSpec,
-    runs: Sequence[RunSummary],
-    histories: Sequence[tuple[RunSummary, MetricsTail]] = (),
-    *,
-    max_points: int = DEFAULT_MAX_POINTS,
-    theme: Theme = "dark",
-) -> bytes:
-    """Draw a chart as PNG bytes at 300 DPI with ``pHYs`` set (DESIGN §4: the PNG is rendered
-    server-side from the data the chart shows).
-
-    - line: one panel per metric; per run the downsampled series (:func:`~traceml_ai.runs.analysis.
-      line_points`), faded with the EMA drawn over it when ``ema`` > 0; with ``group_by`` one mean
-      line per group over steps; ``log_y`` masks values ≤ 0;
-    - bar: :func:`~traceml_ai.runs.analysis.bar_data` (60 bars at most; group means with min–max
-      error bars);
-    - scatter: :func:`~traceml_ai.runs.analysis.scatter_data`, sized by ``size_field`` (missing: the
-      default size), coloured by ``color_field`` groups;
-    - box: :func:`~traceml_ai.runs.analysis.box_data`, whiskers and outliers exactly as computed.
-
-    Raises:
-        ImportError: matplotlib is not installed.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    colors = _THEMES[theme]
-    n_panels = len(spec.metrics) if isinstance(spec, LineSpec) else 1
-    width, height = _FIG_INCHES
-    fig = Figure(figsize=(width + (2.0 if isinstance(spec, LineSpec) else 0.0), height * (1 + 0.6 * (n_panels - 1))),
-                 dpi=PNG_DPI, facecolor=colors["bg"])
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(n_panels, 1, squeeze=False, sharex=True)[:, 0]
-    for ax in axes:
-        _style_axes(ax, colors)
-    if isinstance(spec, LineSpec):
-        _draw_lines(list(axes), spec, histories, max_points, colors)
-    elif isinstance(spec, BarSpec):
-        _draw_bars(axes[0], spec, runs, colors)
-    elif isinstance(spec, ScatterSpec):
-        _draw_scatter(axes[0], spec, runs, colors)
-    else:
-        _draw_box(axes[0], spec, runs, colors)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
-    return set_png_dpi(buffer.getvalue(), PNG_DPI)
-
-
-def _style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
-    ax.set_facecolor(colors["bg"])
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    for side in ("left", "bottom"):
-        ax.spines[side].set_color(colors["grid"])
-    ax.tick_params(which="both", colors=colors["muted"], labelsize=7)
-    ax.grid(True, color=colors["grid"], linewidth=0.5)
-    ax.set_axisbelow(True)
-
-
-def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=colors["muted"], fontsize=9)
-
-
-def _legend(ax: Axes, colors: Mapping[str, str], *, outside: bool = False) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
-        return
-    kwargs: dict[str, Any] = {"fontsize": 6, "frameon": False, "labelcolor": colors["fg"]}
-    if outside:
-        kwargs.update(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    legend = ax.legend(handles, labels, **kwargs)
-    for handle in legend.legend_handles:
-        set_sizes = getattr(handle, "set_sizes", None)
-        if set_sizes is not None:
-            set_sizes([24.0])  # scatter legends: one marker size, not the first point's
-
-
-def _draw_lines(
-    axes: list[Axes],
-    spec: LineSpec,
-    histories: Sequence[tuple[RunSummary, MetricsTail]],
-    max_points: int,
-    colors: Mapping[str, str],
-) -> None:
-    x_label = "step" if spec.group_by else {"step": "step", "epoch": "epoch", "time": "time (s)"}[spec.x]
-    for i, (ax, metric) in enumerate(zip(axes, spec.metrics, strict=True)):
-        ax.set_title(metric, color=colors["fg"], fontsize=9, loc="left")
-        drawn = False
-        if spec.group_by is not None:
-            for j, mean in enumerate(line_groups(histories, metric, spec.group_by)):
-                ax.plot(mean.step, mean.mean, color=PALETTE[j % len(PALETTE)], linewidth=1.2,
-                        label=f"{mean.label} (mean)")
-                drawn = True
-        else:
-            for j, (run, tail) in enumerate(histories):
-                series = tail.series(metric)
-                if not len(series):
-                    continue
-                pts = line_points(series, spec.x, spec.ema, max_points, t0=first_time(tail))
-                color = PALETTE[j % len(PALETTE)]
-                if pts.smoothed is not None:
-                    ax.plot(pts.x, pts.y, color=color, linewidth=0.8, alpha=0.3)
-                    ax.plot(pts.x, pts.smoothed, color=color, linewidth=1.2, label=run.name)
-                else:
-                    ax.plot(pts.x, pts.y, color=color, linewidth=1.2, label=run.name)
-                drawn = True
-        if not drawn:
-            _note(ax, f"no values of {metric}", colors)
-        elif spec.log_y:
-            ax.set_yscale("log", nonpositive="mask")
-            _style_axes(ax, colors)  # a new scale brings new tick labels
-        if i == 0:
-            _legend(ax, colors, outside=True)
-    axes[-1].set_xlabel(x_label, color=colors["muted"], fontsize=8)
-
-
-def _draw_bars(ax: Axes, spec: BarSpec, runs: Sequence[RunSummary], colors: Mapping[str, str]) -> None:
-    data = bar_data(runs, spec.field, spec.group_by)
-    bars = data["bars"]
-    title = spec.field + (f" by {spec.group_by}" if spec.group_by else "")
-    if data["total"] > len(bars):
-        title += f"  (first {len(bars)} of {data['total']})"
-    ax.set_title(title, color=colors["fg"], fontsize=9, loc="left")
-    if not bars:
-        _note(ax, f"no run has a number in {spec.field}", colors)
-        return
-    xs = list(range(len(bars)))
-    values = [b["value"] for b in bars]
-    bar_colors = [PALETTE[i % len(PALETTE)] if spec.group_by else PALETTE[0] for i in range(len(bars))]
-    ax.bar(xs, values, color=bar_colors, width=0.7)
-    if spec.group_by:
-        low = [b["value"] - (b["min"] if b["min"] is not None else b["value"]) for b in bars]
-        high = [(b["max"] if b["max"] is not None else b["value"]) - b["value"] for b in bars]
-        ax.errorbar(xs, values, yerr=[low, high], fmt="none", ecolor=colors["fg"], elinewidth=0.8, capsize=2)
-    labels = [f"{b['label']} (n={b['n']})" if spec.group_by else b["label"] for b in bars]
-    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize=max(4, 7 - len(bars) // 20))
-    ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
-
-
-def _draw_scatter(ax: Axes, spec: ScatterSpec, runs: Sequence[RunSummary], colors: Mapping[str, str]) -> None:
-    data = scatter_data(runs, spec.x_field, spec.y_field, spec.size_field, spec.color_field)
-    points = data["points"]
-    title = f"{spec.y_field} vs {spec.x_field}"
-    if data["dropped"]:
-        title += f"  ({data['dropped']} run(s) without both values left out)"
-    ax.set_title(title, color=colors["fg"], fontsize=9, loc="left")
-    ax.set_xlabel(spec.x_field, color=colors["muted"], fontsize=8)
-    ax.set_ylabel(spec.y_field, color=colors["muted"], fontsize=8)
-    if not points:
-        _note(ax, "no run has numbers in both fields", colors)
-        return
-    sizes = [p["size"] for p in points if p["size"] is not None]
-    lo, hi = (min(sizes), max(sizes)) if sizes else (0.0, 0.0)
-
-    def area(size: float | None) -> float:
-        if size is None:
-            return 24.0
-        return 12.0 + 140.0 * ((size - lo) / (hi - lo) if hi > lo else 0.5)
-
-    # Colours follow the order of the groups (as on the page), not the order of the points.
-    groups = group_labels(runs, spec.color_field)[0] if spec.color_field else [None]
-    for j, group in enumerate(groups):
-        members = [p for p in points if p["group"] == group]
-        if not members:
-            continue
-        ax.scatter(
-            [p["x"] for p in members], [p["y"] for p in members], s=[area(p["size"]) for p in members],
-            color=PALETTE[j % len(PALETTE)], alpha=0.85, linewidths=0, label=group,
-        )
-    if spec.log_x:
-        ax.set_xscale("log", nonpositive="mask")
-    if spec.log_y:
-        ax.set_yscale("log", nonpositive="mask")
-    _style_axes(ax, colors)  # a new scale brings new tick labels
-    if spec.color_field:
-        _legend(ax, colors)
-
-
-def _draw_box(ax: Axes, spec: BoxSpec, runs: Sequence[RunSummary], colors: Mapping[str, str]) -> None:
-    data = box_data(runs, spec.field, spec.group_by)
-    ax.set_title(spec.field + (f" by {spec.group_by}" if spec.group_by else ""), color=colors["fg"], fontsize=9,
-                 loc="left")
-    if not data["groups"]:
-        _note(ax, f"no run has a number in {spec.field}", colors)
-        return
-    stats = [
-        {"label": f"{g['label']} (n={g['n']})", "q1": g["q1"], "med": g["median"], "q3": g["q3"],
-         "whislo": g["low"], "whishi": g["high"], "fliers": [p["value"] for p in g["points"] if p["outlier"]]}
-        for g in data["groups"]
-    ]
-    ax.bxp(
-        stats,
-        showfliers=True,
-        patch_artist=True,
-        boxprops={"facecolor": PALETTE[0] + "55", "edgecolor": PALETTE[0]},
-        medianprops={"color": colors["fg"]},
-        whiskerprops={"color": colors["muted"]},
-        capprops={"color": colors["muted"]},
-        flierprops={"marker": "o", "markersize": 3, "markerfacecolor": PALETTE[3], "markeredgewidth": 0},
-    )
-    for i, g in enumerate(data["groups"], start=1):
-        inner = [p["value"] for p in g["points"] if not p["outlier"]]
-        jitter = [i + 0.18 * math.sin(k * 2.399) for k in range(len(inner))]  # golden-angle spread
-        ax.scatter(jitter, inner, s=6, color=colors["fg"], alpha=0.6, linewidths=0)
-    ax.tick_params(axis="x", labelrotation=30)
-    ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
 
 
 __all__ = [

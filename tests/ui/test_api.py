@@ -189,3 +189,33 @@ def test_details_for_the_inspector(workspace: Path) -> None:
     assert "Traceback (most recent call last)" in body["traceback"]
     assert body["files"]["run.json"] > 0 and body["files"]["aggregator/final_summary.json"] is None
     assert client.get("/api/run", params={"key": "/nope"}).status_code == 404
+
+
+def test_one_unplottable_run_never_breaks_the_others_charts(workspace: Path) -> None:
+    root = workspace / "traceml" / "runs"
+    odd = root / "20261130-101500_bigstep_abcd"
+    odd.mkdir()
+    (odd / "metrics.jsonl").write_text('{"step": 99999999999999999999999, "m": 1}\n{"step": 1, "m": 2}\n')
+    client, viewer = _client(workspace)
+    _auth(client)
+    keys = [_key(viewer, "bigstep"), _key(viewer, "baseline")]
+    body = client.post("/api/series", json={"keys": keys, "metrics": ["m", "val/auc"]}).json()
+    by_key = {(s["key"], s["metric"]): s for s in body["series"]}
+    assert by_key[(keys[0], "m")]["y"] == [2.0]  # the out-of-range step is a corrupt line, not a crash
+    assert any("corrupt" in w for w in body["warnings"][keys[0]])
+    assert by_key[(keys[1], "val/auc")]["raw_points"] > 0
+
+
+def test_a_bad_filter_is_reported_and_the_others_still_apply(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    good = client.get("/api/table", params={"filter": "run.best.val/auc>=0.9"}).json()
+    both = client.get("/api/table", params=[("filter", "run.best.val/auc>=0.9"), ("filter", "name:/[/")]).json()
+    assert both["error"] and "name:/[/" in both["error"]
+    assert both["keys"] == good["keys"] and both["shown"] < 24
+
+
+def test_host_names_are_case_insensitive_and_scripts_may_pass_the_token_in_the_url(workspace: Path) -> None:
+    client, _ = _client(workspace)
+    assert client.get("/api/runs", headers={"x-traceml-token": TOKEN, "host": "LOCALHOST:8765"}).status_code == 200
+    response = client.get(f"/api/runs?token={TOKEN}", follow_redirects=False)
+    assert response.status_code == 200 and len(response.json()["runs"]) == 24

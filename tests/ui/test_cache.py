@@ -73,13 +73,15 @@ def test_default_cache_dir_is_beside_the_first_root(tmp_path: Path, monkeypatch:
     assert default_cache_dir(["traceml/runs"], "/abs/cache") == "/abs/cache"
 
 
-def test_cache_folder_inside_a_run_or_equal_to_a_root_is_refused(fake_root: Path) -> None:
+def test_cache_folder_anywhere_inside_a_root_is_refused(fake_root: Path) -> None:
     run = next(p for p in fake_root.iterdir() if p.is_dir())
-    for bad in (fake_root, run / ".cache", run):
+    for bad in (fake_root, run / ".cache", run, fake_root / ".cache"):
         with pytest.raises(CacheError, match="inside the runs folder"):
             check_cache_dir(bad, [fake_root])
-    check_cache_dir(fake_root / ".cache", [fake_root])  # a dot-folder is not a run
     check_cache_dir(fake_root.parent / ".cache", [fake_root])
+    # One root holding another: the default cache of the first lies inside the second.
+    with pytest.raises(CacheError, match="inside the runs folder"):
+        check_cache_dir(fake_root.parent / ".cache", [fake_root, fake_root.parent])
 
 
 def test_nothing_is_written_until_asked(tmp_path: Path) -> None:

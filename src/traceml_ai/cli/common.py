@@ -73,6 +73,11 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise fail(printable(str(text)), code=2 if isinstance(e, UsageError) else 1) from None
+        except Exception as e:
+            if DEBUG["on"]:
+                raise
+            detail = f"{type(e).__name__}: {printable(str(e))}"
+            raise fail(f"internal error: {detail} (run with --debug for the traceback)") from None
 
     return wrapper
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Annotated
 
 import typer
@@ -66,3 +67,7 @@ def ui(
         )
     except KeyboardInterrupt:
         pass
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(f"port {st.ui_port} is already in use; pass --port 0 to pick a free one") from None
+        raise

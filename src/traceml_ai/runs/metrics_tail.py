@@ -119,11 +119,15 @@ def parse_joined(lines: list[bytes]) -> list[Any] | None:
     return parse_block(b"\n".join(lines) + b"\n") if lines else None
 
 
+_STEP_MIN, _STEP_MAX = -(2**63), 2**63 - 1  # steps are stored as int64
+
+
 def _as_step(v: Any) -> int | None:
-    if type(v) is int:
-        return v
+    """An integer step (or epoch) within int64, else None (the row then does not count)."""
     if type(v) is float and v.is_integer():
-        return int(v)
+        v = int(v)
+    if type(v) is int and _STEP_MIN <= v <= _STEP_MAX:
+        return v
     return None
 
 
@@ -256,6 +260,8 @@ class MetricsTail:
             block_steps: list[Any] = list(map(dict.get, parsed, repeat("step")))
             if (
                 set(map(type, block_steps)) == {int}
+                and _STEP_MIN <= min(block_steps)
+                and max(block_steps) <= _STEP_MAX
                 and (prev is None or block_steps[0] >= prev)
                 and all(map(operator.le, block_steps, islice(block_steps, 1, None)))
             ):
@@ -268,11 +274,9 @@ class MetricsTail:
             parsed = [self._parse_line(line, first_line + i) for i, line in enumerate(lines)]
         for i, row in enumerate(parsed):
             if type(row) is dict:
-                step = row.get("step")
-                if type(step) is not int:
-                    step = _as_step(step)
-                    if step is None:
-                        step = _as_step(row.get("epoch"))
+                step = _as_step(row.get("step"))
+                if step is None:
+                    step = _as_step(row.get("epoch"))
                 if step is not None:
                     if prev is not None and step < prev:
                         self._note_backwards(first_line + i, prev, step)
@@ -280,7 +284,7 @@ class MetricsTail:
                     steps.append(step)
                     prev = step
                     continue
-                self._corrupt(first_line + i, "neither an integer step nor an epoch")
+                self._corrupt(first_line + i, "neither an integer step nor an epoch (within ±9.2e18)")
             elif row is not _BLANK and row is not _SKIPPED:
                 self._corrupt(first_line + i, f"a JSON {type(row).__name__}, not an object")
 

@@ -64,13 +64,18 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        host = headers.get("host", "")
-        if host not in set(self.allowed_hosts()):
+        host = headers.get("host", "").lower()  # host names are case-insensitive
+        if host not in {h.lower() for h in self.allowed_hosts()}:
             await _plain(send, 403, "forbidden: this viewer only answers requests addressed to itself")
             return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         given = query.get("token")
-        if given is not None and secrets.compare_digest(given.encode(), self.token.encode()):
+        valid = given is not None and secrets.compare_digest(given.encode(), self.token.encode())
+        if valid and scope.get("path", "/").startswith("/api/"):
+            # A script calling the API with ?token= gets the data, not a redirect.
+            await self.app(scope, receive, _with_security_headers(send))
+            return
+        if valid:
             rest = {k: v for k, v in query.items() if k != "token"}
             location = scope.get("path", "/") + (f"?{urlencode(rest)}" if rest else "")
             cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
@@ -80,12 +85,7 @@ class GuardMiddleware:
             await _plain(send, 403, "forbidden: open the URL printed by `traceml ui` (it carries the token)")
             return
 
-        async def send_with_headers(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, receive, _with_security_headers(send))
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         candidates = [headers.get(HEADER, "")]
@@ -97,6 +97,15 @@ class GuardMiddleware:
         if COOKIE in cookie:
             candidates.append(cookie[COOKIE].value)
         return any(c and secrets.compare_digest(c.encode(), self.token.encode()) for c in candidates)
+
+
+def _with_security_headers(send: Callable[..., Any]) -> Callable[..., Any]:
+    async def send_with_headers(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+        await send(message)
+
+    return send_with_headers
 
 
 async def _send(send: Callable[..., Any], status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

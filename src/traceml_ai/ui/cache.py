@@ -109,8 +109,9 @@ def default_cache_dir(roots: Sequence[str | os.PathLike[str]], setting: str | os
 
 
 def check_cache_dir(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> None:
-    """Refuse a cache folder that is a runs root or lies inside a run folder: the viewer never
-    writes inside a run (DESIGN §2.1). A dot-folder directly in a root (not a run) is allowed.
+    """Refuse a cache folder that is a runs root or lies anywhere inside one: the viewer never
+    writes inside a runs root (DESIGN §2.1) — also when one root holds another, e.g.
+    ``traceml ui proj/runs proj`` would put the default ``proj/.cache`` inside the root ``proj``.
 
     Raises:
         CacheError: the message names the folder and the fix.
@@ -118,10 +119,7 @@ def check_cache_dir(path: str | os.PathLike[str], roots: Iterable[str | os.PathL
     real = os.path.realpath(os.fspath(path))
     for root in roots:
         real_root = os.path.realpath(os.path.expanduser(os.fspath(root)))
-        if not inside(real, real_root):
-            continue
-        first = os.path.relpath(real, real_root).split(os.sep)[0]
-        if real == real_root or not first.startswith("."):
+        if inside(real, real_root):
             raise CacheError(
                 f"cache folder {real} is inside the runs folder {real_root}; "
                 "set cache_dir (or --cache-dir) to a folder outside the runs"

@@ -229,7 +229,18 @@ class Viewer:
         shown = visible
         groups_out: list[dict[str, Any]] | None = None
         try:
-            parsed = [parse_filter_arg(f) for f in filters if f.strip()]
+            # A bad filter is reported and left out; the other filters, the search and the status
+            # segment still apply (the page shows the error beside the table).
+            parsed = []
+            problems = []
+            for expr in filters:
+                if not expr.strip():
+                    continue
+                try:
+                    parsed.append(parse_filter_arg(expr))
+                except (FilterError, ColumnError) as err:
+                    problems.append(str(err))
+            error = "; ".join(problems) or None
             statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
             keys = [parse_sort_arg(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
             shown = sort_runs(filter_runs(visible, parsed, search=search or None, statuses=statuses), keys)
@@ -286,11 +297,16 @@ class Viewer:
         for key in keys:
             if self.store.get(key) is None:
                 continue
-            tail = self.store.history(key)
+            try:
+                tail = self.store.history(key)
+                points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
+            except Exception as err:
+                log.warning("[TraceML] series of %s: %s", key, err)
+                warnings[key] = [f"metrics.jsonl: could not be plotted ({type(err).__name__}: {err})"]
+                continue
             if tail.warnings:
                 warnings[key] = tail.warnings
-            for metric in metrics:
-                out.append(self._one_series(key, tail, metric, x, ema_weight))
+            out.extend(points)
         return {"version": self.version, "series": out, "warnings": warnings}
 
     def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:

@@ -51,21 +51,37 @@ export const KIND_LABEL: Record<Kind, string> = {
 
 /** The value of one column for one run (mirrors traceml_ai.runs.table.cell). */
 export function cellValue(run: RunRow, column: string): Scalar {
+  return cellGetter(column)(run);
+}
+
+const getters = new Map<string, (run: RunRow) => Scalar>();
+
+/** A function reading one column out of RunRows (the column name is parsed once, not per row). */
+export function cellGetter(column: string): (run: RunRow) => Scalar {
+  let get = getters.get(column);
+  if (get) return get;
   const [kind, key] = splitColumn(column);
   switch (kind) {
     case "config":
-      return run.params[key] ?? null;
+      get = (run) => run.params[key] ?? null;
+      break;
     case "run.start":
-      return run.start[key] ?? null;
+      get = (run) => run.start[key] ?? null;
+      break;
     case "run.last":
-      return run.last[key] ?? null;
+      get = (run) => run.last[key] ?? null;
+      break;
     case "run.best":
-      return run.best[key]?.value ?? null;
+      get = (run) => run.best[key]?.value ?? null;
+      break;
     case "summary":
-      return run.summary[key] ?? null;
+      get = (run) => run.summary[key] ?? null;
+      break;
     default:
-      return fixedCell(run, key);
+      get = (run) => fixedCell(run, key);
   }
+  getters.set(column, get);
+  return get;
 }
 
 function fixedCell(run: RunRow, column: string): Scalar {

@@ -1,4 +1,7 @@
-// Entry point: load the remembered view and the runs, build the shell, then go live.
+// Entry point: load the remembered view and the runs, build the shell, then go live. index.html
+// preloads GET /api/ui-state and GET /api/runs?since=0, so both download while this script loads;
+// the table (which needs the remembered filters, sort and columns) is asked for before the runs are
+// parsed, and the two answers overlap.
 
 import "./styles/app.css";
 import { enableSaving, loadRuns, loadUiState, queryTable } from "./actions";
@@ -18,8 +21,10 @@ async function boot(): Promise<void> {
   if (!host) return;
   const remembered = await loadUiState();
   store.ui = parseUiState(remembered);
+  const table = queryTable();
+  const runs = loadRuns(true);
   try {
-    await loadRuns(true);
+    await runs;
   } catch (err) {
     replace(
       host,
@@ -40,7 +45,7 @@ async function boot(): Promise<void> {
     compare: new CompareView(),
   });
   new Inspector(shell.inspectorHost);
-  await queryTable();
+  await table;
   shell.renderCounts();
   shell.showView(store.ui.view);
   enableSaving();

@@ -47,10 +47,14 @@ export class Shell {
     this.root = host;
     this.exportBar.hidden = true;
     this.build();
-    store.on("runs", () => this.renderCounts());
+    store.on("runs", (changed) => {
+      // An answer that changed no run only moves the "refreshed" time.
+      if (Array.isArray(changed) && !changed.length) this.renderRefreshed();
+      else this.renderCounts();
+    });
     store.on("table", () => this.renderCounts());
     store.on("selection", () => {
-      this.renderCounts();
+      this.renderSelectionCounts();
       this.renderSelection();
     });
     store.on("view", () => this.showView(store.ui.view));
@@ -148,11 +152,9 @@ export class Shell {
     const running = by(["running", "running?"]);
     const stale = by(["stale"]);
     const failed = by(["failed"]);
-    const sel = store.ui.selection.length;
     this.navCounts.get("overview")!.textContent = String(runs.length);
     this.navCounts.get("runs")!.textContent = store.table ? String(store.table.shown) : String(runs.length);
-    this.navCounts.get("charts")!.textContent = sel ? String(Math.min(sel, MAX_SERIES_RUNS)) : "";
-    this.navCounts.get("compare")!.textContent = sel ? String(sel) : "";
+    this.renderSelectionCounts();
     const pill = (n: number, label: string, cls: string) =>
       h(
         "button",
@@ -177,6 +179,13 @@ export class Shell {
     replace(this.countsEl, ...pills);
     this.renderRoots();
     this.renderRefreshed();
+  }
+
+  /** The counts that follow the selection (a tick in the table changes only these). */
+  private renderSelectionCounts(): void {
+    const sel = store.ui.selection.length;
+    this.navCounts.get("charts")!.textContent = sel ? String(Math.min(sel, MAX_SERIES_RUNS)) : "";
+    this.navCounts.get("compare")!.textContent = sel ? String(sel) : "";
   }
 
   private renderRoots(): void {

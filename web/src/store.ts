@@ -176,7 +176,10 @@ export class Store {
     }
   }
 
-  /** Merge a GET /api/runs (or POST /api/refresh) answer; returns the changed or removed keys. */
+  /**
+   * Merge a GET /api/runs (or POST /api/refresh) answer; returns the changed, removed, hidden or
+   * shown-again keys (empty when the answer changed nothing).
+   */
   applyRuns(res: RunsResponse): string[] {
     const changed: string[] = [];
     if (res.full) {
@@ -191,7 +194,11 @@ export class Store {
       if (this.runs.delete(k)) changed.push(k);
     }
     this.version = res.version;
-    this.hidden = new Set(res.hidden);
+    const hidden = new Set(res.hidden);
+    // A run hidden or shown again (e.g. from another tab) changed too.
+    for (const k of hidden) if (!this.hidden.has(k)) changed.push(k);
+    for (const k of this.hidden) if (!hidden.has(k)) changed.push(k);
+    this.hidden = hidden;
     this.roots = res.roots;
     this.warnings = res.warnings;
     this.refreshedAt = res.refreshed_at;

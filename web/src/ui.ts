@@ -22,9 +22,19 @@ export function paletteColor(i: number): string {
   return paletteCache[((i % n) + n) % n] ?? "#5b9dff";
 }
 
-/** A CSS token's value (e.g. `--text-2`), for canvas drawing. */
+const tokenCache = new Map<string, string>();
+
+/**
+ * A CSS token's value (e.g. `--text-2`), for canvas drawing. Read once: the tokens never change at
+ * run time, and each read would force a style pass over whatever the page just changed.
+ */
 export function token(name: string, fallback: string): string {
-  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
+  let v = tokenCache.get(name);
+  if (v === undefined) {
+    v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+    tokenCache.set(name, v);
+  }
+  return v || fallback;
 }
 
 /** `#rrggbb` with an alpha, as `rgba(...)`. */

@@ -96,14 +96,17 @@ export class LineCharts {
     return defaults.length ? defaults : avail.slice(0, 3);
   }
 
+  /** What the CSV/PNG export draws: the runs shown on screen (legend-hidden ones left out), one
+   *  line per run. Colour by group only colours the lines; the server's `group_by` would instead
+   *  average each group into one line, which is not what the screen shows. */
   spec(): LineSpec {
     return {
-      keys: this.keys(),
+      keys: this.keys().filter((k) => !this.hiddenRuns.has(k)),
       metrics: this.metrics(),
       x: store.ui.x,
       ema: store.ui.ema,
       log_y: store.ui.logY,
-      group_by: store.ui.colorBy,
+      group_by: null,
     };
   }
 
@@ -361,7 +364,7 @@ export class LineCharts {
     this.renderLegend(keys, byKey, groups);
     const data = this.data;
     const cards: HTMLElement[] = [];
-    const mounts: (() => void)[] = [];
+    const mounts: { el: HTMLElement; series: Series[] }[] = [];
     for (const metric of metrics) {
       const series = (data?.series ?? []).filter((s) => s.metric === metric && byKey.has(s.key));
       const plotEl = h("div", { class: "plot" });
@@ -383,10 +386,12 @@ export class LineCharts {
         plotEl.appendChild(h("div", { class: "plot-empty", text: data ? "No values for the plotted runs." : "Loading…" }));
         continue;
       }
-      mounts.push(() => this.mountPlot(plotEl, series, byKey));
+      mounts.push({ el: plotEl, series });
     }
     replace(this.grid, ...cards);
-    for (const m of mounts) m();
+    // Read every plot's width before the first chart is drawn (one page layout, not one per chart).
+    const widths = mounts.map((m) => m.el.clientWidth);
+    mounts.forEach((m, i) => this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0));
   }
 
   private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {
@@ -431,7 +436,7 @@ export class LineCharts {
     replace(this.legend, ...items);
   }
 
-  private mountPlot(el: HTMLElement, series: Series[], byKey: Map<string, string>): void {
+  private mountPlot(el: HTMLElement, series: Series[], byKey: Map<string, string>, elWidth: number): void {
     const logY = store.ui.logY;
     const smooth = store.ui.ema > 0;
     const shown = series.filter((s) => !this.hiddenRuns.has(s.key));
@@ -491,7 +496,7 @@ export class LineCharts {
     const gridColor = token("--chart-grid", "rgba(255,255,255,0.06)");
     const x = store.ui.x;
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
-    const width = Math.max(280, el.clientWidth || 600);
+    const width = Math.max(280, elWidth || 600);
     const self = this;
     const u = new uPlot(
       {

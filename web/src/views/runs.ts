@@ -92,7 +92,9 @@ export class RunsView implements ViewModule {
       this.renderToolbar();
       if (this.visible) this.table.render();
     });
-    store.on("runs", () => {
+    store.on("runs", (changed) => {
+      // An answer that changed no run (the catch-up after connecting, a quiet refresh) changes nothing here.
+      if (Array.isArray(changed) && !changed.length) return;
       this.renderSegments();
       queryTableSoon();
     });

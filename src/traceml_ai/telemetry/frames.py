@@ -1,0 +1,132 @@
+"""Frames on a telemetry connection (DESIGN §3.1, protocol 1).
+
+A frame is a 4-byte big-endian unsigned length followed by that many bytes of msgpack. The first
+frame a rank sends is a *hello*; the aggregator answers *welcome* or closes the connection after a
+*refused* frame that says why. The rank's last frame is *rank_finished* with its sent and dropped
+batch counts. Every other frame is a telemetry payload: one envelope or a list of envelopes.
+
+msgpack encoding and decoding use msgspec (DESIGN §7b).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+# A frame larger than this is refused by both sides: a corrupt length must not make a reader
+# allocate gigabytes. Rank-side batches are far smaller (a few hundred rows).
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+HEADER = struct.Struct(">I")
+
+HELLO = "hello"
+WELCOME = "welcome"
+REFUSED = "refused"
+RANK_FINISHED = "rank_finished"
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+class FrameError(ValueError):
+    """A frame is too large or its body is not msgpack; the connection should be closed."""
+
+
+def encode_frame(body: Any) -> bytes:
+    """One frame for ``body`` (any msgpack-able value: dicts, lists, str, int, float, bool, None).
+
+    Raises:
+        FrameError: the encoded body exceeds :data:`MAX_FRAME_BYTES`.
+        TypeError: ``body`` holds a value msgpack cannot encode.
+    """
+    data = _encoder.encode(body)
+    if len(data) > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(data)) + data
+
+
+def decode_body(data: bytes | memoryview) -> Any:
+    """The value of one frame body.
+
+    Raises:
+        FrameError: the bytes are not valid msgpack.
+    """
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise FrameError(f"frame body is not msgpack: {exc}") from exc
+
+
+class FrameReader:
+    """Incremental frame splitter for a byte stream: ``feed(chunk)`` then iterate complete bodies.
+
+    Example::
+
+        reader = FrameReader()
+        reader.feed(sock.recv(65536))
+        for body in reader.bodies():
+            handle(body)
+
+    Raises (from :meth:`bodies`):
+        FrameError: a length above :data:`MAX_FRAME_BYTES` or a body that is not msgpack.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes received that do not yet form a whole frame."""
+        return len(self._buf)
+
+    def bodies(self) -> Iterator[Any]:
+        while len(self._buf) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._buf)
+            if length > MAX_FRAME_BYTES:
+                raise FrameError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
+            end = HEADER.size + length
+            if len(self._buf) < end:
+                return
+            body = bytes(self._buf[HEADER.size:end])
+            del self._buf[:end]
+            yield decode_body(body)
+
+
+# -- control frames -----------------------------------------------------------------------------------
+
+
+def hello(session_id: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """The first frame of a rank: protocol version, session id and its identity (``meta`` fields)."""
+    return {"control": HELLO, "protocol": PROTOCOL_VERSION, "session_id": session_id, **identity}
+
+
+def welcome() -> dict[str, Any]:
+    """The aggregator's answer to an accepted hello."""
+    return {"control": WELCOME, "protocol": PROTOCOL_VERSION}
+
+
+def refused(reason: str) -> dict[str, Any]:
+    """The aggregator's last frame before closing a connection it does not accept (``reason``: one line)."""
+    return {"control": REFUSED, "protocol": PROTOCOL_VERSION, "reason": reason}
+
+
+def rank_finished(identity: dict[str, Any], sent_batches: int, dropped_batches: int) -> dict[str, Any]:
+    """The last frame of a rank: how many payload batches it sent and how many it dropped."""
+    return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches}
+
+
+def control_kind(body: Any) -> str | None:
+    """The ``control`` name of a control frame, or None for a telemetry payload."""
+    if isinstance(body, dict):
+        kind = body.get("control")
+        if isinstance(kind, str):
+            return kind
+    return None

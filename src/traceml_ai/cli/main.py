@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from traceml_ai import __version__
+from traceml_ai.cli import capture
 from traceml_ai.cli import runs as runs_cli
 from traceml_ai.cli.bench import bench
 from traceml_ai.cli.common import DEBUG
@@ -28,6 +29,9 @@ app.command("demo")(demo)
 app.command("bench")(bench)
 app.command("ui")(ui)
 app.command("plot")(plot)
+app.command("run", context_settings=capture.PASS_THROUGH)(capture.run)
+app.command("watch", context_settings=capture.PASS_THROUGH)(capture.watch)
+app.command("serve")(capture.serve)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,227 @@
+"""``traceml run``, ``traceml watch`` and ``traceml serve`` (DESIGN §7; the capture issue)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.markup import escape
+
+from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
+from traceml_ai.launcher.launch import LaunchError, LaunchOptions, LaunchResult, launch
+
+PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+"""Everything after SCRIPT belongs to the script (like ``python SCRIPT ARGS``)."""
+
+MODES = ("cli", "summary", "quiet")
+
+ScriptArg = Annotated[str, typer.Argument(metavar="SCRIPT", help="The training script (a .py file).")]
+ArgsArg = Annotated[list[str] | None, typer.Argument(metavar="[ARGS]...", help="Arguments for the script.")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Run name (default: the script's file name).")]
+GroupOpt = Annotated[str | None, typer.Option("--group", help="Group label shown in the viewer.")]
+TagOpt = Annotated[list[str] | None, typer.Option("--tag", help="A tag; repeat for several.")]
+LogsDirOpt = Annotated[
+    str | None, typer.Option("--logs-dir", help="Where run folders are created (default ./traceml/runs).")
+]
+IntervalOpt = Annotated[float | None, typer.Option("--interval", help="Sampling interval in seconds (default 1).")]
+ModeOpt = Annotated[
+    str | None,
+    typer.Option("--mode", help="cli: live view; summary: only the final summary; quiet: nothing from TraceML. "
+                                "Default: cli on a terminal, else summary."),
+]
+
+
+def _mode(mode: str | None) -> str:
+    if mode is None:
+        return "cli" if out.is_terminal else "summary"
+    if mode not in MODES:
+        raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def _run_with_view(options: LaunchOptions, mode: str) -> LaunchResult:
+    if mode != "cli":
+        return launch(options)
+    from traceml_ai.cli.live_view import LiveView
+
+    view = LiveView(out, options.run_name)
+    try:
+        return launch(options, on_tick=view.on_tick, on_output=view.on_output)
+    finally:
+        view.stop()
+
+
+def _report(result: LaunchResult, mode: str) -> None:
+    if mode == "quiet":
+        return
+    if result.telemetry:
+        err.print(f"[yellow]telemetry degraded:[/] {escape(printable(str(result.telemetry.get('reason', ''))))}")
+    if result.run_dir is None:
+        return
+    _print_findings(result.run_dir)
+    out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
+              f"exit code {result.exit_code}")
+
+
+def _print_findings(run_dir: Path) -> None:
+    """The verdict of aggregator/final_summary.json, shortly (``traceml summary RUN`` shows all)."""
+    try:
+        summary = orjson.loads((run_dir / "aggregator" / "final_summary.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        err.print("[yellow]no final summary was written[/] (see aggregator/finalization_warning.json)")
+        return
+    findings = summary.get("findings") if isinstance(summary, dict) else None
+    if not findings:
+        out.print("[green]diagnosis:[/] no bottleneck found")
+        return
+    for f in findings:
+        if not isinstance(f, dict):
+            continue
+        out.print(f"[bold]{escape(printable(str(f.get('severity', ''))))}[/] "
+                  f"{escape(printable(str(f.get('kind', ''))))}: {escape(printable(str(f.get('summary', ''))))}")
+
+
+def _launch_command(
+    mode_name: str,
+    script: str,
+    args: list[str] | None,
+    name: str | None,
+    group: str | None,
+    tag: list[str] | None,
+    logs_dir: str | None,
+    interval: float | None,
+    mode: str | None,
+    nproc_per_node: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    disable: bool,
+) -> None:
+    view_mode = _mode(mode)
+    st = settings(logs_dir=logs_dir, run_name=name, interval=interval)
+    options = LaunchOptions(
+        script=script, args=list(args or []), mode="watch" if mode_name == "watch" else "run",
+        logs_dir=st.logs_dir, name=st.run_name, group=group, tags=list(tag or []), interval=st.interval,
+        nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
+        master_port=master_port, disable=disable,
+    )
+    try:
+        result = _run_with_view(options, view_mode) if not disable else launch(options)
+    except LaunchError as exc:
+        raise UserError(str(exc)) from None
+    _report(result, view_mode)
+    raise typer.Exit(result.exit_code)
+
+
+NprocOpt = Annotated[int, typer.Option("--nproc-per-node", help="Processes per node (>1 uses torch.distributed.run).")]
+NnodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes.")]
+NodeRankOpt = Annotated[int, typer.Option("--node-rank", help="This node's rank (the aggregator runs on node 0).")]
+MasterAddrOpt = Annotated[str, typer.Option("--master-addr", help="Address of node 0.")]
+MasterPortOpt = Annotated[
+    int, typer.Option("--master-port", help="Rendezvous port on node 0; the aggregator listens on the next one.")
+]
+DisableOpt = Annotated[bool, typer.Option("--disable-traceml", help="Run the script plainly, without TraceML.")]
+
+
+@one_line_errors
+def run(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    name: NameOpt = None,
+    group: GroupOpt = None,
+    tag: TagOpt = None,
+    logs_dir: LogsDirOpt = None,
+    interval: IntervalOpt = None,
+    mode: ModeOpt = None,
+    nproc_per_node: NprocOpt = 1,
+    nnodes: NnodesOpt = 1,
+    node_rank: NodeRankOpt = 0,
+    master_addr: MasterAddrOpt = "127.0.0.1",
+    master_port: MasterPortOpt = 29500,
+    disable_traceml: DisableOpt = False,
+) -> None:
+    """Run a training script with full capture: step-time breakdown, memory, CPU/GPU, output, diagnoses.
+
+    Wrap each training step in `with traceml_ai.trace_step(model):` to get the step-time breakdown.
+    Exits with the training's exit code.
+
+    Example: traceml run examples/train_digits.py --epochs 3   (or --nproc-per-node 2 for two ranks)
+    """
+    _launch_command("run", script, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, nnodes,
+                    node_rank, master_addr, master_port, disable_traceml)
+
+
+@one_line_errors
+def watch(
+    script: ScriptArg,
+    args: ArgsArg = None,
+    name: NameOpt = None,
+    group: GroupOpt = None,
+    tag: TagOpt = None,
+    logs_dir: LogsDirOpt = None,
+    interval: IntervalOpt = None,
+    mode: ModeOpt = None,
+    nproc_per_node: NprocOpt = 1,
+    disable_traceml: DisableOpt = False,
+) -> None:
+    """Run a script without any code change and watch system, process, environment and output.
+
+    No step timing (use `traceml run` with trace_step for that). Exits with the script's exit code.
+
+    Example: traceml watch train.py --epochs 3
+    """
+    _launch_command("watch", script, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, 1, 0,
+                    "127.0.0.1", 29500, disable_traceml)
+
+
+@one_line_errors
+def serve(
+    name: Annotated[str, typer.Option("--name", help="Run name.")] = "served",
+    group: GroupOpt = None,
+    tag: TagOpt = None,
+    logs_dir: LogsDirOpt = None,
+    port: Annotated[int, typer.Option("--port", help="Port for the ranks; 0 picks a free one.")] = 0,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; only change it for ranks on other hosts.")]
+    = "127.0.0.1",
+    world_size: Annotated[
+        int | None, typer.Option("--world-size", help="Ranks expected; a rank that never reports is listed.")
+    ] = None,
+) -> None:
+    """Run only the aggregator, for training scripts you start yourself that call traceml_ai.init().
+
+    Prints the environment to give those scripts; Ctrl+C ends the run and writes its final summary.
+
+    Example: traceml serve --port 7731   then   TRACEML_AGGREGATOR=127.0.0.1:7731 ... python train.py
+    """
+    from traceml_ai.launcher.serve import ServedRun
+
+    st = settings(logs_dir=logs_dir, run_name=name)
+    if port < 0 or port > 65535:
+        raise UsageError("--port must be between 0 and 65535")
+    try:
+        served = ServedRun.start(st.logs_dir, st.run_name or name, group=group, tags=list(tag or []), host=host,
+                                 port=port, world_size=world_size)
+    except LaunchError as exc:
+        raise UserError(str(exc)) from None
+    out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder {escape(str(served.run_dir))}")
+    out.print("Start your training with this environment (it calls traceml_ai.init()):")
+    for key, value in served.environment().items():
+        out.print(f"  export {key}={escape(value)}")
+    out.print("Ctrl+C to end the run.", style="dim")
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    result = served.finish()
+    _report(result, "summary")
+

@@ -1,0 +1,116 @@
+"""The aggregator process of a launched run (DESIGN §3.2).
+
+The launcher starts ``python -m traceml_ai.aggregator`` as its own process (so a crash of either
+side never takes the other down), waits for its ``TRACEML_AGGREGATOR_LISTENING <host> <port>``
+line, hands the address to the ranks, and at the end sends SIGTERM so it drains, flushes SQLite,
+finalizes and writes the final summary.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LISTENING = "TRACEML_AGGREGATOR_LISTENING"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0
+
+
+class AggregatorStartError(RuntimeError):
+    """The aggregator process exited or said nothing before it was listening."""
+
+
+class AggregatorProcess:
+    """A running aggregator: its process, host and port.
+
+    Args:
+        run_dir: the run folder; the aggregator writes ``aggregator/`` inside it.
+        session_id: frames of any other session are refused.
+        host: the address to bind (127.0.0.1 unless the job spans nodes).
+        port: 0 picks a free port.
+        world_size: ranks expected; a rank that never reports is listed as missing.
+
+    Raises:
+        AggregatorStartError: the process did not report a listening address within 30 s.
+    """
+
+    def __init__(self, run_dir: Path, session_id: str, *, host: str = "127.0.0.1", port: int = 0,
+                 world_size: int | None = None) -> None:
+        cmd = [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir),
+               "--session-id", session_id, "--host", host, "--port", str(port)]
+        if world_size is not None:
+            cmd += ["--world-size", str(world_size)]
+        env = dict(os.environ)
+        env.pop("TRACEML_RUN_DIR", None)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
+            start_new_session=True,  # Ctrl+C in the terminal reaches the training, not the aggregator
+        )
+        self.host, self.port = self._wait_listening()
+        self.stopped_at: float | None = None
+
+    def _wait_listening(self) -> tuple[str, int]:
+        lines: queue.Queue[str | None] = queue.Queue()
+        stdout = self.proc.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, name="traceml-aggregator-stdout", daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                line = lines.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise AggregatorStartError("the telemetry aggregator did not start within 30 s") from None
+            if line is None:
+                code = self.proc.wait()
+                raise AggregatorStartError(f"the telemetry aggregator exited with code {code} before listening")
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == LISTENING:
+                return parts[1], int(parts[2])
+
+    @property
+    def address(self) -> str:
+        """``host:port`` for ``TRACEML_AGGREGATOR``."""
+        return f"{self.host}:{self.port}"
+
+    def exit_code(self) -> int | None:
+        """The process's exit code, or None while it runs."""
+        return self.proc.poll()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, then wait up to ``timeout`` s for it to drain and finalize; SIGKILL after that.
+
+        Returns the exit code (negative for a signal), or None if it could not be reaped.
+        """
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                return self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass

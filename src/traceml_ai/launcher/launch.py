@@ -1,0 +1,410 @@
+"""Start a training under capture and return its exit code (DESIGN §2.1, §3; issue: capture).
+
+``traceml run SCRIPT`` and ``traceml watch SCRIPT`` call :func:`launch`; ``traceml serve`` calls
+:func:`serve`. The training runs as ``python -m traceml_ai.capture.bootstrap SCRIPT ARGS`` (one
+process) or under ``torch.distributed.run -m traceml_ai.capture.bootstrap`` (several), with the
+environment that tells each rank where the aggregator listens:
+
+==========================  ===========================================================
+``TRACEML_SESSION_ID``      frames of any other session are refused by the aggregator
+``TRACEML_AGGREGATOR``      ``host:port`` of the aggregator
+``TRACEML_RUN_DIR``         the run folder (``traceml_ai.Run`` attaches to it; node 0 only)
+``TRACEML_INTERVAL``        sampling interval in seconds
+``TRACEML_CAPTURE``         ``run`` (step timing + samplers) or ``watch`` (samplers and output only)
+==========================  ===========================================================
+
+Telemetry never changes the training's result: if the aggregator cannot start or dies, the
+training still runs to its own end and exit code, and the run says telemetry was degraded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
+from traceml_ai.launcher.runfolder import (
+    RunIdentity,
+    RunJsonKeeper,
+    create_run_folder,
+    write_manifest,
+)
+
+Mode = Literal["run", "watch"]
+
+INTERRUPT_GRACE_S = 2.0
+"""After Ctrl+C, how long the training gets to stop on its own before SIGINT is forwarded to it."""
+TERMINATE_GRACE_S = 15.0
+"""After the forwarded signal, how long before SIGTERM and then SIGKILL."""
+STDERR_TAIL_LINES = 40
+
+
+class LaunchError(Exception):
+    """A launch cannot start (bad script path, bad option); ``str()`` is one line for the user."""
+
+
+@dataclass
+class LaunchOptions:
+    """What ``traceml run`` / ``traceml watch`` start.
+
+    Args:
+        script: the training script's path; ``args`` its arguments.
+        mode: ``run`` (full capture) or ``watch`` (no step timing: system, process, environment, output).
+        logs_dir: where the run folder is created (``<logs_dir>/<YYYYMMDD-HHMMSS>_<name>_<hex4>``).
+        name, group, tags: the run's labels (name defaults to the script's file stem).
+        interval: sampling interval in seconds.
+        nproc_per_node: processes per node (> 1 uses ``torch.distributed.run``).
+        nnodes, node_rank, master_addr, master_port: several nodes; the aggregator runs on node 0
+            and listens on ``master_addr:aggregator_port`` (default ``master_port + 1``).
+        session_id: shared by every node of a job (default: derived from master address, port and
+            name for several nodes, random for one).
+        disable: run the training plainly, no TraceML at all.
+    """
+
+    script: str
+    args: list[str] = field(default_factory=list)
+    mode: Mode = "run"
+    logs_dir: str = "traceml/runs"
+    name: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    interval: float = 1.0
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    aggregator_port: int | None = None
+    session_id: str | None = None
+    disable: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        return self.nproc_per_node > 1 or self.nnodes > 1
+
+    @property
+    def run_name(self) -> str:
+        return self.name or Path(self.script).stem or "run"
+
+
+@dataclass
+class Tick:
+    """What a live view is given every half second while the training runs."""
+
+    run_dir: Path | None
+    started: float
+    aggregator_alive: bool
+
+
+@dataclass
+class LaunchResult:
+    """How a launched training ended.
+
+    Attributes:
+        exit_code: the training's exit code (128 + N when signal N ended it).
+        run_dir: the run folder (None on nodes other than 0 and with ``disable``).
+        status: the status run.json ended with (completed / failed / killed), or None.
+        telemetry: a note when telemetry was degraded (empty when all was well).
+    """
+
+    exit_code: int
+    run_dir: Path | None
+    status: str | None
+    telemetry: dict[str, Any]
+
+
+def validate(options: LaunchOptions) -> None:
+    """Check options before anything starts.
+
+    Raises:
+        LaunchError: the script is missing, or a count/rank/port/interval is out of range.
+    """
+    script = Path(options.script)
+    if not script.is_file():
+        raise LaunchError(f"no such training script: {options.script}")
+    if options.nproc_per_node < 1 or options.nnodes < 1:
+        raise LaunchError("--nproc-per-node and --nnodes must be 1 or more")
+    if not 0 <= options.node_rank < options.nnodes:
+        raise LaunchError(f"--node-rank must be between 0 and {options.nnodes - 1}")
+    if not 0 < options.master_port < 65535:
+        raise LaunchError("--master-port must be between 1 and 65534")
+    if not options.interval > 0:
+        raise LaunchError("--interval must be more than 0 seconds")
+
+
+def session_id_for(options: LaunchOptions) -> str:
+    """The session id: given, derived (several nodes: every node must agree) or random."""
+    if options.session_id:
+        return options.session_id
+    if options.nnodes > 1:
+        key = f"{options.master_addr}:{options.master_port}:{options.run_name}"
+        return "job-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    return uuid.uuid4().hex
+
+
+def training_command(options: LaunchOptions) -> list[str]:
+    """The command line of the training (under the capture bootstrap unless ``disable``)."""
+    target = [options.script, *options.args]
+    if not options.distributed:
+        if options.disable:
+            return [sys.executable, *target]
+        return [sys.executable, "-m", "traceml_ai.capture.bootstrap", *target]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(options.nproc_per_node)]
+    if options.nnodes == 1:
+        cmd.append("--standalone")  # a free rendezvous port: two jobs on one machine never collide
+    else:
+        cmd += ["--nnodes", str(options.nnodes), "--node-rank", str(options.node_rank),
+                "--master-addr", options.master_addr, "--master-port", str(options.master_port)]
+    if options.disable:
+        return [*cmd, *target]
+    return [*cmd, "-m", "traceml_ai.capture.bootstrap", *target]
+
+
+OutputHandler = Callable[[str, str], None]
+"""Called with (``"stdout"`` | ``"stderr"``, line without its newline) for each line of the training."""
+
+
+def launch(
+    options: LaunchOptions,
+    on_tick: Callable[[Tick], None] | None = None,
+    on_output: OutputHandler | None = None,
+) -> LaunchResult:
+    """Run the training under capture; return when it and the aggregator have finished.
+
+    With ``on_output`` the training's stdout and stderr are pipes whose lines go to that callback
+    (the live terminal view prints them above itself), and ``PYTHONUNBUFFERED=1`` keeps them live;
+    without it the training writes straight to the terminal.
+
+    Raises:
+        LaunchError: see :func:`validate`, or the run folder cannot be created.
+    """
+    validate(options)
+    command = training_command(options)
+    if options.disable:
+        code = _run_plain(command)
+        return LaunchResult(code, None, None, {})
+
+    session_id = session_id_for(options)
+    identity = RunIdentity(
+        mode=options.mode, command=[sys.executable, options.script, *options.args], session_id=session_id,
+        job_id=session_id if options.nnodes > 1 else None, nnodes=options.nnodes, node_rank=options.node_rank,
+        nproc_per_node=options.nproc_per_node,
+    )
+    env = dict(os.environ)
+    env.update(TRACEML_SESSION_ID=session_id, TRACEML_INTERVAL=repr(float(options.interval)),
+               TRACEML_CAPTURE=options.mode)
+    env.pop("TRACEML_DISABLE", None)
+    agg_port = options.aggregator_port if options.aggregator_port is not None else options.master_port + 1
+    telemetry: dict[str, Any] = {}
+
+    if options.node_rank > 0:
+        # Other nodes only train; their ranks report to the aggregator on node 0.
+        env["TRACEML_AGGREGATOR"] = f"{options.master_addr}:{agg_port}"
+        env.pop("TRACEML_RUN_DIR", None)
+        code, _ = _supervise(command, env, None, None, on_tick, on_output, telemetry)
+        return LaunchResult(code, None, None, telemetry)
+
+    try:
+        run_dir = create_run_folder(options.logs_dir, options.run_name).resolve()
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    except OSError as exc:
+        raise LaunchError(f"cannot create the run folder in {options.logs_dir}: {exc.strerror or exc}") from None
+    keeper = RunJsonKeeper(run_dir, options.run_name, options.group, list(options.tags), identity)
+    keeper.start()
+    started_ns = time.time_ns()
+    write_manifest(run_dir, identity, status="running", started_at_ns=started_ns)
+    env["TRACEML_RUN_DIR"] = str(run_dir)
+
+    aggregator: AggregatorProcess | None = None
+    host = "127.0.0.1" if options.nnodes == 1 else options.master_addr
+    try:
+        aggregator = AggregatorProcess(run_dir, session_id, host=host, port=0 if options.nnodes == 1 else agg_port,
+                                       world_size=identity.world_size)
+        env["TRACEML_AGGREGATOR"] = aggregator.address
+    except (AggregatorStartError, OSError) as exc:
+        telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
+        _warn(telemetry["reason"] + "; training without telemetry")
+        env.pop("TRACEML_AGGREGATOR", None)
+
+    code, interrupted = _supervise(command, env, run_dir, aggregator, on_tick, on_output, telemetry)
+
+    if aggregator is not None:
+        died = aggregator.exit_code()
+        agg_code = aggregator.stop()
+        if died is not None and died != 0:
+            telemetry.setdefault("status", "degraded")
+            telemetry.setdefault("reason", f"the telemetry aggregator exited with code {died} during the run")
+        elif agg_code not in (0, None) and not telemetry:
+            telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {agg_code}"}
+    signal_name = _signal_name(code)
+    keeper.telemetry = telemetry
+    status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,
+                           stderr_tail=_stderr_tail(run_dir))
+    manifest_status = "interrupted" if interrupted or signal_name else ("incomplete" if telemetry else "completed")
+    write_manifest(run_dir, identity, status=manifest_status, started_at_ns=started_ns, ended_at_ns=time.time_ns(),
+                   exit_code=code, telemetry=telemetry or None)
+    return LaunchResult(code, run_dir, status, telemetry)
+
+
+def _run_plain(command: list[str]) -> int:
+    proc = subprocess.Popen(command)
+    code, _ = _wait(proc, None, None, None, {})
+    return code
+
+
+def _supervise(
+    command: list[str],
+    env: dict[str, str],
+    run_dir: Path | None,
+    aggregator: AggregatorProcess | None,
+    on_tick: Callable[[Tick], None] | None,
+    on_output: OutputHandler | None,
+    telemetry: dict[str, Any],
+) -> tuple[int, bool]:
+    pipes: dict[str, Any] = {}
+    if on_output is not None:
+        env = {**env, "PYTHONUNBUFFERED": "1"}
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    try:
+        proc = subprocess.Popen(command, env=env, **pipes)
+    except OSError as exc:
+        raise LaunchError(f"cannot start the training: {exc}") from None
+    pumps = []
+    if on_output is not None:
+        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            t = threading.Thread(target=_pump, args=(stream, name, on_output), name=f"traceml-{name}", daemon=True)
+            t.start()
+            pumps.append(t)
+    result = _wait(proc, run_dir, aggregator, on_tick, telemetry)
+    for t in pumps:
+        t.join(timeout=5)
+    return result
+
+
+def _pump(stream: Any, name: str, on_output: OutputHandler) -> None:
+    """Hand each line of one of the training's pipes to ``on_output``; never stop reading (a full
+    pipe would block the training), whatever the handler does."""
+    for raw in iter(stream.readline, b""):
+        try:
+            on_output(name, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        except Exception:
+            pass
+    stream.close()
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    run_dir: Path | None,
+    aggregator: AggregatorProcess | None,
+    on_tick: Callable[[Tick], None] | None,
+    telemetry: dict[str, Any],
+) -> tuple[int, bool]:
+    """Wait for the training; forward Ctrl+C / SIGTERM; return (exit code, interrupted)."""
+    started = time.time()
+    interrupted = False
+    previous_term = _catch_sigterm()
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            except KeyboardInterrupt:
+                interrupted = True
+                code = _stop_training(proc, signal.SIGINT)
+                break
+            except _Terminated:
+                interrupted = True
+                code = _stop_training(proc, signal.SIGTERM, grace=0.0)
+                break
+            if aggregator is not None and aggregator.exit_code() is not None and "status" not in telemetry:
+                telemetry.update(status="degraded",
+                                 reason=f"the telemetry aggregator exited with code {aggregator.exit_code()} "
+                                        "during the run")
+                _warn(telemetry["reason"] + "; the training goes on")
+            if on_tick is not None:
+                try:
+                    on_tick(Tick(run_dir, started, aggregator is not None and aggregator.exit_code() is None))
+                except Exception as exc:  # a broken live view must not stop the training
+                    _warn(f"live view stopped: {exc}")
+                    on_tick = None
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    return (128 - code if code < 0 else code), interrupted
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _catch_sigterm() -> Any:
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        return signal.getsignal(signal.SIGTERM)
+
+
+def _stop_training(proc: subprocess.Popen[bytes], sig: signal.Signals, grace: float = INTERRUPT_GRACE_S) -> int:
+    """Stop the training after Ctrl+C (which usually reached it too) or SIGTERM (which did not)."""
+    steps: list[tuple[signal.Signals | None, float]] = [
+        (None, grace), (sig, TERMINATE_GRACE_S), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)
+    ]
+    for to_send, wait_s in steps:
+        if to_send is not None:
+            try:
+                proc.send_signal(to_send)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                return proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+            except KeyboardInterrupt:
+                continue  # a second Ctrl+C: go on with the next, firmer step
+    return proc.wait()
+
+
+def _signal_name(code: int) -> str | None:
+    if code > 128:
+        try:
+            return signal.Signals(code - 128).name
+        except ValueError:
+            return None
+    return None
+
+
+def _stderr_tail(run_dir: Path) -> str | None:
+    """The last stderr lines of rank 0 from its captured log (``stderr | text`` lines)."""
+    log = run_dir / "aggregator" / "rank_0.log"
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [ln[len("stderr | "):] for ln in text.splitlines() if ln.startswith("stderr | ")]
+    return "\n".join(lines[-STDERR_TAIL_LINES:]) + "\n" if lines else None
+
+
+def _warn(message: str) -> None:
+    print(f"[TraceML] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,95 @@
+"""``traceml serve``: an aggregator and a run folder for trainings started by the user (DESIGN §7).
+
+The user's processes call ``traceml_ai.init()`` with ``TRACEML_AGGREGATOR``, ``TRACEML_SESSION_ID``
+and ``TRACEML_RUN_DIR`` set to what :meth:`ServedRun.environment` returns. The served run is
+``running`` until :meth:`ServedRun.finish` (Ctrl+C in the command), then ``completed``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
+from traceml_ai.launcher.launch import LaunchError, LaunchResult
+from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
+
+
+@dataclass
+class ServedRun:
+    """A run folder with its aggregator, waiting for ranks that call ``init()``."""
+
+    run_dir: Path
+    identity: RunIdentity
+    keeper: RunJsonKeeper
+    aggregator: AggregatorProcess
+    started_ns: int
+
+    @classmethod
+    def start(
+        cls,
+        logs_dir: str,
+        name: str,
+        *,
+        group: str | None = None,
+        tags: list[str] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        world_size: int | None = None,
+    ) -> ServedRun:
+        """Create the run folder and start its aggregator.
+
+        Raises:
+            LaunchError: a bad name, an unwritable logs folder, or an aggregator that did not start
+                (e.g. the port is in use).
+        """
+        session_id = uuid.uuid4().hex
+        identity = RunIdentity(mode="serve", command=[sys.executable, "-m", "traceml_ai", "serve"],
+                               session_id=session_id, nproc_per_node=world_size or 1)
+        try:
+            run_dir = create_run_folder(logs_dir, name).resolve()
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        except OSError as exc:
+            raise LaunchError(f"cannot create the run folder in {logs_dir}: {exc.strerror or exc}") from None
+        keeper = RunJsonKeeper(run_dir, name, group, list(tags or []), identity)
+        keeper.start()
+        started = time.time_ns()
+        write_manifest(run_dir, identity, status="running", started_at_ns=started)
+        try:
+            aggregator = AggregatorProcess(run_dir, session_id, host=host, port=port, world_size=world_size)
+        except AggregatorStartError as exc:
+            keeper.finish(exit_code=1)
+            write_manifest(run_dir, identity, status="incomplete", started_at_ns=started,
+                           ended_at_ns=time.time_ns(), exit_code=1)
+            raise LaunchError(f"{exc} (is port {port} free?)") from None
+        return cls(run_dir, identity, keeper, aggregator, started)
+
+    @property
+    def address(self) -> str:
+        return self.aggregator.address
+
+    def environment(self) -> dict[str, str]:
+        """The variables a training process needs so that ``traceml_ai.init()`` reports here."""
+        return {
+            "TRACEML_AGGREGATOR": self.aggregator.address,
+            "TRACEML_SESSION_ID": self.identity.session_id,
+            "TRACEML_RUN_DIR": str(self.run_dir),
+        }
+
+    def finish(self) -> LaunchResult:
+        """Stop the aggregator (it finalizes and writes the final summary) and close the run."""
+        died = self.aggregator.exit_code()
+        code = self.aggregator.stop()
+        telemetry = {}
+        if died not in (None, 0) or code not in (0, None):
+            telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {died or code}"}
+        self.keeper.telemetry = telemetry
+        status = self.keeper.finish(exit_code=0)
+        write_manifest(self.run_dir, self.identity, status="incomplete" if telemetry else "completed",
+                       started_at_ns=self.started_ns, ended_at_ns=time.time_ns(), exit_code=0,
+                       telemetry=telemetry or None)
+        return LaunchResult(0, self.run_dir, status, telemetry)

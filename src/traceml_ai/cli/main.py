@@ -9,6 +9,7 @@ import typer
 from traceml_ai import __version__
 from traceml_ai.cli import capture
 from traceml_ai.cli import runs as runs_cli
+from traceml_ai.cli import summary as summary_cli
 from traceml_ai.cli.bench import bench
 from traceml_ai.cli.common import DEBUG
 from traceml_ai.cli.demo import demo
@@ -29,6 +30,8 @@ app.command("demo")(demo)
 app.command("bench")(bench)
 app.command("ui")(ui)
 app.command("plot")(plot)
+app.command("summary")(summary_cli.summary)
+app.command("compare")(summary_cli.compare)
 app.command("run", context_settings=capture.PASS_THROUGH)(capture.run)
 app.command("watch", context_settings=capture.PASS_THROUGH)(capture.watch)
 app.command("serve")(capture.serve)

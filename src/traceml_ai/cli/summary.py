@@ -1,0 +1,310 @@
+"""``traceml summary RUN`` and ``traceml compare RUN_A RUN_B``: a run's diagnoses and a verdict per
+metric between two runs, in the terminal or as JSON (DESIGN §3.5, §7; docs/diagnoses.md).
+
+Both only read: a run without ``final_summary.json`` (live, or its aggregator died) is diagnosed
+from its ``telemetry.sqlite`` in memory; nothing is written into the run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from traceml_ai.cli.common import UserError, err, fmt_value, one_line_errors, out, printable
+from traceml_ai.cli.runs import open_store
+from traceml_ai.diagnose import (
+    SummaryFileError,
+    diagnose,
+    final_summary_path,
+    load_final_summary,
+    telemetry_path,
+)
+from traceml_ai.diagnose import compare as compare_runs
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
+VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "equivalent": "", "inconclusive": "dim"}
+
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run folder path, or a run id, unique id prefix or name.")]
+RootsOpt = Annotated[list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")]
+
+
+def resolve_run(ref: str, roots: list[str] | None) -> Path:
+    """The run folder ``ref`` names: a folder path (a run folder or its ``aggregator/`` folder), else
+    a run id, id prefix or name looked up under ``roots``.
+
+    Raises:
+        UserError: no such run, or the run has no TraceML telemetry.
+    """
+    path = Path(ref)
+    if path.is_dir():
+        if path.name == "aggregator" and not (path / "aggregator").is_dir():
+            path = path.parent
+    elif roots is None and os.sep in ref:
+        raise UserError(f"{ref} is not a folder")
+    else:
+        path = Path(open_store(roots).find(ref).path)
+    if not telemetry_path(path).exists() and not final_summary_path(path).exists():
+        raise UserError(
+            f"{printable(str(path))} has no TraceML telemetry (no aggregator/telemetry.sqlite); "
+            "capture a run with 'traceml run SCRIPT'"
+        )
+    return path
+
+
+def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """The run's summary document and where it came from."""
+    try:
+        doc = load_final_summary(run_dir)
+    except SummaryFileError as e:
+        err.print(f"[yellow]warning:[/] {escape(printable(str(e)))}; diagnosing telemetry.sqlite instead")
+        doc = None
+    if doc is not None:
+        return doc, "aggregator/final_summary.json"
+    summary = diagnose(telemetry_path(run_dir), source="aggregator/telemetry.sqlite")
+    return summary.to_dict(), "computed now from aggregator/telemetry.sqlite (no final_summary.json yet)"
+
+
+@one_line_errors
+def summary(
+    run: RunArg,
+    roots: RootsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary document (final_summary.json).")] = False,
+) -> None:
+    """Show a captured run's diagnoses: findings with actions, step-time breakdown, ranks, memory, system.
+
+    Reads aggregator/final_summary.json, or diagnoses aggregator/telemetry.sqlite when the run has no
+    summary yet (still running); never writes into the run folder.
+
+    Example: traceml summary traceml/runs/20261130-101500_baseline_a3f9
+    """
+    run_dir = resolve_run(run, roots)
+    doc, origin = _summary_doc(run_dir)
+    if as_json:
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    _print_summary(run_dir, doc, origin)
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def _ms(v: Any) -> str:
+    return f"{v:.2f}" if isinstance(v, (int, float)) else ""
+
+
+def _share(v: Any) -> str:
+    return f"{v * 100:.1f}%" if isinstance(v, (int, float)) else ""
+
+
+def _bytes(v: Any) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    if abs(v) >= 1024**3:
+        return f"{v / 1024**3:.2f} GiB"
+    return f"{v / 1024**2:.0f} MiB"
+
+
+def _pct_value(v: Any) -> str:
+    return f"{v:.0f}%" if isinstance(v, (int, float)) else ""
+
+
+def _text(v: Any) -> str:
+    return printable(str(v)) if v is not None else ""
+
+
+def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
+    head = Text()
+    head.append(printable(run_dir.name), style="bold")
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="dim")
+    info.add_column()
+    status = _get(doc, "telemetry", "status")
+    info.add_row("source", Text(origin))
+    info.add_row("telemetry", Text(_text(status) + (f": {_text(_get(doc, 'telemetry', 'detail'))}"
+                                                   if _get(doc, "telemetry", "detail") else ""),
+                                   style="" if status == "ok" else "bold red"))
+    first, last = _get(doc, "steps", "first"), _get(doc, "steps", "last")
+    span = f" (steps {first}..{last})" if first is not None else ""
+    warm = fmt_value(_get(doc, "warmup", "steps_skipped_per_rank"))
+    info.add_row("steps", Text(f"{fmt_value(_get(doc, 'steps', 'seen'))} seen{span}, "
+                               f"{fmt_value(_get(doc, 'steps', 'analysed'))} rank-steps analysed, first "
+                               f"{warm} per rank skipped as warm-up"))
+    ranks = _get(doc, "ranks", "seen") or []
+    missing = _get(doc, "ranks", "missing") or []
+    rank_text = ", ".join("?" if r is None else str(r) for r in ranks) or "none"
+    if _get(doc, "ranks", "world_size") is not None:
+        rank_text += f" of world size {_get(doc, 'ranks', 'world_size')}"
+    if missing:
+        rank_text += f" (missing: {', '.join(str(r) for r in missing)})"
+    info.add_row("ranks", Text(rank_text, style="bold red" if missing else ""))
+    for problem in _get(doc, "telemetry", "problems") or []:
+        info.add_row("problem", Text(_text(problem), style="yellow"))
+    out.print(Panel.fit(info, title=head, title_align="left"))
+
+    findings = [f for f in _get(doc, "findings") or [] if isinstance(f, dict)]
+    if not any(f.get("severity") in ("warning", "critical") for f in findings):
+        out.print(Text("✓ no bottleneck found", style="bold green"))
+    for f in findings:
+        sev = str(f.get("severity", ""))
+        line = Text()
+        line.append(f"{sev.upper():8} ", style=SEVERITY_STYLE.get(sev, ""))
+        line.append(_text(f.get("kind")), style="bold")
+        line.append("  " + _text(f.get("summary")))
+        out.print(line)
+        out.print(Text("         → " + _text(f.get("action")), style="dim"))
+        ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+        assert isinstance(ev, dict)
+        bits = [f"{_text(ev.get('metric'))} = {fmt_value(ev.get('value'))} "
+                f"(threshold {fmt_value(ev.get('threshold'))})"]
+        if ev.get("ranks"):
+            bits.append("ranks " + ", ".join("?" if r is None else str(r) for r in ev["ranks"]))
+        if ev.get("steps"):
+            bits.append(f"steps {ev['steps'][0]}..{ev['steps'][-1]}")
+        out.print(Text("           " + " · ".join(bits), style="dim"))
+
+    st = _get(doc, "step_time")
+    if isinstance(st, dict):
+        table = Table(title="step time", title_justify="left", box=None, header_style="bold")
+        for c in ("phase", "median ms", "p90 ms", "share"):
+            table.add_column(c, justify="left" if c == "phase" else "right")
+        table.add_row(Text("iteration", style="bold"), _ms(st.get("iteration_median_ms")),
+                      _ms(st.get("iteration_p90_ms")), "100%")
+        for p in st.get("phases") or []:
+            table.add_row(_text(p.get("name")), _ms(p.get("median_ms")), _ms(p.get("p90_ms")), _share(p.get("share")))
+        out.print(table)
+        tput = st.get("throughput_steps_per_s")
+        if tput is not None:
+            out.print(Text(f"throughput {tput:.3g} steps/s (slowest rank per step)", style="dim"))
+        per_rank = st.get("per_rank") or []
+        if len(per_rank) > 1:
+            ranks_table = Table(title="ranks", title_justify="left", box=None, header_style="bold")
+            for c in ("rank", "steps", "median ms", "p90 ms"):
+                ranks_table.add_column(c, justify="right")
+            for r in per_rank:
+                worst = r.get("rank") == st.get("worst_rank")
+                ranks_table.add_row(Text(_text(r.get("rank")) + (" (slowest)" if worst else ""),
+                                         style="bold" if worst else ""),
+                                    fmt_value(r.get("steps")), _ms(r.get("median_ms")), _ms(r.get("p90_ms")))
+            out.print(ranks_table)
+            if st.get("skew") is not None:
+                out.print(Text(f"skew: slowest rank +{st['skew'] * 100:.1f}% over the median of the others",
+                               style="dim"))
+
+    mem, system = _get(doc, "memory") or {}, _get(doc, "system") or {}
+    lines = []
+    if mem.get("peak_alloc_bytes") is not None or mem.get("peak_reserved_bytes") is not None:
+        lines.append(f"GPU peak allocated {_bytes(mem.get('peak_alloc_bytes'))}, reserved "
+                     f"{_bytes(mem.get('peak_reserved_bytes'))} of {_bytes(mem.get('device_total_bytes')) or '?'}")
+    rss = mem.get("rss_peak_bytes") or {}
+    if rss:
+        lines.append("peak RSS " + ", ".join(f"rank {k}: {_bytes(v)}" for k, v in rss.items())
+                     + (f" (host RAM {_bytes(mem.get('ram_total_bytes'))})" if mem.get("ram_total_bytes") else ""))
+    if system.get("cpu_percent_median") is not None:
+        lines.append(f"host CPU {system['cpu_percent_median']:.0f}% median, "
+                     f"{_pct_value(system.get('cpu_percent_p90'))} p90")
+    if system.get("ram_used_fraction_max") is not None:
+        lines.append(f"host RAM used {_share(system.get('ram_used_fraction_median'))} median, "
+                     f"{_share(system.get('ram_used_fraction_max'))} max")
+    if system.get("gpu_util_median") is not None:
+        lines.append(f"{system.get('gpu_count')} GPU(s) {system['gpu_util_median']:.0f}% busy median")
+    if lines:
+        out.print(Text("memory & system", style="bold"))
+        for item in lines:
+            out.print(Text("  " + item))
+    abstained = _get(doc, "abstained") or []
+    if abstained:
+        out.print(Text("not judged", style="bold dim"))
+        for a in abstained:
+            if isinstance(a, dict):
+                out.print(Text(f"  {_text(a.get('rule'))}: {_text(a.get('reason'))}", style="dim"))
+
+
+def _check_pct(value: float | None) -> float | None:
+    if value is not None and not value >= 0:
+        raise typer.BadParameter(f"{value} is not a percentage ≥ 0; try 5")
+    return value
+
+
+@one_line_errors
+def compare(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The baseline run (folder path, id, prefix or name).")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run to judge against it.")],
+    roots: RootsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdicts as one JSON document.")] = False,
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option("--fail-on-regression", metavar="PCT", callback=_check_pct,
+                     help="Exit 1 when any metric regresses (significantly) by more than PCT percent."),
+    ] = None,
+) -> None:
+    """Compare run B against run A: regression / improvement / equivalent / inconclusive per metric
+    (step time, each phase, throughput, peak GPU memory, RSS, GPU utilisation).
+
+    Each verdict comes from the ratio of medians of the per-step samples with a 95% block-bootstrap
+    interval (docs/diagnoses.md). Exit code 1 with --fail-on-regression when a regression exceeds PCT.
+
+    Example: traceml compare traceml/runs/baseline_a3f9 traceml/runs/new-loader_b7c1 --fail-on-regression 5
+    """
+    dir_a, dir_b = resolve_run(run_a, roots), resolve_run(run_b, roots)
+    result = compare_runs(dir_a, dir_b)
+    if as_json:
+        sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_comparison(dir_a, dir_b, result.to_dict())
+    for problem in result.problems:
+        err.print(f"[yellow]warning:[/] {escape(printable(problem))}")
+    if fail_on_regression is not None:
+        bad = result.regressions(fail_on_regression)
+        if bad:
+            names = ", ".join(f"{m.metric} +{m.worse_pct:.1f}%" for m in bad)
+            err.print(f"[bold red]regression:[/] {escape(names)} (more than {fail_on_regression:g}%)")
+            raise typer.Exit(1)
+
+
+def _fmt_metric(v: Any, unit: str) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    if unit == "bytes":
+        return _bytes(v)
+    if unit == "percent":
+        return f"{v:.1f}%"
+    return f"{v:.4g}"
+
+
+def _print_comparison(dir_a: Path, dir_b: Path, doc: dict[str, Any]) -> None:
+    out.print(Text.assemble(("A ", "dim"), (printable(dir_a.name), "bold"), ("  vs  B ", "dim"),
+                            (printable(dir_b.name), "bold")))
+    table = Table(box=None, header_style="bold")
+    for c in ("metric", "A median", "B median", "change", "95% interval B/A", "verdict", "why"):
+        table.add_column(c, justify="right" if c in ("A median", "B median", "change") else "left",
+                         overflow="fold")
+    for m in doc["metrics"]:
+        unit = str(m.get("unit"))
+        change = m.get("change_pct")
+        ci = (f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
+              if m.get("ci_low") is not None and m.get("ci_high") is not None else "")
+        verdict = str(m.get("verdict"))
+        table.add_row(
+            _text(m.get("metric")),
+            _fmt_metric(m.get("median_a"), unit),
+            _fmt_metric(m.get("median_b"), unit),
+            f"{change:+.1f}%" if isinstance(change, (int, float)) else "",
+            ci,
+            Text(verdict, style=VERDICT_STYLE.get(verdict, "")),
+            Text(_text(m.get("reason")), style="dim"),
+        )
+    out.print(table)

@@ -1,0 +1,257 @@
+"""``compare(run_a, run_b)``: a verdict per metric from the two runs' per-step samples (DESIGN §3.5;
+method and thresholds in docs/diagnoses.md, "Comparing runs").
+
+For each metric the test is the ratio of medians ``median(B) / median(A)`` with a 95 % circular
+block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
+
+- ``inconclusive``: either run has fewer than ``COMPARE_MIN_SAMPLES`` samples, or the interval is
+  too wide to decide;
+- ``equivalent``: the medians differ by less than the metric's floor, or the whole interval lies
+  within ``1 ± COMPARE_MARGIN``;
+- ``regression`` / ``improvement``: the whole interval lies on one side of 1 and the ratio is past
+  the margin, in the metric's bad / good direction.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from traceml_ai.diagnose import thresholds as th
+from traceml_ai.diagnose.model import round_sig
+from traceml_ai.diagnose.readers import Telemetry, read_telemetry
+from traceml_ai.diagnose.rules import Context, build_context, post_warmup
+from traceml_ai.diagnose.stats import FloatArray, finite, median_ratio_ci
+from traceml_ai.diagnose.summary import telemetry_path
+from traceml_ai.diagnose.timeline import ITERATION, OTHER
+from traceml_ai.telemetry import schema
+
+Verdict = Literal["regression", "improvement", "equivalent", "inconclusive"]
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One metric of two runs.
+
+    ``median_a``/``median_b`` in ``unit``; ``ratio`` = median_b / median_a with its interval
+    ``ci_low``..``ci_high``; ``change_pct`` = (ratio - 1) x 100 (signed); ``worse_pct`` how much
+    worse B is in percent (negative when better; for a ``higher``-is-better metric (1 - ratio) x 100);
+    ``reason`` explains the ``verdict`` in one line.
+    """
+
+    metric: str
+    unit: str
+    better: Better
+    samples_a: int
+    samples_b: int
+    median_a: float | None
+    median_b: float | None
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    change_pct: float | None
+    worse_pct: float | None
+    verdict: Verdict
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "unit": self.unit,
+            "better": self.better,
+            "samples_a": self.samples_a,
+            "samples_b": self.samples_b,
+            "median_a": round_sig(self.median_a),
+            "median_b": round_sig(self.median_b),
+            "ratio": round_sig(self.ratio),
+            "ci_low": round_sig(self.ci_low),
+            "ci_high": round_sig(self.ci_high),
+            "change_pct": round_sig(self.change_pct),
+            "worse_pct": round_sig(self.worse_pct),
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Verdicts of run B against run A (the baseline), one per metric, plus each run's telemetry
+    problems (a missing or corrupt database makes every metric of that run inconclusive)."""
+
+    run_a: str
+    run_b: str
+    generated_at: str
+    metrics: tuple[MetricComparison, ...]
+    problems: tuple[str, ...]
+
+    def regressions(self, over_pct: float = 0.0) -> list[MetricComparison]:
+        """Metrics whose verdict is ``regression`` with B worse by more than ``over_pct`` percent."""
+        return [m for m in self.metrics
+                if m.verdict == "regression" and m.worse_pct is not None and m.worse_pct > over_pct]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "generated_at": self.generated_at,
+            "method": {
+                "statistic": "ratio of medians, B / A",
+                "interval": f"{th.COMPARE_CONFIDENCE:.0%} circular block bootstrap, {th.COMPARE_RESAMPLES} resamples",
+                "margin": th.COMPARE_MARGIN,
+                "min_samples": th.COMPARE_MIN_SAMPLES,
+            },
+            "metrics": [m.to_dict() for m in self.metrics],
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class _Metric:
+    name: str
+    unit: str
+    better: Better
+    floor: float
+
+
+def _db(run: str | os.PathLike[str]) -> Path:
+    """A run folder's telemetry database, or the path itself when it is a database file."""
+    path = Path(run)
+    return path if path.is_file() else telemetry_path(path)
+
+
+def metric_samples(ctx: Context) -> dict[str, tuple[_Metric, FloatArray]]:
+    """Every comparable metric of one run with its ordered post-warm-up samples.
+
+    Step-based metrics take, per step, the slowest rank (the job waits for it); ``rss_bytes`` and
+    ``gpu_util_percent`` are the snapshots of every rank / GPU in use, in time order.
+    """
+    table = ctx.table
+    _, iteration = table.job_series(ITERATION)
+    median_iter = float(np.nanmedian(iteration)) if np.isfinite(iteration).any() else 0.0
+    phase_floor = th.COMPARE_PHASE_FLOOR_SHARE * median_iter
+    out: dict[str, tuple[_Metric, FloatArray]] = {
+        "step_time_ms": (_Metric("step_time_ms", "ms", "lower", 0.0), iteration),
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        throughput = np.where(iteration > 0, 1000.0 / iteration, np.nan)
+    out["throughput_steps_per_s"] = (_Metric("throughput_steps_per_s", "steps/s", "higher", 0.0), throughput)
+    for phase in table.phase_names:
+        if phase.startswith(schema.PHASE_PREFIX) or phase == OTHER:
+            name = f"{phase.removeprefix(schema.PHASE_PREFIX)}_ms"
+            out[name] = (_Metric(name, "ms", "lower", phase_floor), table.job_series(phase)[1])
+
+    per_step: dict[int, float] = {}
+    by_rank: dict[int | None, list[tuple[int, float]]] = {}
+    for m in ctx.telemetry.memory:
+        if m.device is not None and not m.device.startswith("cpu") and m.peak_alloc_bytes is not None:
+            by_rank.setdefault(m.rank, []).append((m.step, m.peak_alloc_bytes))
+    for points in by_rank.values():
+        for step, value in sorted(points)[table.warmup_steps :]:
+            per_step[step] = max(per_step.get(step, 0.0), value)
+    out["peak_alloc_bytes"] = (
+        _Metric("peak_alloc_bytes", "bytes", "lower", th.COMPARE_MEMORY_FLOOR_BYTES),
+        np.asarray([per_step[s] for s in sorted(per_step)], dtype=np.float64),
+    )
+    rss = [s.rss_bytes for s in post_warmup(ctx.telemetry.process, ctx.warmup_end_ns) if s.rss_bytes is not None]
+    out["rss_bytes"] = (_Metric("rss_bytes", "bytes", "lower", th.COMPARE_MEMORY_FLOOR_BYTES),
+                        np.asarray(rss, dtype=np.float64))
+    util = [g.util for g in post_warmup(ctx.gpus_in_use, ctx.warmup_end_ns)
+            if g.util is not None] if ctx.gpu_run else []
+    out["gpu_util_percent"] = (_Metric("gpu_util_percent", "percent", "higher", th.COMPARE_UTIL_FLOOR_PERCENT),
+                               np.asarray(util, dtype=np.float64))
+    return out
+
+
+def compare_metric(metric: str, unit: str, better: Better, a: FloatArray, b: FloatArray,
+                   floor: float = 0.0) -> MetricComparison:
+    """The verdict for one metric from the two runs' ordered samples (see module docs)."""
+    xa, xb = finite(a), finite(b)
+    ma = float(np.median(xa)) if xa.size else None
+    mb = float(np.median(xb)) if xb.size else None
+
+    def result(verdict: Verdict, reason: str, ci: tuple[float, float, float] | None = None) -> MetricComparison:
+        ratio = ci[0] if ci else (mb / ma if ma and mb is not None else None)
+        change = (ratio - 1) * 100 if ratio is not None else None
+        worse = None if change is None else (change if better == "lower" else -change)
+        return MetricComparison(metric, unit, better, int(xa.size), int(xb.size), ma, mb, ratio,
+                                ci[1] if ci else None, ci[2] if ci else None, change, worse, verdict, reason)
+
+    if not xa.size and not xb.size:
+        return result("inconclusive", "not measured in either run")
+    if xa.size < th.COMPARE_MIN_SAMPLES or xb.size < th.COMPARE_MIN_SAMPLES:
+        return result("inconclusive", f"too few samples (A: {xa.size}, B: {xb.size}; each run needs "
+                                      f"{th.COMPARE_MIN_SAMPLES})")
+    assert ma is not None and mb is not None
+    if abs(mb - ma) <= floor:
+        return result("equivalent", f"medians differ by {_amount(abs(mb - ma), unit)}, within the floor of "
+                                    f"{_amount(floor, unit)}")
+    ci = median_ratio_ci(xa, xb, confidence=th.COMPARE_CONFIDENCE, resamples=th.COMPARE_RESAMPLES,
+                         seed=th.COMPARE_SEED)
+    if ci is None:
+        return result("inconclusive", "run A's median is 0, so no ratio exists")
+    ratio, low, high = ci
+    interval = f"B/A = {ratio:.3f}, {th.COMPARE_CONFIDENCE:.0%} interval [{low:.3f}, {high:.3f}]"
+    lo_margin, hi_margin = 1 - th.COMPARE_MARGIN, 1 + th.COMPARE_MARGIN
+    if lo_margin <= low and high <= hi_margin:
+        return result("equivalent", f"{interval} lies within 1 ± {th.COMPARE_MARGIN:g}", ci)
+    if low > 1 and ratio >= hi_margin:
+        return result("regression" if better == "lower" else "improvement", f"{interval} lies above 1", ci)
+    if high < 1 and ratio <= lo_margin:
+        return result("improvement" if better == "lower" else "regression", f"{interval} lies below 1", ci)
+    return result("inconclusive", f"{interval} is too wide or too close to the margin to decide", ci)
+
+
+def compare(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str]) -> Comparison:
+    """Compare run B against run A (the baseline): a verdict per metric (step time, each phase,
+    throughput, peak GPU memory, RSS, GPU utilisation).
+
+    ``run_a``/``run_b`` are run folders (their ``aggregator/telemetry.sqlite`` is read, read-only) or
+    telemetry database files. Never raises for a missing or corrupt database: its metrics are
+    ``inconclusive`` and ``problems`` says why.
+    """
+    tel_a, tel_b = read_telemetry(_db(run_a)), read_telemetry(_db(run_b))
+    return compare_telemetry(tel_a, tel_b, run_a=str(run_a), run_b=str(run_b))
+
+
+def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: str) -> Comparison:
+    """:func:`compare` over telemetry already read."""
+    problems = [f"{label}: {t.detail or t.status}" for label, t in (("A", tel_a), ("B", tel_b)) if t.status != "ok"]
+    samples_a = metric_samples(build_context(tel_a))
+    samples_b = metric_samples(build_context(tel_b))
+    names = list(samples_a) + [n for n in samples_b if n not in samples_a]
+    empty = np.empty(0, dtype=np.float64)
+    metrics = []
+    for name in names:
+        spec, a = samples_a.get(name, (None, empty))
+        spec_b, b = samples_b.get(name, (None, empty))
+        spec = spec or spec_b
+        assert spec is not None
+        if name not in samples_a or name not in samples_b:
+            side = "A" if name in samples_a else "B"
+            metrics.append(_only_in(spec, a, b, side))
+            continue
+        metrics.append(compare_metric(name, spec.unit, spec.better, a, b, spec.floor))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return Comparison(run_a, run_b, generated, tuple(metrics), tuple(problems))
+
+
+def _amount(value: float, unit: str) -> str:
+    """``value`` in ``unit`` for a reason line (bytes as MiB)."""
+    if unit == "bytes":
+        return f"{value / th.MIB:.3g} MiB"
+    return f"{value:.3g} {unit}"
+
+
+def _only_in(spec: _Metric, a: FloatArray, b: FloatArray, side: str) -> MetricComparison:
+    xa, xb = finite(a), finite(b)
+    return MetricComparison(
+        spec.name, spec.unit, spec.better, int(xa.size), int(xb.size),
+        float(np.median(xa)) if xa.size else None, float(np.median(xb)) if xb.size else None,
+        None, None, None, None, None, "inconclusive", f"only run {side} timed this phase",
+    )

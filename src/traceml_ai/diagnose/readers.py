@@ -1,0 +1,327 @@
+"""Read-only readers over ``<run>/aggregator/telemetry.sqlite`` (DESIGN §3.3, §3.5; 000 seed tables).
+
+:func:`read_telemetry` returns every row the rules need as typed, immutable samples. It never
+raises for what a user can cause (no file, an empty file, a file that is not SQLite, a table the
+writer has not created yet): it returns a :class:`Telemetry` whose ``status`` says what happened.
+
+Opening never writes into the run folder. A database in WAL mode whose writer is live has its
+``-wal``/``-shm`` files; the reader opens it with ``mode=ro`` and reads the live state. When there is
+no ``-wal`` file the writer is gone (or never used WAL) and a ``mode=ro`` connection would create
+``-wal``/``-shm`` files next to it, so the reader opens the file as ``immutable`` instead.
+
+Phase time per step (000 seed, StepTimeRecord): for each device of an event, ``gpu_ms`` when it is
+not None, else ``cpu_ms``, else the legacy ``duration_ms``; when an event was timed on several
+devices the longest of them counts (they time the same region, so summing would count it twice).
+None means "not measured" and stays None.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from traceml_ai.telemetry import schema
+
+TelemetryStatus = Literal["ok", "missing", "empty", "corrupt", "unreadable"]
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step of one rank: the time of each event in ms (None = not measured).
+
+    ``rank`` is the global rank (None when the rank sent no identity); ``timestamp_ns`` when the rank
+    measured the row (ns since the Unix epoch, None for legacy rows); ``phases`` maps event names
+    (``traceml:forward`` ..., user regions) to ms.
+    """
+
+    rank: int | None
+    step: int
+    timestamp_ns: int | None
+    phases: Mapping[str, float | None]
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """PyTorch's peak allocated / reserved memory (bytes) of one rank's device during one step."""
+
+    rank: int | None
+    step: int
+    device: str | None
+    timestamp_ns: int | None
+    peak_alloc_bytes: float | None
+    peak_reserved_bytes: float | None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One snapshot of a rank's training process: CPU percent of one core, RSS and GPU memory (bytes)."""
+
+    rank: int | None
+    hostname: str | None
+    seq: int | None
+    timestamp_ns: int | None
+    cpu_percent: float | None
+    rss_bytes: float | None
+    ram_total_bytes: float | None
+    gpu_device_index: int | None
+    gpu_mem_used_bytes: float | None
+    gpu_mem_reserved_bytes: float | None
+    gpu_mem_total_bytes: float | None
+
+
+@dataclass(frozen=True)
+class SystemSample:
+    """One host snapshot sent by a node's local rank 0: host CPU percent and RAM (bytes)."""
+
+    rank: int | None
+    hostname: str | None
+    seq: int | None
+    timestamp_ns: int | None
+    cpu_percent: float | None
+    ram_used_bytes: float | None
+    ram_total_bytes: float | None
+    gpu_count: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU of one host snapshot: utilisation percent and memory (bytes)."""
+
+    rank: int | None
+    hostname: str | None
+    seq: int | None
+    timestamp_ns: int | None
+    gpu_idx: int
+    util: float | None
+    mem_used_bytes: float | None
+    mem_total_bytes: float | None
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """Everything the rules read from one telemetry.sqlite.
+
+    ``status`` is ``ok`` (at least one row), ``empty`` (a database without rows), ``missing`` (no
+    file), ``corrupt`` (not a SQLite database, or damaged) or ``unreadable`` (permissions, locks);
+    ``detail`` says why for every status but ``ok``. ``problems`` lists rows or tables that could not be
+    used (each one line). ``world_size`` is the largest world size any row reported (None if none did).
+    """
+
+    path: str
+    status: TelemetryStatus
+    detail: str | None = None
+    steps: tuple[StepSample, ...] = ()
+    memory: tuple[MemorySample, ...] = ()
+    process: tuple[ProcessSample, ...] = ()
+    system: tuple[SystemSample, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
+    row_counts: Mapping[str, int] = field(default_factory=dict)
+    world_size: int | None = None
+    problems: tuple[str, ...] = ()
+
+
+def _num(value: Any) -> float | None:
+    """A finite number as float; anything else (None, NaN, text) is "not measured"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _rank(global_rank: Any, rank: Any) -> int | None:
+    g = _int(global_rank)
+    return g if g is not None else _int(rank)
+
+
+def event_ms(by_device: Any) -> float | None:
+    """The time (ms) of one event in one step from its ``{device: stats}`` map (see module docs).
+
+    Returns None when no device measured it; a negative time (clock trouble) is not a measurement.
+    """
+    if not isinstance(by_device, Mapping):
+        return None
+    best: float | None = None
+    for stats in by_device.values():
+        if not isinstance(stats, Mapping):
+            continue
+        value = _num(stats.get("gpu_ms"))
+        if value is None:
+            value = _num(stats.get("cpu_ms"))
+        if value is None:
+            value = _num(stats.get("duration_ms"))
+        if value is not None and value >= 0 and (best is None or value > best):
+            best = value
+    return best
+
+
+def _uri(path: Path, immutable: bool) -> str:
+    # as_uri() percent-encodes spaces, '?' and '#', which would otherwise end the file name.
+    return path.resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+
+
+@contextmanager
+def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to a telemetry database that never creates files beside it.
+
+    Raises:
+        FileNotFoundError: the file does not exist (nothing is created).
+        sqlite3.Error: SQLite could not open it.
+    """
+    path = Path(db_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    immutable = not Path(str(path) + "-wal").exists()
+    with closing(sqlite3.connect(_uri(path, immutable), uri=True, timeout=5.0)) as conn:
+        yield conn
+
+
+_STEP_COLS = "global_rank, rank, step, timestamp_unix_ns, events_json, world_size"
+_MEMORY_COLS = "global_rank, rank, step, device, timestamp_unix_ns, peak_alloc_bytes, peak_reserved_bytes, world_size"
+_PROCESS_COLS = (
+    "global_rank, rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, "
+    "gpu_device_index, gpu_mem_used_bytes, gpu_mem_reserved_bytes, gpu_mem_total_bytes, world_size"
+)
+_SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, gpu_count"
+_GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
+
+
+def _select(conn: sqlite3.Connection, table: str, cols: str, problems: list[str]) -> list[tuple[Any, ...]]:
+    try:
+        return conn.execute(f"SELECT {cols} FROM {table} ORDER BY id").fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return []  # the writer creates tables lazily; a missing one is simply empty
+        if "no such column" in str(e):
+            problems.append(f"{table}: columns differ from this TraceML's schema ({e})")
+            return []
+        raise
+
+
+def read_telemetry(db_path: str | os.PathLike[str]) -> Telemetry:
+    """Read the rows of the five tables the rules use (DESIGN §3.5) from ``db_path``.
+
+    Duplicate rows (000 seed: duplicates pass through) keep the last one written per key:
+    ``(rank, step)`` for steps, ``(rank, device, step)`` for memory. A step row without an integer
+    ``step`` or with unreadable ``events_json`` is left out and counted in ``problems``.
+    Never raises for a bad file: see :class:`Telemetry` ``status``.
+    """
+    path = str(db_path)
+    try:
+        with open_readonly(db_path) as conn:
+            return _read(conn, path)
+    except FileNotFoundError:
+        return Telemetry(path=path, status="missing", detail=f"no telemetry database at {path}")
+    except sqlite3.DatabaseError as e:
+        text = str(e)
+        if isinstance(e, sqlite3.OperationalError) and ("unable to open" in text or "locked" in text):
+            return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {text}")
+        return Telemetry(path=path, status="corrupt", detail=f"{path} is not a readable SQLite database: {text}")
+    except OSError as e:
+        return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {e}")
+
+
+def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
+    problems: list[str] = []
+    world_sizes: list[int] = []
+
+    steps: dict[tuple[int | None, int], StepSample] = {}
+    bad_step, bad_events = 0, 0
+    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, _STEP_COLS, problems)
+    for g, r, step, ts, events_json, ws in step_rows:
+        if _int(ws) is not None:
+            world_sizes.append(ws)
+        step_no = _int(step)
+        if step_no is None:
+            bad_step += 1
+            continue
+        try:
+            events = orjson.loads(events_json) if events_json is not None else {}
+        except orjson.JSONDecodeError:
+            events = None
+        if not isinstance(events, dict):
+            bad_events += 1
+            continue
+        rank = _rank(g, r)
+        phases = {str(name): event_ms(by_device) for name, by_device in events.items()}
+        steps[(rank, step_no)] = StepSample(rank, step_no, _int(ts), phases)
+    if bad_step:
+        problems.append(f"{bad_step} step_time row(s) without an integer step left out")
+    if bad_events:
+        problems.append(f"{bad_events} step_time row(s) with unreadable events_json left out")
+
+    memory: dict[tuple[int | None, str | None, int], MemorySample] = {}
+    for g, r, step, device, ts, alloc, reserved, ws in _select(
+        conn, schema.STEP_MEMORY_SAMPLES.name, _MEMORY_COLS, problems
+    ):
+        if _int(ws) is not None:
+            world_sizes.append(ws)
+        step_no = _int(step)
+        if step_no is None:
+            continue
+        rank = _rank(g, r)
+        dev = device if isinstance(device, str) else None
+        memory[(rank, dev, step_no)] = MemorySample(rank, step_no, dev, _int(ts), _num(alloc), _num(reserved))
+
+    process = []
+    for row in _select(conn, schema.PROCESS_SAMPLES.name, _PROCESS_COLS, problems):
+        g, r, host, seq, ts, cpu, rss, total, gidx, gused, gres, gtotal, ws = row
+        if _int(ws) is not None:
+            world_sizes.append(ws)
+        process.append(
+            ProcessSample(
+                _rank(g, r), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu), _num(rss),
+                _num(total), _int(gidx), _num(gused), _num(gres), _num(gtotal),
+            )
+        )
+
+    system = [
+        SystemSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu), _num(used),
+                     _num(total), _int(count))
+        for g, host, seq, ts, cpu, used, total, count in _select(conn, schema.SYSTEM_SAMPLES.name, _SYSTEM_COLS,
+                                                                 problems)
+    ]
+    gpus = [
+        GpuSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), idx, _num(util),
+                  _num(used), _num(total))
+        for g, host, seq, ts, idx, util, used, total in _select(conn, schema.SYSTEM_GPU_SAMPLES.name, _GPU_COLS,
+                                                                problems)
+        if _int(idx) is not None
+    ]
+    counts = {
+        schema.STEP_TIME_SAMPLES.name: len(step_rows),
+        schema.STEP_MEMORY_SAMPLES.name: len(memory),
+        schema.PROCESS_SAMPLES.name: len(process),
+        schema.SYSTEM_SAMPLES.name: len(system),
+        schema.SYSTEM_GPU_SAMPLES.name: len(gpus),
+    }
+    empty = not any(counts.values())
+    return Telemetry(
+        path=path,
+        status="empty" if empty else "ok",
+        detail=f"{path} holds no telemetry rows yet" if empty else None,
+        steps=tuple(sorted(steps.values(), key=lambda s: (rank_key(s.rank), s.step))),
+        memory=tuple(sorted(memory.values(), key=lambda m: (rank_key(m.rank), m.step))),
+        process=tuple(process),
+        system=tuple(system),
+        gpus=tuple(gpus),
+        row_counts=counts,
+        world_size=max(world_sizes) if world_sizes else None,
+        problems=tuple(problems),
+    )
+
+
+def rank_key(rank: int | None) -> tuple[bool, int]:
+    """Sort key for ranks that puts an unknown rank (None) last."""
+    return (rank is None, rank if rank is not None else 0)

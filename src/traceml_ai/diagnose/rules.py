@@ -1,0 +1,672 @@
+"""The diagnosis rules (DESIGN §3.5; thresholds and reasoning in docs/diagnoses.md).
+
+Every rule is a pure function ``rule(ctx) -> list[Finding] | Abstention`` over a :class:`Context`
+built once from what :func:`~traceml_ai.diagnose.readers.read_telemetry` returned. A rule that lacks
+the data to judge returns an :class:`Abstention` saying which data; it never guesses. An empty list
+means "checked, nothing wrong".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from traceml_ai.diagnose import thresholds as th
+from traceml_ai.diagnose.model import Abstention, Evidence, Finding, Severity
+from traceml_ai.diagnose.readers import GpuSample, ProcessSample, SystemSample, Telemetry, rank_key
+from traceml_ai.diagnose.stats import CreepTest, FloatArray, creep_test, median, percentile, slope_per_unit
+from traceml_ai.diagnose.timeline import (
+    COMPUTE_PHASES,
+    INNER_PHASES,
+    OTHER,
+    RankTimeline,
+    StepTable,
+    build_step_table,
+    share,
+)
+from traceml_ai.telemetry import schema
+
+RuleResult = list[Finding] | Abstention
+Rule = Callable[["Context"], RuleResult]
+
+_MIB = float(th.MIB)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every rule reads: the telemetry, its step table, and derived facts.
+
+    ``warmup_end_ns`` is when the last rank finished its warm-up steps (None when no step has a
+    timestamp); ``gpu_run`` whether the run used a GPU (a non-CPU device with a measured peak, or a
+    process on a GPU device); ``gpus_in_use`` the GPU samples of the GPUs the ranks used.
+    """
+
+    telemetry: Telemetry
+    table: StepTable
+    warmup_end_ns: int | None
+    gpu_run: bool
+    gpus_in_use: tuple[GpuSample, ...]
+    gpu_ranks: dict[tuple[str | None, int], tuple[int | None, ...]]
+
+
+def build_context(telemetry: Telemetry, warmup_steps: int = th.WARMUP_STEPS) -> Context:
+    """Derive the :class:`Context` of one run's telemetry."""
+    table = build_step_table(telemetry.steps, warmup_steps)
+    ends = [tl.warmup_end_ns for tl in table.ranks if tl.warmup_end_ns is not None]
+    gpu_memory = any(
+        m.device is not None and not m.device.startswith("cpu") and m.peak_alloc_bytes is not None
+        for m in telemetry.memory
+    )
+    used: dict[tuple[str | None, int], set[int | None]] = defaultdict(set)
+    for p in telemetry.process:
+        if p.gpu_device_index is not None:
+            used[(p.hostname, p.gpu_device_index)].add(p.rank)
+    gpu_run = gpu_memory or bool(used)
+    # The GPUs the ranks named (torch device index = NVML position without CUDA_VISIBLE_DEVICES
+    # remapping); when no rank named one, every GPU of the host counts.
+    in_use = tuple(g for g in telemetry.gpus if (g.hostname, g.gpu_idx) in used) if used else telemetry.gpus
+    return Context(
+        telemetry=telemetry,
+        table=table,
+        warmup_end_ns=max(ends) if ends else None,
+        gpu_run=gpu_run,
+        gpus_in_use=in_use,
+        gpu_ranks={k: tuple(sorted(v, key=rank_key)) for k, v in used.items()},
+    )
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def _severity(value: float, warn: float, critical: float, *, low_is_bad: bool = False) -> Severity | None:
+    if low_is_bad:
+        return "critical" if value < critical else "warning" if value < warn else None
+    return "critical" if value >= critical else "warning" if value >= warn else None
+
+
+def _strength(value: float, threshold: float, *, low_is_bad: bool = False) -> float:
+    if low_is_bad:
+        return threshold / value if value > 0 else float("inf")
+    return value / threshold if threshold > 0 else float("inf")
+
+
+def _lower_median(values: Sequence[float]) -> float:
+    """The median for odd counts, the lower middle for even ones: with two ranks, the less affected
+    one. A job-level verdict then holds on at least half the ranks, and one odd rank is left to the
+    straggler rule."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _step_window(timelines: Iterable[RankTimeline]) -> tuple[int, int] | None:
+    ranges = [r for tl in timelines if (r := tl.step_range) is not None]
+    if not ranges:
+        return None
+    return (min(a for a, _ in ranges), max(b for _, b in ranges))
+
+
+def _ranks_text(ranks: Sequence[int | None]) -> str:
+    names = ["?" if r is None else str(r) for r in ranks]
+    return ("rank " if len(names) == 1 else "ranks ") + ", ".join(names)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def _mib(x: float) -> str:
+    return f"{x / _MIB:,.0f} MiB"
+
+
+_Snapshot = TypeVar("_Snapshot", ProcessSample, SystemSample, GpuSample)
+
+
+def post_warmup(samples: Sequence[_Snapshot], warmup_end_ns: int | None) -> list[_Snapshot]:
+    """Snapshots after warm-up, in time order: those measured after the last rank's warm-up steps,
+    or, when no step or no snapshot has a timestamp, all but the first ``WARMUP_SAMPLES``."""
+    ordered = sorted(samples, key=lambda s: (s.timestamp_ns is None, s.timestamp_ns or 0, s.seq or 0))
+    if warmup_end_ns is not None and any(s.timestamp_ns is not None for s in ordered):
+        return [s for s in ordered if s.timestamp_ns is not None and s.timestamp_ns > warmup_end_ns]
+    return ordered[th.WARMUP_SAMPLES :]
+
+
+# -- phase-share rules --------------------------------------------------------------------------------
+
+
+def _rank_shares(table: StepTable, phase: str) -> dict[int | None, tuple[float, int]]:
+    """Per rank with enough measured steps: (time-weighted share of ``phase``, steps used)."""
+    out: dict[int | None, tuple[float, int]] = {}
+    for tl in table.ranks:
+        values = tl.phase(phase)
+        both = np.isfinite(values) & np.isfinite(tl.iteration_ms)
+        n = int(both.sum())
+        if n < th.MIN_STEPS:
+            continue
+        s = share(values, tl.iteration_ms)
+        if s is not None:
+            out[tl.rank] = (s, n)
+    return out
+
+
+def _share_abstention(table: StepTable, rule: str, phase: str) -> Abstention:
+    if not table.ranks:
+        return Abstention(rule, "no step_time rows")
+    if phase not in table.phase_names:
+        return Abstention(rule, f"no {phase} events were recorded (the script did not time this phase)")
+    return Abstention(
+        rule,
+        f"fewer than {th.MIN_STEPS} post-warm-up steps (after skipping {table.warmup_steps} per rank) with both "
+        f"{phase} and traceml:step measured on any rank",
+    )
+
+
+def _share_rule(
+    ctx: Context, rule: str, phase: str, warn: float, critical: float, what: str, action: str
+) -> RuleResult:
+    shares = _rank_shares(ctx.table, phase)
+    if not shares:
+        return _share_abstention(ctx.table, rule, phase)
+    job = _lower_median([s for s, _ in shares.values()])
+    severity = _severity(job, warn, critical)
+    if severity is None:
+        return []
+    ranks = tuple(r for r, (s, _) in shares.items() if s >= warn)
+    timelines = [tl for tl in ctx.table.ranks if tl.rank in shares]
+    median_ms = median(np.concatenate([tl.phase(phase) for tl in timelines]))
+    scope = "" if len(shares) == 1 else f" on {_ranks_text(ranks)}"
+    summary = f"{_pct(job)} of each training step is spent {what} ({phase}, median {median_ms or 0:.1f} ms){scope}."
+    return [
+        Finding(
+            kind=rule,
+            severity=severity,
+            summary=summary,
+            action=action,
+            evidence=Evidence(f"{phase.removeprefix(schema.PHASE_PREFIX)}_share", job, warn, ranks,
+                              _step_window(timelines)),
+            strength=_strength(job, warn),
+        )
+    ]
+
+
+def input_bound(ctx: Context) -> RuleResult:
+    """Input-bound: the dataloader wait takes at least ``INPUT_BOUND_WARN`` of the iteration."""
+    return _share_rule(
+        ctx, "input_bound", schema.DATALOADER_NEXT, th.INPUT_BOUND_WARN, th.INPUT_BOUND_CRITICAL,
+        "waiting for the next batch",
+        "Feed the loop faster: raise DataLoader num_workers, set persistent_workers=True and a prefetch_factor, "
+        "cache or pre-decode a slow dataset, and move heavy augmentation off the training process.",
+    )
+
+
+def h2d_bound(ctx: Context) -> RuleResult:
+    """Host-to-device-bound: copying the batch takes at least ``H2D_BOUND_WARN`` of the iteration."""
+    return _share_rule(
+        ctx, "h2d_bound", schema.H2D, th.H2D_BOUND_WARN, th.H2D_BOUND_CRITICAL,
+        "copying the batch to the device",
+        "Use DataLoader(pin_memory=True) with .to(device, non_blocking=True), send compact dtypes (e.g. uint8 "
+        "images, converted on the device), and copy only the tensors the step uses.",
+    )
+
+
+def optimizer_bound(ctx: Context) -> RuleResult:
+    """Optimizer-bound: ``optimizer.step()`` takes at least ``OPTIMIZER_BOUND_WARN`` of the iteration."""
+    return _share_rule(
+        ctx, "optimizer_bound", schema.OPTIMIZER_STEP, th.OPTIMIZER_BOUND_WARN, th.OPTIMIZER_BOUND_CRITICAL,
+        "in optimizer.step()",
+        "Make the update cheaper: a foreach or fused optimizer (e.g. AdamW(foreach=True), fused=True on GPU), "
+        "fewer parameter groups, no per-parameter Python work around the step (clipping loops, EMA copies), or "
+        "step less often with gradient accumulation.",
+    )
+
+
+def compute_bound(ctx: Context) -> RuleResult:
+    """Compute-bound (info): forward + backward + optimizer take at least ``COMPUTE_BOUND_SHARE`` of the
+    iteration; on a GPU run the GPUs' median utilisation says whether the GPU is the busy part."""
+    rule = "compute_bound"
+    table = ctx.table
+    present = [p for p in COMPUTE_PHASES if p in table.phase_names]
+    if not present:
+        return Abstention(rule, "no forward, backward or optimizer_step events were recorded")
+    shares: dict[int | None, float] = {}
+    per_phase: dict[str, list[float]] = defaultdict(list)
+    for tl in table.ranks:
+        stack = np.vstack([tl.phase(p) for p in present])
+        measured = np.isfinite(stack).any(axis=0)
+        compute = np.where(measured, np.nansum(stack, axis=0), np.nan)
+        if int((np.isfinite(compute) & np.isfinite(tl.iteration_ms)).sum()) < th.MIN_STEPS:
+            continue
+        s = share(compute, tl.iteration_ms)
+        if s is None:
+            continue
+        shares[tl.rank] = s
+        for p in present:
+            ps = share(tl.phase(p), tl.iteration_ms)
+            if ps is not None:
+                per_phase[p].append(ps)
+    if not shares:
+        return _share_abstention(table, rule, present[0])
+    job = _lower_median(list(shares.values()))
+    if job < th.COMPUTE_BOUND_SHARE:
+        return []
+    dominant = max(per_phase, key=lambda p: float(np.median(per_phase[p])))
+    dom_share = float(np.median(per_phase[dominant]))
+    parts = f"{_pct(job)} of each step is forward/backward/optimizer, most in {dominant} ({_pct(dom_share)})"
+    util = median([g.util for g in post_warmup(ctx.gpus_in_use, ctx.warmup_end_ns) if g.util is not None])
+    if ctx.gpu_run and util is not None:
+        if util >= th.COMPUTE_BOUND_GPU_UTIL:
+            summary = f"GPU compute-bound: {parts}, and the GPUs are {util:.0f}% busy."
+        else:
+            summary = (f"Compute phases dominate ({parts}) but the GPUs are only {util:.0f}% busy: likely CPU-side "
+                       "kernel-launch overhead or small kernels.")
+    else:
+        summary = f"CPU compute-bound: {parts}."
+    return [
+        Finding(
+            kind=rule,
+            severity="info",
+            summary=summary,
+            action="To go faster, make the compute cheaper: mixed precision, a larger batch per step, "
+            "torch.compile, or a smaller model.",
+            evidence=Evidence("compute_share", job, th.COMPUTE_BOUND_SHARE, tuple(shares),
+                              _step_window(tl for tl in table.ranks if tl.rank in shares)),
+            strength=_strength(job, th.COMPUTE_BOUND_SHARE),
+        )
+    ]
+
+
+# -- ranks --------------------------------------------------------------------------------------------
+
+
+def _local_work(tl: RankTimeline) -> FloatArray:
+    """Per step, the iteration minus backward. Synchronous data parallelism makes the fast ranks
+    wait for the slow one inside backward (gradient all-reduce), which evens out iteration times;
+    the time outside backward is what each rank did on its own."""
+    backward = tl.phase(schema.BACKWARD)
+    if not np.isfinite(backward).any():
+        return tl.iteration_ms
+    return tl.iteration_ms - backward
+
+
+def straggler(ctx: Context) -> RuleResult:
+    """Straggler: one rank's median iteration (or its work outside backward, see :func:`_local_work`)
+    exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time."""
+    rule = "straggler"
+    usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
+    if len(ctx.table.ranks) < 2:
+        seen = "no rank" if not ctx.table.ranks else "one rank"
+        return Abstention(rule, f"{seen} reported step times; comparing ranks needs two or more")
+    if len(usable) < 2:
+        return Abstention(rule, f"fewer than two ranks have {th.MIN_STRAGGLER_STEPS} measured post-warm-up steps")
+    it_med = {tl.rank: float(np.nanmedian(tl.iteration_ms)) for tl in usable}
+    local_med = {
+        tl.rank: float(np.nanmedian(lw)) for tl in usable if np.isfinite(lw := _local_work(tl)).any()
+    }
+    candidates: list[tuple[float, int | None, str, float, float]] = []
+    worst = max(it_med, key=lambda r: it_med[r])
+    others = float(np.median([v for r, v in it_med.items() if r != worst]))
+    if others > 0:
+        candidates.append(((it_med[worst] - others) / others, worst, "total", it_med[worst], others))
+    if len(local_med) >= 2:
+        lworst = max(local_med, key=lambda r: local_med[r])
+        lothers = float(np.median([v for r, v in local_med.items() if r != lworst]))
+        base = float(np.median([v for r, v in it_med.items() if r != lworst]))
+        if base > 0:
+            candidates.append(((local_med[lworst] - lothers) / base, lworst, "local", local_med[lworst], lothers))
+    if not candidates:
+        return Abstention(rule, "the other ranks' median step time is 0 ms; no ratio exists")
+    skew, rank, how, mine, theirs = max(candidates, key=lambda c: c[0])
+    severity = _severity(skew, th.STRAGGLER_WARN, th.STRAGGLER_CRITICAL)
+    if severity is None:
+        return []
+    slow = next(tl for tl in usable if tl.rank == rank)
+    rest = [tl for tl in usable if tl.rank != rank]
+    phase, excess = _excess_phase(slow, rest)
+    label = "time outside the timed phases" if phase == OTHER else phase
+    where = f", mostly in {label} (+{excess:.1f} ms)" if phase is not None else ""
+    if how == "total":
+        summary = (f"Rank {_rank_name(rank)} is a straggler: its steps take {mine:.1f} ms against {theirs:.1f} ms on "
+                   f"the other ranks (+{_pct(skew)}){where}.")
+    else:
+        summary = (f"Rank {_rank_name(rank)} is a straggler: outside backward it works {mine:.1f} ms per step against "
+                   f"{theirs:.1f} ms on the other ranks (+{_pct(skew)} of a step){where}; the other ranks wait "
+                   "for it in backward's gradient all-reduce.")
+    return [
+        Finding(
+            kind=rule,
+            severity=severity,
+            summary=summary,
+            action=f"Find what rank {_rank_name(rank)} does differently: a slower data shard, a busier or throttled "
+            "host, or work only that rank does inside the step (logging, checkpointing, evaluation); balance it or "
+            "move it out of the step.",
+            evidence=Evidence("rank_step_time_skew" if how == "total" else "rank_local_time_skew", skew,
+                              th.STRAGGLER_WARN, (rank,), _step_window(usable)),
+            strength=_strength(skew, th.STRAGGLER_WARN),
+        )
+    ]
+
+
+def _rank_name(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+def _excess_phase(slow: RankTimeline, rest: Sequence[RankTimeline]) -> tuple[str | None, float]:
+    """The phase (built-in or ``other``) where ``slow`` spends the most extra ms per step over the
+    median of the other ranks; (None, 0) when no phase is longer."""
+    best: tuple[str | None, float] = (None, 0.0)
+    for phase in (*INNER_PHASES, OTHER):
+        mine = median(slow.phase(phase))
+        theirs = [m for tl in rest if (m := median(tl.phase(phase))) is not None]
+        if mine is None or not theirs:
+            continue
+        excess = mine - float(np.median(theirs))
+        if excess > best[1]:
+            best = (phase, excess)
+    return best
+
+
+# -- memory -------------------------------------------------------------------------------------------
+
+
+def _is_gpu_device(device: str | None) -> bool:
+    return device is not None and not device.startswith("cpu")
+
+
+def memory_pressure(ctx: Context) -> RuleResult:
+    """Memory pressure: a rank's peak reserved GPU memory near its device's total, or the summed
+    peak RSS of the ranks on one host near its RAM total. Uses every step, warm-up included: an
+    out-of-memory kill does not wait for warm-up to end."""
+    rule = "memory_pressure"
+    findings: list[Finding] = []
+    reasons: list[str] = []
+    tel = ctx.telemetry
+
+    reserved: dict[int | None, float] = {}
+    steps: dict[int | None, list[int]] = defaultdict(list)
+    for m in tel.memory:
+        if _is_gpu_device(m.device) and m.peak_reserved_bytes is not None:
+            reserved[m.rank] = max(reserved.get(m.rank, 0.0), m.peak_reserved_bytes)
+            steps[m.rank].append(m.step)
+    if reserved:
+        totals: dict[int | None, float] = {}
+        for p in tel.process:
+            if p.gpu_mem_total_bytes is not None:
+                totals[p.rank] = max(totals.get(p.rank, 0.0), p.gpu_mem_total_bytes)
+        device_totals = [g.mem_total_bytes for g in ctx.gpus_in_use if g.mem_total_bytes is not None]
+        fractions = {}
+        for rank, peak in reserved.items():
+            total = totals.get(rank) or (min(device_totals) if device_totals else None)
+            if total:
+                fractions[rank] = peak / total
+        if fractions:
+            worst = max(fractions, key=lambda r: fractions[r])
+            value = fractions[worst]
+            severity = _severity(value, th.GPU_MEMORY_PRESSURE_WARN, th.GPU_MEMORY_PRESSURE_CRITICAL)
+            if severity is not None:
+                ranks = tuple(r for r, f in fractions.items() if f >= th.GPU_MEMORY_PRESSURE_WARN)
+                all_steps = [s for r in ranks for s in steps[r]]
+                findings.append(Finding(
+                    kind=rule,
+                    severity=severity,
+                    summary=f"GPU memory is nearly full: peak reserved {_mib(reserved[worst])} is {_pct(value)} of "
+                    f"the device on rank {_rank_name(worst)}.",
+                    action="Lower the batch size or sequence length, use mixed precision or activation "
+                    "checkpointing, and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+                    evidence=Evidence("gpu_peak_reserved_fraction", value, th.GPU_MEMORY_PRESSURE_WARN, ranks,
+                                      (min(all_steps), max(all_steps)) if all_steps else None),
+                    strength=_strength(value, th.GPU_MEMORY_PRESSURE_WARN),
+                ))
+        else:
+            reasons.append("the GPU's total memory is unknown (no gpu_mem_total_bytes or GPU mem_total_bytes)")
+    else:
+        reasons.append("no per-step peak GPU memory (CPU run, or peaks not measured)")
+
+    host_finding = _host_memory_pressure(ctx)
+    if isinstance(host_finding, str):
+        reasons.append(host_finding)
+    elif host_finding is not None:
+        findings.append(host_finding)
+    if findings:
+        return findings
+    if len(reasons) == 2:
+        return Abstention(rule, "; ".join(reasons))
+    return []
+
+
+def _host_memory_pressure(ctx: Context) -> Finding | str | None:
+    """The host part of :func:`memory_pressure`: a Finding, None (checked, fine) or why it abstains."""
+    rss: dict[tuple[str | None, int | None], float] = {}
+    ram_total: dict[str | None, float] = {}
+    for p in ctx.telemetry.process:
+        if p.rss_bytes is not None:
+            key = (p.hostname, p.rank)
+            rss[key] = max(rss.get(key, 0.0), p.rss_bytes)
+        if p.ram_total_bytes is not None:
+            ram_total[p.hostname] = p.ram_total_bytes
+    for s in ctx.telemetry.system:
+        if s.ram_total_bytes is not None:
+            ram_total.setdefault(s.hostname, s.ram_total_bytes)
+    if not rss:
+        return "no process RSS samples"
+    per_host: dict[str | None, float] = defaultdict(float)
+    host_ranks: dict[str | None, list[int | None]] = defaultdict(list)
+    for (host, rank), peak in rss.items():
+        per_host[host] += peak  # summed per-rank peaks: an upper bound when peaks happen at different times
+        host_ranks[host].append(rank)
+    fractions = {h: used / ram_total[h] for h, used in per_host.items() if ram_total.get(h)}
+    if not fractions:
+        return "the host's RAM total is unknown"
+    host = max(fractions, key=lambda h: fractions[h])
+    value = fractions[host]
+    severity = _severity(value, th.HOST_MEMORY_PRESSURE_WARN, th.HOST_MEMORY_PRESSURE_CRITICAL)
+    if severity is None:
+        return None
+    ranks = tuple(sorted(host_ranks[host], key=rank_key))
+    return Finding(
+        kind="memory_pressure",
+        severity=severity,
+        summary=f"The training processes use {_pct(value)} of the host's RAM ({_mib(per_host[host])} peak RSS on "
+        f"{_ranks_text(ranks)}).",
+        action="Lower the batch size, DataLoader num_workers or prefetch_factor, or keep less of the dataset in "
+        "memory; near the limit the host swaps or the kernel kills a rank.",
+        evidence=Evidence("host_rss_fraction", value, th.HOST_MEMORY_PRESSURE_WARN, ranks, _step_window(
+            tl for tl in ctx.table.ranks if tl.rank in ranks)),
+        strength=_strength(value, th.HOST_MEMORY_PRESSURE_WARN),
+    )
+
+
+@dataclass(frozen=True)
+class _Creep:
+    rank: int | None
+    test: CreepTest
+    rate: float | None
+    rate_unit: str
+    steps: tuple[int, int] | None
+
+
+def memory_creep(ctx: Context) -> RuleResult:
+    """Memory creep: after warm-up, a rank's per-step peak allocated GPU memory, or its process RSS
+    over time, rises steadily (:func:`~traceml_ai.diagnose.stats.creep_test`)."""
+    rule = "memory_creep"
+    tel = ctx.telemetry
+    tested = 0
+    creeps: dict[str, list[_Creep]] = {"gpu_peak_alloc": [], "process_rss": []}
+
+    gpu_series: dict[int | None, list[tuple[int, float]]] = defaultdict(list)
+    for m in tel.memory:
+        if _is_gpu_device(m.device) and m.peak_alloc_bytes is not None:
+            gpu_series[m.rank].append((m.step, m.peak_alloc_bytes))
+    for rank, points in gpu_series.items():
+        pts = sorted(points)[ctx.table.warmup_steps :]
+        test = creep_test([v for _, v in pts])
+        if test is None:
+            continue
+        tested += 1
+        if test.creeping:
+            rate = slope_per_unit([s for s, _ in pts], [v for _, v in pts])
+            creeps["gpu_peak_alloc"].append(_Creep(rank, test, rate, "step", (pts[0][0], pts[-1][0])))
+
+    rss_series: dict[int | None, list[ProcessSample]] = defaultdict(list)
+    for p in tel.process:
+        if p.rss_bytes is not None:
+            rss_series[p.rank].append(p)
+    for rank, samples in rss_series.items():
+        kept = post_warmup(samples, ctx.warmup_end_ns)
+        rss = [s.rss_bytes if s.rss_bytes is not None else np.nan for s in kept]
+        test = creep_test(rss)
+        if test is None:
+            continue
+        tested += 1
+        if test.creeping:
+            times = [s.timestamp_ns / 1e9 if s.timestamp_ns is not None else np.nan for s in kept]
+            rate = slope_per_unit(times, rss)
+            creeps["process_rss"].append(_Creep(rank, test, rate, "s", _steps_between(ctx, rank, kept)))
+
+    if not tested:
+        gpu_note = "none" if not gpu_series else "too few steps"
+        rss_counts = [len(post_warmup(v, ctx.warmup_end_ns)) for v in rss_series.values()]
+        rss_note = "none" if not rss_series else (
+            f"at most {max(rss_counts)} per rank; sample more often with --interval, or train longer")
+        return Abstention(
+            rule,
+            f"no series with {th.MIN_CREEP_SAMPLES} post-warm-up points: per-step peak GPU memory ({gpu_note}), "
+            f"process RSS snapshots ({rss_note})",
+        )
+    findings = []
+    for metric, found in creeps.items():
+        if not found:
+            continue
+        worst = max(found, key=lambda c: c.test.relative)
+        t = worst.test
+        what = "Peak allocated GPU memory per step" if metric == "gpu_peak_alloc" else "Process memory (RSS)"
+        rate_text = ""
+        if worst.rate is not None and worst.rate > 0:
+            rate_text = (f", about {worst.rate * 100 / _MIB:,.1f} MiB per 100 steps" if worst.rate_unit == "step"
+                    else f", about {worst.rate * 60 / _MIB:,.1f} MiB per minute")
+        ranks = tuple(sorted((c.rank for c in found), key=rank_key))
+        windows = [c.steps for c in found if c.steps is not None]
+        findings.append(Finding(
+            kind=rule,
+            severity="critical" if t.relative >= th.CREEP_CRITICAL_GROWTH else "warning",
+            summary=f"{what} of {_ranks_text(ranks)} grows steadily after warm-up: {_mib(t.early)} → {_mib(t.late)} "
+            f"(+{_pct(t.relative)}){rate_text}.",
+            action="Something keeps references across steps: e.g. a list that collects tensors (append loss.item(), "
+            "not loss), caches keyed by batch, or growing histories; detach and convert, or clear them.",
+            evidence=Evidence(f"{metric}_growth", t.relative, th.CREEP_MIN_GROWTH, ranks,
+                              (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None),
+            strength=_strength(t.relative, th.CREEP_MIN_GROWTH),
+        ))
+    return findings
+
+
+def _steps_between(ctx: Context, rank: int | None, samples: Sequence[ProcessSample]) -> tuple[int, int] | None:
+    """The rank's steps measured within the time span of ``samples`` (None without timestamps)."""
+    times = [s.timestamp_ns for s in samples if s.timestamp_ns is not None]
+    tl = ctx.table.rank(rank)
+    if not times or tl is None:
+        return None
+    inside = tl.steps[(tl.timestamps_ns >= min(times)) & (tl.timestamps_ns <= max(times))]
+    return (int(inside.min()), int(inside.max())) if inside.size else None
+
+
+# -- system -------------------------------------------------------------------------------------------
+
+
+def low_gpu_util(ctx: Context) -> RuleResult:
+    """Low GPU utilisation: the median utilisation of the GPUs the run uses is under ``LOW_GPU_UTIL_WARN``."""
+    rule = "low_gpu_util"
+    if not ctx.telemetry.gpus:
+        return Abstention(rule, "no GPU utilisation samples (CPU-only run, or NVML unavailable)")
+    if not ctx.gpu_run:
+        return Abstention(rule, "the run used no GPU (no CUDA memory rows), though the host has GPUs")
+    samples = post_warmup(ctx.gpus_in_use, ctx.warmup_end_ns)
+    utils = [g.util for g in samples if g.util is not None]
+    if len(utils) < th.MIN_SERIES_SAMPLES:
+        return Abstention(rule, f"fewer than {th.MIN_SERIES_SAMPLES} post-warm-up GPU utilisation samples")
+    value = float(np.median(utils))
+    severity = _severity(value, th.LOW_GPU_UTIL_WARN, th.LOW_GPU_UTIL_CRITICAL, low_is_bad=True)
+    if severity is None:
+        return []
+    ranks = tuple(sorted({r for g in samples for r in ctx.gpu_ranks.get((g.hostname, g.gpu_idx), ())}, key=rank_key))
+    return [Finding(
+        kind=rule,
+        severity=severity,
+        summary=f"The GPUs are busy only {value:.0f}% of the time (median utilisation after warm-up).",
+        action="The GPU waits on the host: see the input and host-to-device findings; use more DataLoader "
+        "workers, a larger batch, non_blocking copies, and avoid CPU syncs (.item(), .cpu()) inside the step.",
+        evidence=Evidence("gpu_util_percent", value, th.LOW_GPU_UTIL_WARN, ranks, _step_window(ctx.table.ranks)),
+        strength=_strength(value, th.LOW_GPU_UTIL_WARN, low_is_bad=True),
+    )]
+
+
+def cpu_pressure(ctx: Context) -> RuleResult:
+    """Host CPU saturated (median ≥ ``CPU_PRESSURE``): a warning when it feeds GPUs, info on a CPU run
+    (a CPU training is expected to use the CPU)."""
+    rule = "cpu_pressure"
+    samples = post_warmup(ctx.telemetry.system, ctx.warmup_end_ns)
+    cpu = [s.cpu_percent for s in samples if s.cpu_percent is not None]
+    if len(cpu) < th.MIN_SERIES_SAMPLES:
+        return Abstention(rule, f"fewer than {th.MIN_SERIES_SAMPLES} post-warm-up host CPU samples")
+    value = float(np.median(cpu))
+    if value < th.CPU_PRESSURE:
+        return []
+    if ctx.gpu_run:
+        severity: Severity = "warning"
+        summary = f"The host CPU is saturated ({value:.0f}% median) while it has to feed the GPUs."
+        action = ("Free CPU for the input pipeline: fewer competing processes, cheaper augmentation, or a machine "
+                  "with more cores per GPU; check the input-bound finding.")
+    else:
+        severity = "info"
+        summary = f"The host CPU is saturated ({value:.0f}% median), as expected for training on the CPU."
+        action = "Nothing to fix unless other work shares this host; set torch.set_num_threads to the cores you own."
+    return [Finding(
+        kind=rule, severity=severity, summary=summary, action=action,
+        evidence=Evidence("host_cpu_percent", value, th.CPU_PRESSURE, (), _step_window(ctx.table.ranks)),
+        strength=_strength(value, th.CPU_PRESSURE),
+    )]
+
+
+def ram_pressure(ctx: Context) -> RuleResult:
+    """Host RAM nearly full: the 90th percentile of used/total on a host is at least ``RAM_PRESSURE_WARN``."""
+    rule = "ram_pressure"
+    by_host: dict[str | None, list[float]] = defaultdict(list)
+    for s in post_warmup(ctx.telemetry.system, ctx.warmup_end_ns):
+        if s.ram_used_bytes is not None and s.ram_total_bytes:
+            by_host[s.hostname].append(s.ram_used_bytes / s.ram_total_bytes)
+    usable = {h: v for h, v in by_host.items() if len(v) >= th.MIN_SERIES_SAMPLES}
+    if not usable:
+        return Abstention(rule, f"fewer than {th.MIN_SERIES_SAMPLES} post-warm-up host RAM samples with a total")
+    p90 = {h: percentile(v, 90) or 0.0 for h, v in usable.items()}
+    host = max(p90, key=lambda h: p90[h])
+    value = p90[host]
+    severity = _severity(value, th.RAM_PRESSURE_WARN, th.RAM_PRESSURE_CRITICAL)
+    if severity is None:
+        return []
+    where = f" on {host}" if host else ""
+    return [Finding(
+        kind=rule,
+        severity=severity,
+        summary=f"Host RAM is nearly full{where}: {_pct(value)} used (90th percentile after warm-up).",
+        action="Free host memory: fewer DataLoader workers or a smaller prefetch_factor, a memory-mapped dataset "
+        "instead of an in-memory one, or stop other jobs on the host.",
+        evidence=Evidence("host_ram_used_fraction", value, th.RAM_PRESSURE_WARN, (), _step_window(ctx.table.ranks)),
+        strength=_strength(value, th.RAM_PRESSURE_WARN),
+    )]
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("input_bound", input_bound),
+    ("h2d_bound", h2d_bound),
+    ("optimizer_bound", optimizer_bound),
+    ("compute_bound", compute_bound),
+    ("straggler", straggler),
+    ("memory_pressure", memory_pressure),
+    ("memory_creep", memory_creep),
+    ("low_gpu_util", low_gpu_util),
+    ("cpu_pressure", cpu_pressure),
+    ("ram_pressure", ram_pressure),
+)
+"""Every rule, by name, in the order they run (findings are ordered afterwards)."""

@@ -1,0 +1,428 @@
+"""The run's verdict: :func:`diagnose` a telemetry database into a :class:`Summary`, and write it
+as ``<run>/aggregator/final_summary.json`` (DESIGN §2.1, §3.5; shape in docs/diagnoses.md).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from traceml_ai.diagnose.model import Abstention, Finding, order_findings, round_sig
+from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
+from traceml_ai.diagnose.rules import RULES, Context, build_context, post_warmup
+from traceml_ai.diagnose.stats import median, percentile
+from traceml_ai.diagnose.timeline import ITERATION, StepTable, share
+
+SCHEMA_VERSION = 1
+"""Version of the final_summary.json shape; readers refuse a newer one."""
+
+AGGREGATOR_DIR = "aggregator"
+TELEMETRY_DB = "telemetry.sqlite"
+FINAL_SUMMARY = "final_summary.json"
+
+
+class SummaryFileError(ValueError):
+    """final_summary.json exists but cannot be used (not JSON, not an object, a newer schema)."""
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """One phase of the step-time breakdown: median and 90th percentile (ms) over every rank's
+    post-warm-up steps, its time-weighted ``share`` of the iteration, and the ``steps`` measured."""
+
+    name: str
+    median_ms: float | None
+    p90_ms: float | None
+    share: float | None
+    steps: int
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One rank's post-warm-up iteration time (ms) over ``steps`` measured steps."""
+
+    rank: int | None
+    steps: int
+    median_ms: float | None
+    p90_ms: float | None
+
+
+@dataclass(frozen=True)
+class StepTimeSummary:
+    """Where the step time goes.
+
+    ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
+    the per-step slowest-rank iteration; ``worst_rank`` has the highest median iteration and ``skew``
+    is its excess over the median of the other ranks (fraction; None with one rank);
+    ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``.
+    """
+
+    iteration_median_ms: float | None
+    iteration_p90_ms: float | None
+    throughput_steps_per_s: float | None
+    phases: tuple[PhaseStats, ...]
+    per_rank: tuple[RankStats, ...]
+    worst_rank: int | None
+    skew: float | None
+    dataloader_outside_step: int
+
+
+@dataclass(frozen=True)
+class MemorySummary:
+    """Memory high-water marks (bytes; None = not measured).
+
+    ``device`` is ``gpu`` when any step had a measured peak on a non-CPU device, ``cpu`` when step
+    memory rows name only CPU devices, None without rows. ``peak_*`` are maxima over every step and
+    rank; ``device_total_bytes`` the smallest GPU total seen; ``rss_peak_bytes`` the peak RSS per
+    rank (keys are ranks as text, ``"?"`` for unknown); ``ram_total_bytes`` the largest host total.
+    """
+
+    device: str | None
+    peak_alloc_bytes: float | None
+    peak_reserved_bytes: float | None
+    device_total_bytes: float | None
+    rss_peak_bytes: dict[str, float]
+    ram_total_bytes: float | None
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """Host and GPU load after warm-up: host CPU percent (median, p90), host RAM used fraction
+    (median, max), the number of GPUs sampled, and their utilisation percent (median, p90)."""
+
+    samples: int
+    cpu_percent_median: float | None
+    cpu_percent_p90: float | None
+    ram_used_fraction_median: float | None
+    ram_used_fraction_max: float | None
+    gpu_count: int
+    gpu_util_median: float | None
+    gpu_util_p90: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Everything ``final_summary.json`` holds (see :meth:`to_dict` and docs/diagnoses.md).
+
+    ``findings`` are ordered most severe, then strongest, first; ``abstained`` lists each rule that
+    could not judge and why; ``rules_checked`` the rules that ran to a verdict (a finding or none).
+    """
+
+    schema_version: int
+    generated_at: str
+    source: str
+    telemetry_status: TelemetryStatus
+    telemetry_detail: str | None
+    row_counts: dict[str, int]
+    problems: tuple[str, ...]
+    steps_seen: int
+    first_step: int | None
+    last_step: int | None
+    ranks: tuple[int | None, ...]
+    world_size: int | None
+    warmup_steps: int
+    steps_analysed: int
+    step_time: StepTimeSummary | None
+    memory: MemorySummary
+    system: SystemSummary
+    findings: tuple[Finding, ...]
+    abstained: tuple[Abstention, ...]
+    rules_checked: tuple[str, ...]
+
+    @property
+    def healthy(self) -> bool:
+        """No warning or critical finding."""
+        return not any(f.severity != "info" for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of final_summary.json (every number rounded to 6 significant digits)."""
+        missing = (
+            [r for r in range(self.world_size) if r not in self.ranks] if self.world_size is not None else []
+        )
+        st = self.step_time
+        return {
+            "schema_version": self.schema_version,
+            "generated_at": self.generated_at,
+            "telemetry": {
+                "source": self.source,
+                "status": self.telemetry_status,
+                "detail": self.telemetry_detail,
+                "rows": dict(self.row_counts),
+                "problems": list(self.problems),
+            },
+            "steps": {
+                "seen": self.steps_seen,
+                "first": self.first_step,
+                "last": self.last_step,
+                "analysed": self.steps_analysed,
+            },
+            "ranks": {"seen": list(self.ranks), "world_size": self.world_size, "missing": missing},
+            "warmup": {"steps_skipped_per_rank": self.warmup_steps},
+            "step_time": None if st is None else {
+                "iteration_median_ms": round_sig(st.iteration_median_ms),
+                "iteration_p90_ms": round_sig(st.iteration_p90_ms),
+                "throughput_steps_per_s": round_sig(st.throughput_steps_per_s),
+                "dataloader_outside_step": st.dataloader_outside_step,
+                "phases": [
+                    {"name": p.name, "median_ms": round_sig(p.median_ms), "p90_ms": round_sig(p.p90_ms),
+                     "share": round_sig(p.share), "steps": p.steps}
+                    for p in st.phases
+                ],
+                "per_rank": [
+                    {"rank": r.rank, "steps": r.steps, "median_ms": round_sig(r.median_ms),
+                     "p90_ms": round_sig(r.p90_ms)}
+                    for r in st.per_rank
+                ],
+                "worst_rank": st.worst_rank,
+                "skew": round_sig(st.skew),
+            },
+            "memory": {
+                "device": self.memory.device,
+                "peak_alloc_bytes": round_sig(self.memory.peak_alloc_bytes),
+                "peak_reserved_bytes": round_sig(self.memory.peak_reserved_bytes),
+                "device_total_bytes": round_sig(self.memory.device_total_bytes),
+                "rss_peak_bytes": {k: round_sig(v) for k, v in self.memory.rss_peak_bytes.items()},
+                "ram_total_bytes": round_sig(self.memory.ram_total_bytes),
+            },
+            "system": {
+                "samples": self.system.samples,
+                "cpu_percent_median": round_sig(self.system.cpu_percent_median),
+                "cpu_percent_p90": round_sig(self.system.cpu_percent_p90),
+                "ram_used_fraction_median": round_sig(self.system.ram_used_fraction_median),
+                "ram_used_fraction_max": round_sig(self.system.ram_used_fraction_max),
+                "gpu_count": self.system.gpu_count,
+                "gpu_util_median": round_sig(self.system.gpu_util_median),
+                "gpu_util_p90": round_sig(self.system.gpu_util_p90),
+            },
+            "findings": [f.to_dict() for f in self.findings],
+            "abstained": [a.to_dict() for a in self.abstained],
+            "rules_checked": list(self.rules_checked),
+        }
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def diagnose(db_path: str | os.PathLike[str], *, source: str | None = None) -> Summary:
+    """Run every rule over the telemetry database at ``db_path`` (opened read-only; works while the
+    run is live) and summarise the run (DESIGN §3.5).
+
+    ``source`` is the path written in the summary (default: ``db_path`` as given). Never raises for a
+    missing, empty or corrupt database: the summary's ``telemetry_status``/``telemetry_detail`` say so
+    and every rule abstains with that reason.
+    """
+    telemetry = read_telemetry(db_path)
+    return summarise(telemetry, source=source if source is not None else str(db_path))
+
+
+def summarise(telemetry: Telemetry, *, source: str | None = None) -> Summary:
+    """:func:`diagnose` over telemetry already read (pure; the rules never see the file)."""
+    ctx = build_context(telemetry)
+    findings: list[Finding] = []
+    abstained: list[Abstention] = []
+    checked: list[str] = []
+    for name, rule in RULES:
+        if telemetry.status != "ok":
+            abstained.append(Abstention(name, telemetry.detail or telemetry.status))
+            continue
+        result = rule(ctx)
+        if isinstance(result, Abstention):
+            abstained.append(result)
+        else:
+            checked.append(name)
+            findings.extend(result)
+    table = ctx.table
+    return Summary(
+        schema_version=SCHEMA_VERSION,
+        generated_at=_now_iso(),
+        source=source if source is not None else telemetry.path,
+        telemetry_status=telemetry.status,
+        telemetry_detail=telemetry.detail,
+        row_counts=dict(telemetry.row_counts),
+        problems=telemetry.problems,
+        steps_seen=table.steps_seen,
+        first_step=table.first_step,
+        last_step=table.last_step,
+        ranks=_ranks_seen(telemetry),
+        world_size=telemetry.world_size,
+        warmup_steps=table.warmup_steps,
+        steps_analysed=sum(int(tl.steps.size) for tl in table.ranks),
+        step_time=_step_time(table),
+        memory=_memory(ctx),
+        system=_system(ctx),
+        findings=tuple(order_findings(findings)),
+        abstained=tuple(abstained),
+        rules_checked=tuple(checked),
+    )
+
+
+def _ranks_seen(telemetry: Telemetry) -> tuple[int | None, ...]:
+    ranks = {s.rank for s in telemetry.steps} | {m.rank for m in telemetry.memory} | {p.rank for p in telemetry.process}
+    return tuple(sorted(ranks, key=rank_key))
+
+
+def _step_time(table: StepTable) -> StepTimeSummary | None:
+    if not table.ranks or not any(tl.steps.size for tl in table.ranks):
+        return None
+    iters = np.concatenate([tl.iteration_ms for tl in table.ranks])
+    phases = []
+    for name in table.phase_names:
+        values = [tl.phase(name) for tl in table.ranks]
+        pooled = np.concatenate(values)
+        both_phase = np.concatenate([v[np.isfinite(v) & np.isfinite(tl.iteration_ms)]
+                                     for v, tl in zip(values, table.ranks, strict=True)])
+        both_iter = np.concatenate([tl.iteration_ms[np.isfinite(v) & np.isfinite(tl.iteration_ms)]
+                                    for v, tl in zip(values, table.ranks, strict=True)])
+        phases.append(PhaseStats(name, median(pooled), percentile(pooled, 90), share(both_phase, both_iter),
+                                 int(np.isfinite(pooled).sum())))
+    per_rank = tuple(
+        RankStats(tl.rank, int(np.isfinite(tl.iteration_ms).sum()), median(tl.iteration_ms),
+                  percentile(tl.iteration_ms, 90))
+        for tl in table.ranks
+    )
+    measured = [r for r in per_rank if r.median_ms is not None]
+    worst: int | None = None
+    skew: float | None = None
+    if measured:
+        worst_stats = max(measured, key=lambda r: r.median_ms or 0.0)
+        worst = worst_stats.rank
+        others = [r.median_ms for r in measured if r is not worst_stats and r.median_ms is not None]
+        if others and float(np.median(others)) > 0:
+            skew = (worst_stats.median_ms or 0.0) / float(np.median(others)) - 1
+    _, job = table.job_series(ITERATION)
+    job_median = median(job)
+    return StepTimeSummary(
+        iteration_median_ms=median(iters),
+        iteration_p90_ms=percentile(iters, 90),
+        throughput_steps_per_s=1000.0 / job_median if job_median else None,
+        phases=tuple(phases),
+        per_rank=per_rank,
+        worst_rank=worst,
+        skew=skew,
+        dataloader_outside_step=sum(tl.dataloader_outside for tl in table.ranks),
+    )
+
+
+def _memory(ctx: Context) -> MemorySummary:
+    tel = ctx.telemetry
+    gpu_rows = [m for m in tel.memory if m.device is not None and not m.device.startswith("cpu")]
+    alloc = [m.peak_alloc_bytes for m in gpu_rows if m.peak_alloc_bytes is not None]
+    reserved = [m.peak_reserved_bytes for m in gpu_rows if m.peak_reserved_bytes is not None]
+    device = "gpu" if alloc or reserved else ("cpu" if tel.memory else None)
+    totals = [p.gpu_mem_total_bytes for p in tel.process if p.gpu_mem_total_bytes is not None]
+    totals += [g.mem_total_bytes for g in ctx.gpus_in_use if g.mem_total_bytes is not None]
+    rss: dict[str, float] = {}
+    for p in sorted(tel.process, key=lambda p: rank_key(p.rank)):
+        if p.rss_bytes is not None:
+            key = "?" if p.rank is None else str(p.rank)
+            rss[key] = max(rss.get(key, 0.0), p.rss_bytes)
+    ram = [p.ram_total_bytes for p in tel.process if p.ram_total_bytes is not None]
+    ram += [s.ram_total_bytes for s in tel.system if s.ram_total_bytes is not None]
+    return MemorySummary(
+        device=device,
+        peak_alloc_bytes=max(alloc) if alloc else None,
+        peak_reserved_bytes=max(reserved) if reserved else None,
+        device_total_bytes=min(totals) if totals else None,
+        rss_peak_bytes=rss,
+        ram_total_bytes=max(ram) if ram else None,
+    )
+
+
+def _system(ctx: Context) -> SystemSummary:
+    system = post_warmup(ctx.telemetry.system, ctx.warmup_end_ns)
+    cpu = [s.cpu_percent for s in system if s.cpu_percent is not None]
+    ram = [s.ram_used_bytes / s.ram_total_bytes for s in system
+           if s.ram_used_bytes is not None and s.ram_total_bytes]
+    gpus = post_warmup(ctx.gpus_in_use, ctx.warmup_end_ns)
+    util = [g.util for g in gpus if g.util is not None]
+    per_host: dict[str | None, set[int]] = defaultdict(set)
+    for g in ctx.gpus_in_use:
+        per_host[g.hostname].add(g.gpu_idx)
+    return SystemSummary(
+        samples=len(system),
+        cpu_percent_median=median(cpu),
+        cpu_percent_p90=percentile(cpu, 90),
+        ram_used_fraction_median=median(ram),
+        ram_used_fraction_max=max(ram) if ram else None,
+        gpu_count=sum(len(v) for v in per_host.values()),
+        gpu_util_median=median(util),
+        gpu_util_p90=percentile(util, 90),
+    )
+
+
+def telemetry_path(run_dir: str | os.PathLike[str]) -> Path:
+    """``<run_dir>/aggregator/telemetry.sqlite``."""
+    return Path(run_dir) / AGGREGATOR_DIR / TELEMETRY_DB
+
+
+def final_summary_path(run_dir: str | os.PathLike[str]) -> Path:
+    """``<run_dir>/aggregator/final_summary.json``."""
+    return Path(run_dir) / AGGREGATOR_DIR / FINAL_SUMMARY
+
+
+def dumps(summary: Summary) -> bytes:
+    """The summary as indented JSON bytes with a trailing newline."""
+    return orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def write_final_summary(run_dir: str | os.PathLike[str]) -> Path:
+    """Diagnose ``<run_dir>/aggregator/telemetry.sqlite`` and write
+    ``<run_dir>/aggregator/final_summary.json`` atomically (temporary file in the same folder, fsync,
+    rename), so a reader sees the old file or the new one, never half of one. Returns its path.
+
+    A missing, empty or corrupt database still gives a summary that says so.
+
+    Raises:
+        OSError: the aggregator folder cannot be created or written.
+    """
+    target = final_summary_path(run_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    summary = diagnose(telemetry_path(run_dir), source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
+    data = dumps(summary)
+    fd, tmp = tempfile.mkstemp(prefix=".final_summary.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_final_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON document of ``<run_dir>/aggregator/final_summary.json`` (shape: :meth:`Summary.to_dict`),
+    or None when the run has none.
+
+    Raises:
+        SummaryFileError: the file is not JSON, not an object, or has a newer ``schema_version``.
+        OSError: the file exists but cannot be read.
+    """
+    path = final_summary_path(run_dir)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise SummaryFileError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise SummaryFileError(f"{path} holds {type(doc).__name__}, not a JSON object")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise SummaryFileError(
+            f"{path} has schema_version {version!r}; this TraceML reads up to {SCHEMA_VERSION} (upgrade traceml-ai)"
+        )
+    return doc

@@ -1,0 +1,88 @@
+"""`traceml summary` and `traceml compare`, run as real commands over real telemetry databases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_traceml
+from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+from traceml_ai.diagnose import write_final_summary
+from traceml_ai.telemetry import schema
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli") / "runs"
+    write_run(root / "baseline", RunSpec(steps=120, seed=1))
+    write_run(root / "slower", RunSpec(steps=120, seed=2, phases=lambda r, s: {
+        **{k: v * 1.25 for k, v in HEALTHY_CPU.items()}, "other": 0.6}))
+    write_run(root / "stalled", RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    (root / "no-telemetry").mkdir()
+    (root / "no-telemetry" / "run.json").write_text('{"schema_version": 1, "status": "completed"}')
+    return root
+
+
+def test_summary_of_a_live_run_diagnoses_without_writing_into_it(runs: Path) -> None:
+    before = _tree(runs / "stalled")
+    proc = run_traceml("summary", str(runs / "stalled"))
+    assert proc.returncode == 0, proc.stderr
+    assert "CRITICAL input_bound" in proc.stdout
+    assert "computed now from aggregator/telemetry.sqlite" in proc.stdout
+    assert "Feed the loop faster" in proc.stdout
+    assert "traceml:dataloader_next" in proc.stdout and "low_gpu_util" in proc.stdout  # breakdown, abstentions
+    assert _tree(runs / "stalled") == before  # no final_summary.json, no -wal/-shm
+
+
+def test_summary_json_reads_final_summary_when_there_is_one(runs: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "done"
+    write_run(run_dir, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.OPTIMIZER_STEP: 30.0}))
+    path = write_final_summary(run_dir)
+    written = json.loads(path.read_text())
+    proc = run_traceml("summary", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown == written  # the file as written, not recomputed (same generated_at)
+    assert shown["findings"][0]["kind"] == "optimizer_bound"
+
+
+def test_summary_finds_a_run_by_name_under_a_root(runs: Path) -> None:
+    proc = run_traceml("summary", "stalled", "--root", str(runs), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["findings"][0]["kind"] == "input_bound"
+
+
+def test_summary_errors_are_one_line(runs: Path) -> None:
+    proc = run_traceml("summary", str(runs / "no-telemetry"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "has no TraceML telemetry" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_compare_reports_a_regression_and_fails_ci_above_the_threshold(runs: Path) -> None:
+    proc = run_traceml("compare", str(runs / "baseline"), str(runs / "slower"), "--json",
+                       "--fail-on-regression", "10")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    step = next(m for m in doc["metrics"] if m["metric"] == "step_time_ms")
+    assert step["verdict"] == "regression" and step["worse_pct"] == pytest.approx(25, abs=4)
+    assert "regression:" in proc.stderr and "step_time_ms" in proc.stderr
+    # The same slowdown under a 40 % budget passes.
+    proc = run_traceml("compare", str(runs / "baseline"), str(runs / "slower"), "--fail-on-regression", "40")
+    assert proc.returncode == 0, proc.stderr
+    assert "regression" in proc.stdout and "step_time_ms" in proc.stdout
+
+
+def test_compare_usage_errors_exit_2(runs: Path) -> None:
+    proc = run_traceml("compare", str(runs / "baseline"), str(runs / "slower"), "--fail-on-regression", "-5")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    missing = run_traceml("compare", str(runs / "baseline"), str(runs / "gone" / "run"))
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert "is not a folder" in missing.stderr

@@ -1,0 +1,104 @@
+"""compare(): verdicts per metric from per-step samples, and the CI-failing threshold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.diagnose.telemetry_db import HEALTHY_CPU, MIB, RunSpec, write_run
+from traceml_ai.diagnose import compare
+from traceml_ai.diagnose.compare import MetricComparison, compare_metric
+from traceml_ai.telemetry import schema
+
+
+def verdicts(result: object) -> dict[str, MetricComparison]:
+    return {m.metric: m for m in result.metrics}  # type: ignore[attr-defined]
+
+
+def scaled(factor: float) -> dict[str, float]:
+    return {**{k: v * factor for k, v in HEALTHY_CPU.items()}, "other": 0.5 * factor}
+
+
+def test_a_run_20_percent_slower_is_a_regression(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(1.2))).parents[1]
+    by = verdicts(compare(a, b))
+    step = by["step_time_ms"]
+    assert step.verdict == "regression"
+    assert step.worse_pct == pytest.approx(20.0, abs=3.0)
+    assert step.ci_low is not None and step.ci_low > 1.0
+    assert by["throughput_steps_per_s"].verdict == "regression"
+    assert by["throughput_steps_per_s"].worse_pct == pytest.approx(100 * (1 - 1 / 1.2), abs=3.0)
+    assert by["backward_ms"].verdict == "regression"
+    # The reverse comparison is an improvement.
+    back = verdicts(compare(b, a))
+    assert back["step_time_ms"].verdict == "improvement"
+    assert back["throughput_steps_per_s"].verdict == "improvement"
+
+
+def test_the_same_distribution_is_equivalent(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=400, seed=1)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=400, seed=7)).parents[1]
+    result = compare(a, b)
+    by = verdicts(result)
+    for name in ("step_time_ms", "throughput_steps_per_s", "forward_ms", "backward_ms", "optimizer_step_ms"):
+        assert by[name].verdict == "equivalent", (name, by[name].reason)
+    assert by["rss_bytes"].verdict == "equivalent"
+    assert result.regressions(0.0) == []
+
+
+def test_five_samples_are_inconclusive(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=10, seed=1)).parents[1]  # 5 steps after warm-up
+    b = write_run(tmp_path / "b", RunSpec(steps=10, seed=2, phases=lambda r, s: scaled(2.0))).parents[1]
+    step = verdicts(compare(a, b))["step_time_ms"]
+    assert step.verdict == "inconclusive"
+    assert "too few samples (A: 5, B: 5" in step.reason
+
+
+def test_unmeasured_metrics_are_inconclusive_and_missing_runs_are_reported(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=40)).parents[1]
+    result = compare(a, tmp_path / "nowhere")
+    by = verdicts(result)
+    assert by["gpu_util_percent"].reason == "not measured in either run"
+    assert by["step_time_ms"].verdict == "inconclusive" and "B: 0" in by["step_time_ms"].reason
+    assert any(p.startswith("B: no telemetry database") for p in result.problems)
+
+
+def test_tiny_phase_changes_stay_equivalent(tmp_path: Path) -> None:
+    # A no-op copy doubling from 0.05 ms to 0.1 ms is noise against a 15 ms step, not a regression.
+    a = write_run(tmp_path / "a", RunSpec(steps=100, seed=1)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=100, seed=2, phases=lambda r, s: {**HEALTHY_CPU, schema.H2D: 0.1}))
+    h2d = verdicts(compare(a, b.parents[1]))["h2d_ms"]
+    assert h2d.verdict == "equivalent" and "within the floor" in h2d.reason
+
+
+def test_rss_growth_is_a_memory_regression(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=300, rss=lambda r, t: 900 * MIB)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=300, rss=lambda r, t: 1200 * MIB)).parents[1]
+    rss = verdicts(compare(a, b))["rss_bytes"]
+    assert rss.verdict == "regression" and rss.worse_pct == pytest.approx(100 / 3, abs=0.5)
+
+
+def test_verdict_rules_on_samples() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(100, 5, 200)
+    assert compare_metric("m", "ms", "lower", base, base * 1.02).verdict == "equivalent"
+    assert compare_metric("m", "ms", "lower", base, base * 1.3).verdict == "regression"
+    assert compare_metric("m", "ms", "higher", base, base * 1.3).verdict == "improvement"
+    # Very noisy samples and a 6 % shift: the interval straddles the margin, so no claim is made.
+    noisy = rng.normal(100, 60, 30).clip(1)
+    assert compare_metric("m", "ms", "lower", noisy, noisy[::-1] * 1.06).verdict == "inconclusive"
+    # The bootstrap is seeded: the same inputs give the same interval.
+    one = compare_metric("m", "ms", "lower", base, base * 1.3)
+    two = compare_metric("m", "ms", "lower", base, base * 1.3)
+    assert (one.ci_low, one.ci_high) == (two.ci_low, two.ci_high)
+
+
+def test_regressions_filter_by_percent(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(1.2))).parents[1]
+    result = compare(a, b)
+    assert "step_time_ms" in {m.metric for m in result.regressions(10.0)}
+    assert result.regressions(50.0) == []

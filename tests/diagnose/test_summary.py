@@ -1,0 +1,119 @@
+"""final_summary.json: its shape, atomic writing, loading, and summaries of bad databases."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+from traceml_ai.diagnose import (
+    SummaryFileError,
+    diagnose,
+    final_summary_path,
+    load_final_summary,
+    write_final_summary,
+)
+from traceml_ai.telemetry import schema
+
+
+@pytest.fixture(scope="module")
+def straggler_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "straggler"
+    write_run(run_dir, RunSpec(ranks=2, steps=100, phases=lambda r, s: {**HEALTHY_CPU, "other": 10.0 if r else 0.5}))
+    return run_dir
+
+
+def test_summary_document_has_the_breakdown_ranks_and_findings(straggler_run: Path) -> None:
+    doc = diagnose(straggler_run / "aggregator" / "telemetry.sqlite").to_dict()
+    assert doc["schema_version"] == 1
+    assert doc["generated_at"].endswith("Z") and "T" in doc["generated_at"]
+    assert doc["telemetry"]["status"] == "ok"
+    assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190}
+    assert doc["ranks"] == {"seen": [0, 1], "world_size": 2, "missing": []}
+    st = doc["step_time"]
+    phases = {p["name"]: p for p in st["phases"]}
+    assert list(phases) == [schema.DATALOADER_NEXT, schema.H2D, schema.FORWARD, schema.BACKWARD,
+                            schema.OPTIMIZER_STEP, "other"]
+    assert phases[schema.FORWARD]["median_ms"] == pytest.approx(4.0, rel=0.05)
+    assert phases[schema.FORWARD]["p90_ms"] > phases[schema.FORWARD]["median_ms"]
+    # Shares of the built-in phases and 'other' add up to the whole iteration.
+    assert sum(p["share"] for p in st["phases"]) == pytest.approx(1.0, abs=0.01)
+    assert [r["rank"] for r in st["per_rank"]] == [0, 1]
+    assert st["per_rank"][1]["median_ms"] == pytest.approx(24.0, rel=0.05)
+    assert st["worst_rank"] == 1 and st["skew"] == pytest.approx(24.0 / 14.5 - 1, rel=0.1)
+    assert st["throughput_steps_per_s"] == pytest.approx(1000 / 24.0, rel=0.05)
+    assert doc["memory"]["device"] == "cpu" and doc["memory"]["peak_alloc_bytes"] is None
+    assert set(doc["memory"]["rss_peak_bytes"]) == {"0", "1"}
+    assert doc["system"]["cpu_percent_median"] == pytest.approx(55.0)
+    assert doc["findings"][0]["kind"] == "straggler"
+    assert set(doc["findings"][0]) == {"kind", "severity", "summary", "action", "evidence"}
+    assert set(doc["findings"][0]["evidence"]) == {"metric", "value", "threshold", "ranks", "steps"}
+    assert doc["findings"][0]["evidence"]["ranks"] == [1]
+    assert {"rule": "low_gpu_util", "reason": "no GPU utilisation samples (CPU-only run, or NVML unavailable)"} in \
+        doc["abstained"]
+    json.dumps(doc, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
+
+
+def test_write_final_summary_writes_atomically_and_loads_back(straggler_run: Path) -> None:
+    path = write_final_summary(straggler_run)
+    assert path == final_summary_path(straggler_run) == straggler_run / "aggregator" / "final_summary.json"
+    # Only the final file remains: no temporary file left behind.
+    assert sorted(p for p in os.listdir(path.parent) if "final_summary" in p) == ["final_summary.json"]
+    doc = load_final_summary(straggler_run)
+    assert doc is not None and doc["findings"][0]["kind"] == "straggler"
+    assert doc["telemetry"]["source"] == "aggregator/telemetry.sqlite"
+    # Writing again replaces the file whole.
+    path.write_text("{half a file")
+    write_final_summary(straggler_run)
+    assert load_final_summary(straggler_run) is not None
+
+
+def test_a_corrupt_database_gives_a_summary_that_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "run" / "aggregator" / "telemetry.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(os.urandom(8192))
+    write_final_summary(tmp_path / "run")
+    doc = load_final_summary(tmp_path / "run")
+    assert doc is not None
+    assert doc["telemetry"]["status"] == "corrupt"
+    assert doc["findings"] == [] and doc["rules_checked"] == []
+    assert len(doc["abstained"]) == 10
+    assert all("not a readable SQLite database" in a["reason"] for a in doc["abstained"])
+    assert doc["step_time"] is None
+
+
+def test_a_run_without_telemetry_gets_a_summary_saying_it_is_missing(tmp_path: Path) -> None:
+    path = write_final_summary(tmp_path / "run")  # no aggregator folder yet: created
+    doc = json.loads(path.read_text())
+    assert doc["telemetry"]["status"] == "missing"
+    assert doc["steps"]["seen"] == 0 and doc["ranks"]["seen"] == []
+
+
+def test_a_rank_that_never_reported_is_listed_as_missing(tmp_path: Path) -> None:
+    # Rank 1 of 2 never sent anything: write two ranks, then keep only rank 0's rows.
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=20))
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        for table in ("step_time_samples", "step_memory_samples", "process_samples"):
+            conn.execute(f"DELETE FROM {table} WHERE global_rank = 1")
+    doc = diagnose(db).to_dict()
+    assert doc["ranks"] == {"seen": [0], "world_size": 2, "missing": [1]}
+
+
+def test_load_final_summary_errors(tmp_path: Path) -> None:
+    assert load_final_summary(tmp_path) is None
+    path = final_summary_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text("not json")
+    with pytest.raises(SummaryFileError, match="not valid JSON"):
+        load_final_summary(tmp_path)
+    path.write_text("[1, 2]")
+    with pytest.raises(SummaryFileError, match="not a JSON object"):
+        load_final_summary(tmp_path)
+    path.write_text('{"schema_version": 99}')
+    with pytest.raises(SummaryFileError, match="schema_version 99"):
+        load_final_summary(tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from traceml_ai.runs.fake import generate
-from traceml_ai.runs.rundb import load_db, update_db, write_db
+from traceml_ai.runs.rundb import SCHEMA_VERSION, load_db, update_db, write_db
 from traceml_ai.runs.store import RunStore
 
 WHEN = "2026-11-30T12:00:00Z"
@@ -97,7 +97,8 @@ def _written(store: RunStore, folder: Path) -> Path:
 @pytest.mark.parametrize(
     ("sql", "fragment"),
     [
-        ("PRAGMA user_version = 2", "schema version 2"),
+        (f"PRAGMA user_version = {SCHEMA_VERSION + 1}", f"schema version {SCHEMA_VERSION + 1}"),
+        ("PRAGMA user_version = 1", "schema version 1"),  # before run_json left the summaries
         ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", "schema_version"),
         ("UPDATE runs SET step = 'abc' WHERE name = 'baseline'", "edited"),
         ("UPDATE runs SET name = 'renamed' WHERE name = 'baseline'", "edited"),

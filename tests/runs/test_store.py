@@ -468,3 +468,37 @@ def test_details_shows_a_broken_config_json_as_a_warning(tmp_path: Path) -> None
     details = store.details(os.path.realpath(run))
     assert details.config is None
     assert any(w.startswith("config.json: not valid JSON") for w in details.summary.warnings)
+
+
+def test_details_reads_the_whole_run_json_which_the_kept_summaries_leave_out(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "20260921-120000_base_a3f9", command=["python", "train.py"], host={"hostname": "gpu-1"})
+    key = os.path.realpath(run)
+    store = _store(tmp_path)
+    store.poll()
+    # The table's summary keeps the typed fields only (10,000 runs stay small in a viewer)...
+    assert store.get(key).run_json == {} and store.get(key).name == "base"  # type: ignore[union-attr]
+    # ...and the inspector gets the whole file, read again when it changes.
+    details = store.details(key)
+    assert details.summary.run_json["command"] == ["python", "train.py"]
+    assert details.summary.run_json["host"] == {"hostname": "gpu-1"}
+    assert store.get(key).run_json == {}  # type: ignore[union-attr]
+    meta = json.loads((run / "run.json").read_text())
+    _rewrite(run / "run.json", json.dumps({**meta, "notes": "rewritten"}))
+    assert store.details(key).summary.run_json["notes"] == "rewritten"
+    # Turned corrupt: the inspector shows the version it read last, the table says what is wrong.
+    _rewrite(run / "run.json", '{"status": "runn')
+    store.refresh()
+    details = store.details(key)
+    assert details.summary.run_json["notes"] == "rewritten"
+    assert any(w.startswith("run.json: ") for w in details.summary.warnings)
+
+
+def test_details_never_reads_a_run_json_symlinked_from_outside(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run = write_run(root, "20260921-120000_base_a3f9", status=None)
+    outside = tmp_path / "secret.json"
+    outside.write_text(json.dumps({"name": "SECRET", "status": "completed"}))
+    (run / "run.json").symlink_to(outside)
+    store = _store(root)
+    store.poll()
+    assert store.details(os.path.realpath(run)).summary.run_json == {}

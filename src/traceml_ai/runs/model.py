@@ -25,9 +25,12 @@ class BestValue:
     mode: str | None  # "max" | "min" | None when the file did not say
 
 
-@dataclass
+@dataclass(slots=True)
 class RunSummary:
     """One run as the table shows it. Built only from files; ``display_status`` is derived.
+
+    Slotted: a viewer holds one per run (10,000 and more), and a slotted instance is a fifth of
+    one with a ``__dict__`` when it is decoded from the run database.
 
     Attributes:
         key: the run folder's real path; unique across roots.
@@ -42,6 +45,9 @@ class RunSummary:
         start: first value of every metric found in the first 64 KB of metrics.jsonl.
         last, best, summary: from metrics.json.
         warnings: file problems of this run, one line each ("metrics.jsonl: 2 corrupt lines skipped").
+        run_json: run.json's whole object, filled only in the summary that
+            :meth:`traceml_ai.runs.store.RunStore.details` returns (read on request); ``{}`` in the
+            summaries a store keeps, whose typed fields (name, status, exit, ...) are all a table needs.
     """
 
     key: str

@@ -91,9 +91,11 @@ def parse_iso(value: Any) -> float | None:
 # -- run.json ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class RunJson:
-    """run.json as read: the typed fields the table needs plus the raw object for the inspector."""
+    """run.json as read: the typed fields the table needs plus the raw object for the inspector
+    (``{}`` when parsed with ``keep_raw=False``, as the run store does: it re-reads the file for
+    the inspector)."""
 
     raw: dict[str, Any]
     schema_version: int | None
@@ -138,9 +140,11 @@ def _opt_int(v: Any) -> int | None:
     return None
 
 
-def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[str]]:
+def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True) -> tuple[RunJson, list[str]]:
     """Parse run.json (003 seed §3). Fields of the wrong type are dropped with a warning; a
     ``schema_version`` above 1 is read as far as it matches version 1, with a warning.
+    ``keep_raw=False`` leaves :attr:`RunJson.raw` empty (the optional fields, such as ``command``
+    and ``host``, are then not kept in memory).
 
     Raises:
         RunFileError: not JSON, or not a JSON object.
@@ -181,7 +185,7 @@ def parse_run_json(data: bytes, file: str = "run.json") -> tuple[RunJson, list[s
             value = None
         times[key] = value
     run = RunJson(
-        raw=obj,
+        raw=obj if keep_raw else {},
         schema_version=version,
         name=_opt_str(obj, "name", file, warnings),
         group=_opt_str(obj, "group", file, warnings),
@@ -364,7 +368,7 @@ def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str,
 # -- metrics.json ------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class MetricsJson:
     """metrics.json as read (003 seed §7)."""
 

@@ -14,8 +14,9 @@ Tables (schema version :data:`SCHEMA_VERSION`):
   ``best`` or ``summary``; ``step`` and ``mode`` are set for ``best`` only. NaN is stored as NULL;
   in all tables an integer beyond 64 bits is stored as REAL (as SQLite stores such a literal);
 - ``run_cache`` (bookkeeping): ``run_key``, ``stamps`` (JSON ``{file: [mtime_ns, size]}`` of the core
-  files the summary was parsed from) and ``summary`` (JSON of the whole
-  :class:`~traceml_ai.runs.model.RunSummary`);
+  files the summary was parsed from) and ``summary`` (JSON of the
+  :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``, which the inspector reads
+  from the run folder);
 - ``meta`` (bookkeeping): ``schema_version``, ``written_at``, ``cache_digest`` (CRC-32 of the
   ``run_cache`` rows) and ``change_counter`` (the SQLite file change counter the file has after
   TraceML's last write of it).
@@ -46,7 +47,6 @@ found, whose files have the same stamps).
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import math
 import os
@@ -56,16 +56,18 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
+import msgspec
 import orjson
 
 from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""2: ``run_cache.summary`` no longer holds ``run_json``."""
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
 MAX_DB_BYTES: Final = 1 << 30
@@ -75,12 +77,11 @@ FileStamps = dict[str, tuple[int, int]]
 """``{file name: (mtime_ns, size)}`` of the core files a summary was parsed from; an absent file is
 not listed."""
 
-Fingerprint = bytes
-"""A 16-byte digest of what the database stores for one run (its stamps and summary texts): enough
-to tell which runs changed, without keeping megabytes of JSON text for 10,000 runs in memory."""
-"""What the database stores for one run, ``(stamps JSON, summary JSON)`` as UTF-8, as
-:func:`fingerprint` makes them: a run whose fingerprint did not change since the last write need not
-be rewritten."""
+Fingerprint = int
+"""A 64-bit hash of what the database stores for one run (its stamps and summary texts, as UTF-8):
+enough to tell which runs changed since the last write, without keeping megabytes of JSON text for
+10,000 runs in memory. Python's ``hash`` (SipHash, seeded per process): compare fingerprints made in
+the same process only, as :class:`traceml_ai.ui.cache.CacheFolder` does."""
 
 _TABLES: Final[dict[str, tuple[str, ...]]] = {
     "meta": ("key", "value"),
@@ -110,7 +111,8 @@ CREATE INDEX metrics_by_metric ON metrics (metric, kind);
 CREATE INDEX metrics_by_run ON metrics (run_key);
 """
 
-_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary))
+_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name != "run_json")
+"""The fields of a summary the database stores."""
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 
@@ -133,7 +135,7 @@ class LoadedDb:
     Attributes:
         runs: run key → :class:`CachedRun`, in the order stored.
         written_at: when it was written (ISO-8601 UTC, as the writer gave it).
-        fingerprints: run key → the :data:`Fingerprint` stored for it (the texts as read, not
+        fingerprints: run key → the :data:`Fingerprint` of what is stored for it (the texts as read, not
             serialized again), to compare with :func:`fingerprint` of the runs at the next save.
     """
 
@@ -245,7 +247,6 @@ def _summary_obj(s: RunSummary) -> dict[str, Any]:
         "summary": s.summary,
         "metric_names": s.metric_names,
         "warnings": s.warnings,
-        "run_json": s.run_json,
     }
 
 
@@ -278,8 +279,7 @@ def fingerprint(summary: RunSummary, stamps: Mapping[str, tuple[int, int]]) -> F
 
 
 def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
-    # NUL separates the two texts: JSON text (ASCII-escaped) never holds one.
-    return hashlib.blake2b(stamps_text + b"\x00" + summary_text, digest_size=16).digest()
+    return hash((stamps_text, summary_text))
 
 
 def _cache_digest(rows: Iterable[tuple[bytes, bytes, bytes]]) -> str:
@@ -558,21 +558,15 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
     run_keys = [row[0].decode() for row in rows]
     stamps_texts = [row[1] for row in rows]
     summary_texts = [row[2] for row in rows]
-    objs = list(map(_decode, summary_texts))
-    stamp_objs = list(map(_decode, stamps_texts))
-    if not _summaries_ok(objs):
-        for obj, run_key in zip(objs, run_keys, strict=True):
-            _check_summary(obj, run_key)  # raises for the first wrong one
-    keys: list[str] = list(map(_KEY, objs))
+    summaries = _decode_summaries(summary_texts, run_keys)
+    stamps = _decode_stamps(stamps_texts, run_keys)
+    keys: list[str] = list(map(_SUMMARY_KEY, summaries))
     if keys != run_keys:  # (the same list unless a key holds text UTF-8 cannot encode)
         for key, run_key in zip(keys, run_keys, strict=True):
             if _text(key) != run_key:
                 raise _Invalid(f"run_cache.summary of {run_key!r} names another run")
     if len(set(keys)) != len(keys):
         raise _Invalid("run_cache lists a run twice")
-    if not _stamps_ok(stamp_objs):
-        for obj, run_key in zip(stamp_objs, run_keys, strict=True):
-            _check_stamps(obj, run_key)  # raises for the first wrong one
     if _cache_digest(rows) != digest:
         raise _Invalid("table run_cache was edited (its rows do not match meta.cache_digest)")
     if not header.rollback:
@@ -582,11 +576,8 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
             f"the file was edited by another program since TraceML wrote it (SQLite change counter "
             f"{header.counter}, TraceML's last write left {sealed})"
         )
-    runs = {
-        key: CachedRun(_build_summary(obj), _build_stamps(stamps))
-        for key, obj, stamps in zip(keys, objs, stamp_objs, strict=True)
-    }
-    prints = {k: _fingerprint(st, su) for k, st, su in zip(keys, stamps_texts, summary_texts, strict=True)}
+    runs = {key: CachedRun(summary, stamp) for key, summary, stamp in zip(keys, summaries, stamps, strict=True)}
+    prints = dict(zip(keys, map(hash, zip(stamps_texts, summary_texts, strict=True)), strict=True))  # = _fingerprint
     return LoadedDb(runs, written_at, prints)
 
 
@@ -607,11 +598,9 @@ def _decode(text: bytes) -> Any:
 
 
 # -- validation of the bookkeeping JSON ------------------------------------------------------------
-# The values come from a JSON decoder, so exact type tests suffice (bool is not int here) and object
-# keys are always strings. One table says what each field may hold. All summaries are checked at
-# once, a column at a time in C-level loops (a Python call per field and run made the check of
-# 1,000 runs take longer than the whole start may); only when that fails are they checked one by one,
-# to name the run and field in the message.
+# The checks of a run whose text the typed decoder below refused (see "decoding"). The values come
+# from a JSON decoder, so exact type tests suffice (bool is not int here) and object keys are always
+# strings. One table says what each field may hold.
 
 _NONE_TYPE: Final = type(None)
 _STR: Final = frozenset({str})
@@ -649,7 +638,6 @@ _FIELD_TYPES: Final[dict[str, frozenset[object]]] = {
     "summary": _DICT,
     "metric_names": _LIST,
     "warnings": _LIST,
-    "run_json": _DICT,
 }
 """The types each field of a summary may have."""
 _ITEM_TYPES: Final[dict[str, frozenset[object]]] = {
@@ -671,7 +659,6 @@ _BEST_TYPES: Final[dict[str, frozenset[object]]] = {
     "mode": _OPT_STR,
 }
 _CORE: Final = frozenset(CORE_FILES)
-_KEY: Final = itemgetter("key")
 assert tuple(_FIELD_TYPES) == _SUMMARY_FIELDS, "keep _FIELD_TYPES in step with RunSummary"
 assert tuple(_summary_obj(RunSummary("k", "i", "r", "n"))) == _SUMMARY_FIELDS, "keep _summary_obj in step"
 assert tuple(_BEST_TYPES) == tuple(f.name for f in fields(BestValue)), "keep _BEST_TYPES in step with BestValue"
@@ -692,24 +679,6 @@ def _columns_ok(objs: list[Any], types: Mapping[str, frozenset[object]]) -> bool
         )
     except KeyError:
         return False
-
-
-def _summaries_ok(objs: list[Any]) -> bool:
-    """All of ``objs`` are valid run summaries (a few passes per field over all of them). False may
-    also mean "check them one by one"; True is final."""
-    if not _columns_ok(objs, _FIELD_TYPES):
-        return False
-    for name, allowed in _ITEM_TYPES.items():
-        containers = map(itemgetter(name), objs)
-        items = chain.from_iterable(map(dict.values, containers) if _FIELD_TYPES[name] is _DICT else containers)
-        if not _types(items) <= allowed:
-            return False
-    bests = list(chain.from_iterable(map(dict.values, map(itemgetter("best"), objs))))
-    return (
-        set(map(itemgetter("display_status"), objs)) <= _DISPLAY
-        and all(all(map(itemgetter(name), objs)) for name in _NOT_EMPTY)
-        and _columns_ok(bests, _BEST_TYPES)
-    )
 
 
 def _check_summary(obj: Any, run_key: str) -> None:
@@ -750,26 +719,72 @@ def _check_stamps(obj: Any, run_key: str) -> None:
             raise _Invalid(f"run_cache.stamps of {run_key!r}: {name!r} is not a file stamp")
 
 
-# A validated object becomes the instance's attributes directly, the way pickle and copy rebuild an
-# object (no __init__ call): the dataclass __init__ costs several µs per call here (keyword arguments
-# for RunSummary, object.__setattr__ per field for the frozen BestValue), ×5,000 per start of 1,000
-# runs. These classes have no __post_init__, slots or derived fields, so the result is the same.
-assert not any(hasattr(c, "__post_init__") or "__slots__" in vars(c) for c in (RunSummary, BestValue))
+# -- decoding: one typed msgspec pass, the checks above when it fails --------------------------------
+# msgspec decodes all summaries in one call straight into RunSummary and BestValue instances and
+# checks every field's type as it goes (bool is not int, lists hold strings, ...), several times
+# faster than decoding to dicts, checking them and building the instances: at a start of 1,000
+# runs that was half of it. What it does not check is checked after it; a text it refuses (one
+# holding NaN or ±Infinity, which it does not read, or a wrong value) goes through the
+# dict-decoder and the checks above, one run at a time, which name the run and field at fault.
+
+_SUMMARIES: Final = msgspec.json.Decoder(list[RunSummary])
+_SUMMARY: Final = msgspec.json.Decoder(RunSummary)
+_STAMPS: Final = msgspec.json.Decoder(list[dict[str, tuple[int, int]]])
+_SUMMARY_KEY: Final = attrgetter("key")
+_DISPLAY_STATUS: Final = attrgetter("display_status")
+_NOT_EMPTY_GETTERS: Final = tuple(attrgetter(name) for name in _NOT_EMPTY)
 
 
-def _build_summary(obj: dict[str, Any]) -> RunSummary:
-    best = obj["best"]
-    for metric, item in best.items():
-        value = BestValue.__new__(BestValue)
-        value.__dict__.update(item)
-        best[metric] = value
-    summary = RunSummary.__new__(RunSummary)
-    summary.__dict__ = obj
-    return summary
+def _decode_summaries(texts: list[bytes], run_keys: list[str]) -> list[RunSummary]:
+    """The summaries of ``texts`` (``run_cache.summary``), in order; :class:`_Invalid` naming the
+    first run whose text is not a summary."""
+    try:
+        summaries = _SUMMARIES.decode(b"[" + b",".join(texts) + b"]")
+    except msgspec.MsgspecError:
+        summaries = []
+    if len(summaries) == len(texts) and _summaries_checked(summaries):
+        return summaries
+    return [_decode_summary(text, run_key) for text, run_key in zip(texts, run_keys, strict=True)]
 
 
-def _build_stamps(obj: dict[str, list[int]]) -> FileStamps:
-    return {name: (stamp[0], stamp[1]) for name, stamp in obj.items()}
+def _summaries_checked(summaries: list[RunSummary]) -> bool:
+    """What msgspec does not check: known display statuses, and a key, id and root for every run."""
+    return set(map(_DISPLAY_STATUS, summaries)) <= _DISPLAY and all(
+        all(map(get, summaries)) for get in _NOT_EMPTY_GETTERS
+    )
+
+
+def _decode_summary(text: bytes, run_key: str) -> RunSummary:
+    try:
+        summary = _SUMMARY.decode(text)
+    except msgspec.MsgspecError:
+        pass
+    else:
+        if _summaries_checked([summary]):
+            return summary
+    obj = _decode(text)
+    _check_summary(obj, run_key)
+    best = {metric: BestValue(**item) for metric, item in obj.pop("best").items()}
+    return RunSummary(**obj, best=best)
+
+
+def _decode_stamps(texts: list[bytes], run_keys: list[str]) -> list[FileStamps]:
+    """The file stamps of ``texts`` (``run_cache.stamps``), in order; :class:`_Invalid` naming the
+    first run whose text is not ``{core file: [mtime_ns, size]}`` with integers ≥ 0."""
+    try:
+        stamps = _STAMPS.decode(b"[" + b",".join(texts) + b"]")
+    except msgspec.MsgspecError:
+        stamps = []
+    if len(stamps) == len(texts) and set(chain.from_iterable(stamps)) <= _CORE:
+        numbers = list(chain.from_iterable(chain.from_iterable(map(dict.values, stamps))))
+        if min(numbers, default=0) >= 0:
+            return stamps
+    out: list[FileStamps] = []
+    for text, run_key in zip(texts, run_keys, strict=True):
+        obj = _decode(text)
+        _check_stamps(obj, run_key)
+        out.append({name: (stamp[0], stamp[1]) for name, stamp in obj.items()})
+    return out
 
 
 __all__ = [

@@ -16,6 +16,7 @@ The store only reads: it never writes inside a runs root.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -52,28 +53,41 @@ from traceml_ai.runs.readers import (
 )
 from traceml_ai.runs.status import display_status
 
+
+def _parse_run_json_typed(data: bytes, name: str) -> tuple[RunJson, list[str]]:
+    # The store keeps the typed fields only: the whole object (command, host, git, ...) is re-read
+    # for the inspector by RunStore.details, and with 10,000 runs in a viewer it was a third of the
+    # store's memory.
+    return parse_run_json(data, name, keep_raw=False)
+
+
 _PARSERS: dict[str, Callable[[bytes, str], tuple[Any, list[str]]]] = {
-    RUN_JSON: parse_run_json,
+    RUN_JSON: _parse_run_json_typed,
     PARAMS_YAML: parse_params_yaml,
     METRICS_JSON: parse_metrics_json,
     CONFIG_JSON: load_json,
 }
 _TABLE_FILES = (RUN_JSON, PARAMS_YAML, METRICS_JSON)
 _CLOCK_SKEW_S = 300.0
+_NO_WARNINGS: tuple[str, ...] = ()
+_FINISHED = frozenset(("completed", "failed", "killed"))
+
+# The per-run bookkeeping below is slotted, and warning lists that are empty (nearly all) are one
+# shared empty tuple: a viewer keeps this for every run (10,000 and more).
 
 
-@dataclass
+@dataclass(slots=True)
 class _FileState:
     """The parse cache entry of one file. ``value`` is the last good parse."""
 
     stamp: tuple[int, int] | None = None
     value: Any = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: Sequence[str] = _NO_WARNINGS
     error: str | None = None
     present: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _Head:
     """What the first 64 KB of metrics.jsonl told: start values and metric names."""
 
@@ -83,19 +97,24 @@ class _Head:
     names: list[str] = field(default_factory=list)
     complete: bool = False  # the whole file fitted in the head
     final: bool = False  # read past 64 KB: never read again
-    warnings: list[str] = field(default_factory=list)
+    warnings: Sequence[str] = _NO_WARNINGS
     problem: str | None = None  # the file is refused (e.g. a symlink leaving the root)
 
 
-@dataclass
+_NO_HEAD = _Head()
+
+
+@dataclass(slots=True)
 class _RunState:
     loc: RunLocation
     files: dict[str, _FileState] = field(default_factory=dict)
-    head: _Head = field(default_factory=_Head)
+    head: _Head = field(default_factory=lambda: _NO_HEAD)  # replaced, never changed in place
     tail: MetricsTail | None = None
     summary: RunSummary | None = None
     # From the run database (RunStore.seed): the summary stands while its files keep these stamps.
     seed: tuple[RunSummary, Mapping[str, tuple[int, int]]] | None = None
+    # run.json's whole object as the inspector last read it (RunStore.details): (stamp, object).
+    run_json: tuple[tuple[int, int], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,15 +194,19 @@ class RunStore:
         return self._update(recheck_finished=True)
 
     def runs(self) -> list[RunSummary]:
-        """Every run's summary, in root order then folder-name order."""
-        with self._lock:
-            return [s.summary for s in self._runs.values() if s.summary is not None]
+        """Every run's summary, in root order then folder-name order.
+
+        Does not wait for a poll in progress (which holds the store for its whole scan, seconds
+        for 10,000 runs): it answers with each run as it stands, some maybe already updated by that
+        poll. (Copying the run table is one C-level step, which no other thread interleaves with.)
+        """
+        return [s.summary for s in list(self._runs.values()) if s.summary is not None]
 
     def get(self, key: str) -> RunSummary | None:
-        """The summary of the run with real path ``key``, or None."""
-        with self._lock:
-            state = self._runs.get(key)
-            return state.summary if state else None
+        """The summary of the run with real path ``key``, or None (without waiting for a poll, as
+        :meth:`runs`)."""
+        state = self._runs.get(key)
+        return state.summary if state else None
 
     def find(self, ref: str) -> RunSummary:
         """Find a run by folder path, id, unique id prefix, or unique name.
@@ -235,7 +258,9 @@ class RunStore:
             return state.tail
 
     def details(self, key: str) -> RunDetails:
-        """The run's summary plus its config.json (parsed on request; cached by mtime and size).
+        """The run's summary with :attr:`RunSummary.run_json` filled, plus its config.json (both
+        read on request and cached by mtime and size; a file that cannot be read now gives the
+        version last read, or nothing).
 
         Raises:
             KeyError: unknown run.
@@ -249,7 +274,29 @@ class RunStore:
                 st, _ = self._stat_viewable(state, name)
                 sizes[name] = st.st_size if st is not None else None
             assert state.summary is not None
-            return RunDetails(state.summary, state.files[CONFIG_JSON].value, sizes)
+            summary = dataclasses.replace(state.summary, run_json=self._run_json(state))
+            return RunDetails(summary, state.files[CONFIG_JSON].value, sizes)
+
+    @staticmethod
+    def _run_json(state: _RunState) -> dict[str, Any]:
+        """run.json's whole object for the inspector, read again when its stamp changed."""
+        path = state.loc.path + os.sep + RUN_JSON
+        st, _reason = stat_confined(path, state.loc.root)
+        if st is None:
+            state.run_json = None
+            return {}
+        stamp = (st.st_mtime_ns, st.st_size)
+        if state.run_json is not None and state.run_json[0] == stamp:
+            return state.run_json[1]
+        try:
+            check_size(RUN_JSON, st.st_size)
+            with open(path, "rb") as f:
+                run, _warnings = parse_run_json(f.read(), RUN_JSON)
+        except Exception:
+            # Its problem is already a warning on the run (the table's parse saw the same file).
+            return state.run_json[1] if state.run_json is not None else {}
+        state.run_json = (stamp, run.raw)
+        return run.raw
 
     def read_file(self, key: str, name: str, max_bytes: int) -> tuple[bytes, int]:
         """The first ``max_bytes`` bytes of one of the six viewable files of a known run, and the
@@ -287,7 +334,8 @@ class RunStore:
             cached: run key → ``(summary, {file: (mtime_ns, size)})`` as
                 :func:`traceml_ai.runs.rundb.load_db` returns them (``LoadedDb.runs``).
 
-        A cached run is taken only when its key lies inside one of the roots; it is shown at once by
+        The store keeps the summaries and stamp mappings it takes (it does not copy them). A cached
+        run is taken only when its key lies inside one of the roots; it is shown at once by
         :meth:`runs`. The first :meth:`poll` lists the roots as usual (a cached run not found there is
         removed, one found elsewhere is read afresh), stats the core files of every run, keeps a cached
         summary whose files have the same stamps (its display status recomputed) and parses the runs
@@ -299,19 +347,22 @@ class RunStore:
         with self._lock:
             if self._scanned:
                 raise RuntimeError("RunStore.seed() must be called before the first poll")
-            real_roots = set(resolve_roots(self.roots)[0])
+            # A run lies below its root: its key starts with the root and a separator.
+            prefixes = {root: root.rstrip(os.sep) + os.sep for root in resolve_roots(self.roots)[0]}
             now = self.clock()
             taken = 0
+            runs = self._runs
             for key, (summary, stamps) in cached.items():
-                root = summary.root
-                if key in self._runs or summary.key != key or root not in real_roots:
+                prefix = prefixes.get(summary.root)
+                if prefix is None or key in runs or summary.key != key or not key.startswith(prefix):
                     continue
-                if key == root or not inside(key, root):
-                    continue
-                state = _RunState(RunLocation(root, summary.id, key))
-                state.summary, state.seed = summary, (summary, dict(stamps))
-                summary.display_status = self._seed_status(summary, now)
-                self._runs[key] = state
+                loc = RunLocation(summary.root, summary.id, key)
+                runs[key] = _RunState(loc, summary=summary, seed=(summary, stamps))
+                status = summary.status
+                # A finished run shows its written status; only the others depend on the clock.
+                summary.display_status = (
+                    status if status in _FINISHED and not summary.legacy else self._seed_status(summary, now)
+                )
                 taken += 1
             if taken:
                 self.version += 1
@@ -406,7 +457,7 @@ class RunStore:
         st, reason = stat_confined(path, state.loc.root)
         if st is None:
             was = fs.present or fs.error is not None
-            fs.present, fs.stamp, fs.value, fs.warnings = False, None, None, []
+            fs.present, fs.stamp, fs.value, fs.warnings = False, None, None, _NO_WARNINGS
             fs.error = f"{name}: ignored ({reason})" if reason else None
             return was or reason is not None
         stamp = (st.st_mtime_ns, st.st_size)
@@ -428,7 +479,7 @@ class RunStore:
             kept = "; showing the last good version" if fs.value is not None else ""
             fs.error = f"{name}: could not be parsed ({type(err).__name__}: {str(err)[:200]}){kept}"
         else:
-            fs.value, fs.warnings, fs.error = value, warnings, None
+            fs.value, fs.warnings, fs.error = value, tuple(warnings) if warnings else _NO_WARNINGS, None
         fs.stamp = stamp
         return True
 
@@ -456,7 +507,7 @@ class RunStore:
         new.start = _first_values(tail.rows, new.names, finite=True)
         if new.complete and not state.files[METRICS_JSON].present:
             new.last = _first_values(reversed(tail.rows), new.names, finite=False)  # legacy: no metrics.json
-        new.warnings = [w for w in tail.warnings if "only the first" not in w]
+        new.warnings = tuple(w for w in tail.warnings if "only the first" not in w)
         state.head = new
         return True
 
@@ -564,7 +615,6 @@ class RunStore:
             summary=mj.summary if mj else {},
             metric_names=names,
             warnings=warnings,
-            run_json=rj.raw if rj else {},
         )
 
 

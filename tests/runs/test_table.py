@@ -382,3 +382,24 @@ def test_numeric_columns_agrees_with_column_is_numeric() -> None:
         fast = numeric_columns(runs)
         for column in available_columns(runs):
             assert (column in fast) == column_is_numeric(runs, column), column
+
+
+def test_cell_getter_reads_what_cell_reads_in_every_column() -> None:
+    import tempfile
+
+    from traceml_ai.runs.fake import generate
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.runs.table import cell_getter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(tmp, runs=24, seed=0)
+        store = RunStore([tmp])
+        store.poll()
+        runs = store.runs()
+        for column in available_columns(runs):
+            get = cell_getter(column)
+            for run in runs:
+                expected, got = cell(run, column), get(run)
+                assert got == expected or (got != got and expected != expected), (column, run.name)  # NaN
+    with pytest.raises(ColumnError):
+        cell_getter("nope")

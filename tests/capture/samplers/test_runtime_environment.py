@@ -1,0 +1,106 @@
+"""The runtime_environment sampler: topology, torch.distributed state, training strategy (DESIGN §3.1)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.capture.frame_server import FrameServer
+from traceml_ai.capture.identity import detect_identity
+from traceml_ai.capture.samplers.runtime_environment import RuntimeEnvironmentSampler, detect, topology
+
+ROW_KEYS = {"seq", "timestamp_unix_ns", "topology", "distributed_initialized", "distributed_backend",
+            "training_strategy", "strategy_source", "strategy_confidence"}
+
+
+def test_topology_wording() -> None:
+    assert topology(1, 1) == "1 node x 1 process"
+    assert topology(8, 4) == "2 nodes x 4 processes"
+    assert topology(6, 4) == "6 processes"
+    assert topology(3, None) == "3 processes"
+    assert topology(None, 2) is None
+
+
+def test_single_process_says_single_once() -> None:
+    sampler = RuntimeEnvironmentSampler(detect_identity({}))
+    rows = [row for seq in range(1, 40) for row in sampler.collect(seq, seq)]
+    rows += sampler.collect_final(40, 40)
+    assert len(rows) == 1  # nothing changed after the first look
+    row = rows[0]
+    assert set(row) == ROW_KEYS and row["seq"] == 1
+    assert row["topology"] == "1 node x 1 process"
+    assert row["distributed_initialized"] == 0 and row["distributed_backend"] is None
+    assert (row["training_strategy"], row["strategy_source"], row["strategy_confidence"]) == (
+        "single", "world_size=1", "high")
+
+
+def test_multi_rank_without_a_wrapper_is_unknown_not_guessed() -> None:
+    ident = detect_identity({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"})
+    fields = detect(ident)
+    assert fields["training_strategy"] == "unknown" and fields["strategy_confidence"] == "low"
+    assert fields["strategy_source"].startswith("world_size=4")
+    assert fields["topology"] == "1 node x 4 processes"
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import time
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(40):  # the same step count on every rank: each backward is a collective
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.02)  # ~1 s of training: several sampler ticks see the wrapped model
+    dist.barrier()
+    print(f"rank {dist.get_rank()} done", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def test_two_rank_gloo_ddp_run_is_detected_as_ddp(tmp_path: Path) -> None:
+    (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        master_port = s.getsockname()[1]
+    server = FrameServer()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEML_", "RANK", "WORLD_SIZE"))}
+        env.update(TRACEML_SESSION_ID="sess-test", TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}",
+                   TRACEML_INTERVAL="0.05", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(master_port),
+               "-m", "traceml_ai.capture.bootstrap", "ddp.py"]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        # the object scan has no side effects (isinstance on torch's deprecated reduce_op would warn)
+        assert "FutureWarning" not in proc.stderr
+        assert server.wait_for(lambda: len(server.finished) == 2)
+        by_rank: dict[int, list[dict[str, object]]] = {0: [], 1: []}
+        system_ranks = set()
+        for env_ in server.envelopes:
+            meta = env_["meta"]
+            assert (meta["world_size"], meta["local_world_size"], meta["node_rank"]) == (2, 2, 0)
+            by_rank[meta["global_rank"]].extend(env_["tables"].get("runtime_environment", []))
+            if env_["tables"].get("system"):
+                system_ranks.add(meta["global_rank"])
+        for rows in by_rank.values():
+            assert 1 <= len(rows) <= 4, rows
+            last = rows[-1]
+            assert last["training_strategy"] == "DDP", rows
+            assert last["strategy_source"] == "DistributedDataParallel instance"
+            assert last["strategy_confidence"] == "high"
+            assert last["distributed_initialized"] == 1 and last["distributed_backend"] == "gloo"
+            assert last["topology"] == "1 node x 2 processes"
+        assert system_ranks == {0}  # one host snapshot per node
+        lines = {r["line"] for r in server.rows("stdout_stderr")}
+        assert {"rank 0 done", "rank 1 done"} <= lines
+    finally:
+        server.stop()

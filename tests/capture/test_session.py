@@ -158,7 +158,8 @@ def test_config_from_env() -> None:
 
 
 FORK_SCRIPT = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, time, warnings
+    warnings.simplefilter("ignore", DeprecationWarning)  # python 3.12 warns on fork() with threads running
     from traceml_ai.capture.session import CaptureConfig, current_session, start_session
     host, port = sys.argv[1], int(sys.argv[2])
     session = start_session(CaptureConfig("sess-test", (host, port), interval=0.05))

@@ -234,15 +234,11 @@ class TransportClient:
             while self._refused_reason is None:
                 if self._closing and self._remaining() <= 0:
                     break
-                if frame is None:
-                    frame = self._next_frame(wait=sock is not None or self._closing)
-                    offset = 0
-                    if frame is None:
-                        if self._closing:
-                            break
-                        if sock is not None:
-                            continue
                 if sock is None:
+                    if self._closing and frame is None and not self._queue:
+                        break  # nothing left to send; rank_finished below gets its own attempt
+                    # Nothing leaves the queue before a connection is welcomed, so while the
+                    # aggregator is away every waiting batch takes part in drop-oldest.
                     sock = self._connect()
                     if sock is None:
                         if self._refused_reason is not None:
@@ -252,7 +248,12 @@ class TransportClient:
                         continue
                     backoff = self._backoff_initial_s
                 if frame is None:
-                    continue
+                    frame = self._next_frame(wait=True)
+                    offset = 0
+                    if frame is None:
+                        if self._closing:
+                            break
+                        continue
                 if offset == 0 and self._peer_gone(sock):
                     self._drop_connection(sock, "the aggregator closed the connection")
                     sock = None

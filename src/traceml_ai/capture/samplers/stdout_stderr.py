@@ -96,19 +96,26 @@ class TeeStream:
         self._original.flush()
 
     def _keep(self, s: str) -> None:
-        now = time.time_ns()
+        # The training thread pays for this on every write: the common cases (a fragment without a
+        # newline, then print's lone "\n") take one lock and no clock read or split beyond need.
         sink = self._sink
-        with sink.lock:
-            if "\n" not in s:
+        if "\n" not in s:
+            with sink.lock:
                 partial = self._partial + s
                 if "\r" in s:
                     partial = _last_segment(partial) + ("\r" if partial.endswith("\r") else "")
-                self._partial = self._spill(partial, now)
-                return
-            head, *middle, tail = (self._partial + s).split("\n")
-            for line in (head, *middle):
+                if len(partial) > MAX_LINE_CHARS:
+                    partial = self._spill(partial, time.time_ns())
+                self._partial = partial
+            return
+        now = time.time_ns()
+        with sink.lock:
+            *complete, tail = (self._partial + s).split("\n")
+            for line in complete:
                 self._emit(line, now)
-            self._partial = self._spill(tail, now)
+            if "\r" in tail:
+                tail = _last_segment(tail) + ("\r" if tail.endswith("\r") else "")
+            self._partial = self._spill(tail, now) if len(tail) > MAX_LINE_CHARS else tail
 
     def _spill(self, partial: str, now: int) -> str:
         # caller holds the lock; a line without an end is cut so the partial stays bounded
@@ -118,7 +125,12 @@ class TeeStream:
         return partial
 
     def _emit(self, line: str, now: int) -> None:
-        line = _last_segment(line)
+        if "\r" in line:
+            line = _last_segment(line)
+        if len(line) <= MAX_LINE_CHARS:
+            if line:  # empty lines are not recorded (000 seed)
+                self._sink.add(now, line, self._name)
+            return
         for start in range(0, len(line), MAX_LINE_CHARS):
             self._sink.add(now, line[start:start + MAX_LINE_CHARS], self._name)
 

@@ -1,0 +1,154 @@
+"""``python -m traceml_ai.aggregator``: the aggregator process of one job (DESIGN §1, §3).
+
+    python -m traceml_ai.aggregator --run-dir DIR --session-id ID [--host 127.0.0.1] [--port 0]
+                                    [--world-size N]
+
+Once listening it prints exactly one line ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` on stdout
+(the launcher reads it). It runs until SIGTERM or SIGINT, then stops accepting, gives connected
+ranks up to 2 s to finish sending, flushes the store, writes ``finalization_warning.json`` when
+something was lost, and exits 0. Errors are one ``[TraceML]`` line on stderr: exit 1 for a failure
+(e.g. the port is taken), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from traceml_ai.aggregator.finalize import finalize
+from traceml_ai.aggregator.server import Aggregator, PayloadSink
+
+LISTENING = "TRACEML_AGGREGATOR_LISTENING"
+GRACE_S = 2.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"[TraceML] aggregator: {message} (see --help)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535, 0 picks a free one)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m traceml_ai.aggregator",
+        description="Receive TraceML telemetry frames of one job and write <run-dir>/aggregator/telemetry.sqlite.",
+        epilog="example: python -m traceml_ai.aggregator --run-dir traceml/runs/20261130-101500_demo_a3f9 "
+        "--session-id 3f2a9c --world-size 2",
+    )
+    parser.add_argument("--run-dir", required=True, type=Path, help="the run folder (must exist)")
+    parser.add_argument("--session-id", required=True, help="the session id every rank's hello must carry")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", default=0, type=_port, help="TCP port (default 0: a free one)")
+    parser.add_argument("--world-size", type=_positive, default=None, help="expected number of ranks")
+    return parser
+
+
+async def serve(
+    run_dir: Path,
+    session_id: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    world_size: int | None = None,
+    payload_sinks: Sequence[PayloadSink] = (),
+    on_finalized: Callable[[Path], None] | None = None,
+    stop: asyncio.Event | None = None,
+    grace_s: float = GRACE_S,
+) -> Path | None:
+    """Run one aggregator until ``stop`` is set (default: SIGTERM or SIGINT), then finalize.
+
+    Prints the ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` line once listening. Returns the
+    path of ``finalization_warning.json`` when one was written, else None.
+
+    Raises:
+        OSError: ``aggregator/`` cannot be created or the address cannot be bound.
+    """
+    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=payload_sinks)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+    bound_host, bound_port = await agg.start()
+    print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
+    await stop.wait()
+    await agg.stop(grace_s=grace_s)
+    source = "argument" if world_size is not None else ("hello" if agg.expected_world_size is not None else None)
+    return finalize(
+        run_dir,
+        agg.stats,
+        agg.store_stats,
+        session_id=session_id,
+        world_size=agg.expected_world_size,
+        world_size_source=source,
+        on_finalized=on_finalized,
+    )
+
+
+def _write_final_summary(run_dir: Path) -> None:
+    """The diagnosis of every run: ``aggregator/final_summary.json`` from the finished tables (DESIGN §3.5)."""
+    from traceml_ai.diagnose.summary import write_final_summary
+
+    write_final_summary(run_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: parse ``argv`` (default ``sys.argv[1:]``), serve, return the exit code."""
+    args = build_parser().parse_args(argv)
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        print(f"[TraceML] aggregator: run folder {run_dir} does not exist", file=sys.stderr, flush=True)
+        return 1
+    if not args.session_id.strip():
+        print("[TraceML] aggregator: --session-id is empty", file=sys.stderr, flush=True)
+        return 2
+    try:
+        (run_dir / "aggregator").mkdir(exist_ok=True)
+    except OSError as exc:
+        print(f"[TraceML] aggregator: cannot create {run_dir / 'aggregator'}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+        return 1
+    try:
+        asyncio.run(
+            serve(run_dir, args.session_id, host=args.host, port=args.port, world_size=args.world_size,
+                  on_finalized=_write_final_summary)
+        )
+    except OSError as exc:
+        print(f"[TraceML] aggregator: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # a bug: still one line, as DESIGN §7 asks of every command
+        print(f"[TraceML] aggregator: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Finalization at aggregator shutdown: ``aggregator/finalization_warning.json`` when something was lost.
+
+DESIGN §3.2 "losses are never silent". The file exists only when at least one of these is true:
+ranks missing (never said hello, or never sent ``rank_finished``), batches a rank dropped or sent
+but never delivered, rejected frames, projection skips or unknown streams, SQLite problems, rank
+log-file problems, payload sinks that raised, or a loss in an ``extra`` block (e.g. the 000 seed's
+``export`` block with ``exporter_failed``). It is written atomically (temporary file + rename).
+
+File format (``schema_version`` 1; rank keys are ``str(global_rank)``, ``"unknown"`` for a
+connection that never named its rank)::
+
+    {
+      "schema_version": 1,
+      "session_id": str,
+      "written_at_unix_ns": int,
+      "summary": [str, ...],                         # one human line per loss
+      "world_size": int | null,                      # expected number of ranks
+      "world_size_source": "argument" | "hello" | null,
+      "missing_ranks": {"never_connected": [int], "never_finished": [int | "unknown"]},
+      "dropped_batches": {rank: int},                # from rank_finished, only ranks with > 0
+      "undelivered_batches": {rank: int},            # sent_batches − received, only > 0
+      "rejected_frames": {"total": int, "by_rank": {rank: int}, "reasons": [str]},
+      "projection": {"skipped": int, "unknown_streams": {stream: rows}, "failures": [str]},
+      "sqlite": {"errors": int, "lost_rows": int, "messages": [str]},
+      "rank_logs": {"errors": int, "lost_lines": int, "messages": [str]},
+      "payload_sinks": {"errors": int, "messages": [str]},
+      "ranks": {rank: {"hostname", "hellos", "batches", "rows", "rejected_frames",
+                       "finished", "sent_batches", "dropped_batches"}},   # every rank seen
+      ...extra blocks (e.g. "export")
+    }
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from traceml_ai.aggregator.stats import IngestStats
+from traceml_ai.aggregator.store import StoreStats
+
+WARNING_NAME = "finalization_warning.json"
+WARNING_SCHEMA_VERSION = 1
+
+
+def _key(rank: int | None) -> str:
+    return "unknown" if rank is None else str(rank)
+
+
+def _sort_key(rank: int | None) -> tuple[int, int]:
+    return (1, 0) if rank is None else (0, rank)
+
+
+def loss_report(
+    ingest: IngestStats,
+    store: StoreStats,
+    *,
+    session_id: str,
+    world_size: int | None = None,
+    world_size_source: str | None = None,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_lost: bool = False,
+) -> dict[str, Any] | None:
+    """The content of ``finalization_warning.json``, or None when nothing was lost (pure).
+
+    ``world_size`` is the expected number of ranks (ranks ``0 .. world_size-1``); without it only
+    ranks that said hello can be reported as never finished. ``extra`` blocks are copied into the
+    report under their names; ``extra_lost`` says they hold a loss (so the file is written).
+    """
+    summary: list[str] = []
+    ranks = ingest.ranks
+    admitted = {r for r, s in ranks.items() if s.hellos > 0}
+    never_connected: list[int] = []
+    if world_size is not None:
+        never_connected = [r for r in range(world_size) if r not in admitted]
+        if never_connected:
+            summary.append(f"{len(never_connected)} of {world_size} ranks never connected: {never_connected}")
+    never_finished = [r for r in sorted(admitted, key=_sort_key) if not ranks[r].finished]
+    if never_finished:
+        shown = [_key(r) if r is None else r for r in never_finished]
+        summary.append(f"ranks that connected but never sent rank_finished: {shown}")
+
+    dropped = {
+        _key(r): s.dropped_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
+        if s.dropped_batches
+    }
+    for rank, count in dropped.items():
+        summary.append(f"rank {rank} dropped {count} batches (its send queue was full)")
+    undelivered = {
+        _key(r): s.undelivered_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
+        if s.undelivered_batches
+    }
+    for rank, count in undelivered.items():
+        summary.append(f"rank {rank} sent {count} batches that never arrived")
+
+    rejected_by_rank = {
+        _key(r): s.rejected_frames for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
+        if s.rejected_frames
+    }
+    unattributed = ingest.rejected_frames - sum(rejected_by_rank.values())
+    if unattributed > 0:
+        rejected_by_rank["unknown"] = rejected_by_rank.get("unknown", 0) + unattributed
+    if ingest.rejected_frames:
+        first = ingest.rejection_reasons[0] if ingest.rejection_reasons else "unknown"
+        summary.append(f"{ingest.rejected_frames} frames rejected; first reason: {first}")
+    if ingest.projection_skipped:
+        summary.append(f"{ingest.projection_skipped} telemetry items or rows did not fit their table")
+    for stream, count in sorted(ingest.unknown_streams.items()):
+        summary.append(f"{count} rows of unknown stream {stream!r} were not stored")
+    if store.errors or store.lost_rows:
+        summary.append(f"SQLite: {store.errors} errors, {store.lost_rows} rows lost")
+    if store.log_errors or store.lost_log_lines:
+        summary.append(f"rank logs: {store.log_errors} errors, {store.lost_log_lines} lines lost")
+    if ingest.sink_errors:
+        summary.append(f"payload sinks raised {ingest.sink_errors} times")
+
+    if not summary and not extra_lost:
+        return None
+    report: dict[str, Any] = {
+        "schema_version": WARNING_SCHEMA_VERSION,
+        "session_id": session_id,
+        "written_at_unix_ns": time.time_ns(),
+        "summary": summary,
+        "world_size": world_size,
+        "world_size_source": world_size_source if world_size is not None else None,
+        "missing_ranks": {
+            "never_connected": never_connected,
+            "never_finished": [_key(r) if r is None else r for r in never_finished],
+        },
+        "dropped_batches": dropped,
+        "undelivered_batches": undelivered,
+        "rejected_frames": {
+            "total": ingest.rejected_frames,
+            "by_rank": rejected_by_rank,
+            "reasons": list(ingest.rejection_reasons),
+        },
+        "projection": {
+            "skipped": ingest.projection_skipped,
+            "unknown_streams": dict(sorted(ingest.unknown_streams.items())),
+            "failures": list(ingest.projection_failures),
+        },
+        "sqlite": {"errors": store.errors, "lost_rows": store.lost_rows, "messages": list(store.messages)},
+        "rank_logs": {
+            "errors": store.log_errors,
+            "lost_lines": store.lost_log_lines,
+            "messages": list(store.log_messages),
+        },
+        "payload_sinks": {"errors": ingest.sink_errors, "messages": list(ingest.sink_messages)},
+        "ranks": {
+            _key(r): {
+                "hostname": s.hostname,
+                "hellos": s.hellos,
+                "batches": s.batches,
+                "rows": s.rows,
+                "rejected_frames": s.rejected_frames,
+                "finished": s.finished,
+                "sent_batches": s.sent_batches,
+                "dropped_batches": s.dropped_batches,
+            }
+            for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
+        },
+    }
+    for name, block in (extra or {}).items():
+        report[name] = dict(block)
+    return report
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON to ``path`` via a temporary file in the same folder + rename,
+    so a reader never sees half a file.
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, allow_nan=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def finalize(
+    run_dir: str | Path,
+    ingest: IngestStats,
+    store: StoreStats,
+    *,
+    session_id: str,
+    world_size: int | None = None,
+    world_size_source: str | None = None,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_lost: bool = False,
+    on_finalized: Callable[[Path], None] | None = None,
+) -> Path | None:
+    """Write ``<run_dir>/aggregator/finalization_warning.json`` when something was lost, then call
+    ``on_finalized(run_dir)`` (the diagnose hook).
+
+    Returns the warning file's path, or None when nothing was lost. Failures to write the file or
+    of ``on_finalized`` are printed as one ``[TraceML]`` line on stderr and never raised: shutdown
+    must complete.
+    """
+    folder = Path(run_dir)
+    report = loss_report(
+        ingest,
+        store,
+        session_id=session_id,
+        world_size=world_size,
+        world_size_source=world_size_source,
+        extra=extra,
+        extra_lost=extra_lost,
+    )
+    written: Path | None = None
+    if report is not None:
+        target = folder / "aggregator" / WARNING_NAME
+        try:
+            write_json_atomic(target, report)
+            written = target
+        except (OSError, ValueError) as exc:
+            print(f"[TraceML] aggregator: cannot write {target}: {exc}", file=sys.stderr, flush=True)
+    if on_finalized is not None:
+        try:
+            on_finalized(folder)
+        except Exception as exc:
+            print(f"[TraceML] aggregator: finalization hook failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
+    return written

@@ -1,0 +1,570 @@
+"""Projection: a normalised telemetry envelope → rows of the seven SQLite tables (DESIGN §3.1, 000 seed).
+
+Pure functions, no I/O. The SQLite store and the export records (000 seed, ``records_from_payload``)
+share this code so that a row and its record hold the same values.
+
+A *projection* is one callable per rank stream::
+
+    projection(meta, rows, observed_ns) -> Projected(tables={table_name: [row_tuple, ...]}, skipped=n)
+
+``meta`` is the envelope's normalised identity (:class:`~traceml_ai.telemetry.envelope.Envelope`),
+``rows`` the stream's list of row dicts and ``observed_ns`` the envelope's observed time (ns since
+the Unix epoch). Each row tuple holds the table's columns in order (``telemetry.schema``, without
+``id``); ``tables`` lists its tables in the writer's order (``schema.TABLES``).
+
+Value rules (000 seed, "Common fields" and per-record tables):
+
+- a missing or None value stays None; a measured 0 stays 0 (``0.0`` in a REAL column);
+- INTEGER columns take ints, never bools (a bool there is None), except the integer booleans
+  ``gpu_available`` and ``distributed_initialized`` where True/False become 1/0;
+- REAL columns take ints and floats (as float); TEXT columns take str; any other value is None:
+  "not measured / not reported", as :func:`~traceml_ai.telemetry.envelope.as_int` reads identity;
+- ``timestamp_unix_ns`` is None unless the row carries an integer ``timestamp_unix_ns`` (a legacy
+  float ``timestamp`` alone gives None); ``step`` is None unless it is an integer;
+- ``events`` stats always hold the five keys ``is_gpu, duration_ms, cpu_ms, gpu_ms, n_calls``,
+  each None when the rank did not send it.
+
+Losses (000 seed, ``skipped``) are counted in units, never silently:
+
+- a row that does not fit (not a mapping; an ``events`` map of the wrong shape; a ``gpus`` item
+  that is not a mapping; a stdout/stderr ``line`` that is not a str) counts once, in
+  :attr:`Projected.skipped`; the other rows of that stream are kept;
+- a projection that raises counts once and that envelope loses all its rows for that
+  projection's tables (handled by :func:`project_envelope`);
+- an item that does not normalise to an envelope counts once (:func:`project_payload`).
+
+Empty stdout/stderr lines are not recorded and not counted: leaving them out is not a loss.
+Rows of a stream no projection knows are counted per stream name in ``unknown_streams``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import msgspec
+
+from traceml_ai.telemetry import schema
+from traceml_ai.telemetry.envelope import Envelope, EnvelopeError, normalise, payload_items
+
+Row = tuple[Any, ...]
+"""One table row: the table's columns in order, without ``id``."""
+
+TableRows = dict[str, list[Row]]
+"""Rows per SQLite table name."""
+
+
+class Projected(NamedTuple):
+    """What one projection made of one stream's rows: rows per table and how many rows did not fit."""
+
+    tables: TableRows
+    skipped: int
+
+
+Projection = Callable[[Mapping[str, Any], list[Any], int], Projected]
+"""``projection(meta, rows, observed_ns) -> Projected``; may raise (the caller counts it once)."""
+
+
+class RowMismatch(ValueError):
+    """A row does not fit its table; the projection counts it once in ``skipped`` and goes on."""
+
+
+# -- value readers ------------------------------------------------------------------------------------
+# Fast paths on exact types (msgpack gives plain int/float/str); the isinstance fallbacks keep
+# int/float subclasses (numpy scalars, IntEnum) working for in-process callers.
+
+
+def _int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
+int_or_none = _int
+"""``value`` when it is an int (not a bool), else None: how INTEGER columns are read."""
+
+
+def _flag(value: Any) -> int | None:
+    """An integer boolean column (``gpu_available``, ``distributed_initialized``): 1/0 or None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        return 1 if value else 0
+    return _int(value)
+
+
+def _real(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    if type(value) is str or isinstance(value, str):
+        return str(value)
+    return None
+
+
+def _bool(value: Any) -> bool | None:
+    if value is True or value is False:
+        return bool(value)
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return None
+
+
+def identity_columns(meta: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``(global_rank, local_rank, world_size, local_world_size, node_rank, hostname)`` from a
+    normalised ``meta``: ints (not bools) and a str, None when missing or of another type."""
+    return (
+        _int(meta.get("global_rank")),
+        _int(meta.get("local_rank")),
+        _int(meta.get("world_size")),
+        _int(meta.get("local_world_size")),
+        _int(meta.get("node_rank")),
+        _text(meta.get("hostname")),
+    )
+
+
+def _row_map(row: Any) -> Mapping[str, Any]:
+    if type(row) is dict or isinstance(row, Mapping):
+        return row
+    raise RowMismatch(f"a row is a mapping, not {type(row).__name__}")
+
+
+# -- events map (step_time) ---------------------------------------------------------------------------
+
+
+def normalise_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """The events map of a step_time row in its normalised form (000 seed, StepTimeRecord).
+
+    ``events[name][device]`` becomes ``{"is_gpu": bool|None, "duration_ms": float|None,
+    "cpu_ms": float|None, "gpu_ms": float|None, "n_calls": int|None}`` (ms; None when not sent;
+    other keys dropped). A missing or None ``events`` gives ``{}``.
+
+    Raises:
+        RowMismatch: ``events`` is not a mapping of str → mapping of str → mapping.
+    """
+    if events is None:
+        return {}
+    if type(events) is not dict and not isinstance(events, Mapping):
+        raise RowMismatch("step_time 'events' is not a mapping")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, by_device in events.items():
+        if type(name) is not str or (type(by_device) is not dict and not isinstance(by_device, Mapping)):
+            raise RowMismatch(f"step_time event {name!r} is not a mapping of device → stats")
+        devices: dict[str, dict[str, Any]] = {}
+        for device, stats in by_device.items():
+            if type(device) is not str or (type(stats) is not dict and not isinstance(stats, Mapping)):
+                raise RowMismatch(f"step_time event {name!r} device {device!r} has no stats mapping")
+            # Inline fast paths: this runs for every phase of every step, and a call per value
+            # costs more than the check itself (benchmarks/bench_aggregator.py).
+            get = stats.get
+            is_gpu = get("is_gpu")
+            duration = get("duration_ms")
+            cpu = get("cpu_ms")
+            gpu = get("gpu_ms")
+            calls = get("n_calls")
+            devices[device] = {
+                "is_gpu": is_gpu if (is_gpu is None or is_gpu is True or is_gpu is False) else _bool(is_gpu),
+                "duration_ms": duration if (duration is None or type(duration) is float) else _real(duration),
+                "cpu_ms": cpu if (cpu is None or type(cpu) is float) else _real(cpu),
+                "gpu_ms": gpu if (gpu is None or type(gpu) is float) else _real(gpu),
+                "n_calls": calls if (calls is None or type(calls) is int) else _int(calls),
+            }
+        out[name] = devices
+    return out
+
+
+_json = msgspec.json.Encoder()
+
+
+def events_json(events: Mapping[str, Any]) -> str:
+    """Compact JSON text of a normalised events map (the ``events_json`` column).
+
+    Non-finite floats (NaN, ±inf) become ``null``: JSON has no such numbers and readers would fail.
+    """
+    return _json.encode(events).decode("utf-8")
+
+
+# -- the projections ----------------------------------------------------------------------------------
+
+
+def _with_rank(meta: Mapping[str, Any], observed_ns: int) -> tuple[Any, ...]:
+    ident = identity_columns(meta)
+    return (observed_ns, ident[0], *ident)
+
+
+def project_step_time(
+    meta: Mapping[str, Any], rows: list[Any], observed_ns: int, *, encode_events: bool = True
+) -> Projected:
+    """``step_time`` rows → ``step_time_samples``.
+
+    With ``encode_events`` (the SQLite row) the last column is :func:`events_json` text; without it
+    the last column is the normalised events map itself (what ``StepTimeRecord.events`` holds).
+    """
+    head = _with_rank(meta, observed_ns)
+    out: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            row = _row_map(raw)
+            get = row.get
+            events = normalise_events(get("events"))
+            out.append(
+                (
+                    *head,
+                    _int(get("timestamp_unix_ns")),
+                    _int(get("seq")),
+                    _int(get("step")),
+                    events_json(events) if encode_events else events,
+                )
+            )
+        except RowMismatch:
+            skipped += 1
+    return Projected({schema.STEP_TIME_SAMPLES.name: out}, skipped)
+
+
+def project_step_memory(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
+    """``step_memory`` rows → ``step_memory_samples`` (peaks in bytes)."""
+    head = _with_rank(meta, observed_ns)
+    out: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            get = _row_map(raw).get
+        except RowMismatch:
+            skipped += 1
+            continue
+        out.append(
+            (
+                *head,
+                _int(get("timestamp_unix_ns")),
+                _int(get("seq")),
+                _text(get("device")),
+                _int(get("step")),
+                _real(get("peak_alloc_bytes")),
+                _real(get("peak_reserved_bytes")),
+            )
+        )
+    return Projected({schema.STEP_MEMORY_SAMPLES.name: out}, skipped)
+
+
+def project_system(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
+    """``system`` rows → ``system_samples`` plus one ``system_gpu_samples`` row per ``gpus`` item.
+
+    ``gpu_idx`` is the item's position in ``gpus``. A ``gpus`` value that is not a list, or an item
+    that is not a mapping, counts once in ``skipped`` and the host row is still kept.
+    """
+    head = (observed_ns, *identity_columns(meta))
+    hosts: list[Row] = []
+    gpus: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            get = _row_map(raw).get
+        except RowMismatch:
+            skipped += 1
+            continue
+        ts = _int(get("timestamp_unix_ns"))
+        seq = _int(get("seq"))
+        hosts.append(
+            (
+                *head,
+                ts,
+                seq,
+                _real(get("cpu_percent")),
+                _real(get("ram_used_bytes")),
+                _real(get("ram_total_bytes")),
+                _flag(get("gpu_available")),
+                _int(get("gpu_count")),
+            )
+        )
+        items = get("gpus")
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            skipped += 1
+            continue
+        for idx, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                skipped += 1
+                continue
+            gget = item.get
+            gpus.append(
+                (
+                    *head,
+                    ts,
+                    seq,
+                    idx,
+                    _real(gget("util")),
+                    _real(gget("mem_used_bytes")),
+                    _real(gget("mem_total_bytes")),
+                    _real(gget("temperature_c")),
+                    _real(gget("power_usage_w")),
+                    _real(gget("power_limit_w")),
+                )
+            )
+    return Projected({schema.SYSTEM_SAMPLES.name: hosts, schema.SYSTEM_GPU_SAMPLES.name: gpus}, skipped)
+
+
+def project_process(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
+    """``process`` rows → ``process_samples`` (cpu_percent of one core, memory in bytes)."""
+    head = _with_rank(meta, observed_ns)
+    out: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            get = _row_map(raw).get
+        except RowMismatch:
+            skipped += 1
+            continue
+        out.append(
+            (
+                *head,
+                _int(get("timestamp_unix_ns")),
+                _int(get("seq")),
+                _real(get("cpu_percent")),
+                _int(get("cpu_logical_core_count")),
+                _real(get("ram_used_bytes")),
+                _real(get("ram_total_bytes")),
+                _flag(get("gpu_available")),
+                _int(get("gpu_count")),
+                _int(get("gpu_device_index")),
+                _real(get("gpu_mem_used_bytes")),
+                _real(get("gpu_mem_reserved_bytes")),
+                _real(get("gpu_mem_total_bytes")),
+            )
+        )
+    return Projected({schema.PROCESS_SAMPLES.name: out}, skipped)
+
+
+def project_runtime_environment(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
+    """``runtime_environment`` rows → ``runtime_environment`` (``pid`` from ``meta``)."""
+    head = (*_with_rank(meta, observed_ns), _int(meta.get("pid")))
+    out: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            get = _row_map(raw).get
+        except RowMismatch:
+            skipped += 1
+            continue
+        out.append(
+            (
+                *head,
+                _int(get("timestamp_unix_ns")),
+                _int(get("seq")),
+                _text(get("topology")),
+                _flag(get("distributed_initialized")),
+                _text(get("distributed_backend")),
+                _text(get("training_strategy")),
+                _text(get("strategy_source")),
+                _text(get("strategy_confidence")),
+            )
+        )
+    return Projected({schema.RUNTIME_ENVIRONMENT_TABLE.name: out}, skipped)
+
+
+def project_stdout_stderr(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
+    """``stdout_stderr`` rows → ``stdout_stderr_samples`` (``rank`` = ``global_rank``).
+
+    Empty lines are not recorded (and not counted); a ``line`` that is not a str does not fit.
+    The extra row key ``stream`` ("stdout"/"stderr") is not a column (see :func:`rank_log_lines`).
+    """
+    rank = _int(meta.get("global_rank"))
+    out: list[Row] = []
+    skipped = 0
+    for raw in rows:
+        try:
+            get = _row_map(raw).get
+        except RowMismatch:
+            skipped += 1
+            continue
+        line = get("line")
+        if not isinstance(line, str):
+            skipped += 1
+            continue
+        if not line:
+            continue
+        out.append((observed_ns, rank, _int(get("timestamp_unix_ns")), line))
+    return Projected({schema.STDOUT_STDERR_SAMPLES.name: out}, skipped)
+
+
+PROJECTIONS: dict[str, Projection] = {
+    schema.STEP_TIME: project_step_time,
+    schema.STEP_MEMORY: project_step_memory,
+    schema.SYSTEM: project_system,
+    schema.PROCESS: project_process,
+    schema.RUNTIME_ENVIRONMENT: project_runtime_environment,
+    schema.STDOUT_STDERR: project_stdout_stderr,
+}
+"""The SQLite projections, one per rank stream (``schema.RANK_STREAMS``)."""
+
+PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
+    stream: tuple(t.name for t in schema.TABLES if t.stream == stream) for stream in schema.RANK_STREAMS
+}
+"""The tables each stream's projection writes, in the writer's order."""
+
+_TABLE_ORDER = tuple(t.name for t in schema.TABLES)
+
+
+def in_writer_order(tables: TableRows) -> TableRows:
+    """``tables`` ordered as ``schema.TABLES``; names outside it (custom projections) follow."""
+    ordered = {name: tables[name] for name in _TABLE_ORDER if name in tables}
+    ordered.update((name, rows) for name, rows in tables.items() if name not in ordered)
+    return ordered
+
+
+# -- envelopes and payloads ---------------------------------------------------------------------------
+
+
+@dataclass
+class EnvelopeRows:
+    """The rows of one envelope: per table in the writer's order, plus its losses.
+
+    ``skipped`` counts rows that did not fit plus projections that raised (000 seed units);
+    ``unknown_streams`` maps a stream name no projection knows to its number of rows;
+    ``failures`` holds one ``"<stream>: <error>"`` line per projection that raised.
+    """
+
+    tables: TableRows
+    skipped: int = 0
+    unknown_streams: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+def project_envelope(
+    envelope: Envelope,
+    observed_ns: int,
+    *,
+    projections: Mapping[str, Projection] = PROJECTIONS,
+    streams: Collection[str] | None = None,
+) -> EnvelopeRows:
+    """Project every stream of ``envelope`` (DESIGN §3.1).
+
+    ``streams`` (rank stream names) limits the work to those streams; the others are neither
+    projected nor counted, because leaving them out is not a loss (000 seed, stream selection).
+    ``projections`` lets the export records substitute their own step_time projection.
+    A projection that raises counts once in ``skipped`` and its tables get no rows from this
+    envelope. The returned ``tables`` are ordered as ``schema.TABLES``.
+    """
+    found: TableRows = {}
+    out = EnvelopeRows(found)
+    meta = envelope.meta
+    for stream, rows in envelope.tables.items():
+        if streams is not None and stream not in streams:
+            continue
+        projection = projections.get(stream)
+        if projection is None:
+            out.unknown_streams[stream] = out.unknown_streams.get(stream, 0) + len(rows)
+            continue
+        try:
+            projected = projection(meta, rows, observed_ns)
+        except Exception as exc:  # a projection bug loses this envelope's rows of its tables, counted once
+            out.skipped += 1
+            out.failures.append(f"{stream}: {type(exc).__name__}: {exc}")
+            continue
+        out.skipped += projected.skipped
+        for table, table_rows in projected.tables.items():
+            if table_rows:
+                found.setdefault(table, []).extend(table_rows)
+    if len(found) > 1:
+        out.tables = in_writer_order(found)
+    return out
+
+
+@dataclass
+class PayloadRows:
+    """The rows of one payload: per table (payload order within a table) plus its losses.
+
+    ``skipped`` is the 000 seed's count (bad items, raising projections, rows that did not fit);
+    ``rows`` the number of table rows made; ``envelopes`` how many items normalised.
+    """
+
+    tables: TableRows
+    rows: int = 0
+    envelopes: int = 0
+    skipped: int = 0
+    unknown_streams: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+def project_payload(
+    payload: Any,
+    *,
+    observed_ns: int | None = None,
+    projections: Mapping[str, Projection] = PROJECTIONS,
+    streams: Collection[str] | None = None,
+) -> PayloadRows:
+    """Project one admitted telemetry payload (one envelope dict or a list of them) to table rows.
+
+    Each envelope is stamped with ``observed_ns`` when given, else ``time.time_ns()`` once per
+    envelope. An item that does not normalise (:func:`~traceml_ai.telemetry.envelope.normalise`)
+    counts once in ``skipped``; see :func:`project_envelope` for the rest. Never raises.
+    """
+    tables: TableRows = {}
+    out = PayloadRows(tables)
+    for item in payload_items(payload):
+        try:
+            envelope = normalise(item)
+        except EnvelopeError as exc:
+            out.skipped += 1
+            out.failures.append(f"envelope: {exc}")
+            continue
+        out.envelopes += 1
+        env_rows = project_envelope(
+            envelope,
+            time.time_ns() if observed_ns is None else observed_ns,
+            projections=projections,
+            streams=streams,
+        )
+        out.skipped += env_rows.skipped
+        out.failures.extend(env_rows.failures)
+        for stream, count in env_rows.unknown_streams.items():
+            out.unknown_streams[stream] = out.unknown_streams.get(stream, 0) + count
+        for table, table_rows in env_rows.tables.items():
+            out.rows += len(table_rows)
+            have = tables.get(table)
+            if have is None:
+                tables[table] = table_rows
+            else:
+                have.extend(table_rows)
+    if len(tables) > 1:
+        out.tables = in_writer_order(tables)
+    return out
+
+
+def rank_log_lines(envelope: Envelope) -> list[tuple[int | None, str]]:
+    """The lines of ``<run_dir>/aggregator/rank_<global_rank>.log`` in one envelope.
+
+    Each stdout_stderr row with a non-empty str ``line`` gives ``(global_rank, text)`` where text is
+    ``"stdout | <line>"`` or ``"stderr | <line>"`` after the row's extra ``stream`` key, and the bare
+    line when the row does not say which stream. Trailing newlines are removed.
+    """
+    rows = envelope.tables.get(schema.STDOUT_STDERR)
+    if not rows:
+        return []
+    rank = _int(envelope.meta.get("global_rank"))
+    out: list[tuple[int | None, str]] = []
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        line = row.get("line")
+        if not isinstance(line, str) or not line:
+            continue
+        text = line.rstrip("\r\n")
+        which = row.get("stream")
+        if which == "stdout" or which == "stderr":
+            text = f"{which} | {text}"
+        out.append((rank, text))
+    return out

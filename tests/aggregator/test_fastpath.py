@@ -1,0 +1,153 @@
+"""The typed hot path gives exactly the generic projection's rows, counts and log lines."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from traceml_ai.aggregator.fastpath import project_frame
+from traceml_ai.aggregator.projection import project_payload, rank_log_lines
+from traceml_ai.telemetry import frames, schema
+from traceml_ai.telemetry.envelope import EnvelopeError, normalise, payload_items
+
+OBSERVED = 1_764_500_000_000_000_000
+MISSING = object()
+
+# Values of every msgpack type, weighted towards the well-typed ones so both paths are exercised.
+INTS = [0, 1, 7, -3, 2**40, 1_764_500_000_123_456_789]
+FLOATS = [0.0, 1.5, 99.25, 1e9, math.nan, math.inf]
+ODD = [True, False, "text", "", [1, 2], {"a": 1}, b"raw", 2.0, 3]
+
+ROW_KEYS: dict[str, dict[str, str]] = {
+    "step_time": {"seq": "int", "timestamp_unix_ns": "int", "step": "int", "events": "events"},
+    "step_memory": {"seq": "int", "timestamp_unix_ns": "int", "device": "str", "step": "int",
+                    "peak_alloc_bytes": "real", "peak_reserved_bytes": "real"},
+    "system": {"seq": "int", "timestamp_unix_ns": "int", "cpu_percent": "real", "ram_used_bytes": "real",
+               "ram_total_bytes": "real", "gpu_available": "flag", "gpu_count": "int", "gpus": "gpus"},
+    "process": {"seq": "int", "timestamp_unix_ns": "int", "cpu_percent": "real", "cpu_logical_core_count": "int",
+                "ram_used_bytes": "real", "ram_total_bytes": "real", "gpu_available": "flag", "gpu_count": "int",
+                "gpu_device_index": "int", "gpu_mem_used_bytes": "real", "gpu_mem_reserved_bytes": "real",
+                "gpu_mem_total_bytes": "real"},
+    "runtime_environment": {"seq": "int", "timestamp_unix_ns": "int", "topology": "str",
+                            "distributed_initialized": "flag", "distributed_backend": "str",
+                            "training_strategy": "str", "strategy_source": "str", "strategy_confidence": "str"},
+    "stdout_stderr": {"timestamp_unix_ns": "int", "line": "line", "stream": "stream"},
+}
+
+
+def value(rng: random.Random, kind: str, odd_rate: float) -> Any:
+    if rng.random() < 0.15:
+        return MISSING
+    if rng.random() < 0.1:
+        return None
+    if rng.random() < odd_rate:
+        return rng.choice(ODD)
+    if kind == "int":
+        return rng.choice(INTS)
+    if kind == "real":
+        return rng.choice(FLOATS + INTS)
+    if kind == "flag":
+        return rng.choice([0, 1, True, False])
+    if kind == "str":
+        return rng.choice(["cuda:0", "cpu", "ddp", ""])
+    if kind == "line":
+        return rng.choice(["loss 0.5", "", "Traceback:\n", "a | b"])
+    if kind == "stream":
+        return rng.choice(["stdout", "stderr", "other", 1])
+    if kind == "gpus":
+        keys = ["util", "mem_used_bytes", "mem_total_bytes", "temperature_c", "power_usage_w", "power_limit_w"]
+        return [row_of(rng, dict.fromkeys(keys, "real"), odd_rate) for _ in range(rng.randint(0, 3))]
+    assert kind == "events"
+    stats = {"is_gpu": "bool", "duration_ms": "real", "cpu_ms": "real", "gpu_ms": "real", "n_calls": "int"}
+    out = {}
+    for name in rng.sample([*schema.BUILTIN_PHASES, "my_region"], rng.randint(0, 4)):
+        out[name] = {dev: {k: (rng.choice([True, False]) if t == "bool" and rng.random() > odd_rate
+                               else value(rng, "real" if t == "bool" else t, odd_rate))
+                           for k, t in stats.items()}
+                     for dev in rng.sample(["cpu", "cuda:0"], rng.randint(1, 2))}
+        for dev in out[name]:
+            out[name][dev] = {k: v for k, v in out[name][dev].items() if v is not MISSING}
+    return out
+
+
+def row_of(rng: random.Random, keys: dict[str, str], odd_rate: float) -> Any:
+    if rng.random() < odd_rate / 4:
+        return rng.choice(["not a row", 5, None])
+    row = {k: value(rng, t, odd_rate) for k, t in keys.items()}
+    return {k: v for k, v in row.items() if v is not MISSING}
+
+
+def envelope(rng: random.Random, odd_rate: float) -> Any:
+    meta = {"session_id": "s", "global_rank": 1, "local_rank": 1, "world_size": 2, "local_world_size": 2,
+            "node_rank": 0, "hostname": "h", "pid": 77}
+    for key in list(meta):
+        if rng.random() < 0.2:
+            meta[key] = rng.choice([MISSING, None, True, 1.0, "x", 3])
+    if rng.random() < 0.2:
+        meta.pop("global_rank", None)
+        meta["rank"] = rng.choice([4, None, "4"])
+    meta = {k: v for k, v in meta.items() if v is not MISSING}
+    streams = rng.sample(list(ROW_KEYS), rng.randint(1, 4))
+    tables: dict[str, Any] = {s: [row_of(rng, ROW_KEYS[s], odd_rate) for _ in range(rng.randint(0, 4))]
+                              for s in streams}
+    if rng.random() < 0.1:
+        tables["future_stream"] = [{"x": 1}] * rng.randint(0, 3)
+    return {"meta": meta, "tables": tables}
+
+
+def comparable(tables: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """NaN → a marker, so equal rows compare equal."""
+    return {name: [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in rows]
+            for name, rows in tables.items()}
+
+
+def generic_log_lines(payload: Any) -> list[tuple[int | None, str]]:
+    out: list[tuple[int | None, str]] = []
+    for item in payload_items(payload):
+        try:
+            out.extend(rank_log_lines(normalise(item)))
+        except EnvelopeError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("odd_rate", [0.0, 0.02, 0.3])
+def test_both_paths_agree_on_random_payloads(odd_rate: float) -> None:
+    rng = random.Random(1000 + int(odd_rate * 100))
+    typed = 0
+    for _ in range(400):
+        payload = envelope(rng, odd_rate) if rng.random() < 0.5 else [envelope(rng, odd_rate) for _ in range(3)]
+        data = frames.encode_frame(payload)[frames.HEADER.size:]
+        fast = project_frame(data, observed_ns=OBSERVED)
+        if fast is None:
+            continue
+        typed += 1
+        slow = project_payload(frames.decode_body(data), observed_ns=OBSERVED)
+        assert comparable(fast.tables) == comparable(slow.tables)
+        assert list(fast.tables) == list(slow.tables)
+        assert (fast.rows, fast.envelopes, fast.skipped) == (slow.rows, slow.envelopes, slow.skipped)
+        assert fast.unknown_streams == slow.unknown_streams
+        assert fast.log_lines == generic_log_lines(frames.decode_body(data))
+    if odd_rate == 0.0:
+        assert typed == 400  # well-typed payloads never need the generic path
+    else:
+        assert typed > 0
+
+
+@pytest.mark.parametrize("body", [
+    frames.hello("s", {"global_rank": 0}),
+    frames.rank_finished({"global_rank": 0}, 3, 0),
+    {"control": "hello", "tables": {}},
+    {"meta": {}, "tables": {"step_time": [{"step": 1.0}]}},        # a float step: generic rules apply
+    {"meta": {}, "tables": {"step_memory": "not a list"}},
+    [{"meta": {}, "tables": {}}, "not an envelope"],
+])
+def test_frames_the_generic_path_must_handle(body: Any) -> None:
+    assert project_frame(frames.encode_frame(body)[frames.HEADER.size:]) is None
+
+
+def test_bytes_that_are_not_msgpack_are_left_to_the_generic_path() -> None:
+    assert project_frame(b"\xc1\xc1\xc1") is None

@@ -1,0 +1,598 @@
+"""Training steps as telemetry: the step tracer and the ``step_time`` / ``step_memory`` row sources.
+
+The :class:`StepTracer` opens and closes steps on the training thread (``trace_step`` in
+:mod:`traceml_ai.sdk.tracing` drives it) and hands each closed step to two :class:`RowSource`\\ s
+that the capture session's sampler thread collects (DESIGN §3.1):
+
+- :class:`StepTimeSource`, stream ``step_time``, rows ``{seq, timestamp_unix_ns, step, events}``
+  with ``events[name][device] = {is_gpu, duration_ms, cpu_ms, gpu_ms, n_calls}``;
+- :class:`StepMemorySource`, stream ``step_memory``, rows ``{seq, timestamp_unix_ns, device, step,
+  peak_alloc_bytes, peak_reserved_bytes}``; on CPU one row per step with device ``"cpu"`` and null
+  peaks.
+
+``timestamp_unix_ns`` is when the step closed; ``seq`` is the tick of the collect that sent the row
+(one tick can carry many steps, so rows are keyed on ``step``, 000 seed). Steps are numbered 0, 1,
+2, … in the order they open, unless ``trace_step(..., step=N)`` sets the number (later steps then
+continue from N + 1).
+
+Hand-off: each source holds a bounded deque that the training thread appends to under a short lock;
+when it is full the oldest step is dropped and counted (``dropped_steps``/``dropped_rows``). A step
+whose GPU events have not completed stays queued for a later collect (rows leave in step order); after
+``gpu_wait_s`` it is sent anyway with ``gpu_ms`` None for its unfinished phases.
+:meth:`StepTimeSource.collect_final` (the session's last look at shutdown) waits up to 2 s, polling on
+the sampler thread, for the GPU events still pending.
+
+``traceml:step`` spans one iteration: from the start of the DataLoader fetch attributed to the step
+(the ``next()`` just before ``with trace_step(...)``) to the end of the ``with`` block, so
+``dataloader_next / step`` is the share of the iteration spent waiting for data.
+
+Notes: things the run should show about how it was measured (a ``torch.compile``'d model timed at
+step level, a nested ``trace_step`` ignored, bookkeeping faults) go to :attr:`StepTracer.notes`, a
+list of strings shared with both sources as their ``notes`` attribute, and each is printed once on
+stderr as a ``[TraceML]`` line.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from traceml_ai.capture import instrument
+from traceml_ai.capture import timing as T
+from traceml_ai.capture.timing import EventPool, RegionScope, Step, perf_ns, thread_id
+from traceml_ai.telemetry import schema
+
+DEFAULT_MAX_STEPS = 4096
+"""Closed steps a source holds between two collects; at 1 ms a step that is 4 s of steps."""
+
+DEFAULT_GPU_WAIT_S = 60.0
+"""How long a step waits for its GPU events before it is sent with ``gpu_ms`` None."""
+
+
+def _warn(message: str) -> None:
+    stream = sys.__stderr__ or sys.stderr
+    try:
+        if stream is not None:
+            stream.write(f"[TraceML] {message}\n")
+            stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class StepTimeSource:
+    """Row source of stream ``step_time`` (DESIGN §3.1, 000 seed StepTimeRecord).
+
+    Args:
+        max_steps: closed steps held between collects; beyond it the oldest is dropped and counted
+            in ``dropped_steps``.
+        gpu_wait_s: seconds a step may wait for its CUDA events before it is sent with ``gpu_ms``
+            None for the phases whose events had not completed.
+        notes: the list that :attr:`notes` exposes (the tracer's), or a new one.
+    """
+
+    stream = schema.STEP_TIME
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        gpu_wait_s: float = DEFAULT_GPU_WAIT_S,
+        notes: list[str] | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        self.max_steps = max_steps
+        self.gpu_wait_ns = int(gpu_wait_s * 1e9)
+        self.notes: list[str] = notes if notes is not None else []
+        self.dropped_steps = 0
+        self._lock = threading.Lock()
+        self._queue: deque[Step] = deque()
+        self._waiting: deque[Step] = deque()  # sampler thread only
+
+    def put(self, finished: Step) -> None:
+        """Hands a closed step over (training thread; O(1), never blocks for long)."""
+        with self._lock:
+            if len(self._queue) >= self.max_steps:
+                self._queue.popleft().release_events()
+                self.dropped_steps += 1
+            self._queue.append(finished)
+
+    def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
+        """Rows of the steps whose GPU timings are known (or waited ``gpu_wait_s``), in step order."""
+        return self._rows(seq, give_up=False)
+
+    def collect_final(self, seq: int, now_ns: int, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+        """Every step still held, as rows, after waiting up to ``timeout_s`` for GPU events.
+
+        The session's last look at shutdown: training has stopped, so its last GPU work finishes
+        soon. Polls ``event.query()`` (the sampler thread waits; the GPU is never synchronized);
+        steps whose events are still pending at the deadline get ``gpu_ms`` None.
+        """
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        rows = self._rows(seq, give_up=False)
+        while self._pending() and time.monotonic() < deadline:
+            time.sleep(0.002)
+            rows.extend(self._rows(seq, give_up=False))
+        rows.extend(self._rows(seq, give_up=True))
+        return rows
+
+    def _pending(self) -> bool:
+        with self._lock:
+            return bool(self._queue) or bool(self._waiting)
+
+    def _rows(self, seq: int, *, give_up: bool) -> list[dict[str, Any]]:
+        with self._lock:
+            self._waiting.extend(self._queue)
+            self._queue.clear()
+        waiting = self._waiting
+        while len(waiting) > self.max_steps:  # GPU stuck: bound what waits too
+            waiting.popleft().release_events()
+            self.dropped_steps += 1
+        rows: list[dict[str, Any]] = []
+        now = perf_ns()
+        while waiting:
+            finished = waiting[0]
+            if not give_up and finished.pool is not None and now - finished.closed_perf_ns < self.gpu_wait_ns:
+                try:
+                    ready = finished.gpu_ready()
+                except RuntimeError:
+                    ready = True  # a CUDA error: its GPU times will read as not measured
+                if not ready:
+                    break
+            waiting.popleft()
+            try:
+                events = finished.events()
+            except Exception:
+                finished.release_events()
+                self.dropped_steps += 1
+                continue
+            rows.append(
+                {"seq": seq, "timestamp_unix_ns": finished.end_unix_ns, "step": finished.step, "events": events}
+            )
+        return rows
+
+
+class StepMemorySource:
+    """Row source of stream ``step_memory`` (DESIGN §3.1, 000 seed StepMemoryRecord).
+
+    One row per step: ``device`` (``"cpu"`` or ``"cuda:<index>"``), ``peak_alloc_bytes`` and
+    ``peak_reserved_bytes`` (bytes, float; None on CPU or when the user reset the peaks during the
+    step). Peaks are read on the training thread at step close, so rows are ready at once.
+
+    Args:
+        max_rows: rows held between collects; beyond it the oldest is dropped and counted in
+            ``dropped_rows``.
+        notes: the list that :attr:`notes` exposes (the tracer's), or a new one.
+    """
+
+    stream = schema.STEP_MEMORY
+
+    def __init__(self, *, max_rows: int = DEFAULT_MAX_STEPS, notes: list[str] | None = None) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+        self.max_rows = max_rows
+        self.notes: list[str] = notes if notes is not None else []
+        self.dropped_rows = 0
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[int, str, int, float | None, float | None]] = deque()
+
+    def put(
+        self, step: int, device: str, end_unix_ns: int, peak_alloc: float | None, peak_reserved: float | None
+    ) -> None:
+        """Hands one step's peaks over (training thread)."""
+        with self._lock:
+            if len(self._queue) >= self.max_rows:
+                self._queue.popleft()
+                self.dropped_rows += 1
+            self._queue.append((step, device, end_unix_ns, peak_alloc, peak_reserved))
+
+    def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
+        """Rows of every step closed since the last collect, in step order."""
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+        return [
+            {
+                "seq": seq,
+                "timestamp_unix_ns": end_ns,
+                "device": device,
+                "step": step,
+                "peak_alloc_bytes": alloc,
+                "peak_reserved_bytes": reserved,
+            }
+            for step, device, end_ns, alloc, reserved in items
+        ]
+
+
+
+MAX_FORWARD_SEARCH_DEPTH = 3
+"""How many levels below the model the search for its outermost module calls goes (see StepTracer)."""
+
+
+class _ModelInfo:
+    """What the tracer knows of one model: its first parameter (the step's device) and the modules
+    that get forward hooks (``targets``: the model, then one level deeper per search step)."""
+
+    __slots__ = ("compiled", "first_param", "forward_seen", "frontier", "level", "targets")
+
+    def __init__(self, model: Any, first_param: Any, compiled: str | None) -> None:
+        self.first_param = first_param
+        self.compiled = compiled
+        self.targets: list[Any] = [] if compiled is not None else [model]
+        self.frontier: list[Any] = list(self.targets)  # the deepest level hooked so far
+        self.level = 0
+        self.forward_seen = False
+
+
+def _dead() -> None:
+    return None
+
+
+class StepTracer:
+    """Opens and closes training steps on the training thread and feeds the two sources.
+
+    Use :func:`traceml_ai.trace_step` in training code; this class is what it drives, and what tests
+    and integrations can use without a capture session::
+
+        tracer = StepTracer()
+        for x, y in loader:
+            with tracer.step(model):
+                ...
+        rows = tracer.time_source.collect(seq=0, now_ns=time.time_ns())
+
+    Only one step is open at a time in the process: a ``step()`` while one is open (nested, or on
+    another thread) is ignored, with a note, and its block runs untimed. Never raises into the
+    training: a failure of TraceML's own bookkeeping leaves the step untimed and is noted.
+
+    Forward: the outermost calls of the model given to the step. When a step runs backward
+    without calling the model (``training_step`` code that calls ``self.net(x)``), the next steps
+    also hook the model's children, one level deeper per such step, at most
+    :data:`MAX_FORWARD_SEARCH_DEPTH` levels; the first step(s) of such a run have no forward.
+
+    Args:
+        max_steps: bound of each source's hand-off queue (see :class:`StepTimeSource`).
+        gpu_wait_s: bounded wait for a step's CUDA events.
+        echo_notes: print each new note once on stderr as a ``[TraceML]`` line.
+    """
+
+    def __init__(
+        self, *, max_steps: int = DEFAULT_MAX_STEPS, gpu_wait_s: float = DEFAULT_GPU_WAIT_S, echo_notes: bool = True
+    ) -> None:
+        self.notes: list[str] = []
+        self.echo_notes = echo_notes
+        self.time_source = StepTimeSource(max_steps=max_steps, gpu_wait_s=gpu_wait_s, notes=self.notes)
+        self.memory_source = StepMemorySource(max_rows=max_steps, notes=self.notes)
+        self.steps_closed = 0
+        self._next_step = 0
+        self._lock = threading.Lock()
+        self._note_keys: set[str] = set()
+        self._pools: dict[int, EventPool] = {}
+        self._models: weakref.WeakKeyDictionary[Any, _ModelInfo] = weakref.WeakKeyDictionary()
+        self._last_model: Callable[[], Any] = _dead  # weak reference to the last step's model
+        self._last_info: _ModelInfo | None = None
+        self._faults_noted = 0
+        self._torch: Any = None
+        T.GENERATION += 1
+
+    # -- notes -----------------------------------------------------------------------------------
+
+    def note(self, key: str, text: str) -> None:
+        """Adds ``text`` to :attr:`notes` once per ``key`` and echoes it on stderr."""
+        with self._lock:
+            if key in self._note_keys:
+                return
+            self._note_keys.add(key)
+            self.notes.append(text)
+        if self.echo_notes:
+            _warn(text)
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def step(self, model: Any = None, *, step: int | None = None) -> StepScope:
+        """A context manager around one training step of ``model`` (see :meth:`open`)."""
+        return StepScope(self, model, step)
+
+    def region(self, name: str) -> RegionScope:
+        """A context manager timing the user's phase ``name`` (see ``trace_region``)."""
+        return RegionScope(name)
+
+    def open(self, model: Any = None, step: int | None = None) -> Step | None:
+        """Opens a step on this thread; returns it, or None when it is ignored (one already open).
+
+        Args:
+            model: the ``torch.nn.Module`` of the step (its outermost calls are the forward phase,
+                its first parameter's device the step's device), or None.
+            step: the step number; None continues from the last one.
+        """
+        if T.OPEN is not None:
+            self._refuse()
+            return None
+        try:
+            return self._open(model, step)
+        except Exception as exc:
+            T.OPEN = None
+            self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
+            return None
+
+    def close(self, st: Step) -> None:
+        """Closes ``st`` (opened by :meth:`open` on this thread) and hands it to the sources."""
+        t_end = perf_ns()
+        if T.OPEN is st:
+            T.OPEN = None
+        try:
+            self._close(st, t_end)
+        except Exception as exc:
+            self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
+
+    def _refuse(self) -> None:
+        open_step = T.OPEN
+        if open_step is not None and open_step.thread != thread_id():
+            self.note("concurrent", "trace_step opened on another thread while a step is open: it is not timed")
+        else:
+            self.note("nested", "trace_step nested inside an open step is ignored: the outer step times the block")
+
+    def _open(self, model: Any, step: int | None) -> Step | None:
+        if self._torch is None:
+            import torch
+
+            self._torch = torch
+            instrument.install()
+        T.TRACING = True
+        if model is None:
+            info = None
+        elif self._last_model() is model:
+            info = self._last_info
+        else:
+            info = self._model_info(model)
+        index = self._cuda_index(info)
+        pool: EventPool | None = None
+        if index is None:
+            device = "cpu" if info is None or info.first_param is None else info.first_param.device.type
+            T.FETCH_POOL = None
+        else:
+            device = f"cuda:{index}"
+            pool = self._pools.get(index)
+            if pool is None:
+                instrument.install_cuda()
+                pool = self._pools[index] = EventPool(index)
+            T.FETCH_POOL = pool
+        number = self._next_step if step is None else int(step)
+        self._next_step = number + 1
+        st = Step(number, device, pool, info)
+        if index is not None:
+            instrument.PEAKS.begin(index)
+        if info is not None and info.targets:
+            try:
+                st.hooks = [instrument.attach_forward(target) for target in info.targets]
+            except Exception as exc:
+                info.targets = []
+                self.note(
+                    f"nohook:{type(model).__name__}",
+                    f"forward is not timed for {type(model).__name__}: its forward hooks cannot be set ({exc})",
+                )
+        try:
+            self._begin(st, pool)
+        except BaseException:
+            self._detach(st)
+            raise
+        T.OPEN = st
+        return st
+
+    @staticmethod
+    def _begin(st: Step, pool: EventPool | None) -> None:
+        """Starts the step's clocks, taking over what this thread did since its last step."""
+        pre = T.PRE
+        if pre.generation != T.GENERATION:
+            pre = T.pending()
+        if pre.regions:
+            st.phases.update(pre.regions)
+            pre.regions = {}
+        fetch = pre.fetch
+        if fetch is None:
+            st.ev0 = None if pool is None else pool.record()
+            st.t0 = perf_ns()
+            return
+        # The step began where the fetch of its batch began (module docstring).
+        pre.fetch = None
+        t0, cpu_ns, ev0, fetch_pool = fetch
+        st.add(T.DATALOADER_NEXT, cpu_ns, None)
+        if ev0 is not None and fetch_pool is pool:
+            st.ev0 = ev0
+        else:
+            if ev0 is not None and fetch_pool is not None:
+                fetch_pool.put(ev0)
+            st.ev0 = None if pool is None else pool.record()
+        st.t0 = t0
+
+    def _close(self, st: Step, t_end: int) -> None:
+        pool = st.pool
+        ev_end = None if pool is None else pool.record()
+        if st.hooks is not None:
+            self._detach(st)
+            if not st.info.forward_seen:
+                self._search_forward(st)
+        if pool is not None:
+            # Timers left open by an exception (an optimizer step that raised): not counted.
+            st.release(st.forward_ev)
+            st.release(st.optimizer_ev)
+        stats = st.phases[T.STEP] = T.PhaseStats()
+        stats.add(t_end - st.t0, None if ev_end is None or st.ev0 is None else (st.ev0, ev_end))
+        alloc: float | None = None
+        reserved: float | None = None
+        if pool is not None:
+            alloc, reserved = instrument.PEAKS.end(pool.device_index)
+            if st.memory_reset_by_user:
+                alloc = reserved = None
+        st.end_unix_ns = end_unix = time.time_ns()
+        st.closed_perf_ns = t_end
+        self.time_source.put(st)
+        self.memory_source.put(st.step, st.device, end_unix, alloc, reserved)
+        self.steps_closed += 1
+        if T.FAULTS != self._faults_noted:
+            self._faults_noted = T.FAULTS
+            self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
+
+    @staticmethod
+    def _detach(st: Step) -> None:
+        hooks, st.hooks = st.hooks, None
+        for attached in hooks or ():
+            instrument.detach(attached)
+
+    def _search_forward(self, st: Step) -> None:
+        """Finds the modules whose calls are the forward phase when the model itself is not called.
+
+        ``training_step`` code (Lightning) often calls submodules (``self.net(x)``) rather than the
+        module given to ``trace_step``. A step that ran backward but had no call of a hooked module
+        moves the hooks one level down (to the children of the current targets), at most
+        :data:`MAX_FORWARD_SEARCH_DEPTH` levels; once a forward is seen the targets stay.
+        """
+        info: _ModelInfo = st.info
+        if T.FORWARD in st.phases:
+            info.forward_seen = True
+            return
+        if T.BACKWARD not in st.phases:
+            return  # nothing ran that needed a forward (an evaluation step, say): keep looking
+        known = {id(target) for target in info.targets}
+        children = []
+        for parent in info.frontier:
+            for child in parent.children():
+                if id(child) not in known:
+                    known.add(id(child))
+                    children.append(child)
+        info.level += 1
+        if not children or info.level > MAX_FORWARD_SEARCH_DEPTH:
+            info.targets = []
+            info.forward_seen = True
+            self.note(
+                "noforward",
+                "forward is not timed: backward ran but no call of the traced model or its modules "
+                f"down to {MAX_FORWARD_SEARCH_DEPTH} levels was seen inside the step",
+            )
+        else:
+            # The levels above stay targets: a later step may call the model itself after all.
+            info.targets = [*info.targets, *children]
+            info.frontier = children
+
+    def _model_info(self, model: Any) -> _ModelInfo | None:
+        try:
+            info = self._models.get(model)
+        except TypeError:
+            info = None
+        if info is None:
+            info = self._new_model_info(model)
+        if info is not None:
+            try:
+                self._last_model = weakref.ref(model)
+                self._last_info = info
+            except TypeError:
+                pass
+        return info
+
+    def _new_model_info(self, model: Any) -> _ModelInfo | None:
+        torch = self._torch
+        if not isinstance(model, torch.nn.Module):
+            self.note(
+                f"notmodule:{type(model).__name__}",
+                f"trace_step got a {type(model).__name__}, not a torch.nn.Module: forward is not timed",
+            )
+            return None
+        first = next(iter(model.parameters()), None)
+        compiled = instrument.compiled_reason(model)
+        info = _ModelInfo(model, first, compiled)
+        if compiled is not None:
+            self.note(
+                "compiled",
+                f"model is torch.compile'd ({compiled}): forward is not timed (no module hooks, so the "
+                "compiled graphs stay whole); step, dataloader, h2d, backward and optimizer timings go on",
+            )
+        try:
+            self._models[model] = info
+        except TypeError:
+            pass
+        return info
+
+    def _cuda_index(self, info: _ModelInfo | None) -> int | None:
+        """The CUDA device of the step (its model's first parameter), or None for a CPU step."""
+        param = None if info is None else info.first_param
+        if param is not None:
+            return int(param.get_device()) if param.is_cuda else None
+        # No parameters to ask: a CUDA step if CUDA is already in use (never initialise it ourselves).
+        cuda = self._torch.cuda
+        if cuda.is_available() and cuda.is_initialized():
+            return int(cuda.current_device())
+        return None
+
+
+class StepScope:
+    """The context manager of one ``trace_step`` (opens on enter, closes on exit, never swallows)."""
+
+    __slots__ = ("_model", "_open", "_step", "_tracer")
+
+    def __init__(self, tracer: StepTracer, model: Any, step: int | None) -> None:
+        self._tracer = tracer
+        self._model = model
+        self._step = step
+        self._open: Step | None = None
+
+    def __enter__(self) -> None:
+        self._open = self._tracer.open(self._model, self._step)
+
+    def __exit__(self, *exc_info: object) -> None:
+        st = self._open
+        if st is not None:
+            self._open = None
+            self._tracer.close(st)
+
+
+# -- the tracer of the running capture session -------------------------------------------------------
+
+_bind_lock = threading.Lock()
+_bound: tuple[Any, StepTracer] | None = None
+
+
+def tracer_for(session: Any) -> StepTracer:
+    """The step tracer of ``session``, created and registered on first use.
+
+    Registers the tracer's two sources with ``session.add_source`` (the session's sampler thread
+    then collects them) and starts TraceML's phase patches. One tracer per session; a new session
+    gets a new tracer, and step numbers start again at 0.
+    """
+    global _bound
+    bound = _bound
+    if bound is not None and bound[0] is session:
+        return bound[1]
+    with _bind_lock:
+        bound = _bound
+        if bound is not None and bound[0] is session:
+            return bound[1]
+        tracer = StepTracer()
+        session.add_source(tracer.time_source)
+        session.add_source(tracer.memory_source)
+        _bound = (session, tracer)
+        return tracer
+
+
+def deactivate() -> None:
+    """Stops attributing DataLoader fetches to steps (no session is running any more)."""
+    T.TRACING = False
+
+
+def prepare(session: Any) -> StepTracer | None:
+    """Starts step tracing for ``session`` now, if torch is already imported; else None.
+
+    Without it, tracing starts at the first ``trace_step``, and the DataLoader fetch of the first
+    step (made before that call) is not measured: that step has no ``traceml:dataloader_next``. A
+    caller that starts a session after ``import torch`` (``traceml_ai.init()``) can call this so
+    the first step's fetch is timed too.
+    """
+    if "torch" not in sys.modules:
+        return None
+    tracer = tracer_for(session)
+    instrument.install()
+    T.TRACING = True
+    return tracer

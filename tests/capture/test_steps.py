@@ -1,0 +1,449 @@
+"""Step tracer and the step_time / step_memory sources, on real torch training on the CPU (DESIGN §3.1)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
+
+from traceml_ai.capture import timing  # noqa: E402
+from traceml_ai.capture.steps import StepMemorySource, StepTimeSource, StepTracer  # noqa: E402
+from traceml_ai.telemetry import schema  # noqa: E402
+
+SLEEP_S = 0.02
+
+
+class SlowDataset(Dataset[tuple[Any, Any]]):
+    """A TensorDataset whose every item takes at least ``SLEEP_S`` to fetch."""
+
+    def __init__(self, n: int = 6) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = torch.randn(n, 1, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
+        time.sleep(SLEEP_S)
+        return self.x[i], self.y[i]
+
+
+class SlowForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x: Any) -> Any:
+        time.sleep(SLEEP_S)
+        return self.net(x)
+
+
+def mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def loader(n: int = 32, batch_size: int = 8, **kw: Any) -> DataLoader[Any]:
+    g = torch.Generator().manual_seed(1)
+    return DataLoader(TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g)),
+                      batch_size=batch_size, **kw)
+
+
+def train(tracer: StepTracer | None, model: nn.Module, data: DataLoader[Any], opt: Any) -> list[float]:
+    losses = []
+    for x, y in data:
+        scope = tracer.step(model) if tracer is not None else _Null()
+        with scope:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def rows_of(tracer: StepTracer) -> list[dict[str, Any]]:
+    return tracer.time_source.collect(1, time.time_ns())
+
+
+def phase(row: dict[str, Any], name: str) -> dict[str, Any]:
+    (stats,) = row["events"][name].values()
+    return stats
+
+
+@pytest.fixture
+def tracer() -> Iterator[StepTracer]:
+    t = StepTracer(echo_notes=False)
+    yield t
+    assert timing.OPEN is None, "a step was left open"
+
+
+def test_every_phase_is_measured_with_the_planted_sleeps(tracer: StepTracer) -> None:
+    model = SlowForward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = DataLoader(SlowDataset(), batch_size=1)
+    train(tracer, model, data, opt)
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == list(range(6))
+    # The first fetch came before the tracer's first step: it is not measured, so absent (not 0).
+    assert schema.DATALOADER_NEXT not in rows[0]["events"]
+    for row in rows[1:]:
+        dl = phase(row, schema.DATALOADER_NEXT)
+        fwd = phase(row, schema.FORWARD)
+        bwd = phase(row, schema.BACKWARD)
+        opt_stats = phase(row, schema.OPTIMIZER_STEP)
+        step = phase(row, schema.STEP)
+        assert dl["cpu_ms"] >= SLEEP_S * 1000 and dl["n_calls"] == 1
+        assert fwd["cpu_ms"] >= SLEEP_S * 1000 and fwd["n_calls"] == 1
+        assert bwd["cpu_ms"] < fwd["cpu_ms"]  # the sleep is in forward, not in backward
+        assert opt_stats["n_calls"] == 1 and opt_stats["cpu_ms"] > 0
+        # traceml:step spans the fetch of its batch and every phase inside the block.
+        assert step["cpu_ms"] >= dl["cpu_ms"] + fwd["cpu_ms"] + bwd["cpu_ms"] + opt_stats["cpu_ms"]
+        for stats in row["events"].values():
+            (device,) = stats
+            assert device == "cpu"
+            assert stats["cpu"]["is_gpu"] is False and stats["cpu"]["gpu_ms"] is None
+            assert stats["cpu"]["duration_ms"] == stats["cpu"]["cpu_ms"]
+        assert set(row) == {"seq", "timestamp_unix_ns", "step", "events"}
+
+
+def test_no_h2d_phase_on_cpu_even_with_to_calls(tracer: StepTracer) -> None:
+    model = mlp()
+    for x, _ in loader():
+        with tracer.step(model):
+            model(x.to("cpu").to(torch.float32))
+    assert all(schema.H2D not in r["events"] for r in rows_of(tracer))
+
+
+def test_forward_counts_outermost_model_calls_only(tracer: StepTracer) -> None:
+    model = mlp()  # three submodules, each called inside model(x)
+    loss_fn = nn.MSELoss()  # a module too, but not the model's
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    with tracer.step(model):
+        a = model(x)
+        b = model(x * 2)
+        model[0](x)  # a submodule called directly is not the model's forward
+        loss_fn(a + b, y).backward()
+    (row,) = rows_of(tracer)
+    assert phase(row, schema.FORWARD)["n_calls"] == 2
+    assert phase(row, schema.BACKWARD)["n_calls"] == 1
+    assert schema.OPTIMIZER_STEP not in row["events"]
+
+
+def test_steps_are_numbered_in_order_and_step_argument_sets_the_number(tracer: StepTracer) -> None:
+    model = mlp()
+    x = torch.randn(2, 8)
+    for _ in range(3):
+        with tracer.step(model):
+            model(x)
+    with tracer.step(model, step=100):
+        model(x)
+    with tracer.step(model):
+        model(x)
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == [0, 1, 2, 100, 101]
+    stamps = [r["timestamp_unix_ns"] for r in rows]
+    assert stamps == sorted(stamps) and all(isinstance(s, int) for s in stamps)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_training_is_bit_identical_with_and_without_tracing(optimizer: str) -> None:
+    def run(traced: bool) -> tuple[list[float], list[Any], list[Any]]:
+        model = mlp(seed=3)
+        params = list(model.parameters())
+        opt = torch.optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params)
+        tracer = StepTracer(echo_notes=False) if traced else None
+        losses = train(tracer, model, loader(), opt)
+        # One more step whose gradients are kept, to compare them too.
+        x, y = next(iter(loader()))
+        with tracer.step(model) if tracer is not None else _Null():
+            nn.functional.mse_loss(model(x), y).backward()
+        return losses, [p.detach().clone() for p in params], [p.grad.clone() for p in params]
+
+    plain = run(False)
+    traced = run(True)
+    assert traced[0] == plain[0]
+    assert all(torch.equal(a, b) for a, b in zip(traced[1], plain[1], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(traced[2], plain[2], strict=True))
+
+
+def test_exception_in_a_step_propagates_unchanged_and_the_step_is_closed(tracer: StepTracer) -> None:
+    model = mlp()
+    boom = ValueError("bad batch")
+    with pytest.raises(ValueError) as caught, tracer.step(model):
+        model(torch.randn(2, 8))
+        raise boom
+    assert caught.value is boom
+    assert timing.OPEN is None
+
+    class Exploding(nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise KeyError("in forward")
+
+    bad = Exploding()
+    with pytest.raises(KeyError, match="in forward"), tracer.step(bad):
+        bad(torch.randn(2))
+    # The model carries no TraceML hook once its step is closed, even after an exception.
+    assert not bad._forward_pre_hooks and not bad._forward_hooks
+    with tracer.step(model):
+        model(torch.randn(2, 8))
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert phase(rows[0], schema.STEP)["n_calls"] == 1
+    assert phase(rows[1], schema.FORWARD)["n_calls"] == 1  # the call that raised is still a call
+
+
+def test_exception_in_backward_and_optimizer_propagates_unchanged(tracer: StepTracer) -> None:
+    model = mlp()
+    out = model(torch.randn(2, 8))
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"), \
+            tracer.step(model):
+        out.backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure_that_fails() -> Any:
+        raise ArithmeticError("closure")
+
+    with pytest.raises(ArithmeticError, match="closure"), tracer.step(model):
+        opt.step(closure_that_fails)
+    with tracer.step(model):
+        opt.step()  # the optimizer timer left open by the failed step does not leak into this one
+    rows = rows_of(tracer)
+    assert schema.OPTIMIZER_STEP not in rows[1]["events"]
+    assert phase(rows[2], schema.OPTIMIZER_STEP)["n_calls"] == 1
+
+
+def test_hooks_live_only_while_the_step_is_open(tracer: StepTracer) -> None:
+    model = mlp()
+    seen: list[int] = []
+    with tracer.step(model):
+        seen.append(len(model._forward_pre_hooks) + len(model._forward_hooks))
+        model(torch.randn(1, 8))
+    assert seen == [2]
+    assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_no_grad_inside_a_step_behaves_as_without_tracing(tracer: StepTracer) -> None:
+    model = mlp()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x)
+    with tracer.step(model), torch.no_grad():
+        got = model(x)
+    assert torch.equal(got, expected) and not got.requires_grad
+    assert all(p.grad is None for p in model.parameters())
+    assert phase(rows_of(tracer)[0], schema.FORWARD)["n_calls"] == 1
+
+
+def test_regions_nest_and_a_region_outside_a_step_goes_to_the_next_step(tracer: StepTracer) -> None:
+    model = mlp()
+    with tracer.region("setup"):
+        time.sleep(SLEEP_S)
+    with tracer.step(model):
+        with tracer.region("outer"):
+            with tracer.region("inner"):
+                model(torch.randn(1, 8))
+            with tracer.region("inner"):
+                pass
+            with tracer.region("outer"):  # same name nested: counted once, by the outer block
+                time.sleep(SLEEP_S)
+    with tracer.step(model):
+        pass
+    first, second = rows_of(tracer)
+    assert phase(first, "setup")["cpu_ms"] >= SLEEP_S * 1000 and phase(first, "setup")["n_calls"] == 1
+    assert phase(first, "outer")["n_calls"] == 1 and phase(first, "outer")["cpu_ms"] >= SLEEP_S * 1000
+    assert phase(first, "inner")["n_calls"] == 2
+    assert phase(first, "outer")["cpu_ms"] >= phase(first, "inner")["cpu_ms"]
+    assert set(second["events"]) == {schema.STEP}
+
+
+def test_a_region_that_raises_propagates_and_still_counts(tracer: StepTracer) -> None:
+    with pytest.raises(ZeroDivisionError), tracer.step(None), tracer.region("risky"):
+        _ = 1 / 0
+    assert phase(rows_of(tracer)[0], "risky")["n_calls"] == 1
+
+
+def test_nested_step_is_ignored_with_a_note(tracer: StepTracer) -> None:
+    model = mlp()
+    with tracer.step(model):
+        with tracer.step(model):
+            model(torch.randn(1, 8))
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == [0]
+    assert phase(rows[0], schema.FORWARD)["n_calls"] == 1
+    assert any("nested" in note for note in tracer.notes)
+
+
+def test_only_the_step_thread_is_timed(tracer: StepTracer) -> None:
+    model = mlp()
+    done = threading.Event()
+    other_step: list[Any] = []
+
+    def elsewhere() -> None:
+        model(torch.randn(1, 8))  # same model, other thread: not this step's forward
+        with tracer.step(model) as nothing:  # a second step while one is open: ignored
+            other_step.append(nothing)
+        done.set()
+
+    with tracer.step(model):
+        model(torch.randn(1, 8))
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+    assert done.is_set()
+    (row,) = rows_of(tracer)
+    assert phase(row, schema.FORWARD)["n_calls"] == 1
+    assert any("another thread" in note for note in tracer.notes)
+
+
+def test_compiled_model_falls_back_to_step_level_with_a_note(tracer: StepTracer, capfd: Any) -> None:
+    model = mlp()
+    compiled = torch.compile(model, backend="eager")
+    x = torch.randn(4, 8)
+    expected = model(x)
+    noisy = StepTracer()  # echoes its notes on stderr
+    for t in (tracer, noisy):
+        with t.step(compiled):
+            out = compiled(x)
+            out.sum().backward()
+        assert torch.equal(out, expected)
+        assert not compiled._forward_pre_hooks and not model._forward_pre_hooks
+    row = rows_of(tracer)[0]
+    assert schema.FORWARD not in row["events"]
+    assert phase(row, schema.BACKWARD)["n_calls"] == 1 and phase(row, schema.STEP)["n_calls"] == 1
+    assert any("torch.compile" in note for note in tracer.notes)
+    assert "[TraceML] model is torch.compile'd" in capfd.readouterr().err
+
+    inplace = mlp()
+    inplace.compile(backend="eager")
+    with tracer.step(inplace):
+        inplace(x)
+    assert schema.FORWARD not in rows_of(tracer)[0]["events"]
+
+
+def test_a_fetch_between_steps_counts_once_in_the_next_step(tracer: StepTracer) -> None:
+    model = mlp()
+    train_it = iter(loader())
+    val = loader(n=24)
+    for _ in range(2):
+        x, _y = next(train_it)
+        with tracer.step(model):
+            model(x)
+        for vx, _vy in val:  # a validation loop between two steps: its fetches are not the step's
+            with torch.no_grad():
+                model(vx)
+    rows = rows_of(tracer)
+    assert phase(rows[1], schema.DATALOADER_NEXT)["n_calls"] == 1
+
+
+def test_fetches_inside_a_step_count_there(tracer: StepTracer) -> None:
+    model = mlp()
+    it = iter(loader())
+    with tracer.step(model):
+        next(it)
+        next(it)
+    assert phase(rows_of(tracer)[0], schema.DATALOADER_NEXT)["n_calls"] == 2
+
+
+def test_multiprocess_dataloader_is_timed_in_the_training_process(tracer: StepTracer) -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = DataLoader(SlowDataset(n=4), batch_size=1, num_workers=2)
+    for _ in range(2):  # the second epoch's first fetch follows a step: it is measured
+        train(tracer, model, data, opt)
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == list(range(8))
+    assert all(phase(r, schema.DATALOADER_NEXT)["n_calls"] == 1 for r in rows[1:])
+
+
+def test_memory_rows_on_cpu_have_null_peaks(tracer: StepTracer) -> None:
+    model = mlp()
+    train(tracer, model, loader(n=16), torch.optim.SGD(model.parameters(), lr=0.1))
+    rows = tracer.memory_source.collect(7, time.time_ns())
+    assert [r["step"] for r in rows] == [0, 1]
+    for row in rows:
+        assert row == {"seq": 7, "timestamp_unix_ns": row["timestamp_unix_ns"], "device": "cpu",
+                       "step": row["step"], "peak_alloc_bytes": None, "peak_reserved_bytes": None}
+    assert tracer.memory_source.collect(8, time.time_ns()) == []
+
+
+def test_full_queues_drop_the_oldest_steps_and_count_them() -> None:
+    tracer = StepTracer(max_steps=3, echo_notes=False)
+    for _ in range(5):
+        with tracer.step(None):
+            pass
+    assert [r["step"] for r in rows_of(tracer)] == [2, 3, 4]
+    assert tracer.time_source.dropped_steps == 2
+    assert [r["step"] for r in tracer.memory_source.collect(1, 0)] == [2, 3, 4]
+    assert tracer.memory_source.dropped_rows == 2
+
+
+def test_sources_collected_on_a_background_thread_get_every_step_once_in_order() -> None:
+    tracer = StepTracer(echo_notes=False)
+    got: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def sampler() -> None:
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            got.extend(tracer.time_source.collect(seq, time.time_ns()))
+            time.sleep(0.001)
+        got.extend(tracer.time_source.collect_final(seq + 1, time.time_ns()))
+
+    thread = threading.Thread(target=sampler)
+    thread.start()
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    for _ in range(3):
+        train(tracer, model, loader(n=64, batch_size=4), opt)
+    stop.set()
+    thread.join()
+    assert [r["step"] for r in got] == list(range(48))
+    assert tracer.time_source.dropped_steps == 0
+
+
+def test_sources_validate_their_bounds() -> None:
+    with pytest.raises(ValueError, match="max_steps"):
+        StepTimeSource(max_steps=0)
+    with pytest.raises(ValueError, match="max_rows"):
+        StepMemorySource(max_rows=0)
+    assert StepTimeSource.stream == "step_time" and StepMemorySource.stream == "step_memory"
+
+
+def test_forward_is_found_in_submodules_when_the_model_itself_is_not_called(tracer: StepTracer) -> None:
+    class Lit(nn.Module):  # a LightningModule-like wrapper whose training code calls its children
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+            self.head = nn.Linear(16, 1)
+
+        def training_step(self, x: Any) -> Any:
+            return self.head(self.encoder(x)).sum()
+
+    lit = Lit()
+    for _ in range(3):
+        with tracer.step(lit):
+            lit.training_step(torch.randn(2, 8)).backward()
+    with tracer.step(lit):
+        lit.head(lit.encoder(torch.randn(2, 8)))  # no backward: the targets stay as found
+    rows = rows_of(tracer)
+    assert schema.FORWARD not in rows[0]["events"]  # the step that found out
+    assert [phase(r, schema.FORWARD)["n_calls"] for r in rows[1:]] == [2, 2, 2]  # encoder, then head
+    assert not lit.encoder._forward_pre_hooks and not lit.head._forward_hooks

@@ -181,6 +181,29 @@ def test_a_restarted_viewer_rewrites_nothing_when_nothing_changed(store: RunStor
     assert os.stat(tmp_path / ".cache" / "runs.sqlite").st_ino == written.st_ino
 
 
+def test_with_a_changed_hint_only_the_named_runs_are_compared_and_rewritten(store: RunStore, tmp_path: Path) -> None:
+    cache = CacheFolder(tmp_path / ".cache")
+    path = cache.save_run_db(store.runs(), store.stamps(), force=True)
+    runs = store.runs()
+    named, unnamed = runs[0], runs[1]
+    notes = named.notes, unnamed.notes
+    try:
+        named.notes, unnamed.notes = "named", "not named"
+        # Nothing named: nothing to write (the viewer names every run its polls changed).
+        assert cache.save_run_db(runs, store.stamps(), force=True, changed=set()) is None
+        assert cache.save_run_db(runs, store.stamps(), force=True, changed={named.key}) == path
+        loaded = CacheFolder(tmp_path / ".cache").load_run_db()
+        assert loaded is not None
+        assert loaded.runs[named.key].summary.notes == "named"
+        assert loaded.runs[unnamed.key].summary.notes != "not named"
+        # Without the hint every run is compared: the other edit is found and written.
+        assert cache.save_run_db(runs, store.stamps(), force=True) == path
+        loaded = CacheFolder(tmp_path / ".cache").load_run_db()
+        assert loaded is not None and loaded.runs[unnamed.key].summary.notes == "not named"
+    finally:
+        named.notes, unnamed.notes = notes
+
+
 def test_hidden_runs_are_left_out_of_the_run_db(store: RunStore, tmp_path: Path) -> None:
     cache = CacheFolder(tmp_path / ".cache")
     hidden = store.runs()[3].key

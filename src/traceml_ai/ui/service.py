@@ -87,6 +87,7 @@ class Viewer:
         self._tables: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._facts: dict[tuple[int, bool], ColumnFacts] = {}
         self._db_dirty = False
+        self._db_changed: set[str] = set()  # runs changed since the run database was last written
         self._db_saved_at = 0.0
 
     # -- updating --------------------------------------------------------------------------
@@ -101,9 +102,14 @@ class Viewer:
             log.warning("[TraceML] run database not used: %s", err)
             return
         if loaded is not None:
+            stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
             taken = self.store.seed(dict(loaded.runs))
             if taken:
-                self._bump([r.key for r in self.store.runs()], [])
+                runs = self.store.runs()
+                self._bump([r.key for r in runs], [])
+                # What the database holds needs no rewrite, except the display statuses that moved
+                # on since it was written (a running run that went stale).
+                self._db_changed = {r.key for r in runs if stored.get(r.key) != r.display_status}
 
     def poll(self, *, refresh: bool = False) -> PollResult:
         """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
@@ -124,6 +130,7 @@ class Viewer:
             for key in removed:
                 self.removed_at[key] = self.version
                 self.changed_at.pop(key, None)
+            self._db_changed.update(changed)
             self._db_dirty = True
             version = self.version
         for queue in list(self._listeners.queues):
@@ -136,12 +143,17 @@ class Viewer:
         now = time.monotonic()
         if not force and now - self._db_saved_at < DB_SAVE_EVERY_S:
             return
+        with self._lock:
+            changed = set(self._db_changed)
+            version = self.version
         try:
-            self.cache.save_run_db(self.store.runs(), self.store.stamps(), force=True)
+            self.cache.save_run_db(self.store.runs(), self.store.stamps(), force=True, changed=changed)
         except Exception as err:
             log.warning("[TraceML] could not save the run database: %s", err)
             return
-        self._db_dirty = False
+        with self._lock:
+            self._db_changed -= changed
+            self._db_dirty = bool(self._db_changed) or self.version != version  # (a run removed meanwhile)
         self._db_saved_at = now
 
     def close(self) -> None:

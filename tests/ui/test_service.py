@@ -1,0 +1,92 @@
+"""The viewer's state between requests (traceml_ai.ui.service): versions, the table answers it keeps,
+the run database it writes (003 seed, "Live refresh", "The run database")."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from traceml_ai.runs.fake import generate
+from traceml_ai.runs.store import RunStore
+from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.service import Viewer, run_row
+
+
+@pytest.fixture(scope="module")
+def fake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ws") / "traceml" / "runs"
+    generate(root, runs=24, seed=0)
+    return root
+
+
+@pytest.fixture
+def work(fake_root: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "traceml" / "runs"
+    shutil.copytree(fake_root, root, symlinks=True)
+    return root
+
+
+def _viewer(root: Path) -> Viewer:
+    return Viewer(RunStore([root]), CacheFolder(root.parent / ".cache", roots=[root]))
+
+
+def test_a_viewer_started_from_the_run_database_rewrites_it_only_for_what_changed(work: Path) -> None:
+    first = _viewer(work)
+    first.poll()
+    first.close()
+    db = work.parent / ".cache" / "runs.sqlite"
+    written = os.stat(db)
+
+    again = _viewer(work)
+    again.start()
+    assert len(again.runs_payload(0)["runs"]) == 24
+    again.poll()  # re-checks every run by stat: nothing changed
+    again.close()
+    assert os.stat(db).st_ino == written.st_ino  # not rewritten
+
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    meta = json.loads((baseline / "run.json").read_text())
+    (baseline / "run.json").write_text(json.dumps({**meta, "notes": "changed on disk"}))
+    st = os.stat(baseline / "run.json")
+    os.utime(baseline / "run.json", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    third = _viewer(work)
+    third.start()
+    third.poll(refresh=True)
+    third.close()
+    assert os.stat(db).st_ino != written.st_ino
+    loaded = CacheFolder(work.parent / ".cache", roots=[work]).load_run_db()
+    assert loaded is not None
+    assert loaded.runs[os.path.realpath(baseline)].summary.notes == "changed on disk"
+
+
+def test_table_answers_follow_the_version(work: Path) -> None:
+    viewer = _viewer(work)
+    viewer.poll()
+    first = viewer.table_payload()
+    assert viewer.table_payload() is first  # the same question at the same version
+    key = first["keys"][0]
+    viewer.set_hidden([key], True)  # a new version
+    after = viewer.table_payload()
+    assert after["version"] > first["version"] and key not in after["keys"] and after["total"] == 23
+    assert key in viewer.table_payload(show_hidden=True)["keys"]
+
+
+def test_run_rows_encode_as_the_documented_run_row(work: Path) -> None:
+    viewer = _viewer(work)
+    viewer.poll()
+    failed = next(r for r in viewer.store.runs() if r.name == "failed-run")
+    row = orjson.loads(orjson.dumps(run_row(failed)))
+    assert list(row) == [
+        "key", "id", "name", "group", "tags", "notes", "status", "display_status", "legacy", "started_at",
+        "ended_at", "heartbeat_at", "duration_s", "step", "epoch", "path", "root", "warnings", "error", "params",
+        "start", "last", "best", "summary", "metric_names",
+    ]
+    assert row["path"] == row["key"] == failed.key
+    assert set(row["error"]) == {"type", "message", "code", "signal"} and row["error"]["type"]
+    best = next(iter(row["best"].values()))
+    assert set(best) == {"value", "step", "epoch", "mode"}

@@ -31,7 +31,7 @@ def test_summary_document_has_the_breakdown_ranks_and_findings(straggler_run: Pa
     assert doc["schema_version"] == 1
     assert doc["generated_at"].endswith("Z") and "T" in doc["generated_at"]
     assert doc["telemetry"]["status"] == "ok"
-    assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190}
+    assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190, "sampled_every": 1}
     assert doc["ranks"] == {"seen": [0, 1], "world_size": 2, "missing": []}
     st = doc["step_time"]
     phases = {p["name"]: p for p in st["phases"]}
@@ -43,6 +43,7 @@ def test_summary_document_has_the_breakdown_ranks_and_findings(straggler_run: Pa
     assert sum(p["share"] for p in st["phases"]) == pytest.approx(1.0, abs=0.01)
     assert [r["rank"] for r in st["per_rank"]] == [0, 1]
     assert st["per_rank"][1]["median_ms"] == pytest.approx(24.0, rel=0.05)
+    assert st["per_rank"][1]["outside_backward_median_ms"] == pytest.approx(24.0 - 7.0, rel=0.05)
     assert st["worst_rank"] == 1 and st["skew"] == pytest.approx(24.0 / 14.5 - 1, rel=0.1)
     assert st["throughput_steps_per_s"] == pytest.approx(1000 / 24.0, rel=0.05)
     assert doc["memory"]["device"] == "cpu" and doc["memory"]["peak_alloc_bytes"] is None
@@ -117,3 +118,39 @@ def test_load_final_summary_errors(tmp_path: Path) -> None:
     path.write_text('{"schema_version": 99}')
     with pytest.raises(SummaryFileError, match="schema_version 99"):
         load_final_summary(tmp_path)
+
+
+def test_a_long_run_is_read_every_kth_step_but_memory_peaks_from_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.diagnose.telemetry_db import GIB
+    from traceml_ai.diagnose import thresholds
+
+    monkeypatch.setattr(thresholds, "MAX_STEP_ROWS", 100)
+    db = write_run(tmp_path / "run", RunSpec(
+        ranks=2, steps=200, gpu=True, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0},
+        peak_reserved=lambda r, s: 79 * GIB if s == 7 else 12 * GIB))
+    summary = diagnose(db)
+    assert summary.sampled_every == 4
+    assert (summary.steps_seen, summary.first_step, summary.last_step) == (200, 0, 199)  # all steps
+    assert summary.steps_analysed == 2 * 48  # per rank: steps 8, 12, ... 196 after the warm-up steps 0..4
+    assert any("read every 4th step" in p for p in summary.problems)
+    # The statistics survive the even sample ...
+    assert summary.findings[0].kind == "input_bound"
+    # ... and the one-step memory spike at step 7, which the sample skips, is still found.
+    assert any(f.kind == "memory_pressure" and f.severity == "critical" for f in summary.findings)
+
+
+def test_a_failing_rule_abstains_and_the_others_still_judge(
+    straggler_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceml_ai.diagnose import rules, summary
+
+    def broken(ctx: rules.Context) -> rules.RuleResult:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(summary, "RULES", (("input_bound", broken), *rules.RULES[1:]))
+    result = diagnose(straggler_run / "aggregator" / "telemetry.sqlite")
+    assert {"rule": "input_bound", "reason": "internal error in this rule: ZeroDivisionError: boom"} in \
+        [a.to_dict() for a in result.abstained]
+    assert result.findings[0].kind == "straggler"

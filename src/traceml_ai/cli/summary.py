@@ -192,13 +192,14 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
         per_rank = st.get("per_rank") or []
         if len(per_rank) > 1:
             ranks_table = Table(title="ranks", title_justify="left", box=None, header_style="bold")
-            for c in ("rank", "steps", "median ms", "p90 ms"):
+            for c in ("rank", "steps", "median ms", "p90 ms", "outside backward ms"):
                 ranks_table.add_column(c, justify="right")
             for r in per_rank:
                 worst = r.get("rank") == st.get("worst_rank")
                 ranks_table.add_row(Text(_text(r.get("rank")) + (" (slowest)" if worst else ""),
                                          style="bold" if worst else ""),
-                                    fmt_value(r.get("steps")), _ms(r.get("median_ms")), _ms(r.get("p90_ms")))
+                                    fmt_value(r.get("steps")), _ms(r.get("median_ms")), _ms(r.get("p90_ms")),
+                                    _ms(r.get("outside_backward_median_ms")))
             out.print(ranks_table)
             if st.get("skew") is not None:
                 out.print(Text(f"skew: slowest rank +{st['skew'] * 100:.1f}% over the median of the others",

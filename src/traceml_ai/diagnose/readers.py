@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import orjson
 
+from traceml_ai.diagnose import thresholds as th
 from traceml_ai.telemetry import schema
 
 TelemetryStatus = Literal["ok", "missing", "empty", "corrupt", "unreadable"]
@@ -58,6 +59,28 @@ class MemorySample:
     timestamp_ns: int | None
     peak_alloc_bytes: float | None
     peak_reserved_bytes: float | None
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """The highest per-step peaks (bytes) of one rank's device over every step of the run, read with
+    SQL ``MAX`` so that no step is missed even when steps are sampled (see :func:`read_telemetry`)."""
+
+    rank: int | None
+    device: str | None
+    peak_alloc_bytes: float | None
+    peak_reserved_bytes: float | None
+    first_step: int | None
+    last_step: int | None
+
+
+@dataclass(frozen=True)
+class StepSpan:
+    """Every step in step_time_samples, sampled or not: distinct step numbers, first and last."""
+
+    distinct: int
+    first: int
+    last: int
 
 
 @dataclass(frozen=True)
@@ -113,6 +136,8 @@ class Telemetry:
     file), ``corrupt`` (not a SQLite database, or damaged) or ``unreadable`` (permissions, locks);
     ``detail`` says why for every status but ``ok``. ``problems`` lists rows or tables that could not be
     used (each one line). ``world_size`` is the largest world size any row reported (None if none did).
+    ``sampled_every`` is 1, or the stride k when a long run's steps were read every k-th step
+    (``MAX_STEP_ROWS``); ``memory_peaks`` and ``step_span`` always cover every step.
     """
 
     path: str
@@ -120,6 +145,9 @@ class Telemetry:
     detail: str | None = None
     steps: tuple[StepSample, ...] = ()
     memory: tuple[MemorySample, ...] = ()
+    memory_peaks: tuple[MemoryPeak, ...] = ()
+    sampled_every: int = 1
+    step_span: StepSpan | None = None
     process: tuple[ProcessSample, ...] = ()
     system: tuple[SystemSample, ...] = ()
     gpus: tuple[GpuSample, ...] = ()
@@ -130,6 +158,10 @@ class Telemetry:
 
 def _num(value: Any) -> float | None:
     """A finite number as float; anything else (None, NaN, text) is "not measured"."""
+    if type(value) is float:  # fast path: nearly every value; x - x is 0.0 only when x is finite
+        return value if value - value == 0.0 else None
+    if value is None:
+        return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         f = float(value)
         return f if math.isfinite(f) else None
@@ -150,17 +182,20 @@ def event_ms(by_device: Any) -> float | None:
 
     Returns None when no device measured it; a negative time (clock trouble) is not a measurement.
     """
-    if not isinstance(by_device, Mapping):
+    # type() checks first: JSON decoding gives plain dicts, and an ABC isinstance costs more than
+    # the rest of this function (it runs for every event of every step).
+    if type(by_device) is not dict and not isinstance(by_device, Mapping):
         return None
     best: float | None = None
     for stats in by_device.values():
-        if not isinstance(stats, Mapping):
+        if type(stats) is not dict and not isinstance(stats, Mapping):
             continue
-        value = _num(stats.get("gpu_ms"))
+        get = stats.get
+        value = _num(get("gpu_ms"))
         if value is None:
-            value = _num(stats.get("cpu_ms"))
-        if value is None:
-            value = _num(stats.get("duration_ms"))
+            value = _num(get("cpu_ms"))
+            if value is None:
+                value = _num(get("duration_ms"))
         if value is not None and value >= 0 and (best is None or value > best):
             best = value
     return best
@@ -197,9 +232,12 @@ _SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_
 _GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
 
 
-def _select(conn: sqlite3.Connection, table: str, cols: str, problems: list[str]) -> list[tuple[Any, ...]]:
+def _select(
+    conn: sqlite3.Connection, table: str, cols: str, problems: list[str], where: str = "",
+    params: tuple[Any, ...] = (),
+) -> list[tuple[Any, ...]]:
     try:
-        return conn.execute(f"SELECT {cols} FROM {table} ORDER BY id").fetchall()
+        return conn.execute(f"SELECT {cols} FROM {table} {where} ORDER BY id", params).fetchall()
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return []  # the writer creates tables lazily; a missing one is simply empty
@@ -232,30 +270,50 @@ def read_telemetry(db_path: str | os.PathLike[str]) -> Telemetry:
         return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {e}")
 
 
+def _stride(conn: sqlite3.Connection, problems: list[str]) -> tuple[str, tuple[Any, ...], int, StepSpan | None]:
+    """The WHERE clause that reads a long run's steps every k-th step (warm-up steps always), its
+    parameters, k (1: every step), and the span of all steps."""
+    try:
+        count, first, last, distinct = conn.execute(
+            f"SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step) FROM {schema.STEP_TIME_SAMPLES.name}"
+        ).fetchone()
+    except sqlite3.OperationalError as e:
+        if "no such" in str(e):
+            return "", (), 1, None
+        raise
+    span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
+    if not isinstance(count, int) or count <= th.MAX_STEP_ROWS or not isinstance(first, int):
+        return "", (), 1, span
+    k = math.ceil(count / th.MAX_STEP_ROWS)
+    problems.append(f"{count:,} step rows: read every {k}th step (memory peaks from every step)")
+    return "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0", (first + th.WARMUP_STEPS, first, k), k, span
+
+
 def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
     problems: list[str] = []
-    world_sizes: list[int] = []
+    world_sizes: set[int] = set()
+    where, params, stride, span = _stride(conn, problems)
 
     steps: dict[tuple[int | None, int], StepSample] = {}
     bad_step, bad_events = 0, 0
-    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, _STEP_COLS, problems)
+    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, _STEP_COLS, problems, where, params)
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for g, r, step, ts, events_json, ws in step_rows:
-        if _int(ws) is not None:
-            world_sizes.append(ws)
-        step_no = _int(step)
-        if step_no is None:
+        if type(ws) is int:
+            world_sizes.add(ws)
+        if type(step) is not int:
             bad_step += 1
             continue
         try:
-            events = orjson.loads(events_json) if events_json is not None else {}
-        except orjson.JSONDecodeError:
+            events = loads(events_json) if events_json is not None else {}
+        except decode_error:
             events = None
-        if not isinstance(events, dict):
+        if type(events) is not dict:
             bad_events += 1
             continue
-        rank = _rank(g, r)
-        phases = {str(name): event_ms(by_device) for name, by_device in events.items()}
-        steps[(rank, step_no)] = StepSample(rank, step_no, _int(ts), phases)
+        rank = g if type(g) is int else _int(r)
+        phases = {name: event_ms(by_device) for name, by_device in events.items()}
+        steps[(rank, step)] = StepSample(rank, step, ts if type(ts) is int else None, phases)
     if bad_step:
         problems.append(f"{bad_step} step_time row(s) without an integer step left out")
     if bad_events:
@@ -263,10 +321,10 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
 
     memory: dict[tuple[int | None, str | None, int], MemorySample] = {}
     for g, r, step, device, ts, alloc, reserved, ws in _select(
-        conn, schema.STEP_MEMORY_SAMPLES.name, _MEMORY_COLS, problems
+        conn, schema.STEP_MEMORY_SAMPLES.name, _MEMORY_COLS, problems, where, params
     ):
-        if _int(ws) is not None:
-            world_sizes.append(ws)
+        if type(ws) is int:
+            world_sizes.add(ws)
         step_no = _int(step)
         if step_no is None:
             continue
@@ -277,8 +335,8 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
     process = []
     for row in _select(conn, schema.PROCESS_SAMPLES.name, _PROCESS_COLS, problems):
         g, r, host, seq, ts, cpu, rss, total, gidx, gused, gres, gtotal, ws = row
-        if _int(ws) is not None:
-            world_sizes.append(ws)
+        if type(ws) is int:
+            world_sizes.add(ws)
         process.append(
             ProcessSample(
                 _rank(g, r), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu), _num(rss),
@@ -299,6 +357,11 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
                                                                 problems)
         if _int(idx) is not None
     ]
+    peaks = tuple(
+        MemoryPeak(_rank(g, r), device if isinstance(device, str) else None, _num(alloc), _num(reserved),
+                   _int(first), _int(last))
+        for g, r, device, alloc, reserved, first, last in _select_peaks(conn)
+    )
     counts = {
         schema.STEP_TIME_SAMPLES.name: len(step_rows),
         schema.STEP_MEMORY_SAMPLES.name: len(memory),
@@ -313,6 +376,9 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
         detail=f"{path} holds no telemetry rows yet" if empty else None,
         steps=tuple(sorted(steps.values(), key=lambda s: (rank_key(s.rank), s.step))),
         memory=tuple(sorted(memory.values(), key=lambda m: (rank_key(m.rank), m.step))),
+        memory_peaks=peaks,
+        sampled_every=stride,
+        step_span=span,
         process=tuple(process),
         system=tuple(system),
         gpus=tuple(gpus),
@@ -320,6 +386,18 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
         world_size=max(world_sizes) if world_sizes else None,
         problems=tuple(problems),
     )
+
+
+def _select_peaks(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    try:
+        return conn.execute(
+            "SELECT global_rank, rank, device, MAX(peak_alloc_bytes), MAX(peak_reserved_bytes), MIN(step), MAX(step) "
+            f"FROM {schema.STEP_MEMORY_SAMPLES.name} GROUP BY global_rank, rank, device"
+        ).fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such" in str(e):
+            return []
+        raise
 
 
 def rank_key(rank: int | None) -> tuple[bool, int]:

@@ -281,7 +281,7 @@ def compute_bound(ctx: Context) -> RuleResult:
 # -- ranks --------------------------------------------------------------------------------------------
 
 
-def _local_work(tl: RankTimeline) -> FloatArray:
+def local_work(tl: RankTimeline) -> FloatArray:
     """Per step, the iteration minus backward. Synchronous data parallelism makes the fast ranks
     wait for the slow one inside backward (gradient all-reduce), which evens out iteration times;
     the time outside backward is what each rank did on its own."""
@@ -292,7 +292,7 @@ def _local_work(tl: RankTimeline) -> FloatArray:
 
 
 def straggler(ctx: Context) -> RuleResult:
-    """Straggler: one rank's median iteration (or its work outside backward, see :func:`_local_work`)
+    """Straggler: one rank's median iteration (or its work outside backward, see :func:`local_work`)
     exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time."""
     rule = "straggler"
     usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
@@ -303,7 +303,7 @@ def straggler(ctx: Context) -> RuleResult:
         return Abstention(rule, f"fewer than two ranks have {th.MIN_STRAGGLER_STEPS} measured post-warm-up steps")
     it_med = {tl.rank: float(np.nanmedian(tl.iteration_ms)) for tl in usable}
     local_med = {
-        tl.rank: float(np.nanmedian(lw)) for tl in usable if np.isfinite(lw := _local_work(tl)).any()
+        tl.rank: float(np.nanmedian(lw)) for tl in usable if np.isfinite(lw := local_work(tl)).any()
     }
     candidates: list[tuple[float, int | None, str, float, float]] = []
     worst = max(it_med, key=lambda r: it_med[r])
@@ -386,10 +386,10 @@ def memory_pressure(ctx: Context) -> RuleResult:
 
     reserved: dict[int | None, float] = {}
     steps: dict[int | None, list[int]] = defaultdict(list)
-    for m in tel.memory:
-        if _is_gpu_device(m.device) and m.peak_reserved_bytes is not None:
-            reserved[m.rank] = max(reserved.get(m.rank, 0.0), m.peak_reserved_bytes)
-            steps[m.rank].append(m.step)
+    for peak in tel.memory_peaks:
+        if _is_gpu_device(peak.device) and peak.peak_reserved_bytes is not None:
+            reserved[peak.rank] = max(reserved.get(peak.rank, 0.0), peak.peak_reserved_bytes)
+            steps[peak.rank].extend(s for s in (peak.first_step, peak.last_step) if s is not None)
     if reserved:
         totals: dict[int | None, float] = {}
         for p in tel.process:
@@ -397,10 +397,10 @@ def memory_pressure(ctx: Context) -> RuleResult:
                 totals[p.rank] = max(totals.get(p.rank, 0.0), p.gpu_mem_total_bytes)
         device_totals = [g.mem_total_bytes for g in ctx.gpus_in_use if g.mem_total_bytes is not None]
         fractions = {}
-        for rank, peak in reserved.items():
+        for rank, most in reserved.items():
             total = totals.get(rank) or (min(device_totals) if device_totals else None)
             if total:
-                fractions[rank] = peak / total
+                fractions[rank] = most / total
         if fractions:
             worst = max(fractions, key=lambda r: fractions[r])
             value = fractions[worst]

@@ -17,7 +17,7 @@ import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, order_findings, round_sig
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
-from traceml_ai.diagnose.rules import RULES, Context, build_context, post_warmup
+from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup
 from traceml_ai.diagnose.stats import median, percentile
 from traceml_ai.diagnose.timeline import ITERATION, StepTable, share
 
@@ -47,12 +47,15 @@ class PhaseStats:
 
 @dataclass(frozen=True)
 class RankStats:
-    """One rank's post-warm-up iteration time (ms) over ``steps`` measured steps."""
+    """One rank's post-warm-up iteration time (ms) over ``steps`` measured steps, and the median of
+    its work outside backward (iteration - backward, ms): synchronised ranks have equal iterations,
+    and this is where a straggler among them shows (docs/diagnoses.md, straggler)."""
 
     rank: int | None
     steps: int
     median_ms: float | None
     p90_ms: float | None
+    outside_backward_median_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class Summary:
     world_size: int | None
     warmup_steps: int
     steps_analysed: int
+    sampled_every: int
     step_time: StepTimeSummary | None
     memory: MemorySummary
     system: SystemSummary
@@ -163,6 +167,7 @@ class Summary:
                 "first": self.first_step,
                 "last": self.last_step,
                 "analysed": self.steps_analysed,
+                "sampled_every": self.sampled_every,
             },
             "ranks": {"seen": list(self.ranks), "world_size": self.world_size, "missing": missing},
             "warmup": {"steps_skipped_per_rank": self.warmup_steps},
@@ -178,7 +183,8 @@ class Summary:
                 ],
                 "per_rank": [
                     {"rank": r.rank, "steps": r.steps, "median_ms": round_sig(r.median_ms),
-                     "p90_ms": round_sig(r.p90_ms)}
+                     "p90_ms": round_sig(r.p90_ms),
+                     "outside_backward_median_ms": round_sig(r.outside_backward_median_ms)}
                     for r in st.per_rank
                 ],
                 "worst_rank": st.worst_rank,
@@ -234,7 +240,11 @@ def summarise(telemetry: Telemetry, *, source: str | None = None) -> Summary:
         if telemetry.status != "ok":
             abstained.append(Abstention(name, telemetry.detail or telemetry.status))
             continue
-        result = rule(ctx)
+        try:
+            result = rule(ctx)
+        except Exception as e:  # one rule's bug must not cost the run its whole summary
+            abstained.append(Abstention(name, f"internal error in this rule: {type(e).__name__}: {e}"))
+            continue
         if isinstance(result, Abstention):
             abstained.append(result)
         else:
@@ -249,13 +259,14 @@ def summarise(telemetry: Telemetry, *, source: str | None = None) -> Summary:
         telemetry_detail=telemetry.detail,
         row_counts=dict(telemetry.row_counts),
         problems=telemetry.problems,
-        steps_seen=table.steps_seen,
-        first_step=table.first_step,
-        last_step=table.last_step,
+        steps_seen=telemetry.step_span.distinct if telemetry.step_span else table.steps_seen,
+        first_step=telemetry.step_span.first if telemetry.step_span else table.first_step,
+        last_step=telemetry.step_span.last if telemetry.step_span else table.last_step,
         ranks=_ranks_seen(telemetry),
         world_size=telemetry.world_size,
         warmup_steps=table.warmup_steps,
         steps_analysed=sum(int(tl.steps.size) for tl in table.ranks),
+        sampled_every=telemetry.sampled_every,
         step_time=_step_time(table),
         memory=_memory(ctx),
         system=_system(ctx),
@@ -286,7 +297,7 @@ def _step_time(table: StepTable) -> StepTimeSummary | None:
                                  int(np.isfinite(pooled).sum())))
     per_rank = tuple(
         RankStats(tl.rank, int(np.isfinite(tl.iteration_ms).sum()), median(tl.iteration_ms),
-                  percentile(tl.iteration_ms, 90))
+                  percentile(tl.iteration_ms, 90), median(local_work(tl)))
         for tl in table.ranks
     )
     measured = [r for r in per_rank if r.median_ms is not None]
@@ -314,10 +325,10 @@ def _step_time(table: StepTable) -> StepTimeSummary | None:
 
 def _memory(ctx: Context) -> MemorySummary:
     tel = ctx.telemetry
-    gpu_rows = [m for m in tel.memory if m.device is not None and not m.device.startswith("cpu")]
-    alloc = [m.peak_alloc_bytes for m in gpu_rows if m.peak_alloc_bytes is not None]
-    reserved = [m.peak_reserved_bytes for m in gpu_rows if m.peak_reserved_bytes is not None]
-    device = "gpu" if alloc or reserved else ("cpu" if tel.memory else None)
+    gpu_peaks = [m for m in tel.memory_peaks if m.device is not None and not m.device.startswith("cpu")]
+    alloc = [m.peak_alloc_bytes for m in gpu_peaks if m.peak_alloc_bytes is not None]
+    reserved = [m.peak_reserved_bytes for m in gpu_peaks if m.peak_reserved_bytes is not None]
+    device = "gpu" if alloc or reserved else ("cpu" if tel.memory_peaks else None)
     totals = [p.gpu_mem_total_bytes for p in tel.process if p.gpu_mem_total_bytes is not None]
     totals += [g.mem_total_bytes for g in ctx.gpus_in_use if g.mem_total_bytes is not None]
     rss: dict[str, float] = {}

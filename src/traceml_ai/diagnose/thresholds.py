@@ -31,6 +31,11 @@ MIN_SERIES_SAMPLES: Final = 3
 MIN_CREEP_SAMPLES: Final = 6
 """Post-warm-up points (steps or snapshots) a memory-creep test needs on one series."""
 
+MAX_STEP_ROWS: Final = 50_000
+"""A run with more step rows is read every k-th step (k = rows / this, rounded up; warm-up steps
+always): every rule is a median, a share or a trend, which an even sample keeps, and reading stays
+within seconds and a few hundred MB. Memory peaks are still read from every step."""
+
 # -- phase shares -------------------------------------------------------------------------------------
 
 CONTAINMENT_TOLERANCE: Final = 0.03

@@ -11,7 +11,7 @@ Every array uses NaN for "not measured".
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,20 +96,17 @@ class StepTable:
         A synchronous job waits for its slowest rank, so the job's step is the max over ranks.
         Returns ``(steps, ms)`` in step order; NaN where no rank measured that step.
         """
-        by_step: dict[int, float] = {}
-        for tl in self.ranks:
-            values = tl.phase(name)
-            for step, value in zip(tl.steps.tolist(), values.tolist(), strict=True):
-                if value == value:  # not NaN
-                    prev = by_step.get(step)
-                    by_step[step] = value if prev is None or value > prev else prev
-                else:
-                    by_step.setdefault(step, float("nan"))
-        steps = sorted(by_step)
-        return np.asarray(steps, dtype=np.int64), np.asarray([by_step[s] for s in steps], dtype=np.float64)
+        if not self.ranks:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        all_steps = np.concatenate([tl.steps for tl in self.ranks])
+        values = np.concatenate([tl.phase(name) for tl in self.ranks])
+        steps, where = np.unique(all_steps, return_inverse=True)
+        out = np.full(steps.size, np.nan)
+        np.fmax.at(out, where, values)  # fmax skips NaN: a rank that did not measure does not count
+        return steps, out
 
 
-def iteration_ms(phases: dict[str, float | None]) -> tuple[float | None, bool]:
+def iteration_ms(phases: Mapping[str, float | None]) -> tuple[float | None, bool]:
     """The iteration time of one step (ms) and whether its dataloader wait was outside the step.
 
     None when ``traceml:step`` was not measured (the step total is never guessed from its parts).
@@ -148,7 +145,7 @@ def build_step_table(samples: Sequence[StepSample], warmup_steps: int = th.WARMU
         columns = {name: np.full(n, np.nan) for name in (*builtin, *user)}
         outside = 0
         for i, s in enumerate(kept):
-            it, out = iteration_ms(dict(s.phases))
+            it, out = iteration_ms(s.phases)
             outside += out
             if it is not None:
                 iters[i] = it

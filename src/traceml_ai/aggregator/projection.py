@@ -35,6 +35,9 @@ Losses (000 seed, ``skipped``) are counted in units, never silently:
 
 Empty stdout/stderr lines are not recorded and not counted: leaving them out is not a loss.
 Rows of a stream no projection knows are counted per stream name in ``unknown_streams``.
+
+These rules are the reference; :mod:`~traceml_ai.aggregator.fastpath` gives the same rows straight
+from frame bytes for well-typed payloads (the server's hot path).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class RowMismatch(ValueError):
 
 # -- value readers ------------------------------------------------------------------------------------
 # Fast paths on exact types (msgpack gives plain int/float/str); the isinstance fallbacks keep
-# int/float subclasses (numpy scalars, IntEnum) working for in-process callers.
+# int/float subclasses (IntEnum, numpy.float64) working for in-process callers.
 
 
 def _int(value: Any) -> int | None:

@@ -167,6 +167,8 @@ class Aggregator:
                 await self._receive(reader, rank)
         except (_ConnectionDone, ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception as exc:  # a bug must cost this connection only, and be on record
+            self.stats.reject(None, f"connection dropped: {type(exc).__name__}: {exc}", known=False)
         finally:
             writer.close()
             with contextlib.suppress(Exception):

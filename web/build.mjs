@@ -1,5 +1,6 @@
 // Builds the viewer bundle into ../src/traceml_ai/ui/static/ (app.js, app.css, index.html,
-// favicon.svg). Minified, no source maps: the wheel ships exactly these four files.
+// favicon.svg). Minified, no source maps: the wheel ships exactly these four files. NOMIN=1 leaves
+// the names readable, for a browser profile.
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -15,7 +16,7 @@ await build({
   entryPoints: { app: join(here, "src", "main.ts") },
   outdir,
   bundle: true,
-  minify: true,
+  minify: process.env.NOMIN ? false : true,
   sourcemap: false,
   format: "iife",
   target: ["es2020"],

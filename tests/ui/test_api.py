@@ -113,6 +113,31 @@ def test_table_applies_the_python_table_model(workspace: Path) -> None:
     assert "run.best.val/auc" in body["columns"]["default"]
 
 
+def test_the_remembered_view_table_answers_the_question_the_page_will_ask(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    # No remembered view yet: the default question.
+    first = client.get("/api/table", params={"remembered": "1"}).json()
+    assert first["query"] == {"filters": [], "sort": [], "group": None, "search": "", "status": [],
+                              "columns": None, "show_hidden": False}
+    assert first["keys"] == client.get("/api/table").json()["keys"]
+    view = {"view": "runs", "filters": [{"column": "run.best.val/auc", "expr": ">=0.5"}, {"column": 3}],
+            "sort": ["-run.best.val/auc"], "group": "config.data.dataset", "search": "  resnet ",
+            "status": "completed", "columns": ["name", "run.best.val/auc"], "showHidden": "yes"}
+    assert client.put("/api/ui-state", json=view).json() == {"ok": True}
+    body = client.get("/api/table", params={"remembered": "1"}).json()
+    assert body["query"] == {"filters": ["run.best.val/auc:>=0.5"], "sort": ["-run.best.val/auc"],
+                             "group": "config.data.dataset", "search": "resnet", "status": ["completed"],
+                             "columns": ["name", "run.best.val/auc"], "show_hidden": False}
+    asked = client.get("/api/table", params=[("filter", "run.best.val/auc:>=0.5"), ("sort", "-run.best.val/auc"),
+                                             ("group", "config.data.dataset"), ("search", "resnet"),
+                                             ("status", "completed"), ("columns", "name,run.best.val/auc")]).json()
+    assert 0 < body["shown"] < 24
+    assert {k: v for k, v in body.items() if k != "query"} == asked
+    running = client.put("/api/ui-state", json={"status": "running", "columns": []})
+    assert running.status_code == 200
+    assert client.get("/api/table", params={"remembered": "1"}).json()["query"]["status"] == ["running", "running?"]
+
+
 def test_series_downsampled_with_gaps_and_a_30_run_limit(workspace: Path) -> None:
     client, viewer = _client(workspace)
     _auth(client)

@@ -439,6 +439,24 @@ def plot(page: Page, *names: str) -> Locator:
     return charts
 
 
+def test_a_reload_opens_the_remembered_view_with_the_table_it_asks_for(browser: Browser, viewer: Viewer) -> None:
+    view = {"view": "runs", "filters": [{"column": "run.best.val/auc", "expr": ">=0.9"}],
+            "sort": ["run.best.val/auc"], "group": None}
+    expected = viewer.table(filter="run.best.val/auc:>=0.9", sort="run.best.val/auc")
+    assert 0 < expected["shown"] < 24
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        viewer.api("/api/ui-state", view, method="PUT")
+        s.requests.clear()
+        page.reload()
+        # The table index.html preloaded for the remembered view is the one drawn, in Python's order.
+        expect(page.get_by_test_id("table-info")).to_have_text(f"{expected['shown']} of 24 runs")
+        shown_keys_are(page, expected["keys"])
+        expect(page.get_by_test_id("filter-chip")).to_contain_text(">=0.9")
+        assert any(u.endswith("/api/table?remembered=1") for u in s.requests)
+        s.assert_clean()
+
+
 def test_three_selected_runs_plot_as_line_charts_with_a_legend(browser: Browser, viewer: Viewer) -> None:
     with open_viewer(browser, viewer) as s:
         page = s.page

@@ -1,7 +1,7 @@
 // Actions that call the server and update the store: loading run deltas, querying the table model,
 // hiding runs, exports, and remembering the view.
 
-import { api, type TableQuery } from "./api";
+import { api, sameQuestion, type TableQuery, tableQuestion } from "./api";
 import { debounce } from "./dom";
 import { type StatusSegment, store } from "./store";
 import type { ExportResponse, TableResponse } from "./types";
@@ -79,6 +79,25 @@ export async function queryTable(): Promise<TableResponse | null> {
     if (seq === tableSeq) toast(errorText(err), "error");
     return null;
   }
+}
+
+/**
+ * The first table of the page: the answer index.html preloaded for the remembered view, when it
+ * answers the question this page asks (it does unless the view changed in between); else asked.
+ */
+export async function queryFirstTable(): Promise<TableResponse | null> {
+  const seq = ++tableSeq;
+  try {
+    const res = await api.rememberedTable();
+    if (seq === tableSeq && sameQuestion(res.query, tableQuestion(currentTableQuery()))) {
+      store.table = res;
+      store.emit("table");
+      return res;
+    }
+  } catch {
+    // ask the usual way below
+  }
+  return seq === tableSeq ? queryTable() : null;
 }
 
 export const queryTableSoon = debounce(() => void queryTable(), 180);

@@ -8,11 +8,13 @@ import type {
   BoxSpec,
   ExportResponse,
   LineSpec,
+  RememberedTableResponse,
   RunDetail,
   RunsResponse,
   ScatterResponse,
   ScatterSpec,
   SeriesResponse,
+  TableQuestion,
   TableResponse,
   XAxis,
 } from "./types";
@@ -70,6 +72,27 @@ export interface TableQuery {
   showHidden: boolean;
 }
 
+/** The question `q` puts to GET /api/table, as the server reads it from `tableParams(q)`. */
+export function tableQuestion(q: TableQuery): TableQuestion {
+  const columns = q.columns && q.columns.length ? q.columns.join(",").split(",").filter(Boolean) : [];
+  return {
+    filters: q.filters,
+    sort: q.sort,
+    group: q.group || null,
+    search: q.search.trim(),
+    status: q.status,
+    columns: columns.length ? columns : null,
+    show_hidden: q.showHidden,
+  };
+}
+
+/** Whether two table questions are the same (field by field, in a fixed order). */
+export function sameQuestion(a: TableQuestion, b: TableQuestion): boolean {
+  const flat = (x: TableQuestion) =>
+    JSON.stringify([x.filters, x.sort, x.group, x.search, x.status, x.columns, x.show_hidden]);
+  return flat(a) === flat(b);
+}
+
 export function tableParams(q: TableQuery): URLSearchParams {
   const p = new URLSearchParams();
   for (const f of q.filters) p.append("filter", f);
@@ -87,6 +110,8 @@ export const api = {
   runs: (since: number) => request<RunsResponse>("GET", `/api/runs?since=${since}`),
   refresh: (since: number) => request<RunsResponse>("POST", "/api/refresh", { since }),
   table: (q: TableQuery) => request<TableResponse>("GET", `/api/table?${tableParams(q).toString()}`),
+  /** The table as the remembered view asks for it (index.html preloads exactly this URL). */
+  rememberedTable: () => request<RememberedTableResponse>("GET", "/api/table?remembered=1"),
   series: (keys: string[], metrics: string[], x: XAxis, ema: number) =>
     request<SeriesResponse>("POST", "/api/series", { keys, metrics, x, ema }),
   bar: (spec: BarSpec) => request<BarResponse>("POST", "/api/chart", { chart: "bar", ...spec }),

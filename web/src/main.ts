@@ -1,10 +1,10 @@
 // Entry point: load the remembered view and the runs, build the shell, then go live. index.html
-// preloads GET /api/ui-state and GET /api/runs?since=0, so both download while this script loads;
-// the table (which needs the remembered filters, sort and columns) is asked for before the runs are
-// parsed, and the two answers overlap.
+// preloads GET /api/ui-state, GET /api/runs?since=0 and the table as the remembered view asks for it
+// (GET /api/table?remembered=1), so all three download while this script loads; the table is asked
+// again only when the remembered view turns out to ask another question.
 
 import "./styles/app.css";
-import { enableSaving, loadRuns, loadUiState, queryTable } from "./actions";
+import { enableSaving, loadRuns, loadUiState, queryFirstTable } from "./actions";
 import { h, replace } from "./dom";
 import { connectLive } from "./live";
 import { Shell } from "./shell";
@@ -21,7 +21,7 @@ async function boot(): Promise<void> {
   if (!host) return;
   const remembered = await loadUiState();
   store.ui = parseUiState(remembered);
-  const table = queryTable();
+  const table = queryFirstTable();
   const runs = loadRuns(true);
   try {
     await runs;
@@ -50,6 +50,8 @@ async function boot(): Promise<void> {
   shell.showView(store.ui.view);
   enableSaving();
   connectLive();
+  // The other views are built once the first one is on screen (after the next frame).
+  requestAnimationFrame(() => window.setTimeout(() => shell.mountAll(), 0));
 }
 
 void boot();

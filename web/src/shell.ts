@@ -39,6 +39,7 @@ export class Shell {
   private exportBar = h("div", { class: "exportbar", testid: "export-bar" });
   readonly inspectorHost = h("aside", { class: "inspector", testid: "inspector", attrs: { hidden: true } });
   private active: View | null = null;
+  private mounted = new Set<View>();
 
   constructor(
     host: HTMLElement,
@@ -123,7 +124,6 @@ export class Shell {
       const host = h("section", { class: `view view-${v}`, testid: `view-${v}`, attrs: { hidden: true } });
       this.viewHosts.set(v, host);
       viewsEl.appendChild(host);
-      this.views[v].mount(host);
     }
     const main = h("div", { class: "main" }, header, viewsEl, this.exportBar);
     replace(this.root, sidebar, main, this.inspectorHost);
@@ -133,8 +133,25 @@ export class Shell {
     this.renderLive();
   }
 
+  /** Build a view's DOM the first time it is needed (see `mountAll`). */
+  private mount(v: View): void {
+    if (this.mounted.has(v)) return;
+    this.mounted.add(v);
+    this.views[v].mount(this.viewHosts.get(v)!);
+  }
+
+  /**
+   * Build the views not shown yet. The page calls this once the first view is painted: the first
+   * screen does not wait for views it does not show, and they are ready before the user turns to
+   * them.
+   */
+  mountAll(): void {
+    for (const v of Object.keys(VIEW_META) as View[]) this.mount(v);
+  }
+
   showView(v: View): void {
     if (this.active === v) return;
+    this.mount(v);
     if (this.active) {
       this.viewHosts.get(this.active)!.hidden = true;
       this.views[this.active].hide?.();
@@ -147,13 +164,13 @@ export class Shell {
   }
 
   renderCounts(): void {
-    const runs = store.visibleRuns();
-    const by = (s: string[]) => runs.filter((r) => s.includes(r.display_status)).length;
+    const counts = store.statusCounts();
+    const by = (s: string[]) => s.reduce((n, status) => n + (counts.by.get(status) ?? 0), 0);
     const running = by(["running", "running?"]);
     const stale = by(["stale"]);
     const failed = by(["failed"]);
-    this.navCounts.get("overview")!.textContent = String(runs.length);
-    this.navCounts.get("runs")!.textContent = store.table ? String(store.table.shown) : String(runs.length);
+    this.navCounts.get("overview")!.textContent = String(counts.total);
+    this.navCounts.get("runs")!.textContent = store.table ? String(store.table.shown) : String(counts.total);
     this.renderSelectionCounts();
     const pill = (n: number, label: string, cls: string) =>
       h(

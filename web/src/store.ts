@@ -210,6 +210,19 @@ export class Store {
     return changed;
   }
 
+  /** How many runs the user may see, in all and per display status (one pass over the runs). */
+  statusCounts(): { total: number; by: Map<string, number> } {
+    const by = new Map<string, number>();
+    let total = 0;
+    const all = this.ui.showHidden || this.hidden.size === 0;
+    for (const r of this.runs.values()) {
+      if (!all && this.hidden.has(r.key)) continue;
+      total++;
+      by.set(r.display_status, (by.get(r.display_status) ?? 0) + 1);
+    }
+    return { total, by };
+  }
+
   /** Runs the user may see (hidden ones only with "show hidden runs"). */
   visibleRuns(): RunRow[] {
     const out: RunRow[] = [];

@@ -98,6 +98,21 @@ export interface TableResponse {
   error: string | null;
 }
 
+/** The question a table answer answers, as GET /api/table?remembered=1 echoes it. */
+export interface TableQuestion {
+  filters: string[];
+  sort: string[];
+  group: string | null;
+  search: string;
+  status: string[];
+  columns: string[] | null;
+  show_hidden: boolean;
+}
+
+export interface RememberedTableResponse extends TableResponse {
+  query: TableQuestion;
+}
+
 export type XAxis = "step" | "epoch" | "time";
 
 export interface Series {

@@ -80,6 +80,8 @@ def routes(viewer: Viewer) -> list[Route]:
 
     async def get_table(request: Request) -> Response:
         q = request.query_params
+        if q.get("remembered") in ("1", "true"):
+            return JSONResponse(await asyncio.to_thread(viewer.remembered_table_payload))
         columns = q.get("columns")
         payload = await asyncio.to_thread(
             viewer.table_payload,

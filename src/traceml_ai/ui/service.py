@@ -322,6 +322,21 @@ class Viewer:
             "error": error,
         }
 
+    def remembered_table_payload(self) -> dict[str, Any]:
+        """``GET /api/table?remembered=1``: the answer to the remembered view's question, with that
+        question in ``query`` (see :func:`remembered_query`)."""
+        query = remembered_query(self.cache.load_ui_state() if self.cache is not None else {})
+        answer = self.table_payload(
+            filters=query["filters"],
+            sorts=query["sort"],
+            group=query["group"],
+            search=query["search"] or None,
+            status=",".join(query["status"]) or None,
+            columns=query["columns"],
+            show_hidden=query["show_hidden"],
+        )
+        return {**answer, "query": query}
+
     def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float) -> dict[str, Any]:
         """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md).
 
@@ -427,6 +442,48 @@ class Viewer:
             if run is not None:
                 out.append(run)
         return out
+
+
+STATUS_SEGMENTS = ("all", "running", "stale", "completed", "failed", "killed", "legacy")
+"""The page's status segments (web/src/store.ts); ``running`` also shows ``running?``."""
+
+
+def remembered_query(state: Any) -> dict[str, Any]:
+    """The table question of a remembered view (``ui-state.json``): the page's ``parseUiState`` and
+    ``currentTableQuery`` (web/src/store.ts, web/src/actions.ts) in Python, so that the page can
+    preload the answer before its script runs (``GET /api/table?remembered=1``).
+
+    Returns ``{"filters": ["COL:EXPR", ...], "sort": [...], "group": str|None, "search": str,
+    "status": [...], "columns": [...]|None, "show_hidden": bool}``; a field the page would not
+    accept gets its default, as the page does.
+    """
+    ui = state if isinstance(state, dict) else {}
+
+    def strings(value: Any) -> list[str] | None:
+        return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+    filters = ui.get("filters")
+    segment = ui.get("status")
+    if segment not in STATUS_SEGMENTS:
+        segment = "all"
+    group = ui.get("group")
+    search = ui.get("search")
+    columns = strings(ui.get("columns"))
+    hidden = ui.get("showHidden")
+    return {
+        "filters": [
+            f"{f['column']}:{f['expr']}"
+            for f in (filters if isinstance(filters, list) else [])
+            if isinstance(f, dict) and isinstance(f.get("column"), str) and isinstance(f.get("expr"), str)
+        ],
+        "sort": strings(ui.get("sort")) or [],
+        "group": group if isinstance(group, str) and group else None,
+        "search": search.strip() if isinstance(search, str) else "",
+        "status": [] if segment == "all" else ["running", "running?"] if segment == "running" else [segment],
+        # The page sends the chosen columns joined with commas, and the server splits them there.
+        "columns": [c for c in ",".join(columns).split(",") if c] or None if columns else None,
+        "show_hidden": hidden if isinstance(hidden, bool) else False,
+    }
 
 
 @dataclass(slots=True)

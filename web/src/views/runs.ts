@@ -135,11 +135,9 @@ export class RunsView implements ViewModule {
   }
 
   private renderSegments(): void {
-    const runs = store.visibleRuns();
-    const count = (s: StatusSegment) =>
-      s === "all"
-        ? runs.length
-        : runs.filter((r) => (s === "running" ? r.display_status === "running" || r.display_status === "running?" : r.display_status === s)).length;
+    const { total, by } = store.statusCounts();
+    const n = (status: string) => by.get(status) ?? 0;
+    const count = (s: StatusSegment) => (s === "all" ? total : s === "running" ? n("running") + n("running?") : n(s));
     replace(
       this.segEl,
       segmented<StatusSegment>(

@@ -12,6 +12,7 @@ import { parseUiState, store } from "./store";
 import { errorText } from "./ui";
 import { ChartsView } from "./views/charts";
 import { CompareView } from "./views/compare";
+import { loadUPlot } from "./views/lineChart";
 import { Inspector } from "./views/inspector";
 import { OverviewView } from "./views/overview";
 import { RunsView } from "./views/runs";
@@ -50,8 +51,14 @@ async function boot(): Promise<void> {
   shell.showView(store.ui.view);
   enableSaving();
   connectLive();
-  // The other views are built once the first one is on screen (after the next frame).
-  requestAnimationFrame(() => window.setTimeout(() => shell.mountAll(), 0));
+  // The other views are built, and the chart library loaded, once the first view is on screen
+  // (after the next frame).
+  requestAnimationFrame(() =>
+    window.setTimeout(() => {
+      shell.mountAll();
+      void loadUPlot();
+    }, 0),
+  );
 }
 
 void boot();

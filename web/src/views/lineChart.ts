@@ -3,7 +3,7 @@
 // solid), colour by run or by a column's value, drag to zoom (kept across live updates, synced
 // across charts), nulls as gaps with isolated points still drawn, legend click hides a run.
 
-import uPlot from "uplot";
+import type uPlot from "uplot";
 import { api } from "../api";
 import { runExport } from "../actions";
 import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup } from "../columns";
@@ -16,6 +16,18 @@ import { button, emptyState, errorText, field, paletteColor, popover, select, sw
 import { columnOptions } from "./runs";
 
 const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time (s)" };
+
+// uPlot is evaluated on first use, not with the page's script: its module sets up Intl number and
+// date formatters, which cost as much as the rest of the script together, and the first screen (the
+// run table) draws no chart. The page starts loading it once that screen is painted.
+let UPlot: typeof uPlot | null = null;
+let uPlotLoading: Promise<typeof uPlot> | null = null;
+
+/** Load uPlot (once); resolves when charts can be drawn. */
+export function loadUPlot(): Promise<typeof uPlot> {
+  uPlotLoading ??= import("uplot").then((m) => (UPlot = m.default));
+  return uPlotLoading;
+}
 
 /** Indices of values that have no drawn neighbour (a gap or nothing on both sides): drawn as points. */
 export function isolatedPoints(ys: (number | null | undefined)[]): number[] {
@@ -389,6 +401,14 @@ export class LineCharts {
       mounts.push({ el: plotEl, series });
     }
     replace(this.grid, ...cards);
+    if (!UPlot && mounts.length) {
+      for (const m of mounts) m.el.appendChild(h("div", { class: "plot-empty", text: "Loading…" }));
+      const drawn = this.seq;
+      void loadUPlot().then(() => {
+        if (this.seq === drawn) this.draw();
+      });
+      return;
+    }
     // Read every plot's width before the first chart is drawn (one page layout, not one per chart).
     const widths = mounts.map((m) => m.el.clientWidth);
     mounts.forEach((m, i) => this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0));
@@ -480,7 +500,7 @@ export class LineCharts {
       el.appendChild(h("div", { class: "plot-empty", text: "All runs hidden: click a name in the legend." }));
       return;
     }
-    const data = uPlot.join(tables);
+    const data = UPlot!.join(tables);
     const isolated = data.slice(1).map((ys) => isolatedPoints(ys as (number | null | undefined)[]));
     opts.forEach((o, i) => {
       if (i === 0) return;
@@ -498,7 +518,7 @@ export class LineCharts {
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
     const width = Math.max(280, elWidth || 600);
     const self = this;
-    const u = new uPlot(
+    const u = new UPlot!(
       {
         width,
         height: 240,

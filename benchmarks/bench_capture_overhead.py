@@ -3,7 +3,8 @@
 Runs one training loop (DataLoader over a TensorDataset, an MLP, MSE loss, backward, SGD step) in
 two modes, interleaved in blocks within one process so that both see the same machine state:
 
-- ``plain``: the loop as a user writes it;
+- ``plain``: the loop as a user writes it, on untouched torch (``instrument.uninstall()`` puts the
+  originals back before each plain block);
 - ``traced``: the same loop inside ``trace_step`` (the tracer that ``traceml_ai.trace_step`` drives,
   with every automatic phase: dataloader, forward, backward, optimizer, step) plus a background
   thread that collects the ``step_time`` and ``step_memory`` sources every 0.1 s, as the capture
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from traceml_ai.capture import instrument
 from traceml_ai.capture.steps import StepTracer
 
 TARGETS = ((10.0, 1.0), (1.0, 5.0))  # (step ms, overhead % target)
@@ -120,6 +122,9 @@ def bench(target_ms: float, goal_pct: float, rounds: int, block: int, interval: 
         order = ("plain", "traced") if i % 2 == 0 else ("traced", "plain")
         for mode in order:
             if mode == "plain":
+                # Untouched torch: the originals go back; the traced block's first step puts
+                # TraceML's patches in again.
+                instrument.uninstall()
                 samples[mode].extend(run(contextlib.nullcontext))
             else:
                 with collector:

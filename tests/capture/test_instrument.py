@@ -36,6 +36,21 @@ def test_install_is_idempotent_and_keeps_the_originals_reachable() -> None:
     assert not hasattr(torch.Tensor.backward, "__traceml_patch__")  # it calls torch.autograd.backward
 
 
+def test_uninstall_puts_the_originals_back_and_a_later_step_reinstalls() -> None:
+    instrument.install()
+    patched_backward = torch.autograd.backward
+    instrument.uninstall()
+    assert torch.autograd.backward is patched_backward.__wrapped__
+    assert not hasattr(dataloader._BaseDataLoaderIter.__next__, "__traceml_patch__")
+    tracer = StepTracer(echo_notes=False)
+    model = nn.Linear(2, 1)
+    with tracer.step(model):
+        model(torch.randn(1, 2)).sum().backward()
+    assert getattr(torch.autograd.backward, "__traceml_patch__", False)
+    (row,) = tracer.time_source.collect(1, 0)
+    assert row["events"][schema.BACKWARD]["cpu"]["n_calls"] == 1
+
+
 def test_patched_backward_outside_a_step_gives_the_same_gradients() -> None:
     instrument.install()
     x = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -160,6 +175,25 @@ def test_cuda_step_has_gpu_times_h2d_and_exact_peaks() -> None:
     memory = tracer.memory_source.collect(1, time.time_ns())
     assert [m["device"] for m in memory] == ["cuda:0"] * 3
     assert all(m["peak_alloc_bytes"] > 0 and m["peak_reserved_bytes"] >= m["peak_alloc_bytes"] for m in memory)
+
+
+@needs_cuda
+def test_cuda_peaks_are_per_step_and_unknown_after_a_user_reset() -> None:
+    tracer = StepTracer(echo_notes=False)
+    model = _cuda_model()
+    big_bytes = 256 << 20
+    for i in range(3):
+        with tracer.step(model):
+            model(torch.randn(8, 256, device="cuda"))
+            if i == 0:
+                big = torch.empty(big_bytes, dtype=torch.uint8, device="cuda")
+                del big
+            if i == 2:
+                torch.cuda.reset_peak_memory_stats()
+    memory = tracer.memory_source.collect(1, time.time_ns())
+    assert memory[0]["peak_alloc_bytes"] >= big_bytes
+    assert 0 < memory[1]["peak_alloc_bytes"] < big_bytes  # step 1 did not hold the big tensor
+    assert memory[2]["peak_alloc_bytes"] is None and memory[2]["peak_reserved_bytes"] is None
 
 
 @needs_cuda

@@ -447,3 +447,16 @@ def test_forward_is_found_in_submodules_when_the_model_itself_is_not_called(trac
     assert schema.FORWARD not in rows[0]["events"]  # the step that found out
     assert [phase(r, schema.FORWARD)["n_calls"] for r in rows[1:]] == [2, 2, 2]  # encoder, then head
     assert not lit.encoder._forward_pre_hooks and not lit.head._forward_hooks
+
+
+def test_a_scripted_model_trains_the_same_without_forward_timing(tracer: StepTracer) -> None:
+    scripted = torch.jit.script(mlp())
+    x = torch.randn(3, 8)
+    expected = scripted(x)
+    with tracer.step(scripted):
+        out = scripted(x)
+        out.sum().backward()
+    assert torch.equal(out, expected)
+    (row,) = rows_of(tracer)
+    assert schema.FORWARD not in row["events"] and phase(row, schema.BACKWARD)["n_calls"] == 1
+    assert any("forward is not timed" in note for note in tracer.notes)

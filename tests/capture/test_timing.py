@@ -16,7 +16,7 @@ import pytest
 
 from traceml_ai.capture import timing
 from traceml_ai.capture.steps import StepTimeSource
-from traceml_ai.capture.timing import PhaseStats, Step
+from traceml_ai.capture.timing import Step, add_call
 from traceml_ai.telemetry import schema
 
 
@@ -44,7 +44,7 @@ class Pool:
         self.returned.append(event)
 
 
-def finished(step: int, phases: dict[str, PhaseStats], pool: Any = None, closed_perf_ns: int | None = None
+def finished(step: int, phases: dict[str, list[Any]], pool: Any = None, closed_perf_ns: int | None = None
              ) -> Step:
     """A closed step as the tracer hands it over (``closed_perf_ns`` is on the perf_counter clock)."""
     st = Step(step, "cuda:0" if pool is not None else "cpu", pool, None)
@@ -54,18 +54,19 @@ def finished(step: int, phases: dict[str, PhaseStats], pool: Any = None, closed_
     return st
 
 
-def gpu_phase(*spans: tuple[float, float, bool], cpu_ns: int = 2_000_000) -> PhaseStats:
-    stats = PhaseStats()
+def gpu_phase(*spans: tuple[float, float, bool], cpu_ns: int = 2_000_000) -> list[Any]:
+    """A phase entry of one call per span, each with its (start, end) event pair."""
+    phases: dict[str, list[Any]] = {}
     for start, end, done in spans:
-        stats.add(cpu_ns, (Clock(start), Clock(end, done)))
-    return stats
+        add_call(phases, "p", cpu_ns, (Clock(start), Clock(end, done)))
+    return phases["p"]
 
 
 def test_cpu_phase_has_null_gpu_and_cpu_duration() -> None:
-    stats = PhaseStats()
-    stats.add(1_500_000, None)
-    stats.add(500_000, None)
-    events = finished(0, {schema.FORWARD: stats}).events()
+    phases: dict[str, list[Any]] = {}
+    add_call(phases, schema.FORWARD, 1_500_000, None)
+    add_call(phases, schema.FORWARD, 500_000, None)
+    events = finished(0, phases).events()
     assert events == {schema.FORWARD: {"cpu": {"is_gpu": False, "duration_ms": 2.0, "cpu_ms": 2.0,
                                                "gpu_ms": None, "n_calls": 2}}}
 
@@ -85,9 +86,9 @@ def test_a_measured_zero_stays_zero() -> None:
 
 
 def test_gpu_is_null_unless_every_call_measured_it() -> None:
-    stats = gpu_phase((0.0, 1.0, True))
-    stats.add(3_000_000, None)  # one call without events
-    (out,) = finished(0, {schema.FORWARD: stats}, Pool()).events()[schema.FORWARD].values()
+    phases = {schema.FORWARD: gpu_phase((0.0, 1.0, True))}
+    add_call(phases, schema.FORWARD, 3_000_000, None)  # one call without events
+    (out,) = finished(0, phases, Pool()).events()[schema.FORWARD].values()
     assert out["gpu_ms"] is None and out["is_gpu"] is False and out["duration_ms"] == out["cpu_ms"] == 5.0
 
 
@@ -97,7 +98,7 @@ def test_source_waits_for_gpu_events_and_keeps_step_order() -> None:
     source.put(finished(0, {schema.STEP: slow}, Pool()))
     source.put(finished(1, {schema.STEP: gpu_phase((5.0, 6.0, True))}, Pool()))
     assert source.collect(1, 0) == []  # step 0 is not done, and step 1 must not overtake it
-    slow.pairs[0][1].done = True
+    slow[2][0][1].done = True
     rows = source.collect(2, 0)
     assert [(r["seq"], r["step"]) for r in rows] == [(2, 0), (2, 1)]
     assert [phase["cuda:0"]["gpu_ms"] for r in rows for phase in r["events"].values()] == [4.0, 1.0]
@@ -122,7 +123,7 @@ def test_collect_final_waits_for_pending_events_then_gives_up() -> None:
     never = gpu_phase((0.0, 9.0, False))
     source.put(finished(0, {schema.STEP: late}, Pool()))
     source.put(finished(1, {schema.STEP: never}, Pool()))
-    threading.Timer(0.05, lambda: setattr(late.pairs[0][1], "done", True)).start()
+    threading.Timer(0.05, lambda: setattr(late[2][0][1], "done", True)).start()
     rows = source.collect_final(5, 0, timeout_s=0.3)
     assert [r["step"] for r in rows] == [0, 1]
     assert rows[0]["events"][schema.STEP]["cuda:0"]["gpu_ms"] == 3.0

@@ -42,17 +42,21 @@ still timed.
 Peak memory per step on CUDA (``step_memory``): PyTorch keeps one peak per counter that only
 ``torch.cuda.reset_peak_memory_stats`` lowers, and users read it (``max_memory_allocated``,
 ``memory_stats``, ``memory_summary``). TraceML needs a peak *per step*, so :class:`CudaPeaks` resets
-the device's peaks when a step opens, reads them when it closes, and keeps every peak it wiped in a
-*shadow* (the highest value of each ``…peak`` counter since the user's own last reset). The reader
+the device's peaks at each step close (and once before the first step), reads them just before,
+and keeps every peak it wiped in a *shadow* (the highest value of each ``…peak`` counter since the
+user's own last reset). The reader
 ``torch.cuda.memory_stats_as_nested_dict`` (which ``memory_stats``, ``max_memory_allocated``,
 ``max_memory_reserved`` and ``memory_summary`` all go through) is patched to report
 ``max(counter, shadow)`` for every peak, and ``torch.cuda.reset_peak_memory_stats`` (also behind
 ``reset_max_memory_allocated``/``_cached``) to clear the shadow. So the user sees the same numbers
-as without TraceML, and the step rows get exact per-step peaks. Known limits: a reference to
+as without TraceML, and the step rows get per-step peaks. A step's window is from the previous
+step's close to its own close (one allocator read per step instead of two): the gap before a step
+(its batch fetch, already part of ``traceml:step``, or an evaluation loop between two training
+steps) counts toward that step's peak. Known limits: a reference to
 ``memory_stats_as_nested_dict`` taken before the first CUDA step, or a direct call of
 ``torch._C._cuda_memoryStats``, sees the per-step counters; an allocation made on another thread in
-the microseconds between TraceML's read and reset at step open is missing from the user's peak; a
-step during which the user resets the peaks reports null peaks (not measured).
+the microseconds between TraceML's read and reset is missing from the user's peak; a step during
+which the user resets the peaks reports null peaks (not measured).
 """
 
 from __future__ import annotations
@@ -71,7 +75,9 @@ from traceml_ai.capture.timing import fault, perf_ns, thread_id
 _install_lock = threading.Lock()
 _installed = False
 _installed_cuda = False
+_fork_hook = False
 _optimizer_hooks: list[Any] = []
+_originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), in patch order
 
 
 def _never_compiling() -> bool:
@@ -82,6 +88,8 @@ _is_compiling: Callable[[], bool] = _never_compiling
 
 
 def _mark(st: T.Step) -> Any:
+    # A start event on a CUDA step, else None; callers test ``st.pool`` first so a CPU step pays
+    # no call here.
     try:
         return st.mark()
     except Exception:
@@ -109,14 +117,44 @@ def install() -> None:
         compiler = getattr(torch, "compiler", None)
         _is_compiling = getattr(compiler, "is_compiling", _never_compiling)
         _patch_dataloader()
-        torch.autograd.backward = _timed_backward(torch.autograd.backward)
+        _replace(torch.autograd, "backward", _timed_backward(torch.autograd.backward))
         from torch.optim import optimizer
 
         _optimizer_hooks.append(optimizer.register_optimizer_step_pre_hook(_optimizer_pre))
         _optimizer_hooks.append(optimizer.register_optimizer_step_post_hook(_optimizer_post))
-        if hasattr(os, "register_at_fork"):
+        global _fork_hook
+        if not _fork_hook and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_forget_in_child)
+            _fork_hook = True
         _installed = True
+
+
+def uninstall() -> None:
+    """Puts back every original that :func:`install` and :func:`install_cuda` replaced.
+
+    For benchmarks and tests that compare against untouched torch in one process; training code
+    never needs it. Drops the peak shadow, so afterwards the CUDA peak counters read as TraceML
+    last reset them (at the last step's close).
+    """
+    global _installed, _installed_cuda
+    with _install_lock:
+        T.OPEN = None
+        T.TRACING = False
+        T.FETCH_POOL = None
+        while _originals:
+            owner, name, original = _originals.pop()
+            setattr(owner, name, original)
+        while _optimizer_hooks:
+            _optimizer_hooks.pop().remove()
+        PEAKS.forget()
+        _installed = _installed_cuda = False
+
+
+def _replace(owner: Any, name: str, new: Any) -> None:
+    original = getattr(owner, name)
+    if new is not original:
+        _originals.append((owner, name, original))
+        setattr(owner, name, new)
 
 
 def _forget_in_child() -> None:
@@ -137,8 +175,8 @@ def install_cuda() -> None:
             return
         import torch
 
-        torch.Tensor.to = _timed_to(torch.Tensor.to)  # type: ignore[method-assign]
-        torch.Tensor.cuda = _timed_cuda(torch.Tensor.cuda)  # type: ignore[method-assign]
+        _replace(torch.Tensor, "to", _timed_to(torch.Tensor.to))
+        _replace(torch.Tensor, "cuda", _timed_cuda(torch.Tensor.cuda))
         PEAKS.install()
         _installed_cuda = True
 
@@ -183,14 +221,22 @@ def _patch_dataloader() -> None:
             if ev is not None and pool is not None:
                 pool.put(ev)
             raise
+        cpu = perf_ns() - t0
         try:
-            T.set_pending_fetch(t0, perf_ns() - t0, ev, pool)
+            # timing.set_pending_fetch, inlined: this runs before every step.
+            pre = T.PRE
+            if pre.generation != T.GENERATION:
+                pre = T.pending()
+            old = pre.fetch
+            if old is not None and old[2] is not None and old[3] is not None:
+                old[3].put(old[2])
+            pre.fetch = (t0, cpu, ev, pool)
         except Exception:
             fault()
         return batch
 
     __next__.__traceml_patch__ = True  # type: ignore[attr-defined]
-    cls.__next__ = __next__
+    _replace(cls, "__next__", __next__)
 
 
 # -- backward ----------------------------------------------------------------------------------------
@@ -208,7 +254,7 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
         if st is None or st.backward_depth or st.thread != thread_id():
             return orig(*args, **kwargs)
         st.backward_depth = 1
-        ev = _mark(st)
+        ev = None if st.pool is None else _mark(st)
         t0 = perf_ns()
         try:
             return orig(*args, **kwargs)
@@ -231,7 +277,7 @@ def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
     if st is None or st.thread != thread_id():
         return None
     if st.optimizer_depth == 0:
-        st.optimizer_ev = _mark(st)
+        st.optimizer_ev = None if st.pool is None else _mark(st)
         st.optimizer_t0 = perf_ns()
     st.optimizer_depth += 1
     return None
@@ -261,7 +307,7 @@ def _forward_pre(module: Any, args: Any) -> None:
     if st is None or st.thread != thread_id():
         return None
     if st.forward_depth == 0:
-        st.forward_ev = _mark(st)
+        st.forward_ev = None if st.pool is None else _mark(st)
         st.forward_t0 = perf_ns()
     st.forward_depth += 1
     return None
@@ -284,44 +330,43 @@ def _forward_post(module: Any, args: Any, output: Any) -> None:
 _HOOK_KEY = -0x7472616365  # never the id of a RemovableHandle (those count up from 0)
 
 
-def attach_forward(model: Any) -> tuple[Any, ...]:
-    r"""Registers the forward timing hooks on ``model``; returns what :func:`detach` needs.
+def hook_dicts(module: Any) -> tuple[Any, Any, Any] | None:
+    """The module's forward pre-hook, hook and always-called dicts, or None when it lacks them (or
+    is a ``torch.jit.ScriptModule``).
 
-    The hooks go straight into the module's hook dicts under a key of TraceML's own (one dict
-    store each, where ``register_forward_*_hook`` builds two ``RemovableHandle``\ s with weak
-    references every step); a module without those dicts falls back to the public calls. The
-    pre-hook runs first and the hook is ``always_call``, so a forward that raises is still closed.
-
-    Raises whatever ``register_forward_*_hook`` raises (a ScriptModule, say); the tracer then
-    leaves forward untimed for that model and records a note.
+    TraceML puts its hooks straight into these dicts under a key of its own (:func:`attach`): a
+    dict store each, where ``register_forward_*_hook`` builds two ``RemovableHandle`` objects with weak
+    references every step.
     """
-    attrs = getattr(model, "__dict__", {})
+    import torch
+
+    if isinstance(module, torch.jit.ScriptModule):
+        return None  # scripted code does not run Python hooks set after scripting
+    attrs = getattr(module, "__dict__", {})
     pre = attrs.get("_forward_pre_hooks")
     post = attrs.get("_forward_hooks")
     always = attrs.get("_forward_hooks_always_called")
     if isinstance(pre, OrderedDict) and isinstance(post, dict) and isinstance(always, dict):
-        pre[_HOOK_KEY] = _forward_pre
-        pre.move_to_end(_HOOK_KEY, last=False)
-        post[_HOOK_KEY] = _forward_post
-        always[_HOOK_KEY] = True
         return (pre, post, always)
-    pre_handle = model.register_forward_pre_hook(_forward_pre, prepend=True)
-    try:
-        post_handle = model.register_forward_hook(_forward_post, always_call=True)
-    except BaseException:
-        pre_handle.remove()
-        raise
-    return (pre_handle, post_handle)
+    return None
 
 
-def detach(attached: tuple[Any, ...]) -> None:
-    """Removes the hooks :func:`attach_forward` registered."""
-    if len(attached) == 3:
-        for hooks in attached:
-            hooks.pop(_HOOK_KEY, None)
-    else:
-        for handle in attached:
-            handle.remove()
+def attach(dicts: tuple[Any, Any, Any]) -> None:
+    """Sets the forward timing hooks in ``dicts`` (from :func:`hook_dicts`): the pre-hook first,
+    the hook ``always_call`` so that a forward that raises still ends its timer."""
+    pre, post, always = dicts
+    pre[_HOOK_KEY] = _forward_pre
+    pre.move_to_end(_HOOK_KEY, last=False)
+    post[_HOOK_KEY] = _forward_post
+    always[_HOOK_KEY] = True
+
+
+def detach(dicts: tuple[Any, Any, Any]) -> None:
+    """Removes what :func:`attach` set."""
+    pre, post, always = dicts
+    pre.pop(_HOOK_KEY, None)
+    post.pop(_HOOK_KEY, None)
+    always.pop(_HOOK_KEY, None)
 
 
 def compiled_reason(model: Any) -> str | None:
@@ -417,15 +462,17 @@ def _time_copy(st: T.Step, orig: Callable[..., Any], tensor: Any, args: Any, kwa
 class CudaPeaks:
     """Per-step CUDA peaks that leave the user's peak counters as they would be (module docstring).
 
-    ``begin(index)`` at step open folds the device's current peaks into the shadow and resets
-    them; ``end(index)`` at step close reads the step's ``allocated_bytes.all.peak`` and
-    ``reserved_bytes.all.peak`` (bytes) and folds them too. Thread-safe: the patched readers may
-    run on any thread.
+    One allocator read per step (it costs tens of microseconds): :meth:`end` at each step close
+    reads the peaks, folds them into the shadow and resets them, so a step's window runs from the
+    previous step's close on that device to its own close; :meth:`arm` starts the first window.
+    Thread-safe: the patched readers may run on any thread.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._shadow: dict[int, dict[tuple[str, ...], int]] = {}
+        self._reset_by_user: set[int] = set()
+        self.armed: set[int] = set()
         self._stats: Callable[[int], dict[str, Any]] | None = None
         self._reset: Callable[[int], None] | None = None
 
@@ -454,32 +501,47 @@ class CudaPeaks:
             index = _get_device_index(device, optional=True)
             with peaks._lock:
                 peaks._shadow.pop(index, None)
-            st = T.OPEN
-            if st is not None and st.device == f"cuda:{index}":
-                st.memory_reset_by_user = True
+                peaks._reset_by_user.add(index)
             return orig_reset(device=device)
 
         memory_stats_as_nested_dict.__traceml_patch__ = True  # type: ignore[attr-defined]
         reset_peak_memory_stats.__traceml_patch__ = True  # type: ignore[attr-defined]
         # Both the torch.cuda.memory functions (what memory_stats / reset_max_* call) and the
         # torch.cuda names users call.
-        cuda_memory.memory_stats_as_nested_dict = memory_stats_as_nested_dict
-        cuda_memory.reset_peak_memory_stats = reset_peak_memory_stats
-        torch.cuda.memory_stats_as_nested_dict = memory_stats_as_nested_dict
-        torch.cuda.reset_peak_memory_stats = reset_peak_memory_stats
+        _replace(cuda_memory, "memory_stats_as_nested_dict", memory_stats_as_nested_dict)
+        _replace(cuda_memory, "reset_peak_memory_stats", reset_peak_memory_stats)
+        _replace(torch.cuda, "memory_stats_as_nested_dict", memory_stats_as_nested_dict)
+        _replace(torch.cuda, "reset_peak_memory_stats", reset_peak_memory_stats)
 
-    def begin(self, index: int) -> None:
+    def forget(self) -> None:
+        """Drops the shadow and the armed devices (see :func:`uninstall`)."""
+        with self._lock:
+            self._shadow.clear()
+            self._reset_by_user.clear()
+            self.armed.clear()
+
+    def arm(self, index: int) -> None:
+        """Starts the first window on ``index``: folds the peaks so far into the shadow, resets them."""
         assert self._stats is not None and self._reset is not None
         stats = self._stats(index)
         with self._lock:
             _fold(self._shadow.setdefault(index, {}), stats, ())
             self._reset(index)
+            self._reset_by_user.discard(index)
+            self.armed.add(index)
 
-    def end(self, index: int) -> tuple[float, float]:
-        assert self._stats is not None
+    def end(self, index: int) -> tuple[float | None, float | None]:
+        """The window's ``allocated_bytes.all.peak`` and ``reserved_bytes.all.peak`` (bytes); folds
+        every peak into the shadow and resets them, which starts the next window. (None, None)
+        when the user reset the peaks during the window: its peak is then unknown."""
+        assert self._stats is not None and self._reset is not None
         stats = self._stats(index)
         with self._lock:
             _fold(self._shadow.setdefault(index, {}), stats, ())
+            self._reset(index)
+            if index in self._reset_by_user:
+                self._reset_by_user.discard(index)
+                return None, None
         return float(stats["allocated_bytes"]["all"]["peak"]), float(stats["reserved_bytes"]["all"]["peak"])
 
     def _merge(self, index: int, stats: dict[str, Any]) -> None:
@@ -494,15 +556,15 @@ class CudaPeaks:
 
 
 def _fold(shadow: dict[tuple[str, ...], int], stats: dict[str, Any], prefix: tuple[str, ...]) -> None:
+    """Raises each ``shadow[path]`` to the ``peak`` of the stat at ``path`` in ``stats``."""
     for key, value in stats.items():
-        if isinstance(value, dict):
-            path = (*prefix, key)
+        if type(value) is dict:
             peak = value.get("peak")
-            if isinstance(peak, int):
-                if peak > shadow.get(path, -1):
-                    shadow[path] = peak
-            else:
+            path = (*prefix, key)
+            if peak is None:
                 _fold(shadow, value, path)
+            elif peak > shadow.get(path, -1):
+                shadow[path] = peak
 
 
 PEAKS = CudaPeaks()

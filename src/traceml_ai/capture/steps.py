@@ -15,8 +15,9 @@ that the capture session's sampler thread collects (DESIGN §3.1):
 2, … in the order they open, unless ``trace_step(..., step=N)`` sets the number (later steps then
 continue from N + 1).
 
-Hand-off: each source holds a bounded deque that the training thread appends to under a short lock;
-when it is full the oldest step is dropped and counted (``dropped_steps``/``dropped_rows``). A step
+Hand-off: each source holds a bounded deque that the training thread appends to without a lock
+(``deque.append``/``popleft`` are atomic); when it is full the oldest step is dropped and counted
+(``dropped_steps``/``dropped_rows``). A step
 whose GPU events have not completed stays queued for a later collect (rows leave in step order); after
 ``gpu_wait_s`` it is sent anyway with ``gpu_ms`` None for its unfinished phases.
 :meth:`StepTimeSource.collect_final` (the session's last look at shutdown) waits up to 2 s, polling on
@@ -89,18 +90,30 @@ class StepTimeSource:
         self.max_steps = max_steps
         self.gpu_wait_ns = int(gpu_wait_s * 1e9)
         self.notes: list[str] = notes if notes is not None else []
-        self.dropped_steps = 0
-        self._lock = threading.Lock()
+        self._dropped_full = 0  # written by the training thread only
+        self._dropped_waiting = 0  # written by the sampler thread only
         self._queue: deque[Step] = deque()
         self._waiting: deque[Step] = deque()  # sampler thread only
 
+    @property
+    def dropped_steps(self) -> int:
+        """Steps lost because the hand-off queue was full, or their GPU events never came."""
+        return self._dropped_full + self._dropped_waiting
+
     def put(self, finished: Step) -> None:
-        """Hands a closed step over (training thread; O(1), never blocks for long)."""
-        with self._lock:
-            if len(self._queue) >= self.max_steps:
-                self._queue.popleft().release_events()
-                self.dropped_steps += 1
-            self._queue.append(finished)
+        """Hands a closed step over (training thread; O(1), takes no lock).
+
+        ``deque.append``/``popleft`` are atomic, so the sampler may drain the queue meanwhile; a
+        full queue drops its oldest step (counted).
+        """
+        queue = self._queue
+        if len(queue) >= self.max_steps:
+            try:
+                queue.popleft().release_events()
+                self._dropped_full += 1
+            except IndexError:
+                pass
+        queue.append(finished)
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         """Rows of the steps whose GPU timings are known (or waited ``gpu_wait_s``), in step order."""
@@ -122,17 +135,14 @@ class StepTimeSource:
         return rows
 
     def _pending(self) -> bool:
-        with self._lock:
-            return bool(self._queue) or bool(self._waiting)
+        return bool(self._queue) or bool(self._waiting)
 
     def _rows(self, seq: int, *, give_up: bool) -> list[dict[str, Any]]:
-        with self._lock:
-            self._waiting.extend(self._queue)
-            self._queue.clear()
         waiting = self._waiting
+        _drain(self._queue, waiting)
         while len(waiting) > self.max_steps:  # GPU stuck: bound what waits too
             waiting.popleft().release_events()
-            self.dropped_steps += 1
+            self._dropped_waiting += 1
         rows: list[dict[str, Any]] = []
         now = perf_ns()
         while waiting:
@@ -149,12 +159,21 @@ class StepTimeSource:
                 events = finished.events()
             except Exception:
                 finished.release_events()
-                self.dropped_steps += 1
+                self._dropped_waiting += 1
                 continue
             rows.append(
                 {"seq": seq, "timestamp_unix_ns": finished.end_unix_ns, "step": finished.step, "events": events}
             )
         return rows
+
+
+def _drain(source: deque[Any], into: deque[Any]) -> None:
+    """Moves every item of ``source`` to ``into`` in order, safe against a concurrent ``append``."""
+    while True:
+        try:
+            into.append(source.popleft())
+        except IndexError:
+            return
 
 
 class StepMemorySource:
@@ -177,25 +196,26 @@ class StepMemorySource:
             raise ValueError(f"max_rows must be at least 1, got {max_rows}")
         self.max_rows = max_rows
         self.notes: list[str] = notes if notes is not None else []
-        self.dropped_rows = 0
-        self._lock = threading.Lock()
+        self.dropped_rows = 0  # written by the training thread only
         self._queue: deque[tuple[int, str, int, float | None, float | None]] = deque()
 
     def put(
         self, step: int, device: str, end_unix_ns: int, peak_alloc: float | None, peak_reserved: float | None
     ) -> None:
-        """Hands one step's peaks over (training thread)."""
-        with self._lock:
-            if len(self._queue) >= self.max_rows:
-                self._queue.popleft()
+        """Hands one step's peaks over (training thread; O(1), takes no lock)."""
+        queue = self._queue
+        if len(queue) >= self.max_rows:
+            try:
+                queue.popleft()
                 self.dropped_rows += 1
-            self._queue.append((step, device, end_unix_ns, peak_alloc, peak_reserved))
+            except IndexError:
+                pass
+        queue.append((step, device, end_unix_ns, peak_alloc, peak_reserved))
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         """Rows of every step closed since the last collect, in step order."""
-        with self._lock:
-            items = list(self._queue)
-            self._queue.clear()
+        items: deque[tuple[int, str, int, float | None, float | None]] = deque()
+        _drain(self._queue, items)
         return [
             {
                 "seq": seq,
@@ -218,7 +238,7 @@ class _ModelInfo:
     """What the tracer knows of one model: its first parameter (the step's device) and the modules
     that get forward hooks (``targets``: the model, then one level deeper per search step)."""
 
-    __slots__ = ("compiled", "first_param", "forward_seen", "frontier", "level", "targets")
+    __slots__ = ("compiled", "first_param", "forward_seen", "frontier", "hooks", "level", "targets")
 
     def __init__(self, model: Any, first_param: Any, compiled: str | None) -> None:
         self.first_param = first_param
@@ -227,6 +247,13 @@ class _ModelInfo:
         self.frontier: list[Any] = list(self.targets)  # the deepest level hooked so far
         self.level = 0
         self.forward_seen = False
+        self.hooks: list[tuple[Any, Any, Any]] = []  # the hook dicts of the targets
+        self.set_targets(self.targets)
+
+    def set_targets(self, targets: list[Any]) -> None:
+        """Hooks go into these modules' hook dicts; a module without them is skipped."""
+        self.targets = targets
+        self.hooks = [d for d in (instrument.hook_dicts(t) for t in targets) if d is not None]
 
 
 def _dead() -> None:
@@ -341,7 +368,7 @@ class StepTracer:
             import torch
 
             self._torch = torch
-            instrument.install()
+        instrument.install()  # a no-op once installed
         T.TRACING = True
         if model is None:
             info = None
@@ -352,29 +379,26 @@ class StepTracer:
         index = self._cuda_index(info)
         pool: EventPool | None = None
         if index is None:
-            device = "cpu" if info is None or info.first_param is None else info.first_param.device.type
-            T.FETCH_POOL = None
+            param = None if info is None else info.first_param
+            device = "cpu" if param is None or param.is_cpu else str(param.device.type)
         else:
             device = f"cuda:{index}"
+            instrument.install_cuda()
             pool = self._pools.get(index)
             if pool is None:
-                instrument.install_cuda()
                 pool = self._pools[index] = EventPool(index)
-            T.FETCH_POOL = pool
+            else:
+                pool.refresh_stream()
+            if index not in instrument.PEAKS.armed:
+                instrument.PEAKS.arm(index)
+        T.FETCH_POOL = pool
         number = self._next_step if step is None else int(step)
         self._next_step = number + 1
         st = Step(number, device, pool, info)
-        if index is not None:
-            instrument.PEAKS.begin(index)
-        if info is not None and info.targets:
-            try:
-                st.hooks = [instrument.attach_forward(target) for target in info.targets]
-            except Exception as exc:
-                info.targets = []
-                self.note(
-                    f"nohook:{type(model).__name__}",
-                    f"forward is not timed for {type(model).__name__}: its forward hooks cannot be set ({exc})",
-                )
+        if info is not None and info.hooks:
+            hooks = st.hooks = info.hooks
+            for dicts in hooks:
+                instrument.attach(dicts)
         try:
             self._begin(st, pool)
         except BaseException:
@@ -420,14 +444,11 @@ class StepTracer:
             # Timers left open by an exception (an optimizer step that raised): not counted.
             st.release(st.forward_ev)
             st.release(st.optimizer_ev)
-        stats = st.phases[T.STEP] = T.PhaseStats()
-        stats.add(t_end - st.t0, None if ev_end is None or st.ev0 is None else (st.ev0, ev_end))
+        st.phases[T.STEP] = [1, t_end - st.t0, None if ev_end is None else [(st.ev0, ev_end)]]
         alloc: float | None = None
         reserved: float | None = None
         if pool is not None:
             alloc, reserved = instrument.PEAKS.end(pool.device_index)
-            if st.memory_reset_by_user:
-                alloc = reserved = None
         st.end_unix_ns = end_unix = time.time_ns()
         st.closed_perf_ns = t_end
         self.time_source.put(st)
@@ -440,8 +461,8 @@ class StepTracer:
     @staticmethod
     def _detach(st: Step) -> None:
         hooks, st.hooks = st.hooks, None
-        for attached in hooks or ():
-            instrument.detach(attached)
+        for dicts in hooks or ():
+            instrument.detach(dicts)
 
     def _search_forward(self, st: Step) -> None:
         """Finds the modules whose calls are the forward phase when the model itself is not called.
@@ -466,7 +487,7 @@ class StepTracer:
                     children.append(child)
         info.level += 1
         if not children or info.level > MAX_FORWARD_SEARCH_DEPTH:
-            info.targets = []
+            info.set_targets([])
             info.forward_seen = True
             self.note(
                 "noforward",
@@ -475,7 +496,7 @@ class StepTracer:
             )
         else:
             # The levels above stay targets: a later step may call the model itself after all.
-            info.targets = [*info.targets, *children]
+            info.set_targets([*info.targets, *children])
             info.frontier = children
 
     def _model_info(self, model: Any) -> _ModelInfo | None:
@@ -504,6 +525,11 @@ class StepTracer:
         first = next(iter(model.parameters()), None)
         compiled = instrument.compiled_reason(model)
         info = _ModelInfo(model, first, compiled)
+        if info.targets and not info.hooks:
+            self.note(
+                f"nohook:{type(model).__name__}",
+                f"forward is not timed for {type(model).__name__}: it has no forward hook dicts",
+            )
         if compiled is not None:
             self.note(
                 "compiled",
@@ -523,7 +549,7 @@ class StepTracer:
             return int(param.get_device()) if param.is_cuda else None
         # No parameters to ask: a CUDA step if CUDA is already in use (never initialise it ourselves).
         cuda = self._torch.cuda
-        if cuda.is_available() and cuda.is_initialized():
+        if cuda.is_initialized():
             return int(cuda.current_device())
         return None
 

@@ -36,15 +36,19 @@ thread_id = threading.get_ident
 class EventPool:
     """Reusable CUDA timing events of one device (``torch.cuda.Event(enable_timing=True)``).
 
-    ``get`` and ``put`` are safe from the training and the sampler thread at once (``list.pop`` and
-    ``list.append`` are atomic). An event handed back while still pending on the GPU may be
-    recorded again: CUDA overwrites an event's state on every record.
+    ``record`` and ``put`` are safe from the training and the sampler thread at once
+    (``list.pop`` and ``list.append`` are atomic). An event handed back while still pending on the
+    GPU may be recorded again: CUDA overwrites an event's state on every record.
+
+    Events are recorded on :attr:`stream`, which the tracer sets to the device's current stream
+    when a step opens (asking for the current stream on every record would cost more than the
+    record): work that a step sends to another stream is timed as the step's stream sees it.
 
     Args:
-        device_index: the CUDA device whose current stream the events are recorded on.
+        device_index: the CUDA device of the events.
     """
 
-    __slots__ = ("_current_stream", "_event_cls", "_free", "created", "device_index")
+    __slots__ = ("_event_cls", "_free", "_record", "created", "device_index", "stream")
 
     def __init__(self, device_index: int) -> None:
         import torch
@@ -52,17 +56,26 @@ class EventPool:
         self.device_index = device_index
         self._free: list[Any] = []
         self._event_cls: Any = torch.cuda.Event
-        self._current_stream = torch.cuda.current_stream
+        # The C method itself: torch.cuda.Event.record is a Python wrapper that looks the current
+        # stream up again when none is given.
+        self._record: Any = torch._C._CudaEventBase.record
+        self.stream: Any = torch.cuda.current_stream(device_index)
         self.created = 0
 
+    def refresh_stream(self) -> None:
+        """Takes the device's current stream as the one later events are recorded on."""
+        import torch
+
+        self.stream = torch.cuda.current_stream(self.device_index)
+
     def record(self) -> Any:
-        """An event recorded now on the device's current stream (never blocks)."""
+        """An event recorded now on :attr:`stream` (never blocks)."""
         try:
             event = self._free.pop()
         except IndexError:
             event = self._event_cls(enable_timing=True)
             self.created += 1
-        event.record(self._current_stream(self.device_index))
+        self._record(event, self.stream)
         return event
 
     def put(self, event: Any) -> None:
@@ -70,28 +83,26 @@ class EventPool:
         self._free.append(event)
 
 
-class PhaseStats:
-    """One phase's calls within one step: ``n_calls``, summed CPU ns and the GPU event pairs.
+PhaseEntry = list  # [n_calls: int, cpu_ns: int, pairs: list[(start, end)] | None]
+"""One phase's calls within one step, as a 3-item list (the training thread's hot path makes one
+per phase per step, and a list costs less than an object): ``n_calls``, the summed CPU ns, and the
+GPU event pairs (None until a call brings one). ``gpu_ms`` is measured only when every call brought
+a pair, that is ``len(pairs) == n_calls`` (000 seed, StepTimeRecord)."""
 
-    ``all_gpu`` stays True only while every call brought a (start, end) event pair, so ``gpu_ms``
-    can be None unless every call measured the GPU clock (000 seed, StepTimeRecord).
-    """
 
-    __slots__ = ("all_gpu", "cpu_ns", "n_calls", "pairs")
-
-    def __init__(self) -> None:
-        self.n_calls = 0
-        self.cpu_ns = 0
-        self.pairs: list[tuple[Any, Any]] = []
-        self.all_gpu = True
-
-    def add(self, cpu_ns: int, pair: tuple[Any, Any] | None) -> None:
-        self.n_calls += 1
-        self.cpu_ns += cpu_ns
-        if pair is None:
-            self.all_gpu = False
+def add_call(phases: dict[str, list[Any]], name: str, cpu_ns: int, pair: tuple[Any, Any] | None) -> None:
+    """Adds one call of phase ``name`` to ``phases`` (see :data:`PhaseEntry`)."""
+    entry = phases.get(name)
+    if entry is None:
+        phases[name] = [1, cpu_ns, None if pair is None else [pair]]
+        return
+    entry[0] += 1
+    entry[1] += cpu_ns
+    if pair is not None:
+        if entry[2] is None:
+            entry[2] = [pair]
         else:
-            self.pairs.append(pair)
+            entry[2].append(pair)
 
 
 class Step:
@@ -120,7 +131,7 @@ class Step:
     optimizer_t0 = 0
     optimizer_ev: Any = None
     h2d_depth = 0
-    memory_reset_by_user = False
+    region_depth: dict[str, int] | None = None
     end_unix_ns = 0
     closed_perf_ns = 0
     _released = False
@@ -131,8 +142,7 @@ class Step:
         self.pool = pool
         self.info = info
         self.thread = thread_id()
-        self.phases: dict[str, PhaseStats] = {}
-        self.region_depth: dict[str, int] = {}
+        self.phases: dict[str, list[Any]] = {}  # name -> PhaseEntry
 
     # -- training thread, while open ---------------------------------------------------------------
 
@@ -144,14 +154,16 @@ class Step:
     def add(self, name: str, cpu_ns: int, ev0: Any) -> None:
         """Adds one call of phase ``name``: ``cpu_ns`` of wall time and, when ``ev0`` is an event,
         the (``ev0``, end event recorded now) pair. Read the CPU clock *before* calling this."""
-        stats = self.phases.get(name)
-        if stats is None:
-            stats = self.phases[name] = PhaseStats()
+        entry = self.phases.get(name)
         if ev0 is None:
-            stats.add(cpu_ns, None)
-        else:
-            assert self.pool is not None
-            stats.add(cpu_ns, (ev0, self.pool.record()))
+            if entry is None:
+                self.phases[name] = [1, cpu_ns, None]
+            else:
+                entry[0] += 1
+                entry[1] += cpu_ns
+            return
+        assert self.pool is not None
+        add_call(self.phases, name, cpu_ns, (ev0, self.pool.record()))
 
     def release(self, event: Any) -> None:
         """Hands back a start event whose call is not counted."""
@@ -162,8 +174,8 @@ class Step:
 
     def gpu_ready(self) -> bool:
         """True when every GPU event of the step has completed (``event.query()``, never blocks)."""
-        for stats in self.phases.values():
-            for start, end in stats.pairs:
+        for _n, _cpu, pairs in self.phases.values():
+            for start, end in pairs or ():
                 if not (end.query() and start.query()):
                     return False
         return True
@@ -173,22 +185,18 @@ class Step:
         cpu_ms, gpu_ms, n_calls}}}`` in ms. A phase gets ``gpu_ms`` only if every call of it
         brought events that have all completed; otherwise ``gpu_ms`` is None, ``is_gpu`` False
         and ``duration_ms`` is ``cpu_ms``. Hands the events back to the pool."""
+        device = self.device
         out: dict[str, dict[str, dict[str, Any]]] = {}
-        for name, stats in self.phases.items():
-            gpu_ms: float | None = None
-            if stats.all_gpu and stats.pairs:
-                gpu_ms = _gpu_sum(stats.pairs)
-            cpu_ms = stats.cpu_ns / 1e6
-            out[name] = {
-                self.device: {
-                    "is_gpu": gpu_ms is not None,
-                    "duration_ms": cpu_ms if gpu_ms is None else gpu_ms,
-                    "cpu_ms": cpu_ms,
-                    "gpu_ms": gpu_ms,
-                    "n_calls": stats.n_calls,
-                }
-            }
-        self.release_events()
+        for name, (n_calls, cpu_ns, pairs) in self.phases.items():
+            cpu_ms = cpu_ns / 1e6
+            gpu_ms = _gpu_sum(pairs) if pairs is not None and len(pairs) == n_calls else None
+            if gpu_ms is None:
+                stats = {"is_gpu": False, "duration_ms": cpu_ms, "cpu_ms": cpu_ms, "gpu_ms": None, "n_calls": n_calls}
+            else:
+                stats = {"is_gpu": True, "duration_ms": gpu_ms, "cpu_ms": cpu_ms, "gpu_ms": gpu_ms, "n_calls": n_calls}
+            out[name] = {device: stats}
+        if self.pool is not None:
+            self.release_events()
         return out
 
     def release_events(self) -> None:
@@ -199,8 +207,8 @@ class Step:
         pool = self.pool
         if pool is None:
             return
-        for stats in self.phases.values():
-            for start, end in stats.pairs:
+        for _n, _cpu, pairs in self.phases.values():
+            for start, end in pairs or ():
                 pool.put(start)
                 pool.put(end)
 
@@ -219,7 +227,7 @@ class PreStep(threading.local):
     def __init__(self) -> None:
         self.generation = 0
         self.fetch: tuple[int, int, Any, EventPool | None] | None = None
-        self.regions: dict[str, PhaseStats] = {}
+        self.regions: dict[str, list[Any]] = {}  # name -> PhaseEntry
         self.open_regions: set[str] = set()
 
 
@@ -308,8 +316,11 @@ class RegionScope:
         name = self._name
         st = OPEN
         if st is not None and st.thread == thread_id():
-            depth = st.region_depth.get(name, 0)
-            st.region_depth[name] = depth + 1
+            depths = st.region_depth
+            if depths is None:
+                depths = st.region_depth = {}
+            depth = depths.get(name, 0)
+            depths[name] = depth + 1
             self._st = st
             if depth:
                 self._mode = self._NESTED_IN_STEP
@@ -338,7 +349,9 @@ class RegionScope:
             return
         began_in = self._st
         if began_in is not None:
-            began_in.region_depth[name] = began_in.region_depth.get(name, 1) - 1
+            depths = began_in.region_depth
+            if depths is not None:
+                depths[name] = depths.get(name, 1) - 1
             if mode == self._NESTED_IN_STEP:
                 return
             if OPEN is began_in:
@@ -351,11 +364,7 @@ class RegionScope:
         if st is not None and st.thread == thread_id():
             st.add(name, cpu, None)
             return
-        regions = pending().regions
-        stats = regions.get(name)
-        if stats is None:
-            stats = regions[name] = PhaseStats()
-        stats.add(cpu, None)
+        add_call(pending().regions, name, cpu, None)
 
 
 def _gpu_sum(pairs: list[tuple[Any, Any]]) -> float | None:

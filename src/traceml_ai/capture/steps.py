@@ -17,20 +17,20 @@ continue from N + 1).
 
 Hand-off: each source holds a bounded deque that the training thread appends to without a lock
 (``deque.append``/``popleft`` are atomic); when it is full the oldest step is dropped and counted
-(``dropped_steps``/``dropped_rows``). A step
-whose GPU events have not completed stays queued for a later collect (rows leave in step order); after
-``gpu_wait_s`` it is sent anyway with ``gpu_ms`` None for its unfinished phases.
-:meth:`StepTimeSource.collect_final` (the session's last look at shutdown) waits up to 2 s, polling on
-the sampler thread, for the GPU events still pending.
+(``dropped_steps``/``dropped_rows``). A step whose GPU events have not completed stays queued for a
+later collect (rows leave in step order); after ``gpu_wait_s`` it is sent anyway with ``gpu_ms``
+None for its unfinished phases. :meth:`StepTimeSource.collect_final` (the session's last look at
+shutdown) waits up to 2 s, polling on the sampler thread, for the GPU events still pending.
 
 ``traceml:step`` spans one iteration: from the start of the DataLoader fetch attributed to the step
 (the ``next()`` just before ``with trace_step(...)``) to the end of the ``with`` block, so
 ``dataloader_next / step`` is the share of the iteration spent waiting for data.
 
-Notes: things the run should show about how it was measured (a ``torch.compile``'d model timed at
-step level, a nested ``trace_step`` ignored, bookkeeping faults) go to :attr:`StepTracer.notes`, a
-list of strings shared with both sources as their ``notes`` attribute, and each is printed once on
-stderr as a ``[TraceML]`` line.
+Notes: things the run should show about how it was measured (a ``torch.compile``'d model timed
+without forward, a model whose forward could not be found or hooked, a nested ``trace_step``
+ignored, bookkeeping faults) go to :attr:`StepTracer.notes`, a list of strings that both sources
+expose as their ``notes`` attribute (the same list object), and each is printed once on stderr as
+a ``[TraceML]`` line.
 """
 
 from __future__ import annotations
@@ -601,11 +601,6 @@ def tracer_for(session: Any) -> StepTracer:
         session.add_source(tracer.memory_source)
         _bound = (session, tracer)
         return tracer
-
-
-def deactivate() -> None:
-    """Stops attributing DataLoader fetches to steps (no session is running any more)."""
-    T.TRACING = False
 
 
 def prepare(session: Any) -> StepTracer | None:

@@ -4,8 +4,9 @@ This module holds the *state* that the patches of :mod:`traceml_ai.capture.instr
 step tracer of :mod:`traceml_ai.capture.steps` share, and the two clocks:
 
 - **CPU**: ``time.perf_counter_ns`` around each call, summed per phase (``cpu_ms``).
-- **GPU** (CUDA steps only): a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the
-  step device's *current* stream before and after the call. The training thread only records
+- **GPU** (CUDA steps only): a pair of ``torch.cuda.Event(enable_timing=True)`` recorded before
+  and after the call on the stream that was current on the step's device when the step opened
+  (:class:`EventPool`). The training thread only records
   events; it never synchronizes. The sampler thread asks ``event.query()`` and, once both events of
   every call of a step are complete, sums ``start.elapsed_time(end)`` (``gpu_ms``). Events come from
   an :class:`EventPool` per device and go back to it once read, so a long run creates only as many
@@ -18,7 +19,7 @@ patch compares ``threading.get_ident()`` with :attr:`Step.thread`, so work on ot
 Work done on the step's thread while no step is open is attributed to the *next* step on that
 thread (:class:`PreStep`): the last successful DataLoader fetch (the one that produced the step's
 batch in ``for batch in loader: with trace_step(model): ...``) and every ``trace_region`` that ended
-outside a step. Nothing in this module imports torch at import time.
+outside a step (:class:`RegionScope`). Nothing in this module imports torch at import time.
 """
 
 from __future__ import annotations

@@ -70,10 +70,6 @@ def test_steps_reach_the_aggregator_through_the_session(server: FrameServer, mon
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=4)
     session = CaptureSession(
         CaptureConfig("sess-test", server.address, interval=0.05, capture_output=False),
         identity=detect_identity({}),
@@ -83,6 +79,12 @@ def test_steps_reach_the_aggregator_through_the_session(server: FrameServer, mon
     monkeypatch.setattr(session_module, "_current", session)
     session.start()
     try:
+        # Built while the sampler thread runs, as in a real script: the runtime_environment sampler once
+        # walked gc.get_objects() and made torch.optim.SGD(...) fail here with a SystemError.
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=4)
         for epoch in range(2):
             for x, y in data:
                 with tracing.trace_step(model):

@@ -45,6 +45,7 @@ from typing import Any
 
 from traceml_ai.capture import instrument
 from traceml_ai.capture import timing as T
+from traceml_ai.capture.samplers.runtime_environment import note_model
 from traceml_ai.capture.timing import EventPool, RegionScope, Step, perf_ns, thread_id
 from traceml_ai.telemetry import schema
 
@@ -516,6 +517,7 @@ class StepTracer:
 
     def _new_model_info(self, model: Any) -> _ModelInfo | None:
         torch = self._torch
+        note_model(model)  # its wrapper (DDP, FSDP, DeepSpeed) tells the runtime_environment stream the strategy
         if not isinstance(model, torch.nn.Module):
             self.note(
                 f"notmodule:{type(model).__name__}",

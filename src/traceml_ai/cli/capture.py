@@ -64,7 +64,7 @@ def _report(result: LaunchResult, mode: str) -> None:
         return
     _print_findings(result.run_dir)
     out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
-              f"exit code {result.exit_code}")
+              f"exit code {result.exit_code}", soft_wrap=True)
 
 
 def _print_findings(run_dir: Path) -> None:
@@ -208,11 +208,13 @@ def serve(
                                  port=port, world_size=world_size)
     except LaunchError as exc:
         raise UserError(str(exc)) from None
-    out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder {escape(str(served.run_dir))}")
+    out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder {escape(str(served.run_dir))}",
+              soft_wrap=True)
     out.print("Start your training with this environment (it calls traceml_ai.init()):")
     for key, value in served.environment().items():
-        out.print(f"  export {key}={escape(value)}")
+        out.print(f"  export {key}={escape(value)}", soft_wrap=True)  # copy-pasteable: never wrapped
     out.print("Ctrl+C to end the run.", style="dim")
+    out.file.flush()  # a script or pipe reading these lines must get them now, not at exit
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

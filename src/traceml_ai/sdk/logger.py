@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -117,6 +118,18 @@ class Run:
         self.status = "running"
         self._lock = threading.Lock()
         started = previous.get("started_at") if isinstance(previous.get("started_at"), str) else iso_utc(self.t0)
+        if attach:
+            # The launcher named and labelled the folder it created; its choice stays, so the name in
+            # the table matches the folder. The logger's group fills a gap, its tags add to the launcher's,
+            # and the duration counts from the launch.
+            prev_name, prev_group, prev_tags = previous.get("name"), previous.get("group"), previous.get("tags")
+            if isinstance(prev_name, str) and prev_name:
+                name = prev_name
+            if isinstance(prev_group, str) and prev_group:
+                group = prev_group
+            old_tags = [str(t) for t in prev_tags] if isinstance(prev_tags, list) else []
+            tags = [*old_tags, *(t for t in tags if t not in old_tags)]
+            self.t0 = min(self.t0, _parse_iso(str(started)) or self.t0)
         self.meta: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "id": self.id,
@@ -305,6 +318,14 @@ class Run:
                     self._write_meta()
                 except OSError:
                     pass  # a full disk must not kill training; the next beat tries again
+
+
+def _parse_iso(text: str) -> float | None:
+    """Unix seconds of an ISO-8601 UTC time such as ``2026-11-30T10:15:00Z``, or None."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class Terminated(SystemExit):

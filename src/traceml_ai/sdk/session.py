@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from traceml_ai.capture import steps
 from traceml_ai.capture.session import (
     ENV_AGGREGATOR,
     ENV_SESSION_ID,
@@ -87,7 +88,11 @@ def init(
         _off(f"no session id (pass init(session_id=...) or set {ENV_SESSION_ID})")
         return None
     try:
-        return start_session(CaptureConfig(**values))
+        session = start_session(CaptureConfig(**values))
+        # After `import torch` (the usual place of init()), start step tracing now so that the
+        # DataLoader fetch of the very first step is timed too.
+        steps.prepare(session)
+        return session
     except Exception as exc:  # telemetry never stops the training
         _off(f"it could not start ({exc!r})")
         return None

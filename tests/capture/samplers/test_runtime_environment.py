@@ -50,14 +50,16 @@ DDP_SCRIPT = textwrap.dedent("""
     import time
     import torch
     import torch.distributed as dist
+    import traceml_ai
     dist.init_process_group("gloo")
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(40):  # the same step count on every rank: each backward is a collective
-        loss = model(torch.randn(16, 8)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        with traceml_ai.trace_step(model):
+            loss = model(torch.randn(16, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
         time.sleep(0.02)  # ~1 s of training: several sampler ticks see the wrapped model
     dist.barrier()
     print(f"rank {dist.get_rank()} done", flush=True)
@@ -80,7 +82,7 @@ def test_two_rank_gloo_ddp_run_is_detected_as_ddp(tmp_path: Path) -> None:
                "-m", "traceml_ai.capture.bootstrap", "ddp.py"]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        # the object scan has no side effects (isinstance on torch's deprecated reduce_op would warn)
+        # the strategy check has no side effects (isinstance on torch's deprecated reduce_op would warn)
         assert "FutureWarning" not in proc.stderr
         assert server.wait_for(lambda: len(server.finished) == 2)
         by_rank: dict[int, list[dict[str, object]]] = {0: [], 1: []}
@@ -95,7 +97,7 @@ def test_two_rank_gloo_ddp_run_is_detected_as_ddp(tmp_path: Path) -> None:
             assert 1 <= len(rows) <= 4, rows
             last = rows[-1]
             assert last["training_strategy"] == "DDP", rows
-            assert last["strategy_source"] == "DistributedDataParallel instance"
+            assert last["strategy_source"] == "DistributedDataParallel model"
             assert last["strategy_confidence"] == "high"
             assert last["distributed_initialized"] == 1 and last["distributed_backend"] == "gloo"
             assert last["topology"] == "1 node x 2 processes"

@@ -14,9 +14,9 @@ The aggregator keeps the latest row of a rank.
 ==========================================================  ===============  ==========
 what told us (``strategy_source``)                          strategy         confidence
 ==========================================================  ===============  ==========
-a ``DeepSpeedEngine`` instance                              DeepSpeed        high
-a ``FullyShardedDataParallel`` / ``FSDPModule`` instance    FSDP             high
-a ``DistributedDataParallel`` instance                      DDP              high
+a ``DeepSpeedEngine`` model given to ``trace_step``         DeepSpeed        high
+a ``FullyShardedDataParallel`` / ``FSDPModule`` model       FSDP             high
+a ``DistributedDataParallel`` model                         DDP              high
 ``env`` (``ACCELERATE_USE_DEEPSPEED`` / ``_FSDP``)            DeepSpeed / FSDP medium
 ``deepspeed imported`` (no engine yet)                      DeepSpeed        medium
 ``world_size=1``                                            single           high
@@ -24,16 +24,20 @@ a ``DistributedDataParallel`` instance                      DDP              hig
 ``world_size unknown``                                      unknown          low
 ==========================================================  ===============  ==========
 
-Instances are found by walking the garbage collector's objects, which only happens while torch is
-imported and costs tens of ms on a large process (a handful of times per run, on the sampler
-thread). torch is never imported by this source.
+The wrapper is known from the models the training passes to ``trace_step`` (:func:`note_model`,
+called by the step tracer when a model is first seen). An earlier version walked
+``gc.get_objects()`` from the sampler thread; that hands a tuple the training thread is still
+building to another thread, and CPython then fails the training with ``SystemError: bad argument
+to internal function``: telemetry must never change a training's result, so it never looks at
+objects the training did not hand over. ``traceml watch`` (no ``trace_step``) reports several
+processes as ``unknown`` unless the environment says more. torch is never imported by this source.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
+import threading
 from typing import Any
 
 from traceml_ai.capture.identity import RankIdentity
@@ -73,32 +77,38 @@ def _wrapper_types() -> list[tuple[str, str, type]]:
         if isinstance(obj, type):
             found.append((strategy, source, obj))
 
-    add("DeepSpeed", "DeepSpeedEngine instance", "deepspeed.runtime.engine", "DeepSpeedEngine")
-    add("FSDP", "FullyShardedDataParallel instance", "torch.distributed.fsdp", "FullyShardedDataParallel")
-    add("FSDP", "fully_shard (FSDPModule) instance", "torch.distributed.fsdp", "FSDPModule")
-    add("DDP", "DistributedDataParallel instance", "torch.nn.parallel.distributed", "DistributedDataParallel")
+    add("DeepSpeed", "DeepSpeedEngine model", "deepspeed.runtime.engine", "DeepSpeedEngine")
+    add("FSDP", "FullyShardedDataParallel model", "torch.distributed.fsdp", "FullyShardedDataParallel")
+    add("FSDP", "fully_shard (FSDPModule) model", "torch.distributed.fsdp", "FSDPModule")
+    add("DDP", "DistributedDataParallel model", "torch.nn.parallel.distributed", "DistributedDataParallel")
     return found
 
 
+_SEEN_LOCK = threading.Lock()
+_SEEN_TYPES: set[type] = set()
+
+
+def note_model(model: Any) -> None:
+    """Remember the class of a model the training handed to ``trace_step`` (its wrapper tells the
+    strategy). Keeps the class only, never the model. Cheap: one set lookup per call."""
+    kind = type(model)
+    if kind in _SEEN_TYPES:
+        return
+    with _SEEN_LOCK:
+        _SEEN_TYPES.add(kind)
+
+
 def find_wrapper() -> tuple[str, str] | None:
-    """(strategy, source) of the first DeepSpeed/FSDP/DDP wrapper instance alive in this process."""
+    """(strategy, source) of the DeepSpeed/FSDP/DDP wrapper among the models seen by ``trace_step``."""
     kinds = _wrapper_types()
     if not kinds:
         return None
-    classes = tuple(cls for _, _, cls in kinds)
-    # type(obj) and issubclass, never isinstance: isinstance reads obj.__class__, which some
-    # objects answer with a side effect (torch's deprecated reduce_op prints a FutureWarning).
-    verdict: dict[type, bool] = {}
-    hits: set[type] = set()
-    for obj in gc.get_objects():
-        kind = type(obj)
-        hit = verdict.get(kind)
-        if hit is None:
-            hit = verdict[kind] = issubclass(kind, classes)
-            if hit:
-                hits.add(kind)
+    with _SEEN_LOCK:
+        seen = list(_SEEN_TYPES)
+    # issubclass on the type, never isinstance: isinstance reads obj.__class__, which some objects
+    # answer with a side effect (torch's deprecated reduce_op prints a FutureWarning).
     for strategy, source, cls in kinds:  # in priority order: an engine may hold a DDP inside
-        if any(issubclass(kind, cls) for kind in hits):
+        if any(issubclass(kind, cls) for kind in seen):
             return strategy, source
     return None
 
@@ -108,7 +118,7 @@ def detect(identity: RankIdentity, *, scan: bool = True) -> dict[str, Any]:
 
     Args:
         identity: the rank's identity (world size from the launcher's environment).
-        scan: look for wrapper instances among live objects (skipped when False).
+        scan: look at the models seen by ``trace_step`` (skipped when False).
     """
     torch = sys.modules.get("torch")
     initialized = 0
@@ -139,7 +149,7 @@ def detect(identity: RankIdentity, *, scan: bool = True) -> dict[str, Any]:
     elif world_size is None:
         strategy, source, confidence = "unknown", "world_size unknown", "low"
     else:
-        strategy, source = "unknown", f"world_size={world_size}, no DDP/FSDP/DeepSpeed wrapper found"
+        strategy, source = "unknown", f"world_size={world_size}, no DDP/FSDP/DeepSpeed model seen by trace_step"
         confidence = "low"
     return {
         "topology": topology(world_size, local_world_size),

@@ -1,0 +1,270 @@
+"""``traceml run`` on real training (issue: capture, items 4, 8 and 9): the digits example with 1
+and 2 processes, the planted bottleneck suite, ``watch``, ``serve``, and telemetry faults. Real
+processes, sockets, SQLite and torch on the CPU; nothing mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceml_ai.examples import TRAIN_DIGITS
+from traceml_ai.telemetry.schema import TABLES
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+TIMEOUT_S = 600
+
+
+def traceml(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = TIMEOUT_S,
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "traceml_ai", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def run_digits(tmp_path: Path, name: str, *script_args: str, nproc: int = 1, interval: str = "0.2",
+               expect_code: int = 0) -> Path:
+    proc = traceml("run", "--mode", "summary", "--name", name, "--logs-dir", str(tmp_path / "runs"),
+                   "--interval", interval, "--nproc-per-node", str(nproc), str(TRAIN_DIGITS), *script_args,
+                   cwd=tmp_path)
+    assert proc.returncode == expect_code, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if f"_{name}_" in p.name]
+    return run_dir
+
+
+def table_counts(run_dir: Path) -> dict[str, int]:
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    try:
+        return {t.name: db.execute(f"SELECT COUNT(*) FROM {t.name}").fetchone()[0] for t in TABLES}
+    finally:
+        db.close()
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+
+
+def serious(doc: dict[str, Any]) -> list[str]:
+    return [f["kind"] for f in doc["findings"] if f["severity"] in ("warning", "critical")]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+# -- real input: 1 and 2 processes -----------------------------------------------------------------
+
+
+def test_one_process_fills_every_table_but_gpu_and_is_healthy(tmp_path: Path) -> None:
+    run_dir = run_digits(tmp_path, "single", "--epochs", "2", "--batch-size", "8")
+    counts = table_counts(run_dir)
+    assert counts.pop("system_gpu_samples") == 0  # no GPU here
+    assert all(n > 0 for n in counts.values()), counts
+    assert counts["step_time_samples"] == 2 * 180  # 1,437 training images, batch 8: 180 steps per epoch
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    devices = {r[0] for r in db.execute("SELECT DISTINCT device FROM step_memory_samples")}
+    peaks = db.execute("SELECT COUNT(*) FROM step_memory_samples WHERE peak_alloc_bytes IS NOT NULL").fetchone()[0]
+    assert devices == {"cpu"} and peaks == 0  # on the CPU: device cpu, null peaks
+    # the script's own logger wrote into the launched folder; the launcher kept its labels
+    meta = read_json(run_dir / "run.json")
+    assert meta["status"] == "completed" and meta["launcher"]["mode"] == "run"
+    assert "val/acc" in (run_dir / "metrics.jsonl").read_text()
+    assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "completed"
+    assert "epoch 1:" in (run_dir / "aggregator" / "rank_0.log").read_text()
+    doc = summary(run_dir)
+    assert serious(doc) == [], doc["findings"]
+    assert not (run_dir / "aggregator" / "finalization_warning.json").exists()
+
+
+def test_two_processes_with_gloo_report_both_ranks(tmp_path: Path) -> None:
+    run_dir = run_digits(tmp_path, "ddp", "--epochs", "2", nproc=2)
+    counts = table_counts(run_dir)
+    assert counts.pop("system_gpu_samples") == 0
+    assert all(n > 0 for n in counts.values()), counts
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    ranks = {r[0] for r in db.execute("SELECT DISTINCT global_rank FROM step_time_samples")}
+    strategies = {r[0] for r in db.execute("SELECT training_strategy FROM runtime_environment")}
+    assert ranks == {0, 1} and "DDP" in strategies
+    doc = summary(run_dir)
+    assert doc["ranks"]["seen"] == [0, 1]
+    assert "straggler" not in serious(doc), doc["findings"]
+
+
+# -- the planted bottleneck suite --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("plant", "args", "nproc", "interval", "kind"),
+    [
+        ("input_stall", ("--epochs", "1"), 1, "0.2", "input_bound"),
+        ("optimizer_heavy", ("--epochs", "1"), 1, "0.2", "optimizer_bound"),
+        ("memory_creep", ("--epochs", "3", "--batch-size", "8"), 1, "0.1", "memory_creep"),
+        ("straggler", ("--epochs", "1"), 2, "0.2", "straggler"),
+    ],
+)
+def test_a_planted_bottleneck_is_diagnosed_first(
+    tmp_path: Path, plant: str, args: tuple[str, ...], nproc: int, interval: str, kind: str
+) -> None:
+    run_dir = run_digits(tmp_path, plant, "--plant", plant, *args, nproc=nproc, interval=interval)
+    doc = summary(run_dir)
+    assert doc["findings"], doc
+    assert doc["findings"][0]["kind"] == kind, doc["findings"]
+    assert doc["findings"][0]["severity"] in ("warning", "critical")
+
+
+# -- watch, serve, disable ---------------------------------------------------------------------------
+
+
+def test_watch_needs_no_code_change_and_records_no_steps(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.3)\n")
+    proc = traceml("watch", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"), "--interval", "0.1",
+                   str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "tick 2" in proc.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    counts = table_counts(run_dir)
+    assert counts["step_time_samples"] == 0
+    assert counts["system_samples"] > 0 and counts["process_samples"] > 0
+    assert counts["runtime_environment"] > 0 and counts["stdout_stderr_samples"] == 3
+    assert read_json(run_dir / "run.json")["launcher"]["mode"] == "watch"
+
+
+def test_serve_collects_a_script_that_calls_init(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "serve", "--name", "served", "--logs-dir", str(tmp_path / "runs"),
+         "--world-size", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        env: dict[str, str] = {}
+        assert server.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(ln) for ln in server.stdout], daemon=True).start()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60
+        while len(env) < 3 and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line.strip().startswith("export "):
+                key, value = line.strip()[len("export "):].split("=", 1)
+                env[key] = value
+        assert set(env) == {"TRACEML_AGGREGATOR", "TRACEML_SESSION_ID", "TRACEML_RUN_DIR"}
+        script = tmp_path / "own.py"
+        script.write_text(
+            "import traceml_ai\n"
+            "session = traceml_ai.init(interval=0.1)\n"
+            "assert session is not None\n"
+            "print('hello from a served script')\n"
+        )
+        child = subprocess.run([sys.executable, str(script)], env={**os.environ, **env}, capture_output=True,
+                               text=True, timeout=120)
+        assert child.returncode == 0, child.stderr
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=120)
+    assert server.returncode == 0, server.stderr.read() if server.stderr else ""
+    run_dir = Path(env["TRACEML_RUN_DIR"])
+    assert table_counts(run_dir)["stdout_stderr_samples"] == 1
+    assert read_json(run_dir / "run.json")["status"] == "completed"
+    assert (run_dir / "aggregator" / "final_summary.json").exists()
+
+
+def test_disable_traceml_runs_the_script_plainly_with_its_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("import sys\nprint('plain')\nsys.exit(7)\n")
+    proc = traceml("run", "--disable-traceml", "--logs-dir", str(tmp_path / "runs"), str(script), cwd=tmp_path)
+    assert proc.returncode == 7 and proc.stdout == "plain\n"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_script_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    proc = traceml("run", "--logs-dir", str(tmp_path / "runs"), "nope.py", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: no such training script: nope.py"
+
+
+# -- faults ------------------------------------------------------------------------------------------
+
+KILL_AGGREGATOR = '''
+import os, signal, sys, time
+import psutil
+port = int(os.environ["TRACEML_AGGREGATOR"].rsplit(":", 1)[1])
+for i in range(6):
+    print("step", i, flush=True)
+    if i == 2:
+        for proc in psutil.process_iter(["cmdline"]):
+            if "traceml_ai.aggregator" in " ".join(proc.info["cmdline"] or []):
+                if any(c.laddr.port == port for c in proc.net_connections(kind="tcp")):
+                    proc.send_signal(signal.SIGKILL)
+    time.sleep(0.3)
+sys.exit(5)
+'''
+
+
+def test_training_outlives_a_killed_aggregator_with_its_own_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "kill_agg.py"
+    script.write_text(KILL_AGGREGATOR)
+    proc = traceml("run", "--mode", "summary", "--logs-dir", str(tmp_path / "runs"), "--interval", "0.1",
+                   str(script), cwd=tmp_path)
+    assert proc.returncode == 5, proc.stderr
+    assert "step 5" in proc.stdout  # the training ran to its end
+    assert "telemetry degraded" in proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    meta = read_json(run_dir / "run.json")
+    assert meta["status"] == "failed" and meta["exit"]["code"] == 5
+    assert meta["telemetry"]["status"] == "degraded"
+    assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "incomplete"
+    # every committed row survived the kill -9
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_an_unreachable_aggregator_leaves_training_alone_and_counts_losses(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint('trained')\nsys.exit(0)\n")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TRACEML_AGGREGATOR": f"127.0.0.1:{port}", "TRACEML_SESSION_ID": "x",
+           "TRACEML_INTERVAL": "0.1"}
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "traceml_ai.capture.bootstrap", str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == plain.returncode == 0
+    assert proc.stdout == plain.stdout == "trained\n"
+    assert re.search(r"\[TraceML\] \d+ of \d+ telemetry batches were not delivered", proc.stderr), proc.stderr
+
+
+def test_ctrl_c_stops_the_training_and_marks_the_run_killed(tmp_path: Path) -> None:
+    script = tmp_path / "forever.py"
+    script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.1)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"),
+         str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+    assert launcher.stdout is not None
+    assert launcher.stdout.readline().strip() == "started"
+    os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl+C in a terminal does
+    launcher.communicate(timeout=120)
+    assert launcher.returncode == 130
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert read_json(run_dir / "run.json")["status"] == "killed"
+    assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "interrupted"

@@ -460,3 +460,28 @@ def test_a_scripted_model_trains_the_same_without_forward_timing(tracer: StepTra
     (row,) = rows_of(tracer)
     assert schema.FORWARD not in row["events"] and phase(row, schema.BACKWARD)["n_calls"] == 1
     assert any("forward is not timed" in note for note in tracer.notes)
+
+
+def test_forward_and_backward_inside_an_optimizer_closure_are_not_counted_twice(tracer: StepTracer) -> None:
+    """Lightning and LBFGS run forward and backward inside ``optimizer.step(closure)``: the optimizer
+    step's own time must exclude them, or every such run would look optimizer-bound."""
+    model = SlowForward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader(n=12, batch_size=4):
+        with tracer.step(model):
+
+            def closure(x: Any = x, y: Any = y) -> Any:
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+    for row in rows_of(tracer):
+        fwd = phase(row, schema.FORWARD)
+        opt_stats = phase(row, schema.OPTIMIZER_STEP)
+        step = phase(row, schema.STEP)
+        assert fwd["cpu_ms"] >= SLEEP_S * 1000
+        assert opt_stats["cpu_ms"] < SLEEP_S * 1000 / 2, (opt_stats, fwd)
+        parts = fwd["cpu_ms"] + phase(row, schema.BACKWARD)["cpu_ms"] + opt_stats["cpu_ms"]
+        assert parts <= step["cpu_ms"]  # the phases add up to no more than the step

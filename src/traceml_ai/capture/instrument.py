@@ -104,6 +104,13 @@ def _add(st: T.Step, name: str, cpu_ns: int, ev0: Any) -> None:
         fault()
 
 
+def _add_nested(st: T.Step, name: str, cpu_ns: int, ev0: Any) -> None:
+    try:
+        st.add_nested(name, cpu_ns, ev0)
+    except Exception:
+        fault()
+
+
 def install() -> None:
     """Installs the device-independent patches (DataLoader, backward, optimizer); idempotent."""
     global _installed, _is_compiling
@@ -261,7 +268,7 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             cpu = perf_ns() - t0
             st.backward_depth = 0
-            _add(st, T.BACKWARD, cpu, ev)
+            _add_nested(st, T.BACKWARD, cpu, ev)
 
     backward.__traceml_patch__ = True  # type: ignore[attr-defined]
     return backward
@@ -278,6 +285,8 @@ def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
         return None
     if st.optimizer_depth == 0:
         st.optimizer_ev = None if st.pool is None else _mark(st)
+        st.optimizer_nested0 = st.nested_ns
+        st.optimizer_pairs0 = 0 if st.nested_pairs is None else len(st.nested_pairs)
         st.optimizer_t0 = perf_ns()
     st.optimizer_depth += 1
     return None
@@ -291,9 +300,14 @@ def _optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         return None
     st.optimizer_depth -= 1
     if st.optimizer_depth == 0:
-        cpu = perf_ns() - st.optimizer_t0
+        # forward/backward run by a closure inside this step count as themselves, not as optimizer time
+        cpu = perf_ns() - st.optimizer_t0 - (st.nested_ns - st.optimizer_nested0)
         ev, st.optimizer_ev = st.optimizer_ev, None
-        _add(st, T.OPTIMIZER_STEP, cpu, ev)
+        if st.nested_pairs is not None and len(st.nested_pairs) > st.optimizer_pairs0:
+            if st.gpu_exclusions is None:
+                st.gpu_exclusions = []
+            st.gpu_exclusions.extend(st.nested_pairs[st.optimizer_pairs0:])
+        _add(st, T.OPTIMIZER_STEP, max(0, cpu), ev)
     return None
 
 
@@ -323,7 +337,7 @@ def _forward_post(module: Any, args: Any, output: Any) -> None:
     if st.forward_depth == 0:
         cpu = perf_ns() - st.forward_t0
         ev, st.forward_ev = st.forward_ev, None
-        _add(st, T.FORWARD, cpu, ev)
+        _add_nested(st, T.FORWARD, cpu, ev)
     return None
 
 

@@ -132,6 +132,13 @@ class Step:
     optimizer_t0 = 0
     optimizer_ev: Any = None
     h2d_depth = 0
+    # Forward/backward run *inside* optimizer.step(closure) in Lightning and with LBFGS: their time
+    # is taken out of the optimizer step so that phases never count the same time twice.
+    nested_ns = 0  # CPU ns of forward/backward calls made inside an optimizer step
+    optimizer_nested0 = 0  # nested_ns when the current optimizer step began
+    nested_pairs: list[Any] | None = None  # their GPU event pairs
+    optimizer_pairs0 = 0
+    gpu_exclusions: list[Any] | None = None  # GPU pairs to subtract from the optimizer step's GPU time
     region_depth: dict[str, int] | None = None
     end_unix_ns = 0
     closed_perf_ns = 0
@@ -166,6 +173,17 @@ class Step:
         assert self.pool is not None
         add_call(self.phases, name, cpu_ns, (ev0, self.pool.record()))
 
+    def add_nested(self, name: str, cpu_ns: int, ev0: Any) -> None:
+        """:meth:`add` for a forward/backward call; inside an optimizer step it is also remembered,
+        so that the optimizer step's own time excludes it."""
+        self.add(name, cpu_ns, ev0)
+        if self.optimizer_depth > 0:
+            self.nested_ns += cpu_ns
+            if ev0 is not None:
+                if self.nested_pairs is None:
+                    self.nested_pairs = []
+                self.nested_pairs.append(self.phases[name][2][-1])
+
     def release(self, event: Any) -> None:
         """Hands back a start event whose call is not counted."""
         if event is not None and self.pool is not None:
@@ -191,6 +209,9 @@ class Step:
         for name, (n_calls, cpu_ns, pairs) in self.phases.items():
             cpu_ms = cpu_ns / 1e6
             gpu_ms = _gpu_sum(pairs) if pairs is not None and len(pairs) == n_calls else None
+            if gpu_ms is not None and name == OPTIMIZER_STEP and self.gpu_exclusions:
+                nested = _gpu_sum(self.gpu_exclusions)
+                gpu_ms = None if nested is None else max(0.0, gpu_ms - nested)
             if gpu_ms is None:
                 stats = {"is_gpu": False, "duration_ms": cpu_ms, "cpu_ms": cpu_ms, "gpu_ms": None, "n_calls": n_calls}
             else:

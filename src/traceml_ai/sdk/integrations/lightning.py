@@ -2,8 +2,8 @@
 
 Every training batch (from ``on_train_batch_start`` to ``on_train_batch_end``) is one
 ``trace_step`` of the LightningModule, so the run's step telemetry has forward, backward and
-optimizer step per batch. Lightning runs forward and backward inside ``optimizer.step(closure)``,
-so there the optimizer-step phase spans the forward and backward phases nested in it.
+optimizer step per batch. Lightning runs forward and backward inside ``optimizer.step(closure)``;
+TraceML counts them as forward and backward and only the rest as the optimizer step.
 
 Import this module only where ``lightning`` is installed (it subclasses
 ``lightning.pytorch.Callback``); it is never imported by ``import traceml_ai``.

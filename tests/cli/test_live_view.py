@@ -1,0 +1,66 @@
+"""The live terminal view of ``traceml run --mode cli``, in a real pseudo-terminal (issue: capture, item 5)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+SCRIPT = """
+import time, torch, traceml_ai
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(60):
+    with traceml_ai.trace_step(model):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    time.sleep(0.05)
+    if i % 20 == 0:
+        print(f"training line {i}", flush=True)
+"""
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "cli", "--interval", "0.2", "--logs-dir",
+         str(tmp_path / "runs"), str(script)],
+        cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+    )
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the terminal closed: every process holding it has exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    screen = ANSI.sub("", b"".join(chunks).decode("utf-8", errors="replace"))
+    for line in ("training line 0", "training line 20", "training line 40"):
+        assert line in screen  # the script's output, printed above the view
+    assert "step time" in screen and "median rank (0)" in screen
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert re.search(rf"{phase}\s*│\s*[\d.]+ ms", screen), phase
+    assert "process RSS" in screen and "host CPU" in screen
+    assert re.search(r"step \d+", screen)
+    assert "run folder:" in screen and "exit code 0" in screen

@@ -268,3 +268,32 @@ def test_ctrl_c_stops_the_training_and_marks_the_run_killed(tmp_path: Path) -> N
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert read_json(run_dir / "run.json")["status"] == "killed"
     assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "interrupted"
+
+
+def test_two_nodes_report_to_the_aggregator_on_node_0(tmp_path: Path) -> None:
+    """Two launchers, as on two machines (here both on 127.0.0.1): node 1 creates no run folder and
+    its rank reports to the aggregator that node 0 started on master_port + 1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["run", "--mode", "quiet", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+              "--interval", "0.2"]
+    node1 = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", *common, "--node-rank", "1", "--logs-dir", str(tmp_path / "node1"),
+         str(TRAIN_DIGITS), "--epochs", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    node0 = traceml(*common, "--node-rank", "0", "--logs-dir", str(tmp_path / "node0"), str(TRAIN_DIGITS),
+                    "--epochs", "1", cwd=tmp_path)
+    _, err1 = node1.communicate(timeout=TIMEOUT_S)
+    assert node0.returncode == 0, node0.stderr[-3000:]
+    assert node1.returncode == 0, err1[-3000:]
+    assert not (tmp_path / "node1").exists()
+    (run_dir,) = (tmp_path / "node0").iterdir()
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    ranks = dict(db.execute("SELECT global_rank, node_rank FROM step_time_samples GROUP BY global_rank"))
+    assert ranks == {0: 0, 1: 1}
+    assert read_json(run_dir / "aggregator" / "manifest.json")["world_size"] == 2
+    assert not (run_dir / "aggregator" / "finalization_warning.json").exists()

@@ -7,6 +7,7 @@ images, no download), trained on the CPU for a few seconds per run and logged wi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -80,6 +81,35 @@ def train_digits(runs_dir: Path, name: str, *, lr: float, hidden: int, epochs: i
     return run.dir
 
 
+def capture_digits(runs_dir: Path) -> Path | None:
+    """Train the PyTorch digits example under ``traceml run`` (full capture) into ``runs_dir``.
+
+    Returns the run folder, or None when torch is not installed (one line says so) or the capture
+    failed (its error line is printed; the rest of the demo goes on).
+    """
+    from traceml_ai.examples import TRAIN_DIGITS
+    from traceml_ai.launcher.launch import LaunchError, LaunchOptions, launch
+
+    if importlib.util.find_spec("torch") is None:
+        out.print("[dim]torch is not installed: skipping the captured PyTorch run[/]")
+        return None
+    t = time.perf_counter()
+    options = LaunchOptions(script=str(TRAIN_DIGITS), args=["--epochs", "4", "--batch-size", "16"],
+                            logs_dir=str(runs_dir), name="digits-torch-captured", group="captured",
+                            interval=0.5)
+    try:
+        result = launch(options, on_output=lambda stream, line: None)
+    except LaunchError as exc:
+        out.print(f"[yellow]the captured run did not start:[/] {escape(str(exc))}")
+        return None
+    if result.exit_code != 0 or result.run_dir is None:
+        out.print(f"[yellow]the captured run ended with exit code {result.exit_code}[/]")
+        return result.run_dir
+    out.print(f"trained [bold]digits-torch-captured[/] (PyTorch, full telemetry) in {time.perf_counter() - t:.1f} s "
+              f"→ {escape(str(result.run_dir))}")
+    return result.run_dir
+
+
 DEMO_MARKER = ".traceml-demo"
 
 
@@ -96,8 +126,9 @@ def demo(
     ] = False,
     port: Annotated[int, typer.Option(help="Viewer port; 0 picks a free one.")] = 0,
 ) -> None:
-    """Train two real small models on the CPU, write fake runs beside them, show them in the
-    terminal, then open the web viewer on them (Ctrl+C stops it).
+    """Train two real small models on the CPU, capture a real PyTorch training with full telemetry,
+    write fake runs beside them, show them in the terminal, then open the web viewer on them
+    (Ctrl+C stops it).
 
     Example: traceml demo --workspace traceml-demo
     """
@@ -119,6 +150,7 @@ def demo(
         t = time.perf_counter()
         folder = train_digits(runs_dir, name, lr=lr, hidden=hidden, epochs=epochs)
         out.print(f"trained [bold]{name}[/] for {epochs} epochs in {time.perf_counter() - t:.1f} s → {escape(folder)}")
+    captured = capture_digits(runs_dir)
     out.print(f"demo ready in {time.perf_counter() - t0:.1f} s\n")
     from traceml_ai.cli.runs import ls
 
@@ -135,6 +167,8 @@ def demo(
         stale_after_seconds=None,
     )
     shown = os.path.relpath(runs_dir)
+    if captured is not None:
+        out.print(f"\nTelemetry of the captured run: [bold]traceml summary {escape(os.path.relpath(captured))}[/]")
     out.print(
         "\nNext: [bold]traceml runs show digits-mlp --root "
         f"{escape(shown)}[/] · [bold]traceml ui {escape(shown)}[/]"

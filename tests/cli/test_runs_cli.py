@@ -223,6 +223,11 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     assert runs["stale-run"].display_status == "stale"
     assert runs["legacy-run"].display_status == "legacy"
     assert runs["failed-run"].error is not None
+    # one run trained with PyTorch under `traceml run`, with its telemetry and diagnosis
+    captured = runs["digits-torch-captured"]
+    assert captured.display_status == "completed" and captured.group == "captured"
+    assert (Path(captured.path) / "aggregator" / "telemetry.sqlite").is_file()
+    assert (Path(captured.path) / "aggregator" / "final_summary.json").is_file()
     # The demo can run again over its own workspace.
     again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
     assert again.returncode == 0, again.stderr

@@ -566,7 +566,9 @@ export class RunTable {
       const wrap = h("span", { class: "cell-name-wrap" });
       // Measuring leaves room for the selection swatch (without giving the run a colour).
       if (measuring || store.isSelected(key)) {
-        wrap.appendChild(swatch(paletteColor(measuring ? 0 : store.colorOf(key)), "swatch swatch-sm"));
+        // (No palette colour while measuring: reading it forces a style pass of the whole page
+        // before the one the measurement itself needs.)
+        wrap.appendChild(swatch(measuring ? "transparent" : paletteColor(store.colorOf(key)), "swatch swatch-sm"));
       }
       wrap.appendChild(el);
       if (store.hidden.has(key)) wrap.appendChild(h("span", { class: "tag tag-muted", text: "hidden" }));

@@ -38,6 +38,23 @@ def test_single_process_says_single_once() -> None:
         "single", "world_size=1", "high")
 
 
+def test_a_process_group_destroyed_at_the_end_stays_in_the_row(tmp_path: Path) -> None:
+    """Scripts end with dist.destroy_process_group(); the close-time look must not report the run as
+    never distributed (it once made the last row of a DDP run say distributed_initialized 0)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    dist = torch.distributed
+    sampler = RuntimeEnvironmentSampler(detect_identity({}))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        (row,) = sampler.collect(1, 1)
+    finally:
+        dist.destroy_process_group()
+    assert (row["distributed_initialized"], row["distributed_backend"]) == (1, "gloo")
+    assert sampler.collect(2, 2) == [] and sampler.collect_final(3, 3) == []
+
+
 def test_multi_rank_without_a_wrapper_is_unknown_not_guessed() -> None:
     ident = detect_identity({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"})
     fields = detect(ident)

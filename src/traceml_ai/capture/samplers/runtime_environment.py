@@ -180,7 +180,7 @@ class RuntimeEnvironmentSampler:
     def _maybe_row(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         if self._settled or self._rows >= MAX_ROWS:
             return []
-        fields = detect(self._identity)
+        fields = self._sticky(detect(self._identity))
         if fields["strategy_confidence"] == "high" and fields["training_strategy"] != "single":
             self._settled = True
         if fields == self._last:
@@ -189,6 +189,14 @@ class RuntimeEnvironmentSampler:
         self._rows += 1
         return [{"seq": seq, "timestamp_unix_ns": now_ns, **fields}]
 
+    def _sticky(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Scripts end with ``dist.destroy_process_group()``: the row describes the run's environment,
+        so a process group once seen stays in it instead of turning into a teardown row."""
+        last = self._last
+        if last is not None and last["distributed_initialized"] == 1 and fields["distributed_initialized"] == 0:
+            fields = {**fields, **{k: last[k] for k in _CHEAP_KEYS}}
+        return fields
+
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         self._ticks += 1
         if self._settled or self._rows >= MAX_ROWS:
@@ -196,7 +204,7 @@ class RuntimeEnvironmentSampler:
         due = self._ticks in CHECK_TICKS or self._ticks % LATE_CHECK_EVERY == 0
         if not due and self._last is not None:
             # Between scheduled looks only the cheap part is checked, so init_process_group shows at once.
-            cheap = detect(self._identity, scan=False)
+            cheap = self._sticky(detect(self._identity, scan=False))
             if all(cheap[k] == self._last[k] for k in _CHEAP_KEYS):
                 return []
         return self._maybe_row(seq, now_ns)

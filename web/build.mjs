@@ -2,7 +2,7 @@
 // favicon.svg). Minified, no source maps: the wheel ships exactly these four files. NOMIN=1 leaves
 // the names readable, for a browser profile.
 import { build } from "esbuild";
-import { copyFileSync, mkdirSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -12,7 +12,35 @@ const outdir = join(here, "..", "src", "traceml_ai", "ui", "static");
 rmSync(outdir, { recursive: true, force: true });
 mkdirSync(outdir, { recursive: true });
 
+// uPlot builds an Intl number formatter and reads the local time zone through Intl when its module
+// is evaluated; the first Intl object of a page costs tens of milliseconds (locale data), and the
+// viewer's charts never use either (their axes format their own ticks). This makes both lazy: same
+// behaviour, built on first use. Exact text, or the file is left as it is.
+const UPLOT_LAZY_INTL = [
+  [
+    "const numFormatter = new Intl.NumberFormat(domEnv ? nav.language : 'en-US');\nconst fmtNum = val => numFormatter.format(val);",
+    "let numFormatter = null;\nconst fmtNum = val => (numFormatter ??= new Intl.NumberFormat(domEnv ? nav.language : 'en-US')).format(val);",
+  ],
+  ["const localTz = new Intl.DateTimeFormat().resolvedOptions().timeZone;", "let localTz = null;"],
+  ["\telse if (tz == localTz)", "\telse if (tz == (localTz ??= new Intl.DateTimeFormat().resolvedOptions().timeZone))"],
+];
+const uplotLazyIntl = {
+  name: "uplot-lazy-intl",
+  setup(b) {
+    b.onLoad({ filter: /uplot[\\/]dist[\\/]uPlot\.esm\.js$/ }, (args) => {
+      let text = readFileSync(args.path, "utf8");
+      if (!UPLOT_LAZY_INTL.every(([from]) => text.split(from).length === 2)) {
+        console.warn("uplot-lazy-intl: uPlot's source changed; bundling it unchanged");
+        return undefined;
+      }
+      for (const [from, to] of UPLOT_LAZY_INTL) text = text.replace(from, to);
+      return { contents: text, loader: "js" };
+    });
+  },
+};
+
 await build({
+  plugins: [uplotLazyIntl],
   entryPoints: { app: join(here, "src", "main.ts") },
   outdir,
   bundle: true,

@@ -18,6 +18,16 @@ const CARDS: { status: StatusSegment; label: string; match: string[] }[] = [
   { status: "legacy", label: "Legacy", match: ["legacy"] },
 ];
 
+/**
+ * ISO-8601 UTC times in text order (which is time order); a missing one first. Plain comparison,
+ * not localeCompare, which builds an ICU collator on first use and compares far slower.
+ */
+function byText(a: string | null, b: string | null): number {
+  const x = a ?? "";
+  const y = b ?? "";
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /** The headline metric of a run: best val/auc, else the first best, else the last val/loss. */
 function headline(run: RunRow): string {
   const pick = run.best["val/auc"] ? "val/auc" : Object.keys(run.best)[0];
@@ -96,10 +106,10 @@ export class OverviewView implements ViewModule {
     const active = runs
       .filter((r) => ["running", "running?", "stale"].includes(r.display_status))
       .sort((a, b) => (ageSeconds(a.heartbeat_at) ?? 1e12) - (ageSeconds(b.heartbeat_at) ?? 1e12));
-    const recent = [...runs].sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? "")).slice(0, 12);
+    const recent = [...runs].sort((a, b) => byText(b.started_at, a.started_at)).slice(0, 12);
     const failed = runs
       .filter((r) => r.display_status === "failed")
-      .sort((a, b) => (b.ended_at ?? "").localeCompare(a.ended_at ?? ""))
+      .sort((a, b) => byText(b.ended_at, a.ended_at))
       .slice(0, 6);
 
     const activeList = active.length

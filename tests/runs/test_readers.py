@@ -344,3 +344,17 @@ def test_small_files_above_16_mb_are_not_parsed() -> None:
     with pytest.raises(RunFileError) as err:
         check_size("config.json", 16 * 1024 * 1024 + 1)
     assert str(err.value) == "config.json: 16.8 MB is above the 16 MB limit; not parsed"
+
+
+def test_short_texts_that_repeat_across_runs_are_kept_once() -> None:
+    # A viewer keeps 10,000 runs: a status, group, tag or param text they share is one object.
+    first, _ = parse_params_yaml(b'optim.name: "adam"\nmodel.name: resnet18\n')
+    second, _ = parse_params_yaml(b'optim.name: "adam"\nmodel.name: resnet18\n')
+    assert first["optim.name"] is second["optim.name"] and first["model.name"] is second["model.name"]
+    a, _ = parse_run_json(_run_json(group="sweep", tags=["cv"]))
+    b, _ = parse_run_json(_run_json(group="sweep", tags=["cv"]))
+    assert a.group is b.group and a.tags[0] is b.tags[0] and a.status is b.status
+    long_text = "x" * 100
+    c, _ = parse_params_yaml(f'note: "{long_text}"\n'.encode())
+    d, _ = parse_params_yaml(f'note: "{long_text}"\n'.encode())
+    assert c["note"] == d["note"]  # long texts are not worth a shared copy

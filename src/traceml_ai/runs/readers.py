@@ -67,6 +67,16 @@ def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
         raise RunFileError(file, f"not readable JSON ({_first_line(err)})") from None
 
 
+_INTERN_MAX = 64
+"""Text values up to this many characters that repeat across runs (statuses, groups, tags, params
+such as ``adam``) are stored once (``sys.intern``): a viewer keeps 10,000 runs."""
+
+
+def _shared(value: Any) -> Any:
+    """``value`` itself, or for a short string the one copy all runs share."""
+    return sys.intern(value) if type(value) is str and len(value) <= _INTERN_MAX else value
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
@@ -163,7 +173,7 @@ def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True
     tags_raw = obj.get("tags")
     tags: list[str] = []
     if isinstance(tags_raw, list):
-        tags = [t if isinstance(t, str) else json.dumps(t) for t in tags_raw]
+        tags = [_shared(t) if isinstance(t, str) else json.dumps(t) for t in tags_raw]
     elif tags_raw is not None:
         warnings.append(f"{file}: tags should be a list of strings; ignored")
     exit_raw = obj.get("exit")
@@ -174,7 +184,7 @@ def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True
     heartbeat_s = parse_iso(heartbeat_at)
     if heartbeat_at and heartbeat_s is None:
         warnings.append(f"{file}: heartbeat_at {heartbeat_at!r} is not an ISO-8601 time; ignored")
-    status = _opt_str(obj, "status", file, warnings)
+    status = _shared(_opt_str(obj, "status", file, warnings))
     if status is not None and status not in STATUSES:
         warnings.append(f"{file}: status {status!r} is not one of {', '.join(STATUSES)}; shown as unknown")
     times = {}
@@ -188,9 +198,9 @@ def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True
         raw=obj if keep_raw else {},
         schema_version=version,
         name=_opt_str(obj, "name", file, warnings),
-        group=_opt_str(obj, "group", file, warnings),
+        group=_shared(_opt_str(obj, "group", file, warnings)),
         tags=tags,
-        notes=_opt_str(obj, "notes", file, warnings) or "",
+        notes=_shared(_opt_str(obj, "notes", file, warnings) or ""),
         status=status,
         started_at=times["started_at"],
         ended_at=times["ended_at"],
@@ -264,11 +274,11 @@ def _fast_params(text: str) -> dict[str, Any] | None:
         elif number:
             value = float(number)
         elif quoted:
-            value = json.loads(quoted) if "\\" in quoted else quoted[1:-1]
+            value = _shared(json.loads(quoted) if "\\" in quoted else quoted[1:-1])
         elif bare.lower() in _YAML_SPECIAL_WORDS:
             return None
         else:
-            value = bare
+            value = _shared(bare)
         out[key] = value
     return out
 
@@ -302,7 +312,9 @@ def _check_expansion(root: Any) -> None:
 
 
 def _param_scalar(v: Any) -> Scalar:
-    if v is None or isinstance(v, (bool, int, str)):
+    if isinstance(v, str):
+        return _shared(v)  # type: ignore[no-any-return]
+    if v is None or isinstance(v, (bool, int)):
         return v
     if isinstance(v, float):
         return v
@@ -429,7 +441,7 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
     if isinstance(summary, dict):
         for k, v in summary.items():
             if v is None or isinstance(v, (str, bool, int, float)):
-                out.summary[str(k)] = v
+                out.summary[str(k)] = _shared(v)
             else:
                 out.summary[str(k)] = json.dumps(v, separators=(",", ":"), default=str)
     if skipped:

@@ -105,8 +105,12 @@ export class RunTable {
   private drawnGroups: number[] = [];
   /** Runs changed since the last draw (from the store's "runs" events). */
   private dirty = new Set<string>();
-  /** Row components by key, for in-place updates (Tabulator's own lookup by index is a linear scan). */
-  private rowsByKey = new Map<string, RowComponent>();
+  /**
+   * Row components by key, for in-place updates (Tabulator's own lookup by index is a linear scan).
+   * Built on the first update that needs it, not with the table: for 10,000 rows that is tens of
+   * milliseconds the first screen does not wait for.
+   */
+  private rowsByKey: Map<string, RowComponent> | null = null;
   private rowsReady = false;
   /** The rows' fixed height as Tabulator writes it on every cell (see `fixHeight`). */
   private cellHeight = "";
@@ -211,7 +215,6 @@ export class RunTable {
     columnWidths.set(tab, (field) => this.widthOf(field));
     tab.on("tableBuilt", () => {
       this.built = true;
-      for (const r of tab.getRows()) this.rowsByKey.set((r.getData() as Row)._key, r);
       this.rowsReady = true;
       this.updateSortMarks();
       this.syncHeadChecks();
@@ -260,9 +263,12 @@ export class RunTable {
     const groupsChanged = p.groupSig !== this.groupSig;
     const sameOrder = !columnsChanged && !groupsChanged && sameList(keys, this.drawnKeys) && sameList(gids, this.drawnGroups);
     const dirty: RowComponent[] = [];
-    for (const k of this.dirty) {
-      const comp = this.rowsByKey.get(k);
-      if (comp && store.runs.has(k)) dirty.push(comp);
+    if (this.dirty.size && this.rowsReady) {
+      const byKey = this.rowComponents(tab);
+      for (const k of this.dirty) {
+        const comp = byKey.get(k);
+        if (comp && store.runs.has(k)) dirty.push(comp);
+      }
     }
     this.dirty.clear();
 
@@ -304,18 +310,26 @@ export class RunTable {
     this.drawnKeys = keys;
     this.drawnGroups = gids;
     this.rowEls.clear();
-    this.rowsByKey.clear();
+    this.rowsByKey = null;
     this.rowsReady = false;
     const drawn = keys;
     const replaced = tab.replaceData(rows);
     if (grown) tab.redraw();
     void replaced.then(() => {
       if (this.drawnKeys !== drawn) return; // a newer answer is being drawn
-      for (const r of tab.getRows()) this.rowsByKey.set((r.getData() as Row)._key, r);
       this.rowsReady = true;
       this.syncHeadChecks();
     });
     this.updateSortMarks();
+  }
+
+  /** Row components by key (built once per set of rows; see `rowsByKey`). */
+  private rowComponents(tab: Tabulator): Map<string, RowComponent> {
+    if (!this.rowsByKey) {
+      this.rowsByKey = new Map();
+      for (const r of tab.getRows()) this.rowsByKey.set((r.getData() as Row)._key, r);
+    }
+    return this.rowsByKey;
   }
 
   /** The value of `column` in the row's run. */

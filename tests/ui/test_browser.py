@@ -266,7 +266,9 @@ def x_range(page: Page, chart: Locator) -> tuple[float, float]:
     for side in (0, 1):
         for _ in range(20):
             box = chart.locator(".u-over").bounding_box()
-            assert box is not None
+            if box is None:  # replaced by a live redraw this very moment: look again
+                page.wait_for_timeout(100)
+                continue
             page.mouse.move(0, 0)
             page.mouse.move(box["x"] + 2 + side * (box["width"] - 4), box["y"] + box["height"] / 2)
             tip = chart.locator(".plot-tip-x")
@@ -289,7 +291,9 @@ def drag_zoom(page: Page, chart: Locator, start: float, end: float) -> None:
     """
     for _ in range(5):
         box = chart.locator(".u-over").bounding_box()
-        assert box is not None
+        if box is None:  # replaced by a live redraw this very moment: look again
+            page.wait_for_timeout(100)
+            continue
         y = box["y"] + box["height"] / 2
         page.mouse.move(box["x"] + box["width"] * start, y)
         page.mouse.down()

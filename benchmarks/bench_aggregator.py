@@ -1,24 +1,37 @@
 """Aggregator ingest figures, printed (never asserted). Run: ``.venv/bin/python benchmarks/bench_aggregator.py``.
 
-End to end: several rank connections (real TCP sockets on 127.0.0.1) send pre-encoded batch frames
-as fast as they can to a real ``python -m traceml_ai.aggregator`` process; the clock stops when a
-read-only reader sees every row committed in ``telemetry.sqlite``. Target: ≥ 200,000 rows/s on the
-2-core development machine (DESIGN §7b measured 250–330k rows/s for SQLite inserts alone).
+End to end: rank connections (real TCP sockets on 127.0.0.1) send pre-encoded frames as fast as
+they can to a real ``python -m traceml_ai.aggregator`` process; the clock stops when a read-only
+reader sees every row committed in ``telemetry.sqlite``. Target: ≥ 200,000 rows/s on the 2-core
+development machine.
 
-Workloads: ``mixed`` is what a training rank sends per step (one step_time row with the six built-in
-phases, one step_memory row) plus a process row, a system row with one GPU and a stdout line every
-ten steps; ``step_memory`` and ``step_time`` are the lightest and heaviest single streams.
+Workloads (rows as the capture side makes them, DESIGN §3.1):
+
+- ``mixed``: what a GPU training rank sends each sampler tick, one envelope per tick: per training
+  step one ``step_time`` row (the six built-in phases on ``cuda:0``: ``dataloader_next`` timed on
+  the CPU only, the others with CUDA-event milliseconds at float32 precision and CPU milliseconds
+  from nanoseconds) and one ``step_memory`` row; per tick one ``process`` row, on local rank 0 one
+  ``system`` row with one ``gpus`` item per local GPU, a few stdout lines, and the
+  ``runtime_environment`` row in the rank's first tick;
+- ``step_memory`` and ``step_time``: the lightest and the heaviest stream alone.
+
+Each rank pre-encodes ``--distinct`` frames and sends them in turn until it has sent ``--frames``
+(the aggregator never compares rows, so repeats cost it what new rows would). The clock includes
+the last flush (rows wait up to 0.5 s to commit), so each run has enough rows (several seconds of
+work) for that wait to be a small part of it.
 
 The machine is shared, so each line also gives the aggregator's own CPU time and rows per
-CPU-second, a figure that other processes disturb less than wall time does. The clock includes the
-last flush (rows wait up to 0.5 s to commit), so short runs understate the steady rate.
+CPU-second, a figure that other processes disturb less than wall time does, and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,57 +48,99 @@ from traceml_ai.telemetry.envelope import make_envelope
 
 TARGET_ROWS_PER_S = 200_000
 SESSION = "bench-session"
+GPUS_PER_NODE = 8
+_F32 = struct.Struct("<f")
 
 
 def _meta(rank: int, world_size: int) -> dict[str, Any]:
-    return {"session_id": SESSION, "global_rank": rank, "local_rank": rank, "world_size": world_size,
-            "local_world_size": world_size, "node_rank": 0, "hostname": "bench", "pid": 100 + rank,
-            "sampler": "bench"}
+    local = rank % GPUS_PER_NODE
+    return {"session_id": SESSION, "global_rank": rank, "local_rank": local, "world_size": world_size,
+            "local_world_size": min(world_size, GPUS_PER_NODE), "node_rank": rank // GPUS_PER_NODE,
+            "hostname": f"gpu-node-{rank // GPUS_PER_NODE:02d}", "pid": 4000 + rank, "sampler": "capture"}
 
 
-def _events(step: int) -> dict[str, Any]:
-    return {p: {"cpu": {"is_gpu": False, "duration_ms": 1.0 + step % 7, "cpu_ms": 1.0 + step % 7, "gpu_ms": None,
-                        "n_calls": 1}} for p in schema.BUILTIN_PHASES}
+def _f32(value: float) -> float:
+    """``value`` at float32 precision, as ``torch.cuda.Event.elapsed_time`` reports milliseconds."""
+    return float(_F32.unpack(_F32.pack(value))[0])
 
 
-def _tables(workload: str, first_step: int, steps: int) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """Rows of ``steps`` training steps and how many table rows they project to."""
-    now = time.time_ns()
-    st = [{"seq": s, "timestamp_unix_ns": now + s, "step": s, "events": _events(s)}
-          for s in range(first_step, first_step + steps)]
-    mem = [{"seq": s, "timestamp_unix_ns": now + s, "device": "cuda:0", "step": s, "peak_alloc_bytes": 1e9 + s,
-            "peak_reserved_bytes": 2e9 + s} for s in range(first_step, first_step + steps)]
+def _events(rng: random.Random) -> dict[str, Any]:
+    """One step's ``events`` map as ``capture.timing`` makes it on a GPU rank (ms)."""
+    out: dict[str, Any] = {}
+    for phase in schema.BUILTIN_PHASES:
+        cpu_ms = rng.randrange(20_000, 9_000_000) / 1e6  # perf_counter_ns difference / 1e6
+        if phase == "traceml:dataloader_next":
+            stats = {"is_gpu": False, "duration_ms": cpu_ms, "cpu_ms": cpu_ms, "gpu_ms": None, "n_calls": 1}
+        else:
+            gpu_ms = _f32(rng.uniform(0.05, 40.0))
+            stats = {"is_gpu": True, "duration_ms": gpu_ms, "cpu_ms": cpu_ms, "gpu_ms": gpu_ms, "n_calls": 1}
+        out[phase] = {"cuda:0": stats}
+    return out
+
+
+def _tick(workload: str, rank: int, tick: int, steps: int, rng: random.Random) -> tuple[dict[str, Any], int]:
+    """The tables of one sampler tick (``steps`` training steps) and how many table rows they make."""
+    now = 1_764_500_000_000_000_000 + tick * 1_000_000_000
+    first = tick * steps
+    st = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "step": first + i, "events": _events(rng)}
+          for i in range(steps)]
+    mem = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "device": "cuda:0", "step": first + i,
+            "peak_alloc_bytes": float(11_811_160_064 + rng.randrange(0, 1 << 20) * 512),
+            "peak_reserved_bytes": float(14_000_000_000 + rng.randrange(0, 1 << 12) * 2_097_152)}
+           for i in range(steps)]
     if workload == "step_time":
         return {"step_time": st}, steps
     if workload == "step_memory":
         return {"step_memory": mem}, steps
-    ticks = range(first_step, first_step + steps, 10)
-    proc = [{"seq": s, "timestamp_unix_ns": now + s, "cpu_percent": 99.5, "cpu_logical_core_count": 2,
-             "ram_used_bytes": 2e9, "ram_total_bytes": 8e9, "gpu_available": 1, "gpu_count": 1,
-             "gpu_device_index": 0, "gpu_mem_used_bytes": 3e9, "gpu_mem_reserved_bytes": 4e9,
-             "gpu_mem_total_bytes": 8e10} for s in ticks]
-    system = [{"seq": s, "timestamp_unix_ns": now + s, "cpu_percent": 50.0, "ram_used_bytes": 2e9,
-               "ram_total_bytes": 8e9, "gpu_available": 1, "gpu_count": 1,
-               "gpus": [{"util": 90.0, "mem_used_bytes": 3e9, "mem_total_bytes": 8e10, "temperature_c": 60.0,
-                         "power_usage_w": 300.0, "power_limit_w": 400.0}]} for s in ticks]
-    out = [{"timestamp_unix_ns": now + s, "line": f"step {s} loss 0.{s % 1000:03d}", "stream": "stdout"}
-           for s in ticks]
-    tables = {"step_time": st, "step_memory": mem, "process": proc, "system": system, "stdout_stderr": out}
-    return tables, 2 * steps + 4 * len(ticks)
+    tables: dict[str, Any] = {"step_time": st, "step_memory": mem}
+    rows = 2 * steps
+    tables["process"] = [{
+        "seq": tick, "timestamp_unix_ns": now, "cpu_percent": round(rng.uniform(95, 140), 1),
+        "cpu_logical_core_count": 96, "ram_used_bytes": float(rng.randrange(8, 12) << 30),
+        "ram_total_bytes": float(1 << 40), "gpu_available": True, "gpu_count": GPUS_PER_NODE,
+        "gpu_device_index": rank % GPUS_PER_NODE, "gpu_mem_used_bytes": float(rng.randrange(60, 70) << 30),
+        "gpu_mem_reserved_bytes": float(72 << 30), "gpu_mem_total_bytes": float(80 << 30)}]
+    rows += 1
+    if rank % GPUS_PER_NODE == 0:
+        gpus = [{"util": float(rng.randrange(70, 101)), "mem_used_bytes": float(rng.randrange(60, 70) << 30),
+                 "mem_total_bytes": float(80 << 30), "temperature_c": float(rng.randrange(55, 80)),
+                 "power_usage_w": rng.uniform(250, 690), "power_limit_w": 700.0} for _ in range(GPUS_PER_NODE)]
+        tables["system"] = [{
+            "seq": tick, "timestamp_unix_ns": now, "cpu_percent": round(rng.uniform(20, 60), 1),
+            "ram_used_bytes": float(rng.randrange(100, 200) << 30), "ram_total_bytes": float(2 << 40),
+            "gpu_available": True, "gpu_count": GPUS_PER_NODE, "gpus": gpus}]
+        rows += 1 + GPUS_PER_NODE
+    lines = max(1, steps // 50)
+    tables["stdout_stderr"] = [
+        {"timestamp_unix_ns": now + i, "line": f"epoch 3 step {first + i * 50}: loss {rng.uniform(0.1, 2):.4f} "
+                                               f"lr 3.0e-04 grad_norm {rng.uniform(0.1, 5):.3f}\n",
+         "stream": "stdout"} for i in range(lines)]
+    rows += lines
+    if tick == 0:
+        tables["runtime_environment"] = [{
+            "seq": 0, "timestamp_unix_ns": now, "topology": "multi_node", "distributed_initialized": True,
+            "distributed_backend": "nccl", "training_strategy": "ddp", "strategy_source": "model_wrapper",
+            "strategy_confidence": "high"}]
+        rows += 1
+    return tables, rows
 
 
-def _frames(workload: str, rank: int, world_size: int, batches: int, steps: int) -> tuple[list[bytes], int]:
-    out, rows = [], 0
-    for b in range(batches):
-        tables, n = _tables(workload, b * steps, steps)
-        out.append(frames.encode_frame(make_envelope(_meta(rank, world_size), tables)))
-        rows += n
-    return out, rows
+def _frames(workload: str, rank: int, world_size: int, distinct: int, steps: int) -> list[tuple[bytes, int]]:
+    rng = random.Random(rank)
+    out = []
+    for tick in range(distinct):
+        tables, rows = _tick(workload, rank, tick, steps, rng)
+        out.append((frames.encode_frame(make_envelope(_meta(rank, world_size), tables)), rows))
+    return out
+
+
+def _plan(encoded: list[tuple[bytes, int]], count: int) -> tuple[list[bytes], int]:
+    """``count`` frames taken in turn from ``encoded`` (tick 0, with runtime_environment, only once)."""
+    sent = [encoded[0]] + [encoded[1 + i % (len(encoded) - 1)] for i in range(count - 1)]
+    return [data for data, _ in sent], sum(rows for _, rows in sent)
 
 
 def _send(port: int, rank: int, world_size: int, payload: list[bytes], start: threading.Barrier) -> None:
-    import socket
-
     sock = socket.create_connection(("127.0.0.1", port))
     ident = {k: v for k, v in _meta(rank, world_size).items() if k != "session_id"}
     sock.sendall(frames.encode_frame(frames.hello(SESSION, ident)))
@@ -114,12 +169,12 @@ def _count(db: Path) -> int:
         return 0
 
 
-def run(workload: str, ranks: int, batches: int, steps: int) -> float:
+def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: int) -> float:
     with tempfile.TemporaryDirectory(prefix="traceml-bench-agg-") as tmp:
         run_dir = Path(tmp)
-        encoded = [_frames(workload, r, ranks, batches, steps) for r in range(ranks)]
-        total_rows = sum(n for _, n in encoded)
-        total_bytes = sum(len(f) for fs, _ in encoded for f in fs)
+        plans = [_plan(_frames(workload, r, ranks, distinct, steps), frames_per_rank) for r in range(ranks)]
+        total_rows = sum(n for _, n in plans)
+        total_bytes = sum(len(f) for fs, _ in plans for f in fs)
         proc = subprocess.Popen(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir), "--session-id", SESSION,
              "--world-size", str(ranks)],
@@ -132,10 +187,11 @@ def run(workload: str, ranks: int, batches: int, steps: int) -> float:
         port = int(line.split()[2])
         barrier = threading.Barrier(ranks + 1)
         threads = [threading.Thread(target=_send, args=(port, r, ranks, fs, barrier)) for r, (fs, _) in
-                   enumerate(encoded)]
+                   enumerate(plans)]
         for t in threads:
             t.start()
         agg = psutil.Process(proc.pid)
+        load0 = os.getloadavg()[0]
         cpu0 = sum(agg.cpu_times()[:2])
         barrier.wait()
         t0 = time.perf_counter()
@@ -146,32 +202,36 @@ def run(workload: str, ranks: int, batches: int, steps: int) -> float:
                 raise RuntimeError("aggregator exited early")
         elapsed = time.perf_counter() - t0
         cpu = sum(agg.cpu_times()[:2]) - cpu0
+        load1 = os.getloadavg()[0]
         for t in threads:
             t.join()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
         rate = total_rows / elapsed
         mark = "ok" if rate >= TARGET_ROWS_PER_S else "UNDER"
-        print(f"{workload:<12} {ranks} ranks × {batches} frames × {steps} steps: {total_rows:>9,} rows "
+        print(f"{workload:<12} {ranks} ranks × {frames_per_rank} frames × {steps} steps: {total_rows:>9,} rows "
               f"({total_bytes / 1e6:5.1f} MB) in {elapsed:6.2f} s = {rate:>9,.0f} rows/s   "
               f"target {TARGET_ROWS_PER_S:,}  {mark}", flush=True)
         print(f"{'':<12} aggregator CPU {cpu:.2f} s = {total_rows / max(cpu, 1e-9):,.0f} rows per CPU-second; "
-              f"load average {os.getloadavg()[0]:.1f}; exit {code}; "
+              f"load average {load0:.1f} → {load1:.1f}; exit {code}; "
               f"warning file: {(run_dir / 'aggregator' / 'finalization_warning.json').exists()}", flush=True)
         return rate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=100, help="frames per rank")
-    parser.add_argument("--steps", type=int, default=500, help="training steps per frame")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--frames", type=int, default=200, help="frames (sampler ticks) per rank")
+    parser.add_argument("--distinct", type=int, default=16, help="distinct pre-encoded frames per rank")
+    parser.add_argument("--steps", type=int, default=250, help="training steps per frame")
     parser.add_argument("--workload", choices=["mixed", "step_memory", "step_time", "all"], default="all")
     args = parser.parse_args()
+    if args.distinct < 2 or args.frames < 1:
+        parser.error("--distinct must be at least 2 and --frames at least 1")
     print(f"aggregator ingest, {os.cpu_count()} CPUs, python {sys.version.split()[0]}", flush=True)
     workloads = ["mixed", "step_memory", "step_time"] if args.workload == "all" else [args.workload]
     for workload in workloads:
-        run(workload, args.ranks, args.batches, args.steps)
+        run(workload, args.ranks, args.frames, args.distinct, args.steps)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from traceml_ai.aggregator.store import StoreError, TelemetryStore, create_schema, open_readonly
+from traceml_ai.aggregator.store import (
+    PAGE_SIZE,
+    RowBlock,
+    StoreError,
+    TelemetryStore,
+    create_schema,
+    open_readonly,
+)
 from traceml_ai.telemetry import schema
 
 MEM = schema.STEP_MEMORY_SAMPLES
@@ -55,6 +62,69 @@ def test_schema_wal_and_user_version_idempotently(db: Path) -> None:
         columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table.name})")]
         assert columns == ["id", *table.column_names]
     assert conn.execute(f"SELECT count(*) FROM {MEM.name}").fetchone()[0] == 2
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+
+
+def test_a_database_made_with_other_pages_is_appended_to_as_it_is(db: Path) -> None:
+    db.parent.mkdir(parents=True)
+    old = sqlite3.connect(db)
+    old.execute("PRAGMA page_size=4096")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.close()
+    for step in range(2):
+        store = TelemetryStore(db)
+        store.start()
+        store.put({MEM.name: [mem_row(step)]})
+        assert store.close().rows_written == 1
+    conn = open_readonly(db)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert conn.execute(f"SELECT step FROM {MEM.name} ORDER BY id").fetchall() == [(0,), (1,)]
+
+
+def envelope_rows(steps: range, rank: int = 0) -> list[tuple[Any, ...]]:
+    """step_memory rows of one envelope: the same observed time and identity, one row per step."""
+    return [(1_000 + rank, *mem_row(s, rank)[1:]) for s in steps]
+
+
+def block_of(rows: list[tuple[Any, ...]], shared: int = 8) -> RowBlock:
+    """``rows`` (all with the same first ``shared`` values) as one RowBlock."""
+    assert len({row[:shared] for row in rows}) == 1
+    return RowBlock(rows[0][:shared], len(rows[0]) - shared, [v for row in rows for v in row[shared:]])
+
+
+def test_row_blocks_and_row_tuples_are_written_in_arrival_order(db: Path) -> None:
+    # Blocks of any length (statements of 512, 256, ... rows), tuples in between, several flushes.
+    first = envelope_rows(range(1234), rank=1)
+    second = envelope_rows(range(1234, 1237), rank=2)
+    loose = [mem_row(s, rank=3) for s in range(1237, 1240)]
+    third = envelope_rows(range(1240, 1241), rank=1)
+    store = TelemetryStore(db, flush_rows=1000)
+    store.start()
+    store.put({MEM.name: [block_of(first), block_of(second)]})
+    store.put({MEM.name: loose[:2]})
+    store.put({MEM.name: loose[2:]})
+    store.put({MEM.name: [block_of(third)]})
+    stats = store.close()
+    assert stats.rows_written == 1241 and stats.rows_by_table == {MEM.name: 1241}
+    assert stats.lost_rows == 0 and stats.errors == 0
+    conn = open_readonly(db)
+    got = conn.execute(f"SELECT {', '.join(MEM.column_names)} FROM {MEM.name} ORDER BY id").fetchall()
+    assert got == first + second + loose + third
+
+
+def test_a_row_block_that_does_not_fit_loses_only_its_unfit_rows(db: Path) -> None:
+    good = envelope_rows(range(3))
+    too_big = [(*row[:9], 2**70 if row[9] == 11 else row[9], *row[10:]) for row in envelope_rows(range(10, 13))]
+    store = TelemetryStore(db)
+    store.start()
+    store.put({MEM.name: [block_of(good),
+                          block_of([r[:-1] for r in good]),  # rows one value short
+                          block_of(too_big)]})              # one seq beyond 64-bit integers
+    stats = store.close()
+    assert stats.rows_written == 5 and stats.lost_rows == 4
+    assert stats.errors == 1 and "4 of 9 rows could not be stored" in stats.messages[0]
+    conn = open_readonly(db)
+    assert [r[0] for r in conn.execute(f"SELECT seq FROM {MEM.name} ORDER BY id")] == [0, 1, 2, 10, 12]
 
 
 def test_rows_keep_their_values_types_and_order(db: Path) -> None:

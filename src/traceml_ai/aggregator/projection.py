@@ -45,7 +45,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -421,7 +421,10 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
 _TABLE_ORDER = tuple(t.name for t in schema.TABLES)
 
 
-def in_writer_order(tables: TableRows) -> TableRows:
+_V = TypeVar("_V")
+
+
+def in_writer_order(tables: dict[str, _V]) -> dict[str, _V]:
     """``tables`` ordered as ``schema.TABLES``; names outside it (custom projections) follow."""
     ordered = {name: tables[name] for name in _TABLE_ORDER if name in tables}
     ordered.update((name, rows) for name, rows in tables.items() if name not in ordered)

@@ -23,10 +23,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from traceml_ai.aggregator.fastpath import project_frame
-from traceml_ai.aggregator.projection import PayloadRows, TableRows, project_payload, rank_log_lines
+from traceml_ai.aggregator.fastpath import FrameRows, project_frame
+from traceml_ai.aggregator.projection import PayloadRows, project_payload, rank_log_lines
 from traceml_ai.aggregator.stats import IngestStats, RankStats, keep_message
-from traceml_ai.aggregator.store import DB_NAME, LogLine, StoreStats, TelemetryStore, Work
+from traceml_ai.aggregator.store import DB_NAME, LogLine, StoreRows, StoreStats, TelemetryStore, Work
 from traceml_ai.telemetry import frames, schema
 from traceml_ai.telemetry.envelope import EnvelopeError, as_int, normalise, payload_items
 
@@ -256,7 +256,7 @@ class Aggregator:
 
     # -- frames (run on the writer thread) ----------------------------------------------------------
 
-    def _process(self, rank: RankStats, data: bytes) -> tuple[TableRows, list[LogLine]]:
+    def _process(self, rank: RankStats, data: bytes) -> tuple[StoreRows, list[LogLine]]:
         """One frame after the hello: count it, and return the rows and log lines to write."""
         fast = project_frame(data)
         if fast is not None:
@@ -287,13 +287,13 @@ class Aggregator:
             self.stats.reject(rank.global_rank, f"rank {rank.global_rank}: unexpected control frame {kind!r}")
         return {}, []
 
-    def _reject_foreign(self, rank: RankStats, session: Any) -> tuple[TableRows, list[LogLine]]:
+    def _reject_foreign(self, rank: RankStats, session: Any) -> tuple[StoreRows, list[LogLine]]:
         self.stats.reject(rank.global_rank, f"rank {rank.global_rank}: payload of session {session!r}", batch=True)
         return {}, []
 
     def _admitted(
-        self, rank: RankStats, projected: PayloadRows, lines: list[LogLine]
-    ) -> tuple[TableRows, list[LogLine]]:
+        self, rank: RankStats, projected: PayloadRows | FrameRows, lines: list[LogLine]
+    ) -> tuple[StoreRows, list[LogLine]]:
         """Count one admitted payload and its losses."""
         stats = self.stats
         rank.batches += 1

@@ -4,9 +4,10 @@ One writer thread owns the only writing connection. Work arrives through a bound
 (:meth:`TelemetryStore.put`) or callables that make rows on the writer thread
 (:meth:`TelemetryStore.put_work`, how the server hands over frames). Rows are written in one
 transaction per flush, every ``flush_interval_s`` (0.5 s) or as soon as ``flush_rows`` rows wait,
-with multi-row ``INSERT`` statements. The database runs in WAL mode with ``synchronous=NORMAL``:
-a committed flush survives the aggregator being killed (not a power cut), and readers opened with
-:func:`open_readonly` read while the writer writes.
+with multi-row ``INSERT`` statements; rows that come in a :class:`RowBlock` (the server's hot path)
+bind their shared leading columns once per statement. The database runs in WAL mode with
+``synchronous=NORMAL``: a committed flush survives the aggregator being killed (not a power cut),
+and readers opened with :func:`open_readonly` read while the writer writes.
 
 The same thread appends captured stdout/stderr lines to ``<log_dir>/rank_<global_rank>.log``.
 
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 from urllib.parse import quote
 
 from traceml_ai.aggregator.stats import keep_message
@@ -38,8 +39,49 @@ LogLine = tuple["int | None", str]
 """``(global_rank, text)``: one line of ``rank_<global_rank>.log`` (``rank_unknown.log`` for None)."""
 
 
-Work = Callable[[], "tuple[Mapping[str, list[tuple[Any, ...]]], Sequence[LogLine]]"]
+Row = tuple[Any, ...]
+"""One table row: the table's columns in order, without ``id``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowBlock:
+    """Rows of one table that share their leading columns (an envelope's observed time and identity).
+
+    Row ``i`` is ``head + tuple(values[i * width:(i + 1) * width])``: ``values`` holds the rest of
+    every row, flat, in row order. The writer binds ``head`` once per ``INSERT`` statement instead of
+    once per row and never builds a tuple per row, which is most of what a row costs the writer
+    besides SQLite itself (benchmarks/bench_aggregator.py). ``width`` is at least 1.
+    """
+
+    head: Row
+    width: int
+    values: list[Any]
+
+    def __len__(self) -> int:
+        return -(-len(self.values) // self.width)
+
+    def rows(self) -> list[Row]:
+        """The block's rows as full tuples (a last, incomplete row comes out short)."""
+        head, width, values = self.head, self.width, self.values
+        return [head + tuple(values[i:i + width]) for i in range(0, len(values), width)]
+
+
+StoreRows = Mapping[str, "list[Row] | list[RowBlock]"]
+"""Rows per table name: a list of full row tuples, or a list of :class:`RowBlock` objects."""
+
+Work = Callable[[], "tuple[StoreRows, Sequence[LogLine]]"]
 """Deferred rows: run on the writer thread, returns ``(rows per table, log lines)``."""
+
+_Segment: TypeAlias = "list[Row] | RowBlock"
+
+
+PAGE_SIZE = 32_768
+"""Bytes per database page of a new ``telemetry.sqlite``. A step_time row is about 1 KB (its
+``events_json``), so SQLite's default 4 KiB pages hold only a few rows each and the writer spends
+its time on per-page work: one WAL frame write per page at commit, one read and one write per page
+at each checkpoint. 32 KiB pages cut the writer's insert cost by about a third
+(benchmarks/bench_aggregator.py); larger pages gained nothing more and make each small flush of a
+slow run write more."""
 
 
 class StoreError(RuntimeError):
@@ -49,6 +91,8 @@ class StoreError(RuntimeError):
 def create_schema(conn: sqlite3.Connection) -> None:
     """Put ``conn``'s database in WAL mode with ``synchronous=NORMAL`` and create the seven tables.
 
+    A new database gets :data:`PAGE_SIZE` pages.
+
     Idempotent: existing tables and rows are kept, so an aggregator restarted on the same run
     appends. Sets ``PRAGMA user_version`` to :data:`schema.SCHEMA_USER_VERSION` on a new database.
 
@@ -56,6 +100,9 @@ def create_schema(conn: sqlite3.Connection) -> None:
         StoreError: the database has another (non-zero) ``user_version``.
         sqlite3.Error: the file cannot be opened or written.
     """
+    # The page size only takes effect on a new, empty database (before WAL is switched on);
+    # on an existing file this is a no-op. See PAGE_SIZE for why not SQLite's 4 KiB.
+    conn.execute(f"PRAGMA page_size={int(PAGE_SIZE)}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -118,6 +165,10 @@ _STOP = object()
 # (999 before SQLite 3.32, 32766 since; read from the connection where Python allows).
 _CHUNK_ROWS = 500
 _DEFAULT_MAX_VARIABLES = 999
+# A RowBlock is written with statements of a power-of-two number of rows up to this many, so that
+# blocks of any length reuse a few prepared statements per table (the connection caches them).
+_BLOCK_ROWS = 512
+_CACHED_STATEMENTS = 256
 
 
 class _RankLogs:
@@ -206,6 +257,7 @@ class TelemetryStore:
         self._order = [t.name for t in schema.TABLES]
         self._width = {t.name: len(t.columns) for t in schema.TABLES}
         self._chunk_sql: dict[tuple[str, int], str] = {}
+        self._block_sql: dict[tuple[str, int, int], str] = {}
         self._max_variables = _DEFAULT_MAX_VARIABLES
 
     # -- caller side ----------------------------------------------------------------------------------
@@ -224,7 +276,7 @@ class TelemetryStore:
 
     def put(
         self,
-        tables: Mapping[str, list[tuple[Any, ...]]],
+        tables: StoreRows,
         log_lines: Sequence[LogLine] = (),
         *,
         block: bool = True,
@@ -232,8 +284,9 @@ class TelemetryStore:
     ) -> bool:
         """Queue rows (per table name, column order of ``schema``) and rank log lines for the next flush.
 
-        Returns False when the queue stayed full (non-blocking, or ``timeout`` seconds passed):
-        the caller keeps the batch and slows its producers. The lists must not be changed afterwards.
+        A table's rows are full tuples or :class:`RowBlock` objects (one kind per list). Returns False
+        when the queue stayed full (non-blocking, or ``timeout`` seconds passed): the caller keeps the
+        batch and slows its producers. The lists must not be changed afterwards.
 
         Raises:
             RuntimeError: the store was not started or is closed.
@@ -283,7 +336,9 @@ class TelemetryStore:
         conn: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=True, cached_statements=_CACHED_STATEMENTS
+            )
             create_schema(conn)
             getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
             if getlimit is not None:
@@ -304,7 +359,9 @@ class TelemetryStore:
         conn = self._open()
         self._ready.set()
         logs = _RankLogs(self.log_dir, self.stats)
-        pending: dict[str, list[tuple[Any, ...]]] = {}
+        # Per table, its rows in arrival order: RowBlocks as they came, consecutive full rows in
+        # lists of the writer's own.
+        pending: dict[str, list[_Segment]] = {}
         pending_rows = 0
         pending_logs: list[LogLine] = []
         next_flush = time.monotonic() + self.flush_interval_s
@@ -328,12 +385,7 @@ class TelemetryStore:
                     tables, lines = item
                 for name, rows in tables.items():
                     if rows:
-                        have = pending.get(name)
-                        if have is None:
-                            pending[name] = list(rows)
-                        else:
-                            have.extend(rows)
-                        pending_rows += len(rows)
+                        pending_rows += _add_segments(pending.setdefault(name, []), rows)
                 if lines:
                     pending_logs.extend(lines)
                 # Keep draining what is already queued before deciding to commit: fewer, larger
@@ -357,7 +409,7 @@ class TelemetryStore:
                 conn.close()
 
     def _flush(
-        self, conn: sqlite3.Connection | None, pending: dict[str, list[tuple[Any, ...]]], count: int
+        self, conn: sqlite3.Connection | None, pending: dict[str, list[_Segment]], count: int
     ) -> sqlite3.Connection | None:
         """One transaction for every pending row; on failure the rows are counted lost."""
         if conn is None:
@@ -368,7 +420,7 @@ class TelemetryStore:
         unknown = [name for name in pending if name not in self._insert_sql]
         if unknown:
             # A caller bug, not a rank's: keep the known tables' rows, count the rest lost.
-            lost = sum(len(pending.pop(name)) for name in unknown)
+            lost = sum(_count(pending.pop(name)) for name in unknown)
             self._error(f"{lost} rows for unknown tables {sorted(unknown)} were not stored")
             self.stats.lost_rows += lost
             count -= lost
@@ -389,8 +441,8 @@ class TelemetryStore:
         self.stats.flushes += 1
         self.stats.rows_written += count
         by_table = self.stats.rows_by_table
-        for name, rows in pending.items():
-            by_table[name] = by_table.get(name, 0) + len(rows)
+        for name, segments in pending.items():
+            by_table[name] = by_table.get(name, 0) + _count(segments)
         return conn
 
     def _rollback(self, conn: sqlite3.Connection) -> bool:
@@ -407,7 +459,7 @@ class TelemetryStore:
     def _flush_rowwise(
         self,
         conn: sqlite3.Connection,
-        pending: dict[str, list[tuple[Any, ...]]],
+        pending: dict[str, list[_Segment]],
         count: int,
         first: BaseException,
     ) -> sqlite3.Connection | None:
@@ -417,7 +469,7 @@ class TelemetryStore:
             conn.execute("BEGIN")
             for name in self._ordered(pending):
                 sql = self._insert_sql[name]
-                for row in pending[name]:
+                for row in _rows(pending[name]):
                     try:
                         conn.execute(sql, row)
                     except (ValueError, TypeError, OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
@@ -438,7 +490,51 @@ class TelemetryStore:
             self.stats.rows_by_table[name] = self.stats.rows_by_table.get(name, 0) + n
         return conn
 
-    def _insert(self, conn: sqlite3.Connection, name: str, rows: list[tuple[Any, ...]]) -> None:
+    def _insert(self, conn: sqlite3.Connection, name: str, segments: list[_Segment]) -> None:
+        """Insert a table's pending rows, in order.
+
+        Raises:
+            ValueError: a row does not have one value per column (flattening would shift columns).
+        """
+        for segment in segments:
+            if isinstance(segment, RowBlock):
+                self._insert_block(conn, name, segment)
+            else:
+                self._insert_rows(conn, name, segment)
+
+    def _insert_block(self, conn: sqlite3.Connection, name: str, block: RowBlock) -> None:
+        """Insert ``block`` with ``INSERT ... VALUES (?1, .., ?h, ?h+1, ..), (?1, .., ?h, ..)``.
+
+        The numbered parameters ``?1..?h`` carry the block's head: bound once, used by every row.
+
+        Raises:
+            ValueError: the head and the width do not make a row of the table, or ``values`` does
+                not hold a whole number of rows.
+        """
+        head, width, values = block.head, block.width, block.values
+        if width < 1 or len(head) + width != self._width[name] or len(values) % width:
+            raise ValueError(f"a {name} row block does not make rows of {self._width[name]} values")
+        count = len(values) // width
+        cap = min(_BLOCK_ROWS, max(1, (self._max_variables - len(head)) // width))
+        start = 0
+        while start < count:
+            rows = min(cap, 1 << ((count - start).bit_length() - 1))
+            key = (name, len(head), rows)
+            sql = self._block_sql.get(key)
+            if sql is None:
+                sql = self._block_sql[key] = self._block_statement(name, len(head), width, rows)
+            conn.execute(sql, [*head, *values[start * width:(start + rows) * width]])
+            start += rows
+
+    def _block_statement(self, name: str, head: int, width: int, rows: int) -> str:
+        shared = "".join(f"?{i}, " for i in range(1, head + 1))
+        each = [
+            "(" + shared + ", ".join(f"?{head + r * width + c}" for c in range(1, width + 1)) + ")"
+            for r in range(rows)
+        ]
+        return self._insert_sql[name].split(" VALUES ")[0] + " VALUES " + ", ".join(each)
+
+    def _insert_rows(self, conn: sqlite3.Connection, name: str, rows: list[Row]) -> None:
         """Insert ``rows`` into table ``name`` with multi-row ``INSERT ... VALUES (...), (...)``.
 
         One statement per chunk instead of one per row halves the insert cost (the AUTOINCREMENT
@@ -466,3 +562,25 @@ class TelemetryStore:
 
     def _ordered(self, pending: Mapping[str, Any]) -> Iterable[str]:
         return [name for name in self._order if name in pending]
+
+
+def _add_segments(segments: list[_Segment], rows: list[Row] | list[RowBlock]) -> int:
+    """Append a table's incoming ``rows`` to its pending ``segments``; returns how many rows came."""
+    if isinstance(rows[0], RowBlock):
+        segments.extend(rows)
+        return _count(rows)
+    last = segments[-1] if segments else None
+    if isinstance(last, list):
+        last.extend(rows)
+    else:
+        segments.append(list(rows))
+    return len(rows)
+
+
+def _count(segments: Sequence[_Segment]) -> int:
+    return sum(map(len, segments))
+
+
+def _rows(segments: list[_Segment]) -> Iterable[Row]:
+    for segment in segments:
+        yield from segment.rows() if isinstance(segment, RowBlock) else segment

@@ -502,3 +502,42 @@ def test_details_never_reads_a_run_json_symlinked_from_outside(tmp_path: Path) -
     store = _store(root)
     store.poll()
     assert store.details(os.path.realpath(run)).summary.run_json == {}
+
+
+def test_histories_are_read_while_a_poll_holds_the_runs_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from traceml_ai.runs import store as store_module
+
+    monkeypatch.setattr(store_module, "_POLL_CHUNK", 2)
+    folders = [
+        write_run(tmp_path, f"20260921-12000{i}_run{i}_000{i}", status="running", jsonl=_row(0, loss=float(i)))
+        for i in range(7)
+    ]
+    store = _store(tmp_path)
+    store.poll()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def refresh_until_done() -> None:
+        try:
+            while not done.is_set():
+                store.refresh()
+        except BaseException as err:  # reported below, on the test thread
+            errors.append(err)
+
+    worker = threading.Thread(target=refresh_until_done)
+    worker.start()
+    try:
+        for _ in range(50):
+            for i, folder in enumerate(folders):
+                key = os.path.realpath(folder)
+                assert store.history(key).series("loss").value.tolist() == [float(i)]
+                assert store.details(key).summary.name == f"run{i}"
+                assert len(store.runs()) == 7
+    finally:
+        done.set()
+        worker.join()
+    assert errors == []

@@ -71,6 +71,7 @@ _TABLE_FILES = (RUN_JSON, PARAMS_YAML, METRICS_JSON)
 _CLOCK_SKEW_S = 300.0
 _NO_WARNINGS: tuple[str, ...] = ()
 _FINISHED = frozenset(("completed", "failed", "killed"))
+_POLL_CHUNK = 256  # runs checked per hold of the run table during a poll
 
 # The per-run bookkeeping below is slotted, and warning lists that are empty (nearly all) are one
 # shared empty tuple: a viewer keeps this for every run (10,000 and more).
@@ -152,7 +153,9 @@ class RunStore:
         max_metrics_file_mb: read at most this many MB of a metrics.jsonl.
         clock: Unix-seconds clock (tests pass a fake one).
 
-    Thread safety: all public methods take one lock, so a web server may call them from threads.
+    Thread safety: a web server may call every method from threads. Polls run one at a time and hold
+    the run table a chunk of runs at a time; :meth:`history`, :meth:`details` and :meth:`read_file`
+    wait for at most a chunk; :meth:`runs` and :meth:`get` do not wait.
 
     Example:
         >>> store = RunStore(["traceml/runs"])          # doctest: +SKIP
@@ -175,7 +178,8 @@ class RunStore:
         self.version = 0
         self.warnings: list[str] = []
         self._runs: dict[str, _RunState] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the run table and each run's state
+        self._poll_lock = threading.Lock()  # one poll or refresh at a time
         self._scanned = False
 
     # -- public ----------------------------------------------------------------------------
@@ -389,36 +393,48 @@ class RunStore:
     # -- updating --------------------------------------------------------------------------
 
     def _update(self, *, recheck_finished: bool) -> PollResult:
-        with self._lock:
+        # One poll at a time; within it the run table is held a chunk of runs at a time, so a history
+        # or details request waits for a chunk, not for a whole scan (seconds for 10,000 runs).
+        with self._poll_lock:
+            with self._lock:
+                self._scanned = True  # (seed() is refused from here on)
             listing = list_runs(self.roots)
-            self._set_listing_warnings(listing)
             changed: list[str] = []
             seen: set[str] = set()
-            for loc in listing.runs:
-                seen.add(loc.path)
-                state = self._runs.get(loc.path)
-                if state is not None and state.seed is not None and state.loc != loc:
-                    state = None  # the listing, never the cache, says where a run is
-                if state is None:
-                    state = _RunState(loc)
-                    self._runs[loc.path] = state
-                    self._check_run(state)
-                    changed.append(loc.path)
-                    continue
-                summary = state.summary
-                if summary is not None and summary.finished and not recheck_finished:
-                    continue
-                if self._check_run(state):
-                    changed.append(loc.path)
-            removed = [key for key in self._runs if key not in seen]
-            for key in removed:
-                del self._runs[key]
-            if len(seen) != len(self._runs) or (listing.runs and list(self._runs) != [r.path for r in listing.runs]):
-                self._runs = {r.path: self._runs[r.path] for r in listing.runs}
-            self._scanned = True
-            if changed or removed:
-                self.version += 1
-            return PollResult(changed, removed, self.version)
+            runs = listing.runs
+            for start in range(0, len(runs), _POLL_CHUNK):
+                if start:
+                    time.sleep(0)  # let a thread waiting for the run table take it
+                with self._lock:
+                    for loc in runs[start : start + _POLL_CHUNK]:
+                        self._update_one(loc, seen, changed, recheck_finished=recheck_finished)
+            with self._lock:
+                self._set_listing_warnings(listing)
+                removed = [key for key in self._runs if key not in seen]
+                for key in removed:
+                    del self._runs[key]
+                if len(seen) != len(self._runs) or (runs and list(self._runs) != [r.path for r in runs]):
+                    self._runs = {r.path: self._runs[r.path] for r in runs}
+                if changed or removed:
+                    self.version += 1
+                return PollResult(changed, removed, self.version)
+
+    def _update_one(self, loc: RunLocation, seen: set[str], changed: list[str], *, recheck_finished: bool) -> None:
+        seen.add(loc.path)
+        state = self._runs.get(loc.path)
+        if state is not None and state.seed is not None and state.loc != loc:
+            state = None  # the listing, never the cache, says where a run is
+        if state is None:
+            state = _RunState(loc)
+            self._runs[loc.path] = state
+            self._check_run(state)
+            changed.append(loc.path)
+            return
+        summary = state.summary
+        if summary is not None and summary.finished and not recheck_finished:
+            return
+        if self._check_run(state):
+            changed.append(loc.path)
 
     def _set_listing_warnings(self, listing: Listing) -> None:
         self.warnings = [f"runs folder not found, skipped: {r}" for r in listing.missing_roots]

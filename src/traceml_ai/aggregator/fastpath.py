@@ -269,6 +269,7 @@ def _project(envelopes: list[_Envelope], observed_ns: int | None) -> FrameRows:
     tables: dict[str, list[RowBlock]] = {}
     out = FrameRows(tables)
     chain = itertools.chain.from_iterable
+    buffer = bytearray(4096)  # events_json is encoded here, row after row, then copied into a str
     for env in envelopes:
         if env.control is not msgspec.UNSET:
             raise _NotTyped
@@ -289,11 +290,8 @@ def _project(envelopes: list[_Envelope], observed_ns: int | None) -> FrameRows:
                 out.unknown_streams[stream] = out.unknown_streams.get(stream, 0) + len(rows_any)
                 continue
             if stream == schema.STEP_TIME:
-                enc = _json.encode
-                _add(tables, schema.STEP_TIME_SAMPLES.name, (observed, ident[0], *ident), 4, list(chain([
-                    (r.timestamp_unix_ns, r.seq, r.step, "{}" if r.events is None else enc(r.events).decode("utf-8"))
-                    for r in _step_time_rows(raw, int_or_none(meta.get("local_rank")))
-                ])))
+                _add(tables, schema.STEP_TIME_SAMPLES.name, (observed, ident[0], *ident), 4,
+                     _step_time_values(_step_time_rows(raw, int_or_none(meta.get("local_rank"))), buffer))
                 continue
             rows = decoder.decode(raw)
             if stream == schema.STEP_MEMORY:
@@ -321,6 +319,22 @@ def _project(envelopes: list[_Envelope], observed_ns: int | None) -> FrameRows:
     if len(tables) > 1:
         out.tables = in_writer_order(tables)
     return out
+
+
+def _step_time_values(rows: list[Any], buffer: bytearray) -> list[Any]:
+    """``timestamp_unix_ns, seq, step, events_json`` of each row, flat."""
+    values: list[Any] = []
+    add = values.extend
+    encode_into = _json.encode_into
+    for r in rows:
+        events = r.events
+        if events is None:
+            add((r.timestamp_unix_ns, r.seq, r.step, "{}"))
+        else:
+            # Encoding into one reused buffer saves allocating and growing a bytes object per row.
+            encode_into(events, buffer)
+            add((r.timestamp_unix_ns, r.seq, r.step, buffer.decode("utf-8")))
+    return values
 
 
 def _add(tables: dict[str, list[RowBlock]], name: str, head: tuple[Any, ...], width: int, values: list[Any]) -> None:

@@ -15,13 +15,15 @@ Workloads (rows as the capture side makes them, DESIGN §3.1):
   ``runtime_environment`` row in the rank's first tick;
 - ``step_memory`` and ``step_time``: the lightest and the heaviest stream alone.
 
-Each rank pre-encodes ``--distinct`` frames and sends them in turn until it has sent ``--frames``
+Each rank pre-encodes ``--distinct`` frames and sends them in turn until it has sent its frames
 (the aggregator never compares rows, so repeats cost it what new rows would). The clock includes
-the last flush (rows wait up to 0.5 s to commit), so each run has enough rows (several seconds of
-work) for that wait to be a small part of it.
+the last flush (rows wait up to 0.5 s to commit), so each workload sends enough rows for several
+seconds of work (``DEFAULT_FRAMES``) and that wait is a small part of it.
 
-The machine is shared, so each line also gives the aggregator's own CPU time and rows per
-CPU-second, a figure that other processes disturb less than wall time does, and the load average.
+The machine is shared, so each line also gives the aggregator's own CPU time, split into its
+main thread (the asyncio server reading the sockets) and the others (the SQLite writer thread,
+which decodes, projects and writes), rows per CPU-second, a figure that other processes disturb
+less than wall time does, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from traceml_ai.telemetry import frames, schema
 from traceml_ai.telemetry.envelope import make_envelope
 
 TARGET_ROWS_PER_S = 200_000
+DEFAULT_FRAMES = {"mixed": 200, "step_memory": 1000, "step_time": 200}
+"""Frames per rank of each workload: 0.8, 2 and 0.4 million rows with the default 8 ranks."""
 SESSION = "bench-session"
 GPUS_PER_NODE = 8
 _F32 = struct.Struct("<f")
@@ -169,6 +173,11 @@ def _count(db: Path) -> int:
         return 0
 
 
+def _thread_cpu(process: psutil.Process) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of ``process``, by thread id."""
+    return {t.id: t.user_time + t.system_time for t in process.threads()}
+
+
 def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: int) -> float:
     with tempfile.TemporaryDirectory(prefix="traceml-bench-agg-") as tmp:
         run_dir = Path(tmp)
@@ -192,7 +201,7 @@ def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: i
             t.start()
         agg = psutil.Process(proc.pid)
         load0 = os.getloadavg()[0]
-        cpu0 = sum(agg.cpu_times()[:2])
+        cpu0 = _thread_cpu(agg)
         barrier.wait()
         t0 = time.perf_counter()
         db = run_dir / "aggregator" / "telemetry.sqlite"
@@ -201,7 +210,9 @@ def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: i
             if proc.poll() is not None:
                 raise RuntimeError("aggregator exited early")
         elapsed = time.perf_counter() - t0
-        cpu = sum(agg.cpu_times()[:2]) - cpu0
+        cpu1 = _thread_cpu(agg)
+        main_cpu = cpu1.get(proc.pid, 0.0) - cpu0.get(proc.pid, 0.0)
+        cpu = sum(cpu1.values()) - sum(cpu0.values())
         load1 = os.getloadavg()[0]
         for t in threads:
             t.join()
@@ -212,7 +223,8 @@ def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: i
         print(f"{workload:<12} {ranks} ranks × {frames_per_rank} frames × {steps} steps: {total_rows:>9,} rows "
               f"({total_bytes / 1e6:5.1f} MB) in {elapsed:6.2f} s = {rate:>9,.0f} rows/s   "
               f"target {TARGET_ROWS_PER_S:,}  {mark}", flush=True)
-        print(f"{'':<12} aggregator CPU {cpu:.2f} s = {total_rows / max(cpu, 1e-9):,.0f} rows per CPU-second; "
+        print(f"{'':<12} aggregator CPU {cpu:.2f} s (main thread {main_cpu:.2f} s, writer {cpu - main_cpu:.2f} s) "
+              f"= {total_rows / max(cpu, 1e-9):,.0f} rows per CPU-second; "
               f"load average {load0:.1f} → {load1:.1f}; exit {code}; "
               f"warning file: {(run_dir / 'aggregator' / 'finalization_warning.json').exists()}", flush=True)
         return rate
@@ -221,17 +233,18 @@ def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--frames", type=int, default=200, help="frames (sampler ticks) per rank")
+    parser.add_argument("--frames", type=int, default=None,
+                        help=f"frames (sampler ticks) per rank; default by workload {DEFAULT_FRAMES}")
     parser.add_argument("--distinct", type=int, default=16, help="distinct pre-encoded frames per rank")
     parser.add_argument("--steps", type=int, default=250, help="training steps per frame")
     parser.add_argument("--workload", choices=["mixed", "step_memory", "step_time", "all"], default="all")
     args = parser.parse_args()
-    if args.distinct < 2 or args.frames < 1:
+    if args.distinct < 2 or (args.frames is not None and args.frames < 1):
         parser.error("--distinct must be at least 2 and --frames at least 1")
     print(f"aggregator ingest, {os.cpu_count()} CPUs, python {sys.version.split()[0]}", flush=True)
     workloads = ["mixed", "step_memory", "step_time"] if args.workload == "all" else [args.workload]
     for workload in workloads:
-        run(workload, args.ranks, args.frames, args.distinct, args.steps)
+        run(workload, args.ranks, args.frames or DEFAULT_FRAMES[workload], args.distinct, args.steps)
 
 
 if __name__ == "__main__":

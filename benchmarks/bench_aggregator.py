@@ -8,11 +8,11 @@ development machine.
 Workloads (rows as the capture side makes them, DESIGN §3.1):
 
 - ``mixed``: what a GPU training rank sends each sampler tick, one envelope per tick: per training
-  step one ``step_time`` row (the six built-in phases on ``cuda:0``: ``dataloader_next`` timed on
-  the CPU only, the others with CUDA-event milliseconds at float32 precision and CPU milliseconds
-  from nanoseconds) and one ``step_memory`` row; per tick one ``process`` row, on local rank 0 one
-  ``system`` row with one ``gpus`` item per local GPU, a few stdout lines, and the
-  ``runtime_environment`` row in the rank's first tick;
+  step one ``step_time`` row (the six built-in phases on the rank's GPU, ``cuda:<local_rank>`` as
+  under torchrun: ``dataloader_next`` timed on the CPU only, the others with CUDA-event
+  milliseconds at float32 precision and CPU milliseconds from nanoseconds) and one ``step_memory``
+  row; per tick one ``process`` row, on local rank 0 one ``system`` row with one ``gpus`` item per
+  local GPU, a few stdout lines, and the ``runtime_environment`` row in the rank's first tick;
 - ``step_memory`` and ``step_time``: the lightest and the heaviest stream alone.
 
 Each rank pre-encodes ``--distinct`` frames and sends them in turn until it has sent its frames
@@ -68,7 +68,7 @@ def _f32(value: float) -> float:
     return float(_F32.unpack(_F32.pack(value))[0])
 
 
-def _events(rng: random.Random) -> dict[str, Any]:
+def _events(rng: random.Random, device: str) -> dict[str, Any]:
     """One step's ``events`` map as ``capture.timing`` makes it on a GPU rank (ms)."""
     out: dict[str, Any] = {}
     for phase in schema.BUILTIN_PHASES:
@@ -78,7 +78,7 @@ def _events(rng: random.Random) -> dict[str, Any]:
         else:
             gpu_ms = _f32(rng.uniform(0.05, 40.0))
             stats = {"is_gpu": True, "duration_ms": gpu_ms, "cpu_ms": cpu_ms, "gpu_ms": gpu_ms, "n_calls": 1}
-        out[phase] = {"cuda:0": stats}
+        out[phase] = {device: stats}
     return out
 
 
@@ -86,9 +86,10 @@ def _tick(workload: str, rank: int, tick: int, steps: int, rng: random.Random) -
     """The tables of one sampler tick (``steps`` training steps) and how many table rows they make."""
     now = 1_764_500_000_000_000_000 + tick * 1_000_000_000
     first = tick * steps
-    st = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "step": first + i, "events": _events(rng)}
+    device = f"cuda:{rank % GPUS_PER_NODE}"
+    st = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "step": first + i, "events": _events(rng, device)}
           for i in range(steps)]
-    mem = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "device": "cuda:0", "step": first + i,
+    mem = [{"seq": tick, "timestamp_unix_ns": now + i * 3_999_917, "device": device, "step": first + i,
             "peak_alloc_bytes": float(11_811_160_064 + rng.randrange(0, 1 << 20) * 512),
             "peak_reserved_bytes": float(14_000_000_000 + rng.randrange(0, 1 << 12) * 2_097_152)}
            for i in range(steps)]

@@ -86,3 +86,13 @@ def test_compare_usage_errors_exit_2(runs: Path) -> None:
     missing = run_traceml("compare", str(runs / "baseline"), str(runs / "gone" / "run"))
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert "is not a folder" in missing.stderr
+
+
+def test_a_corrupt_database_gets_no_green_verdict(tmp_path: Path) -> None:
+    run_dir = tmp_path / "broken"
+    (run_dir / "aggregator").mkdir(parents=True)
+    (run_dir / "aggregator" / "telemetry.sqlite").write_bytes(b"this is not a database" * 100)
+    proc = run_traceml("summary", str(run_dir))
+    assert "corrupt" in proc.stdout + proc.stderr
+    assert "no bottleneck found" not in proc.stdout
+    assert "no verdict" in proc.stdout

@@ -167,6 +167,37 @@ def test_rss_that_jumps_once_and_stays_flat_is_not_creep(tmp_path: Path) -> None
     assert "memory_creep" not in kinds(summary)
 
 
+def test_rss_growing_in_a_run_without_steps_is_not_called_creep(tmp_path: Path) -> None:
+    """`traceml watch` or a script without trace_step: RSS grows while torch is imported and data is
+    loaded; with no training window that is not a leak (a fresh user got a false warning here)."""
+    db = TelemetryDB(tmp_path / "aggregator" / "telemetry.sqlite")
+    for seq in range(40):
+        db.process(0, seq, ts_ns=T0_NS + seq * 250_000_000, rss=200 * MIB + seq * 3 * MIB, ram_total=64 * GIB,
+                   gpu_index=None, gpu_total=None, world_size=1)
+    db.commit()
+    db.close()
+    summary = diagnose(tmp_path / "aggregator" / "telemetry.sqlite")
+    assert "memory_creep" not in kinds(summary)
+    reason = next(a.reason for a in summary.abstained if a.rule == "memory_creep")
+    assert "no trace_step" in reason
+
+
+def test_rss_freed_after_the_last_step_does_not_hide_creep(tmp_path: Path) -> None:
+    """Snapshots after training ended (the script frees its leak on the way out) are not part of
+    the training's memory trend (the planted memory_creep run was missed 3 times in 4 because of them)."""
+    spec = RunSpec(steps=600, rss=lambda r, t: 900 * MIB + 20 * MIB * t)
+    db_path = write_run(tmp_path, spec)
+    db = TelemetryDB(db_path)
+    end = max(r[0] for r in db.conn.execute("SELECT timestamp_unix_ns FROM step_time_samples"))
+    for i in range(1, 30):  # 30 snapshots after the end, back at the start level
+        db.process(0, 10_000 + i, ts_ns=end + i * 250_000_000, rss=900 * MIB, ram_total=64 * GIB,
+                   gpu_index=None, gpu_total=None, world_size=1)
+    db.commit()
+    db.close()
+    summary = diagnose(db_path)
+    assert summary.findings[0].kind == "memory_creep"
+
+
 def test_growing_gpu_peak_per_step_is_memory_creep(tmp_path: Path) -> None:
     spec = RunSpec(steps=200, gpu=True, peak_alloc=lambda r, s: 10 * GIB + s * 20 * MIB)
     summary = run(tmp_path, spec)

@@ -297,3 +297,28 @@ def test_two_nodes_report_to_the_aggregator_on_node_0(tmp_path: Path) -> None:
     assert ranks == {0: 0, 1: 1}
     assert read_json(run_dir / "aggregator" / "manifest.json")["world_size"] == 2
     assert not (run_dir / "aggregator" / "finalization_warning.json").exists()
+
+
+def test_a_killed_launcher_leaves_no_aggregator_behind(tmp_path: Path) -> None:
+    """kill -9 of `traceml run` (an OOM kill, a scheduler): its aggregator notices and finishes."""
+    import psutil
+
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(3)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"),
+         str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+    )
+    assert launcher.stdout is not None and launcher.stdout.readline().strip() == "started"
+    aggregators = [p for p in psutil.Process(launcher.pid).children()
+                   if "traceml_ai.aggregator" in " ".join(p.cmdline())]
+    assert len(aggregators) == 1
+    launcher.kill()
+    launcher.wait(timeout=30)
+    aggregators[0].wait(timeout=60)  # raises psutil.TimeoutExpired if it lingers
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    deadline = time.monotonic() + 30
+    while not (run_dir / "aggregator" / "final_summary.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run_dir / "aggregator" / "final_summary.json").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -96,7 +97,9 @@ async def serve(
             loop.add_signal_handler(signum, stop.set)
     bound_host, bound_port = await agg.start()
     print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
+    watcher = asyncio.ensure_future(_stop_when_orphaned(stop))
     await stop.wait()
+    watcher.cancel()
     await agg.stop(grace_s=grace_s)
     source = "argument" if world_size is not None else ("hello" if agg.expected_world_size is not None else None)
     return finalize(
@@ -108,6 +111,26 @@ async def serve(
         world_size_source=source,
         on_finalized=on_finalized,
     )
+
+
+ORPHAN_CHECK_S = 1.0
+
+
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """Stop (and finalize) when the process that started this aggregator is gone.
+
+    The launcher starts the aggregator in its own session so that Ctrl+C reaches the training
+    only; if the launcher itself is killed (SIGKILL, OOM, a scheduler), nobody would send SIGTERM
+    and the aggregator would run forever. Its parent changing (re-parented to init or a subreaper)
+    means the launcher died.
+    """
+    parent = os.getppid()
+    while not stop.is_set():
+        await asyncio.sleep(ORPHAN_CHECK_S)
+        if os.getppid() != parent:
+            print("[TraceML] aggregator: the launcher is gone; finishing the run's telemetry", file=sys.stderr,
+                  flush=True)
+            stop.set()
 
 
 def _write_final_summary(run_dir: Path) -> None:

@@ -30,14 +30,17 @@ LogsDirOpt = Annotated[
 IntervalOpt = Annotated[float | None, typer.Option("--interval", help="Sampling interval in seconds (default 1).")]
 ModeOpt = Annotated[
     str | None,
-    typer.Option("--mode", help="cli: live view; summary: only the final summary; quiet: nothing from TraceML. "
-                                "Default: cli on a terminal, else summary."),
+    typer.Option("--mode", help="summary (default): the script keeps its terminal, the verdict is printed at "
+                                "the end; cli: a live view below the script's output (which then goes through a "
+                                "pipe); quiet: nothing from TraceML."),
 ]
 
 
 def _mode(mode: str | None) -> str:
     if mode is None:
-        return "cli" if out.is_terminal else "summary"
+        # The live view needs the script's output to pass through TraceML (pipes: the script no longer
+        # sees a terminal, stderr is shown on stdout); by default the script keeps its terminal.
+        return "summary"
     if mode not in MODES:
         raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     return mode

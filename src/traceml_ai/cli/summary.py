@@ -156,7 +156,9 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     out.print(Panel.fit(info, title=head, title_align="left"))
 
     findings = [f for f in _get(doc, "findings") or [] if isinstance(f, dict)]
-    if not any(f.get("severity") in ("warning", "critical") for f in findings):
+    if _get(doc, "telemetry", "status") not in (None, "ok"):
+        out.print(Text("✗ no verdict: the telemetry could not be read (see above)", style="bold red"))
+    elif not any(f.get("severity") in ("warning", "critical") for f in findings):
         out.print(Text("✓ no bottleneck found", style="bold green"))
     for f in findings:
         sev = str(f.get("severity", ""))

@@ -510,9 +510,15 @@ def memory_creep(ctx: Context) -> RuleResult:
             creeps["gpu_peak_alloc"].append(_Creep(rank, test, rate, "step", (pts[0][0], pts[-1][0])))
 
     rss_series: dict[int | None, list[ProcessSample]] = defaultdict(list)
-    for p in tel.process:
-        if p.rss_bytes is not None:
-            rss_series[p.rank].append(p)
+    # RSS is judged over the training steps only: before them it grows with imports and data loading,
+    # after the last step it falls as the script frees what it held. A run without steps (no
+    # trace_step, `traceml watch`) has no such window, so RSS creep is not judged there.
+    step_times = [s.timestamp_ns for s in tel.steps if s.timestamp_ns is not None]
+    training_end_ns = max(step_times) if step_times else None
+    if ctx.warmup_end_ns is not None and training_end_ns is not None:
+        for p in tel.process:
+            if p.rss_bytes is not None and (p.timestamp_ns is None or p.timestamp_ns <= training_end_ns):
+                rss_series[p.rank].append(p)
     for rank, samples in rss_series.items():
         kept = post_warmup(samples, ctx.warmup_end_ns)
         rss = [s.rss_bytes if s.rss_bytes is not None else np.nan for s in kept]
@@ -528,8 +534,12 @@ def memory_creep(ctx: Context) -> RuleResult:
     if not tested:
         gpu_note = "none" if not gpu_series else "too few steps"
         rss_counts = [len(post_warmup(v, ctx.warmup_end_ns)) for v in rss_series.values()]
-        rss_note = "none" if not rss_series else (
-            f"at most {max(rss_counts)} per rank; sample more often with --interval, or train longer")
+        if training_end_ns is None or ctx.warmup_end_ns is None:
+            rss_note = "judged over training steps only, and this run recorded none (no trace_step)"
+        elif not rss_series:
+            rss_note = "none"
+        else:
+            rss_note = f"at most {max(rss_counts)} per rank; sample more often with --interval, or train longer"
         return Abstention(
             rule,
             f"no series with {th.MIN_CREEP_SAMPLES} post-warm-up points: per-step peak GPU memory ({gpu_note}), "

@@ -52,7 +52,11 @@ class AggregatorProcess:
             cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
             start_new_session=True,  # Ctrl+C in the terminal reaches the training, not the aggregator
         )
-        self.host, self.port = self._wait_listening()
+        try:
+            self.host, self.port = self._wait_listening()
+        except BaseException:  # Ctrl+C while it starts: leave no aggregator behind
+            self.kill()
+            raise
         self.stopped_at: float | None = None
 
     def _wait_listening(self) -> tuple[str, int]:

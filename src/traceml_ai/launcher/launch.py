@@ -229,15 +229,19 @@ def launch(
     aggregator: AggregatorProcess | None = None
     host = "127.0.0.1" if options.nnodes == 1 else options.master_addr
     try:
-        aggregator = AggregatorProcess(run_dir, session_id, host=host, port=0 if options.nnodes == 1 else agg_port,
-                                       world_size=identity.world_size)
-        env["TRACEML_AGGREGATOR"] = aggregator.address
-    except (AggregatorStartError, OSError) as exc:
-        telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
-        _warn(telemetry["reason"] + "; training without telemetry")
-        env.pop("TRACEML_AGGREGATOR", None)
-
-    code, interrupted = _supervise(command, env, run_dir, aggregator, on_tick, on_output, telemetry)
+        try:
+            aggregator = AggregatorProcess(run_dir, session_id, host=host,
+                                           port=0 if options.nnodes == 1 else agg_port,
+                                           world_size=identity.world_size)
+            env["TRACEML_AGGREGATOR"] = aggregator.address
+        except (AggregatorStartError, OSError) as exc:
+            telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
+            _warn(telemetry["reason"] + "; training without telemetry")
+            env.pop("TRACEML_AGGREGATOR", None)
+        code, interrupted = _supervise(command, env, run_dir, aggregator, on_tick, on_output, telemetry)
+    except KeyboardInterrupt:
+        # Ctrl+C while the aggregator or the training was starting: nothing may be left behind.
+        code, interrupted = 130, True
 
     if aggregator is not None:
         died = aggregator.exit_code()
@@ -288,7 +292,7 @@ def _supervise(
             pumps.append(t)
     result = _wait(proc, run_dir, aggregator, on_tick, telemetry)
     for t in pumps:
-        t.join(timeout=5)
+        t.join()  # the pipes end when every process holding them has exited: every line is shown
     return result
 
 

@@ -322,3 +322,12 @@ def test_a_killed_launcher_leaves_no_aggregator_behind(tmp_path: Path) -> None:
     while not (run_dir / "aggregator" / "final_summary.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert (run_dir / "aggregator" / "final_summary.json").exists()
+
+
+@pytest.mark.parametrize("flags", [("--interval", "0.000001"), ("--nproc-per-node", "0"), ("--master-port", "0")])
+def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path: Path, flags: tuple[str, str]) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("print('never')\n")
+    proc = traceml("run", *flags, "--logs-dir", str(tmp_path / "runs"), str(script), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and flags[0] in proc.stderr
+    assert "never" not in proc.stdout and not (tmp_path / "runs").exists()

@@ -114,3 +114,13 @@ def test_manifest_holds_identity_and_lifecycle(tmp_path: Path) -> None:
 def test_a_bad_run_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         create_run_folder(tmp_path, "a/b")
+
+
+def test_a_failed_script_records_its_exception_not_just_its_exit_code(tmp_path: Path) -> None:
+    folder = create_run_folder(tmp_path, "raised")
+    keeper = RunJsonKeeper(folder, "raised", None, [], IDENTITY)
+    keeper.start()
+    tail = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nValueError: bad lr: -1\n'
+    assert keeper.finish(exit_code=1, stderr_tail=tail) == "failed"
+    exit_info = read(folder / "run.json")["exit"]
+    assert (exit_info["error_type"], exit_info["error_message"], exit_info["code"]) == ("ValueError", "bad lr: -1", 1)

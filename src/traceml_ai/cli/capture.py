@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
-from traceml_ai.launcher.launch import LaunchError, LaunchOptions, LaunchResult, launch
+from traceml_ai.launcher.launch import LaunchError, LaunchOptions, LaunchResult, LaunchUsageError, launch
 
 PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 """Everything after SCRIPT belongs to the script (like ``python SCRIPT ARGS``)."""
@@ -115,6 +115,8 @@ def _launch_command(
     )
     try:
         result = _run_with_view(options, view_mode) if not disable else launch(options)
+    except LaunchUsageError as exc:
+        raise UsageError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(str(exc)) from None
     _report(result, view_mode)

@@ -47,10 +47,17 @@ INTERRUPT_GRACE_S = 2.0
 TERMINATE_GRACE_S = 15.0
 """After the forwarded signal, how long before SIGTERM and then SIGKILL."""
 STDERR_TAIL_LINES = 40
+MIN_INTERVAL_S = 0.01
+"""Shorter sampling intervals turn the sampler thread into a busy loop that slows the training."""
+MAX_INTERVAL_S = 3600.0
 
 
 class LaunchError(Exception):
     """A launch cannot start (bad script path, bad option); ``str()`` is one line for the user."""
+
+
+class LaunchUsageError(LaunchError):
+    """A bad option value (count, rank, port, interval): the command exits 2, as for any bad flag."""
 
 
 @dataclass
@@ -130,16 +137,18 @@ def validate(options: LaunchOptions) -> None:
         LaunchError: the script is missing, or a count/rank/port/interval is out of range.
     """
     script = Path(options.script)
+    if script.is_dir():
+        raise LaunchError(f"{options.script} is a folder, not a training script")
     if not script.is_file():
         raise LaunchError(f"no such training script: {options.script}")
     if options.nproc_per_node < 1 or options.nnodes < 1:
-        raise LaunchError("--nproc-per-node and --nnodes must be 1 or more")
+        raise LaunchUsageError("--nproc-per-node and --nnodes must be 1 or more")
     if not 0 <= options.node_rank < options.nnodes:
-        raise LaunchError(f"--node-rank must be between 0 and {options.nnodes - 1}")
+        raise LaunchUsageError(f"--node-rank must be between 0 and {options.nnodes - 1}")
     if not 0 < options.master_port < 65535:
-        raise LaunchError("--master-port must be between 1 and 65534")
-    if not options.interval > 0:
-        raise LaunchError("--interval must be more than 0 seconds")
+        raise LaunchUsageError("--master-port must be between 1 and 65534")
+    if not MIN_INTERVAL_S <= options.interval <= MAX_INTERVAL_S:
+        raise LaunchUsageError(f"--interval must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S:g} seconds")
 
 
 def session_id_for(options: LaunchOptions) -> str:

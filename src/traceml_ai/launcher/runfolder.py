@@ -14,6 +14,7 @@ identity, status ``running`` / ``completed`` / ``interrupted`` / ``incomplete``,
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
@@ -170,6 +171,9 @@ class RunJsonKeeper:
                 )
                 if stderr_tail:
                     exit_info["traceback"] = stderr_tail
+                    raised = _last_exception(stderr_tail)
+                    if raised is not None:  # the script's own exception says more than its exit code
+                        exit_info["error_type"], exit_info["error_message"] = raised
             meta.update(status=final, ended_at=iso_utc(now), heartbeat_at=iso_utc(now),
                         duration_s=round(now - self.t0, 3), exit=exit_info)
             meta.setdefault("launcher", self._launcher_block())
@@ -283,6 +287,22 @@ def write_manifest(
         body["telemetry"] = telemetry
     (folder / AGGREGATOR_DIR).mkdir(exist_ok=True)
     atomic_write(folder / MANIFEST_JSON, dump_json(body))
+
+
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\w*)(?:: (?P<msg>.*))?$"
+)
+
+
+def _last_exception(stderr_tail: str) -> tuple[str, str] | None:
+    """(type, message) of the exception a Python traceback in ``stderr_tail`` ends with, or None."""
+    lines = stderr_tail.rstrip("\n").splitlines()
+    if not any(line.startswith("Traceback (most recent call last):") for line in lines):
+        return None
+    match = _EXCEPTION_LINE.match(lines[-1]) if lines else None
+    if match is None:
+        return None
+    return match.group("type").rsplit(".", 1)[-1], match.group("msg") or ""
 
 
 def _read_json(path: Path) -> Any:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+import io
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -201,8 +205,8 @@ def test_exception_in_a_step_propagates_unchanged_and_the_step_is_closed(tracer:
     bad = Exploding()
     with pytest.raises(KeyError, match="in forward"), tracer.step(bad):
         bad(torch.randn(2))
-    # The model carries no TraceML hook once its step is closed, even after an exception.
-    assert not bad._forward_pre_hooks and not bad._forward_hooks
+    # The model carries nothing of TraceML once its step is closed, even after an exception.
+    assert not bad._forward_pre_hooks and not bad._forward_hooks and "forward" not in vars(bad)
     with tracer.step(model):
         model(torch.randn(2, 8))
     rows = rows_of(tracer)
@@ -231,14 +235,127 @@ def test_exception_in_backward_and_optimizer_propagates_unchanged(tracer: StepTr
     assert phase(rows[2], schema.OPTIMIZER_STEP)["n_calls"] == 1
 
 
-def test_hooks_live_only_while_the_step_is_open(tracer: StepTracer) -> None:
+def test_the_forward_timer_lives_only_while_the_step_is_open(tracer: StepTracer) -> None:
     model = mlp()
-    seen: list[int] = []
+    seen: list[bool] = []
     with tracer.step(model):
-        seen.append(len(model._forward_pre_hooks) + len(model._forward_hooks))
+        seen.append("forward" in vars(model))  # the timing wrapper, on torch's plain call path
         model(torch.randn(1, 8))
-    assert seen == [2]
+    assert seen == [True]
+    assert "forward" not in vars(model)
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model._forward_hooks_always_called
+    assert phase(rows_of(tracer)[0], schema.FORWARD)["n_calls"] == 1
+
+
+def test_copies_made_inside_a_step_run_their_own_forward_and_carry_nothing_of_traceml(tracer: StepTracer) -> None:
+    model = mlp()
+    x = torch.randn(3, 8)
+    with tracer.step(model):
+        deep = copy.deepcopy(model)  # an EMA model, say
+        shallow = copy.copy(model)
+        pickled = pickle.loads(pickle.dumps(model))
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        replica = model._replicate_for_data_parallel()  # what nn.DataParallel makes per device
+        with torch.no_grad():
+            for p in deep.parameters():
+                p.add_(1.0)
+        out_model = model(x)
+        out_deep = deep(x)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    for clone in (deep, shallow, pickled, saved, replica):
+        assert "forward" not in vars(clone)
+        assert not clone._forward_pre_hooks and not clone._forward_hooks
+    assert not torch.equal(out_deep, out_model)  # the deep copy ran with its own weights
+    assert torch.equal(saved(x), model(x)) and torch.equal(pickled(x), model(x))
+    assert phase(rows_of(tracer)[0], schema.FORWARD)["n_calls"] == 1  # copies are not the traced model
+
+
+def test_a_module_with_hooks_of_its_own_is_timed_with_hooks_that_include_them(tracer: StepTracer) -> None:
+    model = mlp()
+    x = torch.randn(2, 8)
+    ran: list[str] = []
+
+    def slow_pre_hook(module: Any, args: Any) -> None:  # FSDP2's unshard is such a hook
+        time.sleep(SLEEP_S)
+        ran.append("pre")
+
+    handle = model.register_forward_pre_hook(slow_pre_hook)
+    with tracer.step(model):
+        assert "forward" not in vars(model) and len(model._forward_pre_hooks) == 2
+        clone = copy.deepcopy(model)
+        model(x)
+    assert ran == ["pre"]
+    assert list(model._forward_pre_hooks.values()) == [slow_pre_hook] and not model._forward_hooks
+    assert list(clone._forward_pre_hooks.values()) == [slow_pre_hook] and not clone._forward_hooks
+    handle.remove()
+    with tracer.step(model):  # without hooks of its own, the next step takes the plain call path
+        assert "forward" in vars(model) and not model._forward_pre_hooks
+        model(x)
+    first, second = rows_of(tracer)
+    assert phase(first, schema.FORWARD)["cpu_ms"] >= SLEEP_S * 1000  # its own hook counts in its forward
+    assert phase(second, schema.FORWARD)["n_calls"] == 1
+
+
+def test_an_instance_forward_set_by_other_code_is_timed_and_kept(tracer: StepTracer) -> None:
+    model = mlp()
+    x = torch.randn(2, 8)
+    original = model.forward
+    calls: list[int] = []
+
+    def patched(inputs: Any) -> Any:  # what accelerate's autocast wrapper does to model.forward
+        calls.append(1)
+        return original(inputs)
+
+    model.forward = patched  # type: ignore[method-assign]
+    with tracer.step(model):
+        model(x)
+    assert vars(model)["forward"] is patched and calls == [1]
+
+    def replaced(inputs: Any) -> Any:
+        return original(inputs)
+
+    with tracer.step(model):
+        model.forward = replaced  # type: ignore[method-assign]  # set during the step: it stays
+        model(x)
+    assert vars(model)["forward"] is replaced
+    with tracer.step(model):
+        model(x)
+    assert vars(model)["forward"] is replaced
+    rows = rows_of(tracer)
+    assert [schema.FORWARD in r["events"] for r in rows] == [True, False, True]
+
+
+def test_the_forward_keeps_its_signature_inside_a_step(tracer: StepTracer) -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: Any, *, scale: float = 1.0) -> Any:
+            return self.lin(x) * scale
+
+    model = Scaled()
+    outside = inspect.signature(model.forward)
+    with tracer.step(model):
+        inside = inspect.signature(model.forward)
+        out = model(torch.ones(1, 2), scale=2.0)
+    assert inside == outside
+    assert torch.equal(out, model(torch.ones(1, 2), scale=2.0))
+
+
+def test_a_module_class_with_its_own_copying_is_timed_with_hooks(tracer: StepTracer) -> None:
+    class OwnState(nn.Linear):
+        def __getstate__(self) -> Any:
+            return dict(self.__dict__)  # a copy TraceML cannot clean: no wrapper goes in
+
+    model = OwnState(2, 1)
+    with tracer.step(model):
+        assert "forward" not in vars(model) and len(model._forward_pre_hooks) == 1
+        model(torch.randn(1, 2))
     assert not model._forward_pre_hooks and not model._forward_hooks
+    assert phase(rows_of(tracer)[0], schema.FORWARD)["n_calls"] == 1
 
 
 def test_no_grad_inside_a_step_behaves_as_without_tracing(tracer: StepTracer) -> None:

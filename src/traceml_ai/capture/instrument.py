@@ -11,16 +11,26 @@ phase                       how
                             is attributed to the next step on the same thread (see ``timing``).
 ``traceml:h2d``             ``torch.Tensor.to`` / ``torch.Tensor.cuda`` calls that turn a CPU tensor
                             into a CUDA one, on CUDA steps only (on CPU the phase is absent).
-``traceml:forward``         a forward pre-hook and an ``always_call`` forward hook on the model given
-                            to ``trace_step`` (see ``steps.StepTracer`` for when its children get
-                            them too), set when the step opens and removed when it closes: the
-                            *outermost* call of a hooked module is timed, the submodules it calls
-                            are not timed separately, and between steps the model carries no hook
-                            of ours (``torch.save(model)`` pickles nothing of TraceML). Hooks, not a
-                            wrapped ``forward``: ``nn.DataParallel`` replicas share a module's hook
-                            dicts, and ignore them, but would call a copied bound ``forward``; and
-                            not a patched ``nn.Module.__call__``, which would cost every module call
-                            and change how Dynamo traces modules.
+``traceml:forward``         the *outermost* calls of the model given to ``trace_step`` (see
+                            ``steps.StepTracer`` for when its children are timed too), through a
+                            :class:`ForwardTimer` set when the step opens and removed when it closes
+                            (between steps the model carries nothing of TraceML's). A module that
+                            takes torch's plain call path (no hooks of its own, none global) gets a
+                            timing wrapper as its *instance* ``forward`` for the step's duration,
+                            which ``Module._call_impl`` calls on that fast path; a module that already
+                            takes the hook path (FSDP2, a user's hook) gets a forward pre-hook (run
+                            first) and an ``always_call`` forward hook (run last) instead, so its
+                            own hooks count in its forward. Why not hooks everywhere: they push the
+                            module onto ``_call_impl``'s slow path, several times the wrapper's cost
+                            per call. Not a patched ``nn.Module.__call__`` nor global module hooks,
+                            which would cost every module call (and change how Dynamo traces modules).
+                            So that no copy made during a step carries the wrapper, :func:`install`
+                            also patches ``nn.Module.__getstate__`` (behind ``copy.copy``,
+                            ``copy.deepcopy``, pickle and ``torch.save``) and
+                            ``nn.Module._replicate_for_data_parallel`` (``nn.DataParallel``
+                            replicas) to leave it out; a module class that overrides any of those
+                            (or ``__reduce__``, ``__reduce_ex__``, ``__copy__``, ``__deepcopy__``)
+                            gets the hooks.
 ``traceml:backward``        ``torch.autograd.backward``, which ``Tensor.backward`` calls (the outermost
                             call when one backward runs inside another).
 ``traceml:optimizer_step``  the global optimizer step pre/post hooks of ``torch.optim.optimizer``.
@@ -32,12 +42,16 @@ call, or forgets it, before re-raising). TraceML's own bookkeeping never raises 
 a failure there is counted in :data:`timing.FAULTS` and the call goes on untimed. Outside a step, or on a
 thread that is not the step's, a patch costs one global read and a call. Each patch first asks
 ``torch.compiler.is_compiling()`` so that, when Dynamo traces through it, it folds away to the
-original call and reads none of TraceML's state (no guards on it, no graph break).
+original call and reads none of TraceML's state (no guards on it, no graph break). Until
+``torch._dynamo`` is imported nothing can be compiling, so that call is skipped (:data:`DYNAMO`);
+the tracer turns it on at the first step open after ``torch._dynamo`` appears
+(:func:`watch_compiler`; a function that ``torch.compile`` first traces in that same step may
+trace into a patch once, and is recompiled at the next step).
 
 ``torch.compile``: a compiled model (``OptimizedModule``, or ``module.compile()`` in place) gets no
-forward hooks, because hooks on the module Dynamo traces would enter its graph; :func:`compiled_reason`
-detects it and the tracer records a note. The other phases happen outside the compiled graph and are
-still timed.
+forward timer, because a wrapper or hooks on the module Dynamo traces would enter its graph;
+:func:`compiled_reason` detects it and the tracer records a note. The other phases happen outside
+the compiled graph and are still timed.
 
 Peak memory per step on CUDA (``step_memory``): PyTorch keeps one peak per counter that only
 ``torch.cuda.reset_peak_memory_stats`` lowers, and users read it (``max_memory_allocated``,
@@ -65,6 +79,7 @@ import functools
 import os
 import sys
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -79,12 +94,40 @@ _fork_hook = False
 _optimizer_hooks: list[Any] = []
 _originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), in patch order
 
+DATALOADER_NEXT = T.DATALOADER_NEXT
+FORWARD = T.FORWARD
+BACKWARD = T.BACKWARD
+OPTIMIZER_STEP = T.OPTIMIZER_STEP
+
 
 def _never_compiling() -> bool:
     return False
 
 
 _is_compiling: Callable[[], bool] = _never_compiling
+"""``torch.compiler.is_compiling`` once ``torch._dynamo`` is imported (:func:`watch_compiler`)."""
+
+DYNAMO = False
+"""True once ``torch._dynamo`` is imported; before it nothing can be compiling or exporting
+(``torch.compile`` and ``torch.export`` import it first), so every patch starts with
+``if DYNAMO and _is_compiling()``: one global read, and no call, on the hot path."""
+
+_full_compiling_check: Callable[[], bool] | None = None  # torch.compiler.is_compiling, once installed
+
+# torch's global module hook dicts (set by install): any entry puts every module on the hook path.
+_global_forward_pre: Any = {}
+_global_forward: Any = {}
+_global_backward_pre: Any = {}
+_global_backward: Any = {}
+
+
+def watch_compiler() -> None:
+    """Turns the compiling check on (:data:`DYNAMO`) once ``torch._dynamo`` is imported; the tracer
+    calls this when it sees that at a step open. A no-op before."""
+    global _is_compiling, DYNAMO
+    if _full_compiling_check is not None and "torch._dynamo" in sys.modules:
+        _is_compiling = _full_compiling_check
+        DYNAMO = True
 
 
 def _mark(st: T.Step) -> Any:
@@ -97,34 +140,43 @@ def _mark(st: T.Step) -> Any:
         return None
 
 
-def _add(st: T.Step, name: str, cpu_ns: int, ev0: Any) -> None:
+def _add_nested(st: T.Step, name: str, cpu_ns: int, ev: Any) -> None:
+    """One forward/backward call (``Step.add_nested``, its CPU-only case inline), never raising."""
     try:
-        st.add(name, cpu_ns, ev0)
-    except Exception:
-        fault()
-
-
-def _add_nested(st: T.Step, name: str, cpu_ns: int, ev0: Any) -> None:
-    try:
-        st.add_nested(name, cpu_ns, ev0)
+        if ev is None and not st.optimizer_depth:
+            entry = st.phases.get(name)
+            if entry is None:
+                st.phases[name] = [1, cpu_ns, None]
+            else:
+                entry[0] += 1
+                entry[1] += cpu_ns
+        else:
+            st.add_nested(name, cpu_ns, ev)
     except Exception:
         fault()
 
 
 def install() -> None:
-    """Installs the device-independent patches (DataLoader, backward, optimizer); idempotent."""
-    global _installed, _is_compiling
+    """Installs the device-independent patches (DataLoader, backward, optimizer, module copies); idempotent."""
+    global _installed, _full_compiling_check
+    global _global_forward_pre, _global_forward, _global_backward_pre, _global_backward
     if _installed:
         return
     with _install_lock:
         if _installed:
             return
         import torch
+        from torch.nn.modules import module as nn_module
 
-        compiler = getattr(torch, "compiler", None)
-        _is_compiling = getattr(compiler, "is_compiling", _never_compiling)
+        _full_compiling_check = getattr(getattr(torch, "compiler", None), "is_compiling", _never_compiling)
+        watch_compiler()
+        _global_forward_pre = getattr(nn_module, "_global_forward_pre_hooks", {})
+        _global_forward = getattr(nn_module, "_global_forward_hooks", {})
+        _global_backward_pre = getattr(nn_module, "_global_backward_pre_hooks", {})
+        _global_backward = getattr(nn_module, "_global_backward_hooks", {})
         _patch_dataloader()
         _replace(torch.autograd, "backward", _timed_backward(torch.autograd.backward))
+        _patch_module_copies(torch.nn.Module)
         from torch.optim import optimizer
 
         _optimizer_hooks.append(optimizer.register_optimizer_step_pre_hook(_optimizer_pre))
@@ -143,7 +195,7 @@ def uninstall() -> None:
     never needs it. Drops the peak shadow, so afterwards the CUDA peak counters read as TraceML
     last reset them (at the last step's close).
     """
-    global _installed, _installed_cuda
+    global _installed, _installed_cuda, _is_compiling, DYNAMO
     with _install_lock:
         T.OPEN = None
         T.TRACING = False
@@ -154,6 +206,8 @@ def uninstall() -> None:
         while _optimizer_hooks:
             _optimizer_hooks.pop().remove()
         PEAKS.forget()
+        _is_compiling = _never_compiling
+        DYNAMO = False
         _installed = _installed_cuda = False
 
 
@@ -211,7 +265,16 @@ def _patch_dataloader() -> None:
         if st is not None and st.thread == thread_id():
             t0 = perf_ns()
             batch = orig(self)
-            _add(st, T.DATALOADER_NEXT, perf_ns() - t0, None)
+            cpu = perf_ns() - t0
+            try:
+                entry = st.phases.get(DATALOADER_NEXT)
+                if entry is None:
+                    st.phases[DATALOADER_NEXT] = [1, cpu, None]
+                else:
+                    entry[0] += 1
+                    entry[1] += cpu
+            except Exception:
+                fault()
             return batch
         pool = T.FETCH_POOL
         ev = None
@@ -231,7 +294,10 @@ def _patch_dataloader() -> None:
         cpu = perf_ns() - t0
         try:
             # timing.set_pending_fetch, inlined: this runs before every step.
-            pre = T.PRE
+            try:
+                pre = T.PER_THREAD.pre
+            except AttributeError:
+                pre = T.pending()
             if pre.generation != T.GENERATION:
                 pre = T.pending()
             old = pre.fetch
@@ -255,7 +321,7 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(orig)
     def backward(*args: Any, **kwargs: Any) -> Any:
-        if _is_compiling():
+        if DYNAMO and _is_compiling():
             return orig(*args, **kwargs)
         st = T.OPEN
         if st is None or st.backward_depth or st.thread != thread_id():
@@ -268,7 +334,18 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             cpu = perf_ns() - t0
             st.backward_depth = 0
-            _add_nested(st, T.BACKWARD, cpu, ev)
+            try:
+                if ev is None and not st.optimizer_depth:  # _add_nested's common case, inline
+                    entry = st.phases.get(BACKWARD)
+                    if entry is None:
+                        st.phases[BACKWARD] = [1, cpu, None]
+                    else:
+                        entry[0] += 1
+                        entry[1] += cpu
+                else:
+                    st.add_nested(BACKWARD, cpu, ev)
+            except Exception:
+                fault()
 
     backward.__traceml_patch__ = True  # type: ignore[attr-defined]
     return backward
@@ -278,44 +355,67 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _is_compiling():
+    if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
     if st is None or st.thread != thread_id():
         return None
-    if st.optimizer_depth == 0:
-        st.optimizer_ev = None if st.pool is None else _mark(st)
+    depth = st.optimizer_depth
+    st.optimizer_depth = depth + 1
+    if depth == 0:
+        if st.pool is not None:
+            st.optimizer_ev = _mark(st)
+        pairs = st.nested_pairs
+        if pairs is not None:  # GPU pairs of forward/backward so far (only ever grows within a step)
+            st.optimizer_pairs0 = len(pairs)
         st.optimizer_nested0 = st.nested_ns
-        st.optimizer_pairs0 = 0 if st.nested_pairs is None else len(st.nested_pairs)
         st.optimizer_t0 = perf_ns()
-    st.optimizer_depth += 1
     return None
 
 
 def _optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _is_compiling():
+    if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
-    if st is None or st.thread != thread_id() or st.optimizer_depth <= 0:
+    if st is None or st.thread != thread_id():
         return None
-    st.optimizer_depth -= 1
-    if st.optimizer_depth == 0:
-        # forward/backward run by a closure inside this step count as themselves, not as optimizer time
-        cpu = perf_ns() - st.optimizer_t0 - (st.nested_ns - st.optimizer_nested0)
-        ev, st.optimizer_ev = st.optimizer_ev, None
-        if st.nested_pairs is not None and len(st.nested_pairs) > st.optimizer_pairs0:
+    depth = st.optimizer_depth - 1
+    if depth < 0:
+        return None
+    st.optimizer_depth = depth
+    if depth:
+        return None
+    # forward/backward run by a closure inside this step count as themselves, not as optimizer time
+    cpu = perf_ns() - st.optimizer_t0 - (st.nested_ns - st.optimizer_nested0)
+    if cpu < 0:
+        cpu = 0
+    try:
+        ev = st.optimizer_ev
+        if ev is None:  # Step.add's CPU case, inline
+            entry = st.phases.get(OPTIMIZER_STEP)
+            if entry is None:
+                st.phases[OPTIMIZER_STEP] = [1, cpu, None]
+            else:
+                entry[0] += 1
+                entry[1] += cpu
+            return None
+        st.optimizer_ev = None
+        pairs = st.nested_pairs
+        if pairs is not None and len(pairs) > st.optimizer_pairs0:
             if st.gpu_exclusions is None:
                 st.gpu_exclusions = []
-            st.gpu_exclusions.extend(st.nested_pairs[st.optimizer_pairs0:])
-        _add(st, T.OPTIMIZER_STEP, max(0, cpu), ev)
+            st.gpu_exclusions.extend(pairs[st.optimizer_pairs0 :])
+        st.add(OPTIMIZER_STEP, cpu, ev)
+    except Exception:
+        fault()
     return None
 
 
-# -- forward (hooks on the traced model while its step is open) -------------------------------------
+# -- forward (a wrapper or hooks on the traced model while its step is open) ----------------------
 
 
 def _forward_pre(module: Any, args: Any) -> None:
-    if _is_compiling():
+    if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
     if st is None or st.thread != thread_id():
@@ -328,7 +428,7 @@ def _forward_pre(module: Any, args: Any) -> None:
 
 
 def _forward_post(module: Any, args: Any, output: Any) -> None:
-    if _is_compiling():
+    if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
     if st is None or st.thread != thread_id() or st.forward_depth <= 0:
@@ -337,54 +437,243 @@ def _forward_post(module: Any, args: Any, output: Any) -> None:
     if st.forward_depth == 0:
         cpu = perf_ns() - st.forward_t0
         ev, st.forward_ev = st.forward_ev, None
-        _add_nested(st, T.FORWARD, cpu, ev)
+        _add_nested(st, FORWARD, cpu, ev)
     return None
 
 
+def _timed_forward(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """The instance ``forward`` of a wrapped module during a step: ``inner`` timed when it is the
+    outermost forward on the step's thread, else ``inner`` alone."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if DYNAMO and _is_compiling():
+            return inner(*args, **kwargs)
+        st = T.OPEN
+        if st is None or st.forward_depth or st.thread != thread_id():
+            return inner(*args, **kwargs)
+        st.forward_depth = 1
+        ev = None if st.pool is None else _mark(st)
+        t0 = perf_ns()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            cpu = perf_ns() - t0
+            st.forward_depth = 0
+            try:
+                if ev is None and not st.optimizer_depth:  # _add_nested's common case, inline
+                    entry = st.phases.get(FORWARD)
+                    if entry is None:
+                        st.phases[FORWARD] = [1, cpu, None]
+                    else:
+                        entry[0] += 1
+                        entry[1] += cpu
+                else:
+                    st.add_nested(FORWARD, cpu, ev)
+            except Exception:
+                fault()
+
+    forward.__wrapped__ = inner  # type: ignore[attr-defined]  # inspect.signature(model.forward) as without it
+    return forward
+
+
 _HOOK_KEY = -0x7472616365  # never the id of a RemovableHandle (those count up from 0)
+_ABSENT: Any = object()  # no instance ``forward`` before the wrapper went in
+_NONE, _WRAPPED, _HOOKED = 0, 1, 2
+_COPY_METHODS = ("__getstate__", "_replicate_for_data_parallel", "__reduce__", "__reduce_ex__")
 
 
-def hook_dicts(module: Any) -> tuple[Any, Any, Any] | None:
-    """The module's forward pre-hook, hook and always-called dicts, or None when it lacks them (or
-    is a ``torch.jit.ScriptModule``).
+class ForwardTimer:
+    """Times the outermost calls of one module while a step is open (module docstring, forward row).
 
-    TraceML puts its hooks straight into these dicts under a key of its own (:func:`attach`): a
-    dict store each, where ``register_forward_*_hook`` builds two ``RemovableHandle`` objects with weak
-    references every step.
+    :meth:`attach` at the step's open picks the mechanism for this step: the instance-``forward``
+    wrapper when the module takes torch's plain call path and its class copies through
+    ``nn.Module``'s own methods (:attr:`wrappable`), else the two hooks; :meth:`detach` at close
+    takes it out again. Built by :func:`forward_timer`; used by the training thread only.
     """
+
+    __slots__ = (
+        "always",
+        "attached",
+        "backward",
+        "backward_pre",
+        "cls",
+        "cls_forward",
+        "module",
+        "post",
+        "pre",
+        "prev",
+        "wrappable",
+        "wrapper",
+    )
+
+    def __init__(self, module: Any, dicts: tuple[Any, Any, Any], backward_hooks: tuple[Any, Any]) -> None:
+        self.module = module
+        self.pre, self.post, self.always = dicts  # the forward pre-hook, hook and always-called dicts
+        self.backward, self.backward_pre = backward_hooks  # the backward hook and pre-hook dicts
+        self.attached = _NONE
+        self.cls: Any = None
+        self.cls_forward: Any = None
+        self.wrappable = False
+        self.prev: Any = _ABSENT
+        self.wrapper: Callable[..., Any] | None = None
+
+    def _retype(self, cls: Any) -> None:
+        """Whether modules of ``cls`` may carry the wrapper: its copies go through what
+        :func:`install` patched (no override of those methods, nor ``__copy__``/``__deepcopy__``)."""
+        import torch
+
+        base = torch.nn.Module
+        self.cls = cls
+        self.wrapper = None
+        self.wrappable = (
+            isinstance(getattr(cls, "forward", None), types.FunctionType)  # a method to bind, not some descriptor
+            and getattr(cls, "__copy__", None) is None
+            and getattr(cls, "__deepcopy__", None) is None
+            and all(getattr(cls, name, None) is getattr(base, name, None) for name in _COPY_METHODS)
+        )
+
+    def attach(self) -> None:
+        """Sets the wrapper (or the hooks) for the step now opening."""
+        module = self.module
+        cls = type(module)
+        if cls is not self.cls:
+            self._retype(cls)
+        if self.wrappable and not (
+            self.pre
+            or self.post
+            or self.backward
+            or self.backward_pre
+            or _global_forward_pre
+            or _global_forward
+            or _global_backward_pre
+            or _global_backward
+        ):
+            attrs = module.__dict__
+            prev = attrs.get("forward", _ABSENT)
+            wrapper = self.wrapper
+            if prev is not wrapper:
+                cls_forward = cls.forward
+                if wrapper is None or prev is not self.prev or cls_forward is not self.cls_forward:
+                    self.prev = prev
+                    self.cls_forward = cls_forward
+                    inner = prev if prev is not _ABSENT else cls_forward.__get__(module, cls)
+                    wrapper = self.wrapper = _timed_forward(inner)
+                    wrapper.__traceml_timer__ = self  # type: ignore[attr-defined]
+                attrs["forward"] = wrapper
+            self.attached = _WRAPPED
+            return
+        pre = self.pre
+        pre[_HOOK_KEY] = _forward_pre
+        pre.move_to_end(_HOOK_KEY, last=False)
+        self.post[_HOOK_KEY] = _forward_post
+        self.always[_HOOK_KEY] = True
+        self.attached = _HOOKED
+
+    def detach(self) -> None:
+        """Takes out what :meth:`attach` set (an instance ``forward`` set by others meanwhile stays)."""
+        mode = self.attached
+        self.attached = _NONE
+        if mode == _WRAPPED:
+            attrs = self.module.__dict__
+            if attrs.get("forward") is self.wrapper:
+                prev = self.prev
+                if prev is _ABSENT:
+                    del attrs["forward"]
+                else:
+                    attrs["forward"] = prev
+        elif mode == _HOOKED:
+            self.pre.pop(_HOOK_KEY, None)
+            self.post.pop(_HOOK_KEY, None)
+            self.always.pop(_HOOK_KEY, None)
+
+    def restore(self, attrs: dict[str, Any]) -> None:
+        """Puts in ``attrs`` (the module's ``__dict__``, or a copy of it) the ``forward`` the wrapper replaced."""
+        if self.prev is _ABSENT:
+            attrs.pop("forward", None)
+        else:
+            attrs["forward"] = self.prev
+
+
+def forward_timer(module: Any) -> ForwardTimer | None:
+    """A :class:`ForwardTimer` for ``module``, or None when its forward cannot be timed: it lacks
+    torch's hook dicts, or is a ``torch.jit.ScriptModule`` (scripted code calls neither a wrapper nor
+    hooks set after scripting)."""
     import torch
 
     if isinstance(module, torch.jit.ScriptModule):
-        return None  # scripted code does not run Python hooks set after scripting
+        return None
     attrs = getattr(module, "__dict__", {})
     pre = attrs.get("_forward_pre_hooks")
     post = attrs.get("_forward_hooks")
     always = attrs.get("_forward_hooks_always_called")
+    backward = attrs.get("_backward_hooks", {})
+    backward_pre = attrs.get("_backward_pre_hooks", {})
     if isinstance(pre, OrderedDict) and isinstance(post, dict) and isinstance(always, dict):
-        return (pre, post, always)
+        return ForwardTimer(module, (pre, post, always), (backward, backward_pre))
     return None
 
 
-def attach(dicts: tuple[Any, Any, Any]) -> None:
-    """Sets the forward timing hooks in ``dicts`` (from :func:`hook_dicts`): the pre-hook first,
-    the hook ``always_call`` so that a forward that raises still ends its timer."""
-    pre, post, always = dicts
-    pre[_HOOK_KEY] = _forward_pre
-    pre.move_to_end(_HOOK_KEY, last=False)
-    post[_HOOK_KEY] = _forward_post
-    always[_HOOK_KEY] = True
+def _without_timer(state: dict[str, Any]) -> None:
+    """Takes a TraceML forward wrapper out of ``state`` (a module ``__dict__`` copy), if there is one."""
+    timer = getattr(state.get("forward"), "__traceml_timer__", None)
+    if isinstance(timer, ForwardTimer):
+        timer.restore(state)
 
 
-def detach(dicts: tuple[Any, Any, Any]) -> None:
-    """Removes what :func:`attach` set."""
-    pre, post, always = dicts
-    pre.pop(_HOOK_KEY, None)
-    post.pop(_HOOK_KEY, None)
-    always.pop(_HOOK_KEY, None)
+def _without_hooks(state: dict[str, Any]) -> None:
+    """Replaces, in ``state`` (a module ``__dict__`` copy), each forward hook dict holding TraceML's
+    hook by a copy without it (the module's own dicts keep it until its step closes)."""
+    for name in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called"):
+        hooks = state.get(name)
+        if isinstance(hooks, dict) and _HOOK_KEY in hooks:
+            kept = hooks.copy()
+            del kept[_HOOK_KEY]
+            state[name] = kept
+
+
+def _patch_module_copies(module_cls: Any) -> None:
+    """``nn.Module.__getstate__`` leaves TraceML's wrapper and hooks out of copies and pickles,
+    ``_replicate_for_data_parallel`` the wrapper out of ``nn.DataParallel`` replicas (which share the
+    module's hook dicts by design; on their threads TraceML's hooks time nothing)."""
+    orig_getstate = module_cls.__getstate__
+    orig_replicate = module_cls._replicate_for_data_parallel
+    if _is_patch(orig_getstate):
+        return
+
+    @functools.wraps(orig_getstate)
+    def __getstate__(self: Any) -> Any:
+        state = orig_getstate(self)
+        if type(state) is dict:
+            try:
+                pre = state.get("_forward_pre_hooks")
+                if "forward" in state or (isinstance(pre, dict) and _HOOK_KEY in pre):
+                    if state is self.__dict__:
+                        state = dict(state)
+                    _without_timer(state)
+                    _without_hooks(state)
+            except Exception:
+                fault()
+        return state
+
+    @functools.wraps(orig_replicate)
+    def _replicate_for_data_parallel(self: Any) -> Any:
+        replica = orig_replicate(self)
+        attrs = getattr(replica, "__dict__", None)
+        if type(attrs) is dict and "forward" in attrs:
+            try:
+                _without_timer(attrs)
+            except Exception:
+                fault()
+        return replica
+
+    __getstate__.__traceml_patch__ = True  # type: ignore[attr-defined]
+    _replicate_for_data_parallel.__traceml_patch__ = True  # type: ignore[attr-defined]
+    _replace(module_cls, "__getstate__", __getstate__)
+    _replace(module_cls, "_replicate_for_data_parallel", _replicate_for_data_parallel)
 
 
 def compiled_reason(model: Any) -> str | None:
-    """Why ``model`` must not get forward hooks, or None: it is ``torch.compile``'d.
+    """Why ``model`` must not get a forward timer, or None: it is ``torch.compile``'d.
 
     Detects ``torch._dynamo.eval_frame.OptimizedModule`` (what ``torch.compile(model)`` returns,
     holding the original as ``_orig_mod``) and ``model.compile()`` done in place
@@ -417,7 +706,7 @@ def _timed_to(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(orig)
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _is_compiling():
+        if DYNAMO and _is_compiling():
             return orig(self, *args, **kwargs)
         st = T.OPEN
         if st is None or st.pool is None or st.h2d_depth or not self.is_cpu or st.thread != thread_id():
@@ -436,7 +725,7 @@ def _timed_cuda(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(orig)
     def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _is_compiling():
+        if DYNAMO and _is_compiling():
             return orig(self, *args, **kwargs)
         st = T.OPEN
         if st is None or st.pool is None or st.h2d_depth or not self.is_cpu or st.thread != thread_id():

@@ -139,12 +139,31 @@ class StepTimeSource:
         return bool(self._queue) or bool(self._waiting)
 
     def _rows(self, seq: int, *, give_up: bool) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        queue = self._queue
         waiting = self._waiting
-        _drain(self._queue, waiting)
+        if not waiting:
+            # CPU steps need no wait: their rows are built straight from the hand-off queue, up to
+            # the first step that has GPU events.
+            append = rows.append
+            while True:
+                try:
+                    finished = queue.popleft()
+                except IndexError:
+                    return rows
+                if finished.pool is not None:
+                    waiting.append(finished)
+                    break
+                try:
+                    events = finished.cpu_events()
+                except Exception:
+                    self._dropped_waiting += 1
+                    continue
+                append({"seq": seq, "timestamp_unix_ns": finished.end_unix_ns, "step": finished.step, "events": events})
+        _drain(queue, waiting)
         while len(waiting) > self.max_steps:  # GPU stuck: bound what waits too
             waiting.popleft().release_events()
             self._dropped_waiting += 1
-        rows: list[dict[str, Any]] = []
         now = perf_ns()
         while waiting:
             finished = waiting[0]
@@ -215,19 +234,22 @@ class StepMemorySource:
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         """Rows of every step closed since the last collect, in step order."""
-        items: deque[tuple[int, str, int, float | None, float | None]] = deque()
-        _drain(self._queue, items)
-        return [
-            {
+        rows: list[dict[str, Any]] = []
+        append = rows.append
+        pop = self._queue.popleft
+        while True:
+            try:
+                step, device, end_ns, alloc, reserved = pop()
+            except IndexError:
+                return rows
+            append({
                 "seq": seq,
                 "timestamp_unix_ns": end_ns,
                 "device": device,
                 "step": step,
                 "peak_alloc_bytes": alloc,
                 "peak_reserved_bytes": reserved,
-            }
-            for step, device, end_ns, alloc, reserved in items
-        ]
+            })
 
 
 
@@ -237,24 +259,31 @@ MAX_FORWARD_SEARCH_DEPTH = 3
 
 class _ModelInfo:
     """What the tracer knows of one model: its first parameter (the step's device) and the modules
-    that get forward hooks (``targets``: the model, then one level deeper per search step)."""
+    whose forward is timed (``targets``: the model, then one level deeper per search step)."""
 
-    __slots__ = ("compiled", "first_param", "forward_seen", "frontier", "hooks", "level", "targets")
+    __slots__ = ("compiled", "first_param", "forward_seen", "frontier", "level", "targets", "timers")
 
     def __init__(self, model: Any, first_param: Any, compiled: str | None) -> None:
         self.first_param = first_param
         self.compiled = compiled
         self.targets: list[Any] = [] if compiled is not None else [model]
-        self.frontier: list[Any] = list(self.targets)  # the deepest level hooked so far
+        self.frontier: list[Any] = list(self.targets)  # the deepest level timed so far
         self.level = 0
         self.forward_seen = False
-        self.hooks: list[tuple[Any, Any, Any]] = []  # the hook dicts of the targets
+        self.timers: list[instrument.ForwardTimer] = []  # one per target that can be timed
         self.set_targets(self.targets)
 
     def set_targets(self, targets: list[Any]) -> None:
-        """Hooks go into these modules' hook dicts; a module without them is skipped."""
+        """The forward of these modules is timed from the next step on; a module that cannot be
+        timed (no hook dicts, scripted) is skipped. Targets kept from before keep their timer."""
+        kept = {id(timer.module): timer for timer in self.timers}
         self.targets = targets
-        self.hooks = [d for d in (instrument.hook_dicts(t) for t in targets) if d is not None]
+        timers = []
+        for target in targets:
+            timer = kept.get(id(target)) or instrument.forward_timer(target)
+            if timer is not None:
+                timers.append(timer)
+        self.timers = timers
 
 
 def _dead() -> None:
@@ -340,8 +369,35 @@ class StepTracer:
         if T.OPEN is not None:
             self._refuse()
             return None
+        # The training thread's hot path (once per step): kept to plain statements on a CPU step.
         try:
-            return self._open(model, step)
+            if not instrument._installed:
+                instrument.install()
+            if not instrument.DYNAMO and "torch._dynamo" in sys.modules:
+                instrument.watch_compiler()
+            T.TRACING = True
+            if model is None:
+                info = None
+                param = None
+            else:
+                info = self._last_info if self._last_model() is model else self._model_info(model)
+                param = None if info is None else info.first_param
+            pool: EventPool | None = None
+            if param is not None and not param.is_cuda:
+                device = "cpu" if param.is_cpu else str(param.device.type)
+            else:
+                pool, device = self._cuda_pool(param)
+            T.FETCH_POOL = pool
+            number = self._next_step if step is None else int(step)
+            self._next_step = number + 1
+            st = Step(number, device, pool, info)
+            try:
+                self._begin(st, info, pool)
+            except BaseException:
+                self._detach(st)
+                raise
+            T.OPEN = st
+            return st
         except Exception as exc:
             T.OPEN = None
             self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
@@ -352,8 +408,46 @@ class StepTracer:
         t_end = perf_ns()
         if T.OPEN is st:
             T.OPEN = None
+        # The training thread's hot path (once per step): kept to plain statements on a CPU step.
         try:
-            self._close(st, t_end)
+            pool = st.pool
+            ev_end = None if pool is None else pool.record()
+            timers = st.timers
+            if timers is not None:
+                st.timers = None
+                for timer in timers:
+                    timer.detach()
+                if not st.info.forward_seen:
+                    self._search_forward(st)
+            alloc: float | None = None
+            reserved: float | None = None
+            if pool is None:
+                st.phases[T.STEP] = [1, t_end - st.t0, None]
+            else:
+                # Timers left open by an exception (an optimizer step that raised): not counted.
+                st.release(st.forward_ev)
+                st.release(st.optimizer_ev)
+                st.phases[T.STEP] = [1, t_end - st.t0, [(st.ev0, ev_end)]]
+                alloc, reserved = instrument.PEAKS.end(pool.device_index)
+            st.end_unix_ns = end_unix = time.time_ns()
+            st.closed_perf_ns = t_end
+            # The two hand-offs; their common case (room in the queue) inline.
+            source = self.time_source
+            queue = source._queue
+            if len(queue) < source.max_steps:
+                queue.append(st)
+            else:
+                source.put(st)
+            memory = self.memory_source
+            item = (st.step, st.device, end_unix, alloc, reserved)
+            if len(memory._queue) < memory.max_rows:
+                memory._queue.append(item)
+            else:
+                memory.put(*item)
+            self.steps_closed += 1
+            if T.FAULTS != self._faults_noted:
+                self._faults_noted = T.FAULTS
+                self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
         except Exception as exc:
             self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
 
@@ -364,54 +458,33 @@ class StepTracer:
         else:
             self.note("nested", "trace_step nested inside an open step is ignored: the outer step times the block")
 
-    def _open(self, model: Any, step: int | None) -> Step | None:
-        if self._torch is None:
-            import torch
-
-            self._torch = torch
-        instrument.install()  # a no-op once installed
-        T.TRACING = True
-        if model is None:
-            info = None
-        elif self._last_model() is model:
-            info = self._last_info
-        else:
-            info = self._model_info(model)
-        index = self._cuda_index(info)
-        pool: EventPool | None = None
+    def _cuda_pool(self, param: Any) -> tuple[EventPool | None, str]:
+        """The event pool and device key of a step whose model is on CUDA (or has no parameters)."""
+        index = self._cuda_index(param)
         if index is None:
-            param = None if info is None else info.first_param
-            device = "cpu" if param is None or param.is_cpu else str(param.device.type)
+            return None, "cpu"
+        instrument.install_cuda()
+        pool = self._pools.get(index)
+        if pool is None:
+            pool = self._pools[index] = EventPool(index)
         else:
-            device = f"cuda:{index}"
-            instrument.install_cuda()
-            pool = self._pools.get(index)
-            if pool is None:
-                pool = self._pools[index] = EventPool(index)
-            else:
-                pool.refresh_stream()
-            if index not in instrument.PEAKS.armed:
-                instrument.PEAKS.arm(index)
-        T.FETCH_POOL = pool
-        number = self._next_step if step is None else int(step)
-        self._next_step = number + 1
-        st = Step(number, device, pool, info)
-        if info is not None and info.hooks:
-            hooks = st.hooks = info.hooks
-            for dicts in hooks:
-                instrument.attach(dicts)
-        try:
-            self._begin(st, pool)
-        except BaseException:
-            self._detach(st)
-            raise
-        T.OPEN = st
-        return st
+            pool.refresh_stream()
+        if index not in instrument.PEAKS.armed:
+            instrument.PEAKS.arm(index)
+        return pool, f"cuda:{index}"
 
     @staticmethod
-    def _begin(st: Step, pool: EventPool | None) -> None:
-        """Starts the step's clocks, taking over what this thread did since its last step."""
-        pre = T.PRE
+    def _begin(st: Step, info: _ModelInfo | None, pool: EventPool | None) -> None:
+        """Attaches the forward timers and starts the step's clocks, taking over what this thread did
+        since its last step (``timing.PreStep``)."""
+        if info is not None and info.timers:
+            timers = st.timers = info.timers
+            for timer in timers:
+                timer.attach()
+        try:
+            pre = T.PER_THREAD.pre
+        except AttributeError:
+            pre = T.pending()
         if pre.generation != T.GENERATION:
             pre = T.pending()
         if pre.regions:
@@ -419,58 +492,40 @@ class StepTracer:
             pre.regions = {}
         fetch = pre.fetch
         if fetch is None:
-            st.ev0 = None if pool is None else pool.record()
+            if pool is not None:
+                st.ev0 = pool.record()
             st.t0 = perf_ns()
             return
         # The step began where the fetch of its batch began (module docstring).
         pre.fetch = None
         t0, cpu_ns, ev0, fetch_pool = fetch
-        st.add(T.DATALOADER_NEXT, cpu_ns, None)
+        entry = st.phases.get(T.DATALOADER_NEXT)
+        if entry is None:
+            st.phases[T.DATALOADER_NEXT] = [1, cpu_ns, None]
+        else:
+            entry[0] += 1
+            entry[1] += cpu_ns
         if ev0 is not None and fetch_pool is pool:
             st.ev0 = ev0
         else:
             if ev0 is not None and fetch_pool is not None:
                 fetch_pool.put(ev0)
-            st.ev0 = None if pool is None else pool.record()
+            if pool is not None:
+                st.ev0 = pool.record()
         st.t0 = t0
-
-    def _close(self, st: Step, t_end: int) -> None:
-        pool = st.pool
-        ev_end = None if pool is None else pool.record()
-        if st.hooks is not None:
-            self._detach(st)
-            if not st.info.forward_seen:
-                self._search_forward(st)
-        if pool is not None:
-            # Timers left open by an exception (an optimizer step that raised): not counted.
-            st.release(st.forward_ev)
-            st.release(st.optimizer_ev)
-        st.phases[T.STEP] = [1, t_end - st.t0, None if ev_end is None else [(st.ev0, ev_end)]]
-        alloc: float | None = None
-        reserved: float | None = None
-        if pool is not None:
-            alloc, reserved = instrument.PEAKS.end(pool.device_index)
-        st.end_unix_ns = end_unix = time.time_ns()
-        st.closed_perf_ns = t_end
-        self.time_source.put(st)
-        self.memory_source.put(st.step, st.device, end_unix, alloc, reserved)
-        self.steps_closed += 1
-        if T.FAULTS != self._faults_noted:
-            self._faults_noted = T.FAULTS
-            self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
 
     @staticmethod
     def _detach(st: Step) -> None:
-        hooks, st.hooks = st.hooks, None
-        for dicts in hooks or ():
-            instrument.detach(dicts)
+        timers, st.timers = st.timers, None
+        for timer in timers or ():
+            timer.detach()
 
     def _search_forward(self, st: Step) -> None:
         """Finds the modules whose calls are the forward phase when the model itself is not called.
 
         ``training_step`` code (Lightning) often calls submodules (``self.net(x)``) rather than the
         module given to ``trace_step``. A step that ran backward but had no call of a hooked module
-        moves the hooks one level down (to the children of the current targets), at most
+        moves the forward timers one level down (to the children of the current targets), at most
         :data:`MAX_FORWARD_SEARCH_DEPTH` levels; once a forward is seen the targets stay.
         """
         info: _ModelInfo = st.info
@@ -516,7 +571,9 @@ class StepTracer:
         return info
 
     def _new_model_info(self, model: Any) -> _ModelInfo | None:
-        torch = self._torch
+        import torch
+
+        self._torch = torch
         note_model(model)  # its wrapper (DDP, FSDP, DeepSpeed) tells the runtime_environment stream the strategy
         if not isinstance(model, torch.nn.Module):
             self.note(
@@ -527,7 +584,7 @@ class StepTracer:
         first = next(iter(model.parameters()), None)
         compiled = instrument.compiled_reason(model)
         info = _ModelInfo(model, first, compiled)
-        if info.targets and not info.hooks:
+        if info.targets and not info.timers:
             self.note(
                 f"nohook:{type(model).__name__}",
                 f"forward is not timed for {type(model).__name__}: it has no forward hook dicts",
@@ -535,7 +592,7 @@ class StepTracer:
         if compiled is not None:
             self.note(
                 "compiled",
-                f"model is torch.compile'd ({compiled}): forward is not timed (no module hooks, so the "
+                f"model is torch.compile'd ({compiled}): forward is not timed (no forward wrapper or hooks, so the "
                 "compiled graphs stay whole); step, dataloader, h2d, backward and optimizer timings go on",
             )
         try:
@@ -544,12 +601,15 @@ class StepTracer:
             pass
         return info
 
-    def _cuda_index(self, info: _ModelInfo | None) -> int | None:
-        """The CUDA device of the step (its model's first parameter), or None for a CPU step."""
-        param = None if info is None else info.first_param
+    def _cuda_index(self, param: Any) -> int | None:
+        """The CUDA device of the step (``param``: its model's first parameter), or None for a CPU step."""
         if param is not None:
             return int(param.get_device()) if param.is_cuda else None
         # No parameters to ask: a CUDA step if CUDA is already in use (never initialise it ourselves).
+        if self._torch is None:
+            import torch
+
+            self._torch = torch
         cuda = self._torch.cuda
         if cuda.is_initialized():
             return int(cuda.current_device())
@@ -580,7 +640,8 @@ class StepScope:
 # -- the tracer of the running capture session -------------------------------------------------------
 
 _bind_lock = threading.Lock()
-_bound: tuple[Any, StepTracer] | None = None
+BOUND: tuple[Any, StepTracer] | None = None
+"""``(session, tracer)`` of the last :func:`tracer_for` (``trace_step`` reads it without a call)."""
 
 
 def tracer_for(session: Any) -> StepTracer:
@@ -590,18 +651,18 @@ def tracer_for(session: Any) -> StepTracer:
     then collects them) and starts TraceML's phase patches. One tracer per session; a new session
     gets a new tracer, and step numbers start again at 0.
     """
-    global _bound
-    bound = _bound
+    global BOUND
+    bound = BOUND
     if bound is not None and bound[0] is session:
         return bound[1]
     with _bind_lock:
-        bound = _bound
+        bound = BOUND
         if bound is not None and bound[0] is session:
             return bound[1]
         tracer = StepTracer()
         session.add_source(tracer.time_source)
         session.add_source(tracer.memory_source)
-        _bound = (session, tracer)
+        BOUND = (session, tracer)
         return tracer
 
 

@@ -114,7 +114,7 @@ class Step:
         step: the step number.
         device: the step's device key in the events map, ``"cpu"`` or ``"cuda:<index>"``.
         pool: the device's :class:`EventPool` on a CUDA step, None on a CPU step (no GPU clock).
-        info: what the tracer knows of the step's model (its forward hook targets), or None.
+        info: what the tracer knows of the step's model (its forward timers), or None.
 
     Timer state of calls in progress (``forward_depth`` …) lives in class-level defaults that a
     step overrides only when it uses them: opening a step is on the training thread's hot path.
@@ -123,7 +123,7 @@ class Step:
     # Defaults, shadowed per instance when set (see the class docstring).
     t0 = 0
     ev0: Any = None
-    hooks: Any = None
+    timers: Any = None  # the forward timers attached while the step is open
     forward_depth = 0
     forward_t0 = 0
     forward_ev: Any = None
@@ -199,6 +199,17 @@ class Step:
                     return False
         return True
 
+    def cpu_events(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """:meth:`events` of a CPU step (no GPU events: every phase has ``gpu_ms`` None)."""
+        device = self.device
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for name, entry in self.phases.items():
+            ms = entry[1] / 1e6
+            out[name] = {
+                device: {"is_gpu": False, "duration_ms": ms, "cpu_ms": ms, "gpu_ms": None, "n_calls": entry[0]}
+            }
+        return out
+
     def events(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The step's ``events`` map (DESIGN §3.1): ``{name: {device: {is_gpu, duration_ms,
         cpu_ms, gpu_ms, n_calls}}}`` in ms. A phase gets ``gpu_ms`` only if every call of it
@@ -235,9 +246,11 @@ class Step:
                 pool.put(end)
 
 
-class PreStep(threading.local):
+class PreStep:
     """Work on one thread while no step is open there, waiting for that thread's next step.
 
+    One per thread (:func:`pending`; a plain object reached through one thread-local read, since
+    every attribute read of a ``threading.local`` costs a lookup of the thread's dict).
     ``fetch`` is the last successful DataLoader fetch as ``(t0_ns, cpu_ns, start_event, pool)``;
     an earlier one is replaced (a validation loop between two steps leaves only its last fetch,
     which the next training fetch then replaces). ``regions`` sums the ``trace_region`` calls that
@@ -245,6 +258,8 @@ class PreStep(threading.local):
     ``generation`` is the :data:`GENERATION` the pending work belongs to: a new tracer (a new capture
     session) does not inherit what was pending for the previous one.
     """
+
+    __slots__ = ("fetch", "generation", "open_regions", "regions")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -278,12 +293,16 @@ FETCH_POOL: EventPool | None = None
 GENERATION: int = 0
 """Bumped by every new step tracer; pending pre-step work of an older generation is discarded."""
 
-PRE = PreStep()
+PER_THREAD = threading.local()
+"""``PER_THREAD.pre`` is the calling thread's :class:`PreStep` (absent until :func:`pending` makes it)."""
 
 
 def pending() -> PreStep:
     """This thread's pre-step work, emptied first if it belongs to an older tracer."""
-    pre = PRE
+    try:
+        pre: PreStep = PER_THREAD.pre
+    except AttributeError:
+        pre = PER_THREAD.pre = PreStep()
     if pre.generation != GENERATION:
         fetch = pre.fetch
         if fetch is not None and fetch[2] is not None and fetch[3] is not None:
@@ -350,7 +369,7 @@ class RegionScope:
             self._mode = self._IN_STEP
             self._ev = st.mark()
             return
-        opened = PRE.open_regions
+        opened = pending().open_regions
         if name in opened:
             self._mode = self._SKIP
             return
@@ -381,7 +400,7 @@ class RegionScope:
                 return
             began_in.release(self._ev)
         else:
-            PRE.open_regions.discard(name)
+            pending().open_regions.discard(name)
         st = OPEN
         if st is not None and st.thread == thread_id():
             st.add(name, cpu, None)

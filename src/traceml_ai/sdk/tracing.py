@@ -78,7 +78,9 @@ def trace_step(model: Any = None, *, step: int | None = None) -> AbstractContext
     if session is None:
         _timing.TRACING = False
         return _NOOP
-    return _steps.tracer_for(session).step(model, step=step)
+    bound = _steps.BOUND
+    tracer = bound[1] if bound is not None and bound[0] is session else _steps.tracer_for(session)
+    return _steps.StepScope(tracer, model, step)
 
 
 def trace_region(name: str) -> AbstractContextManager[None]:

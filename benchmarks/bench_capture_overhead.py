@@ -19,8 +19,10 @@ What is compared, per round (one plain and one traced block, in alternating orde
   training thread's own cost, unaffected by the time it spends preempted, which on a shared machine
   swamps wall-clock differences of a few percent;
 - plus the telemetry CPU spent off that thread (every session tick and every frame encoding,
-  measured on the thread that does it) per traced step: the sampler's share, which reaches the
-  step through the GIL.
+  measured on the thread that does it): the sampler's share, which reaches the step through the
+  GIL. What the session costs per second without steps (built-in sources, measured for
+  ``--idle-s`` before the rounds) is spread over time (a traced step's share is that rate times
+  its duration); the rest, collecting and sending the step rows, over the traced steps.
 
 Their sum per round is the overhead; the median and interquartile range over rounds are printed,
 with the load average, the cost in microseconds per step, the verdict against the targets (<= 1 %
@@ -216,6 +218,17 @@ def bench(target_ms: float, goal_pct: float, args: argparse.Namespace, aggregato
     plain_blocks: list[Block] = []
     traced_blocks: list[Block] = []
     run(traced, args.warm)  # warm-up: the tracer's first look at the model, pools, caches
+    with session._tick_lock:  # its rows: collected now, not counted
+        session._tick(final=False)
+    # The session's own cost per second without steps (built-in sources, empty ticks): what a real
+    # run pays per second whatever its steps, so it is spread over time, not over traced steps
+    # (plain blocks run under the same session).
+    telemetry.ns = 0
+    idle0 = time.perf_counter_ns()
+    time.sleep(args.idle_s)
+    fixed_per_s = telemetry.ns / ((time.perf_counter_ns() - idle0) / 1e9)
+    telemetry.ns = 0
+    rounds0 = time.perf_counter_ns()
     for i in range(args.rounds):
         for arm in ("plain", "traced") if i % 2 == 0 else ("traced", "plain"):
             if arm == "plain":
@@ -225,13 +238,16 @@ def bench(target_ms: float, goal_pct: float, args: argparse.Namespace, aggregato
                 traced_blocks.append(run(traced, args.warm))
     with session._tick_lock:  # the rows still queued: collected now, and counted
         session._tick(final=False)
+    rounds_s = (time.perf_counter_ns() - rounds0) / 1e9
+    telemetry_ns = telemetry.ns
     session.close()
     telemetry.close()
     load1 = os.getloadavg()
     stats = session.stats()
-    tracer = _steps_tracer()
-    traced_steps = tracer.steps_closed if tracer is not None else 0
-    telemetry_per_step = telemetry.ns / max(1, traced_steps)
+    traced_steps = len(traced_blocks) * steps  # every traced epoch, its warm-up steps included
+    traced_step_s = statistics.median([s for b in traced_blocks for s in b.wall]) / 1e9
+    rows_ns = max(0.0, telemetry_ns - fixed_per_s * rounds_s)
+    telemetry_per_step = rows_ns / max(1, traced_steps) + fixed_per_s * traced_step_s
 
     med = statistics.median
     pairs = list(zip(plain_blocks, traced_blocks, strict=True))
@@ -250,20 +266,14 @@ def bench(target_ms: float, goal_pct: float, args: argparse.Namespace, aggregato
         f"{plain_cpu:.3f} ms, wall {plain_wall:.3f} ms\n"
         f"  training-thread CPU per step (block medians, paired): {_pct(thread_pct)}\n"
         f"  + telemetry CPU off that thread (ticks, encoding):    {med(off_pct):+6.2f} % "
-        f"({telemetry_per_step / 1e3:.1f} us per traced step)\n"
+        f"({telemetry_per_step / 1e3:.1f} us per traced step; of it {fixed_per_s * traced_step_s / 1e3:.1f} us "
+        f"is the session's {fixed_per_s / 1e6:.2f} ms/s without steps)\n"
         f"  = overhead:                                           {_pct(total_pct)}"
         f"  ~{med(cost_us):.1f} us/step  -> target <= {goal_pct:g} %: {verdict}\n"
         f"  cross-check, load-sensitive: paired median wall step {_pct(wall_pct)}\n"
         f"  ({traced_steps} steps traced, {stats['ticks']} ticks, {stats['sent_batches']} batches sent, "
         f"{stats['dropped_batches']} dropped)"
     )
-
-
-def _steps_tracer() -> Any:
-    from traceml_ai.capture import steps
-
-    bound = steps.BOUND
-    return None if bound is None else bound[1]
 
 
 def main() -> None:
@@ -273,6 +283,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="sampler interval in s")
     parser.add_argument("--only", type=float, default=None, help="run only this target step time in ms")
+    parser.add_argument(
+        "--idle-s", type=float, default=3.0, help="seconds of session without steps, to measure its own cost"
+    )
     parser.add_argument(
         "--batch", default="", help="fixed batch sizes instead of calibrating, as MS:BATCH,... (e.g. 10:120,1:16)"
     )

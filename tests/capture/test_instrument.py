@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Any
 
@@ -87,13 +90,44 @@ def test_compiled_models_are_detected() -> None:
     assert compiled_reason(other) == "model.compile()"
 
 
+def test_the_compiling_check_is_asked_once_dynamo_is_imported() -> None:
+    """Before ``torch._dynamo`` is imported nothing can be compiling, so the patches skip the check;
+    from the first step after it is imported they ask ``torch.compiler.is_compiling()`` again, so
+    that Dynamo tracing through a patch folds it away."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from traceml_ai.capture import instrument
+        from traceml_ai.capture.steps import StepTracer
+        assert "torch._dynamo" not in sys.modules
+        tracer = StepTracer(echo_notes=False)
+        model = torch.nn.Linear(2, 1)
+        with tracer.step(model):
+            model(torch.randn(1, 2)).sum().backward()
+        assert not instrument.DYNAMO
+        compiled = torch.compile(torch.nn.Linear(2, 1), backend="eager")  # imports torch._dynamo
+        with tracer.step(model):
+            model(torch.randn(1, 2)).sum().backward()
+            compiled(torch.randn(1, 2))
+        assert instrument.DYNAMO and instrument._is_compiling is torch.compiler.is_compiling
+        rows = tracer.time_source.collect(1, 0)
+        assert [r["events"]["traceml:backward"]["cpu"]["n_calls"] for r in rows] == [1, 1]
+        print("ok")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_a_model_pickles_between_steps_without_tracemls_hooks() -> None:
     tracer = StepTracer(echo_notes=False)
     model = nn.Linear(3, 1)
     with tracer.step(model):
         model(torch.randn(1, 3))
     clone = pickle.loads(pickle.dumps(model))
-    assert not clone._forward_pre_hooks and not clone._forward_hooks
+    assert not clone._forward_pre_hooks and not clone._forward_hooks and "forward" not in vars(clone)
     assert torch.equal(clone.weight, model.weight)
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from traceml_ai.capture import instrument
 from traceml_ai.capture import timing as T
+from traceml_ai.capture.client import warn
 from traceml_ai.capture.samplers.runtime_environment import note_model
 from traceml_ai.capture.timing import EventPool, RegionScope, Step, perf_ns, thread_id
 from traceml_ai.telemetry import schema
@@ -54,16 +55,6 @@ DEFAULT_MAX_STEPS = 4096
 
 DEFAULT_GPU_WAIT_S = 60.0
 """How long a step waits for its GPU events before it is sent with ``gpu_ms`` None."""
-
-
-def _warn(message: str) -> None:
-    stream = sys.__stderr__ or sys.stderr
-    try:
-        if stream is not None:
-            stream.write(f"[TraceML] {message}\n")
-            stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 class StepTimeSource:
@@ -346,7 +337,7 @@ class StepTracer:
             self._note_keys.add(key)
             self.notes.append(text)
         if self.echo_notes:
-            _warn(text)
+            warn(text)
 
     # -- steps -----------------------------------------------------------------------------------
 

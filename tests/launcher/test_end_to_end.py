@@ -231,6 +231,42 @@ def test_training_outlives_a_killed_aggregator_with_its_own_exit_code(tmp_path: 
     # every committed row survived the kill -9
     db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # the launcher writes the verdict the dead aggregator could not, marked as partial
+    doc = summary(run_dir)
+    assert doc["telemetry"]["status"] == "degraded"
+    assert "exited with code" in doc["telemetry"]["detail"]
+    shown = traceml("summary", str(run_dir), cwd=tmp_path, env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "partial telemetry" in shown.stdout and "no bottleneck found" not in shown.stdout.replace(
+        "no bottleneck found in that part", "")
+
+
+FLOOD_OUTPUT = '''
+import sys
+for i in range(30_000):
+    print("line", i)
+sys.stdout.flush()
+'''
+
+
+def test_stdout_lines_dropped_by_a_full_buffer_are_reported_in_the_finalization_warning(tmp_path: Path) -> None:
+    """A rank that prints faster than its sampler collects drops the oldest lines (the user still sees
+    all of them on the terminal); the count reaches finalization_warning.json, not only stderr."""
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD_OUTPUT)
+    proc = traceml("run", "--mode", "summary", "--logs-dir", str(tmp_path / "runs"), "--interval", "30",
+                   str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\nline ") + proc.stdout.startswith("line ") == 30_000  # the terminal got every line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    report = read_json(run_dir / "aggregator" / "finalization_warning.json")
+    dropped = report["dropped_output_lines"]["0"]
+    assert 0 < dropped <= 20_000
+    assert any("stdout/stderr lines" in line for line in report["summary"])
+    assert report["ranks"]["0"]["dropped_output_lines"] == dropped
+    # what was kept is the newest part of the output
+    (log,) = (run_dir / "aggregator").glob("rank_0*.log")
+    assert "stdout | line 29999" in log.read_text()
 
 
 def test_an_unreachable_aggregator_leaves_training_alone_and_counts_losses(tmp_path: Path) -> None:

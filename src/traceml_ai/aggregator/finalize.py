@@ -2,9 +2,10 @@
 
 DESIGN §3.2 "losses are never silent". The file exists only when at least one of these is true:
 ranks missing (never said hello, or never sent ``rank_finished``), batches a rank dropped or sent
-but never delivered, rejected frames, projection skips or unknown streams, SQLite problems, rank
-log-file problems, payload sinks that raised, or a loss in an ``extra`` block (e.g. the 000 seed's
-``export`` block with ``exporter_failed``). It is written atomically (temporary file + rename).
+but never delivered, stdout/stderr lines a rank's output capture dropped, rejected frames,
+projection skips or unknown streams, SQLite problems, rank log-file problems, payload sinks that
+raised, or a loss in an ``extra`` block (e.g. the 000 seed's ``export`` block with
+``exporter_failed``). It is written atomically (temporary file + rename).
 
 File format (``schema_version`` 1; rank keys are ``str(global_rank)``, ``"unknown"`` for a
 connection that never named its rank)::
@@ -18,6 +19,7 @@ connection that never named its rank)::
       "world_size_source": "argument" | "hello" | null,
       "missing_ranks": {"never_connected": [int], "never_finished": [int | "unknown"]},
       "dropped_batches": {rank: int},                # from rank_finished, only ranks with > 0
+      "dropped_output_lines": {rank: int},           # from rank_finished, only ranks with > 0
       "undelivered_batches": {rank: int},            # sent_batches − received, only > 0
       "rejected_frames": {"total": int, "by_rank": {rank: int}, "reasons": [str]},
       "projection": {"skipped": int, "unknown_streams": {stream: rows}, "failures": [str]},
@@ -25,7 +27,8 @@ connection that never named its rank)::
       "rank_logs": {"errors": int, "lost_lines": int, "messages": [str]},
       "payload_sinks": {"errors": int, "messages": [str]},
       "ranks": {rank: {"hostname", "hellos", "batches", "rows", "rejected_frames",
-                       "finished", "sent_batches", "dropped_batches"}},   # every rank seen
+                       "finished", "sent_batches", "dropped_batches",
+                       "dropped_output_lines"}},      # every rank seen
       ...extra blocks (e.g. "export")
     }
 """
@@ -92,6 +95,12 @@ def loss_report(
     }
     for rank, count in dropped.items():
         summary.append(f"rank {rank} dropped {count} batches (its send queue was full)")
+    dropped_lines = {
+        _key(r): s.dropped_output_lines for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
+        if s.dropped_output_lines
+    }
+    for rank, count in dropped_lines.items():
+        summary.append(f"rank {rank} dropped {count} stdout/stderr lines (its output buffer was full)")
     undelivered = {
         _key(r): s.undelivered_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
         if s.undelivered_batches
@@ -134,6 +143,7 @@ def loss_report(
             "never_finished": [_key(r) if r is None else r for r in never_finished],
         },
         "dropped_batches": dropped,
+        "dropped_output_lines": dropped_lines,
         "undelivered_batches": undelivered,
         "rejected_frames": {
             "total": ingest.rejected_frames,
@@ -162,6 +172,7 @@ def loss_report(
                 "finished": s.finished,
                 "sent_batches": s.sent_batches,
                 "dropped_batches": s.dropped_batches,
+                "dropped_output_lines": s.dropped_output_lines,
             }
             for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
         },
@@ -237,3 +248,22 @@ def finalize(
             print(f"[TraceML] aggregator: finalization hook failed: {type(exc).__name__}: {exc}",
                   file=sys.stderr, flush=True)
     return written
+
+
+def write_summary_after_crash(run_dir: str | Path, reason: str) -> Path | None:
+    """Write ``<run_dir>/aggregator/final_summary.json`` for an aggregator that died before it could
+    (DESIGN §3.2, §3.5): the rows it committed are diagnosed and the summary's telemetry status is
+    ``"degraded"`` with ``reason`` as its detail, so no reader mistakes the partial verdict for a
+    whole one. Called by the launcher once the aggregator process is gone.
+
+    Returns the path, or None when it could not be written (one ``[TraceML]`` line on stderr; never
+    raises: the launcher must still record the run's end).
+    """
+    from traceml_ai.diagnose.summary import write_final_summary  # numpy; only needed here
+
+    try:
+        return write_final_summary(run_dir, degraded=reason)
+    except Exception as exc:
+        print(f"[TraceML] cannot write the final summary of {run_dir}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return None

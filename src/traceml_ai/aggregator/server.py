@@ -283,6 +283,7 @@ class Aggregator:
             rank.finished = True
             rank.sent_batches = as_int(body.get("sent_batches"))
             rank.dropped_batches = as_int(body.get("dropped_batches"))
+            rank.dropped_output_lines = as_int(body.get("dropped_output_lines"))
         else:
             self.stats.reject(rank.global_rank, f"rank {rank.global_rank}: unexpected control frame {kind!r}")
         return {}, []

@@ -27,7 +27,8 @@ class RankStats:
     ``batches``: admitted payload frames; ``rows``: table rows projected from them;
     ``rejected_frames``: frames refused (wrong session or protocol, undecodable, unexpected control);
     ``rejected_batches``: the payload frames among those; ``finished``: a ``rank_finished`` frame
-    came, with the rank's own ``sent_batches`` and ``dropped_batches`` (None until then).
+    came, with the rank's own ``sent_batches``, ``dropped_batches`` and ``dropped_output_lines`` (the
+    stdout/stderr lines its output capture lost; None until then or from an older rank).
     """
 
     global_rank: int | None
@@ -40,6 +41,7 @@ class RankStats:
     finished: bool = False
     sent_batches: int | None = None
     dropped_batches: int | None = None
+    dropped_output_lines: int | None = None
 
     @property
     def undelivered_batches(self) -> int:

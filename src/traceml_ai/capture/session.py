@@ -373,7 +373,7 @@ class CaptureSession:
                     except Exception:
                         pass
             if self.client is not None:
-                self.client.close(timeout_s)
+                self.client.close(timeout_s, dropped_output_lines=self.dropped_output_lines)
             self._report_losses()
         except Exception as exc:
             warn(f"telemetry shutdown failed: {exc!r}")

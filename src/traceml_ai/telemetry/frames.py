@@ -118,9 +118,13 @@ def refused(reason: str) -> dict[str, Any]:
     return {"control": REFUSED, "protocol": PROTOCOL_VERSION, "reason": reason}
 
 
-def rank_finished(identity: dict[str, Any], sent_batches: int, dropped_batches: int) -> dict[str, Any]:
-    """The last frame of a rank: how many payload batches it sent and how many it dropped."""
-    return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches}
+def rank_finished(
+    identity: dict[str, Any], sent_batches: int, dropped_batches: int, dropped_output_lines: int = 0
+) -> dict[str, Any]:
+    """The last frame of a rank: how many payload batches it sent and how many it dropped, and how many
+    stdout/stderr lines its output capture dropped before they could be sent."""
+    return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches,
+            "dropped_output_lines": dropped_output_lines}
 
 
 def control_kind(body: Any) -> str | None:

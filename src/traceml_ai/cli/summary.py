@@ -136,7 +136,7 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     info.add_row("source", Text(origin))
     info.add_row("telemetry", Text(_text(status) + (f": {_text(_get(doc, 'telemetry', 'detail'))}"
                                                    if _get(doc, "telemetry", "detail") else ""),
-                                   style="" if status == "ok" else "bold red"))
+                                   style="" if status == "ok" else "yellow" if status == "degraded" else "bold red"))
     first, last = _get(doc, "steps", "first"), _get(doc, "steps", "last")
     span = f" (steps {first}..{last})" if first is not None else ""
     warm = fmt_value(_get(doc, "warmup", "steps_skipped_per_rank"))
@@ -156,7 +156,13 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     out.print(Panel.fit(info, title=head, title_align="left"))
 
     findings = [f for f in _get(doc, "findings") or [] if isinstance(f, dict)]
-    if _get(doc, "telemetry", "status") not in (None, "ok"):
+    if status == "degraded":
+        # Readable but cut short: the findings stand for the part that was recorded, and say so.
+        out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "
+                       "stopped", style="bold yellow"))
+        if not any(f.get("severity") in ("warning", "critical") for f in findings):
+            out.print(Text("  no bottleneck found in that part", style="yellow"))
+    elif status not in (None, "ok"):
         out.print(Text("✗ no verdict: the telemetry could not be read (see above)", style="bold red"))
     elif not any(f.get("severity") in ("warning", "critical") for f in findings):
         out.print(Text("✓ no bottleneck found", style="bold green"))

@@ -31,7 +31,9 @@ import orjson
 from traceml_ai.diagnose import thresholds as th
 from traceml_ai.telemetry import schema
 
-TelemetryStatus = Literal["ok", "missing", "empty", "corrupt", "unreadable"]
+# "degraded": readable, but the aggregator died before the run ended, so the rows stop early
+# (set by write_final_summary(degraded=...), never by the reader).
+TelemetryStatus = Literal["ok", "degraded", "missing", "empty", "corrupt", "unreadable"]
 
 
 @dataclass(frozen=True)

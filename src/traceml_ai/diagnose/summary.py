@@ -4,6 +4,7 @@ as ``<run>/aggregator/final_summary.json`` (DESIGN §2.1, §3.5; shape in docs/d
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections import defaultdict
@@ -385,12 +386,15 @@ def dumps(summary: Summary) -> bytes:
     return orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def write_final_summary(run_dir: str | os.PathLike[str]) -> Path:
+def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None = None) -> Path:
     """Diagnose ``<run_dir>/aggregator/telemetry.sqlite`` and write
     ``<run_dir>/aggregator/final_summary.json`` atomically (temporary file in the same folder, fsync,
     rename), so a reader sees the old file or the new one, never half of one. Returns its path.
 
-    A missing, empty or corrupt database still gives a summary that says so.
+    A missing, empty or corrupt database still gives a summary that says so. ``degraded`` is the
+    reason the telemetry stops early (the aggregator died during the run, written by the launcher):
+    a readable database then gets telemetry status ``"degraded"`` with that reason as its detail,
+    and the findings cover only the rows committed before.
 
     Raises:
         OSError: the aggregator folder cannot be created or written.
@@ -398,6 +402,8 @@ def write_final_summary(run_dir: str | os.PathLike[str]) -> Path:
     target = final_summary_path(run_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     summary = diagnose(telemetry_path(run_dir), source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
+    if degraded is not None and summary.telemetry_status == "ok":
+        summary = dataclasses.replace(summary, telemetry_status="degraded", telemetry_detail=degraded)
     data = dumps(summary)
     fd, tmp = tempfile.mkstemp(prefix=".final_summary.", suffix=".tmp", dir=target.parent)
     try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.runfolder import (
     RunIdentity,
@@ -260,6 +261,9 @@ def launch(
             telemetry.setdefault("reason", f"the telemetry aggregator exited with code {died} during the run")
         elif agg_code not in (0, None) and not telemetry:
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {agg_code}"}
+        if telemetry.get("status") == "degraded" and not (run_dir / "aggregator" / "final_summary.json").exists():
+            # The aggregator died before its own summary: diagnose what it committed, marked partial.
+            write_summary_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")))
     signal_name = _signal_name(code)
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,

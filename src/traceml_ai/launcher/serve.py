@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.launch import LaunchError, LaunchResult
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
@@ -87,6 +88,8 @@ class ServedRun:
         telemetry = {}
         if died not in (None, 0) or code not in (0, None):
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {died or code}"}
+            if not (self.run_dir / "aggregator" / "final_summary.json").exists():
+                write_summary_after_crash(self.run_dir, telemetry["reason"])
         self.keeper.telemetry = telemetry
         status = self.keeper.finish(exit_code=0)
         write_manifest(self.run_dir, self.identity, status="incomplete" if telemetry else "completed",

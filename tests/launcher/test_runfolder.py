@@ -53,6 +53,18 @@ def test_a_signal_or_ctrl_c_is_killed(tmp_path: Path) -> None:
         assert read(folder / "run.json")["exit"]["signal"] in ("SIGKILL", "SIGINT")
 
 
+def test_a_crash_signal_is_failed_not_killed(tmp_path: Path) -> None:
+    """A segfault or abort() is the training's own failure, not someone stopping it."""
+    for name in ("SIGSEGV", "SIGABRT"):
+        folder = create_run_folder(tmp_path, "segv")
+        keeper = RunJsonKeeper(folder, "segv", None, [], IDENTITY)
+        keeper.start()
+        assert keeper.finish(exit_code=139, signal_name=name) == "failed"
+        exit_info = read(folder / "run.json")["exit"]
+        assert exit_info["signal"] == name and exit_info["error_type"] == "Signal"
+        assert exit_info["error_message"] == f"the training crashed with {name}"
+
+
 def _logger_script(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "logger_script.py"
     script.write_text("import traceml_ai\n" + body)

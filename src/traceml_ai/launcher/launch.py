@@ -35,6 +35,7 @@ from typing import Any, Literal
 from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.runfolder import (
+    CRASH_SIGNALS,
     RunIdentity,
     RunJsonKeeper,
     create_run_folder,
@@ -268,7 +269,8 @@ def launch(
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,
                            stderr_tail=_stderr_tail(run_dir))
-    manifest_status = "interrupted" if interrupted or signal_name else ("incomplete" if telemetry else "completed")
+    stopped = interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS)
+    manifest_status = "interrupted" if stopped else ("incomplete" if telemetry else "completed")
     write_manifest(run_dir, identity, status=manifest_status, started_at_ns=started_ns, ended_at_ns=time.time_ns(),
                    exit_code=code, telemetry=telemetry or None)
     return LaunchResult(code, run_dir, status, telemetry)

@@ -36,6 +36,11 @@ HEARTBEAT_S = 10.0
 """Seconds between the launcher's run.json heartbeats (well under the 60 s stale threshold)."""
 
 
+# Signals a process raises on itself when it crashes (bad memory access, abort(), a failed assertion in
+# native code): such a run failed; any other signal was sent from outside to stop it (killed).
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP"})
+
+
 @dataclass
 class RunIdentity:
     """What the launcher knows about the job it starts (written into run.json and the manifest)."""
@@ -134,9 +139,10 @@ class RunJsonKeeper:
     ) -> str:
         """Write the final status unless run.json already holds one; return the status run.json ends with.
 
-        ``completed`` for exit code 0, ``killed`` when ``interrupted`` or a signal ended the process,
-        ``failed`` otherwise (with ``stderr_tail`` as the traceback). ``self.telemetry`` (e.g. a
-        degraded-telemetry note) is merged into run.json either way.
+        ``completed`` for exit code 0, ``killed`` when ``interrupted`` or a stopping signal (SIGINT,
+        SIGTERM, SIGKILL, ...) ended the process, ``failed`` otherwise — a crash signal such as
+        SIGSEGV or SIGABRT included (:data:`CRASH_SIGNALS`) — with ``stderr_tail`` as the traceback.
+        ``self.telemetry`` (e.g. a degraded-telemetry note) is merged into run.json either way.
         """
         self._stop.set()
         if self._thread is not None:
@@ -152,7 +158,7 @@ class RunJsonKeeper:
                     current.setdefault("launcher", self._launcher_block())
                     atomic_write(self.path, dump_json(current))
                 return str(status)
-            if interrupted or signal_name is not None:
+            if interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS):
                 final = "killed"
             elif exit_code == 0:
                 final = "completed"
@@ -160,14 +166,14 @@ class RunJsonKeeper:
                 final = "failed"
             running = isinstance(current, dict) and current.get("status") == "running"
             meta = current if running else self._meta(final, now)
-            exit_info: dict[str, Any] = {"code": exit_code, "signal": signal_name if final == "killed" else None}
+            exit_info: dict[str, Any] = {"code": exit_code, "signal": signal_name}
             if final == "killed" and exit_info["signal"] is None:
                 exit_info["signal"] = "SIGINT"
             if final == "failed":
                 exit_info["error_type"] = "ExitCode" if signal_name is None else "Signal"
                 exit_info["error_message"] = (
                     f"the training exited with code {exit_code}" if signal_name is None
-                    else f"the training was ended by {signal_name}"
+                    else f"the training crashed with {signal_name}"
                 )
                 if stderr_tail:
                     exit_info["traceback"] = stderr_tail

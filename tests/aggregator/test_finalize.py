@@ -46,6 +46,19 @@ def test_missing_ranks_dropped_and_undelivered_batches(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == [WARNING_NAME]  # no temporary file left behind
 
 
+def test_output_lines_and_rows_a_rank_dropped_before_sending_are_reported() -> None:
+    stats = clean_run(2)
+    stats.ranks[1].dropped_output_lines = 12
+    stats.ranks[0].lost_rows = {"step_time": 3, "step_memory": 3}
+    report = loss_report(stats, StoreStats(), session_id="s", world_size=2)
+    assert report is not None
+    assert report["dropped_output_lines"] == {"1": 12}
+    assert report["lost_rows"] == {"0": {"step_memory": 3, "step_time": 3}}
+    assert report["ranks"]["1"]["dropped_output_lines"] == 12
+    assert "rank 0 dropped 3 step_time rows before sending (its hand-off queue was full)" in report["summary"]
+    assert "rank 1 dropped 12 stdout/stderr lines (its output buffer was full)" in report["summary"]
+
+
 def test_rejected_frames_projection_and_sqlite_losses_are_reported() -> None:
     stats = clean_run()
     stats.reject(0, "rank 0: payload of session 'old'", batch=True)

@@ -81,6 +81,29 @@ def test_one_envelope_per_tick_with_identity_meta_and_every_sources_rows(server:
     assert current_session() is None
 
 
+class Lossy:
+    """A step_time source whose bounded queue overflowed: it says how many rows it lost."""
+
+    stream = "step_time"
+
+    def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
+        return []
+
+    def lost_rows(self) -> int:
+        return 7
+
+
+def test_rows_a_source_lost_reach_rank_finished_and_stderr(server: FrameServer, capfd: Any) -> None:
+    session = CaptureSession(config(server), identity=SINGLE)
+    session.add_source(Lossy())
+    session.start()
+    session.close()
+    assert server.wait_for(lambda: len(server.finished) == 1)
+    assert server.finished[0]["lost_rows"] == {"step_time": 7}
+    assert session.stats()["lost_rows"] == {"step_time": 7}
+    assert "7 step_time rows were dropped before sending" in capfd.readouterr().err
+
+
 def test_a_source_that_raises_is_disabled_and_the_others_go_on(
         server: FrameServer, capfd: pytest.CaptureFixture[str]) -> None:
     session = CaptureSession(config(server), identity=SINGLE)

@@ -392,6 +392,28 @@ def test_regions_nest_and_a_region_outside_a_step_goes_to_the_next_step(tracer: 
     assert set(second["events"]) == {schema.STEP}
 
 
+def test_a_full_hand_off_queue_counts_its_lost_steps_and_rows() -> None:
+    tracer = StepTracer(max_steps=2, echo_notes=False)
+    model = mlp()
+    for _ in range(5):  # nobody collects: the oldest three are dropped, and counted
+        with tracer.step(model):
+            model(torch.randn(1, 8))
+    assert tracer.time_source.lost_rows() == 3 and tracer.memory_source.lost_rows() == 3
+    assert [row["step"] for row in rows_of(tracer)] == [3, 4]
+
+
+def test_a_region_after_the_last_step_is_reported_not_dropped_silently(tracer: StepTracer, capfd: Any) -> None:
+    model = mlp()
+    with tracer.step(model):
+        pass
+    with tracer.region("final_eval"):
+        pass
+    rows = tracer.time_source.collect_final(1, time.time_ns())
+    assert [row["step"] for row in rows] == [0]
+    assert any("1 trace_region block(s) (final_eval) ended after the last traced step" in n for n in tracer.notes)
+    assert "final_eval" in capfd.readouterr().err
+
+
 def test_a_region_that_raises_propagates_and_still_counts(tracer: StepTracer) -> None:
     with pytest.raises(ZeroDivisionError), tracer.step(None), tracer.region("risky"):
         _ = 1 / 0

@@ -2,7 +2,7 @@
 
 DESIGN §3.2 "losses are never silent". The file exists only when at least one of these is true:
 ranks missing (never said hello, or never sent ``rank_finished``), batches a rank dropped or sent
-but never delivered, stdout/stderr lines a rank's output capture dropped, rejected frames,
+but never delivered, stdout/stderr lines or rows a rank dropped before sending, rejected frames,
 projection skips or unknown streams, SQLite problems, rank log-file problems, payload sinks that
 raised, or a loss in an ``extra`` block (e.g. the 000 seed's ``export`` block with
 ``exporter_failed``). It is written atomically (temporary file + rename).
@@ -20,6 +20,7 @@ connection that never named its rank)::
       "missing_ranks": {"never_connected": [int], "never_finished": [int | "unknown"]},
       "dropped_batches": {rank: int},                # from rank_finished, only ranks with > 0
       "dropped_output_lines": {rank: int},           # from rank_finished, only ranks with > 0
+      "lost_rows": {rank: {stream: int}},            # rows a rank's sources dropped before sending
       "undelivered_batches": {rank: int},            # sent_batches − received, only > 0
       "rejected_frames": {"total": int, "by_rank": {rank: int}, "reasons": [str]},
       "projection": {"skipped": int, "unknown_streams": {stream: rows}, "failures": [str]},
@@ -101,6 +102,13 @@ def loss_report(
     }
     for rank, count in dropped_lines.items():
         summary.append(f"rank {rank} dropped {count} stdout/stderr lines (its output buffer was full)")
+    lost_rows = {
+        _key(r): dict(sorted(s.lost_rows.items()))
+        for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0])) if s.lost_rows
+    }
+    for rank, by_stream in lost_rows.items():
+        for stream, count in by_stream.items():
+            summary.append(f"rank {rank} dropped {count} {stream} rows before sending (its hand-off queue was full)")
     undelivered = {
         _key(r): s.undelivered_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
         if s.undelivered_batches
@@ -144,6 +152,7 @@ def loss_report(
         },
         "dropped_batches": dropped,
         "dropped_output_lines": dropped_lines,
+        "lost_rows": lost_rows,
         "undelivered_batches": undelivered,
         "rejected_frames": {
             "total": ingest.rejected_frames,

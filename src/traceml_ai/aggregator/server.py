@@ -284,6 +284,9 @@ class Aggregator:
             rank.sent_batches = as_int(body.get("sent_batches"))
             rank.dropped_batches = as_int(body.get("dropped_batches"))
             rank.dropped_output_lines = as_int(body.get("dropped_output_lines"))
+            lost = body.get("lost_rows")
+            if isinstance(lost, dict):
+                rank.lost_rows = {str(k): n for k, v in lost.items() if (n := as_int(v))}
         else:
             self.stats.reject(rank.global_rank, f"rank {rank.global_rank}: unexpected control frame {kind!r}")
         return {}, []

@@ -28,7 +28,8 @@ class RankStats:
     ``rejected_frames``: frames refused (wrong session or protocol, undecodable, unexpected control);
     ``rejected_batches``: the payload frames among those; ``finished``: a ``rank_finished`` frame
     came, with the rank's own ``sent_batches``, ``dropped_batches`` and ``dropped_output_lines`` (the
-    stdout/stderr lines its output capture lost; None until then or from an older rank).
+    stdout/stderr lines its output capture lost; None until then or from an older rank) and
+    ``lost_rows`` ({stream: rows} its row sources dropped before sending).
     """
 
     global_rank: int | None
@@ -42,6 +43,7 @@ class RankStats:
     sent_batches: int | None = None
     dropped_batches: int | None = None
     dropped_output_lines: int | None = None
+    lost_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def undelivered_batches(self) -> int:

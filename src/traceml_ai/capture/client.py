@@ -102,6 +102,7 @@ class TransportClient:
         self._sent = 0
         self._dropped = 0
         self._dropped_output_lines = 0
+        self._lost_rows: dict[str, int] = {}
         self._connections = 0
         self._closing = False
         self._deadline = float("inf")
@@ -194,17 +195,21 @@ class TransportClient:
             self._thread = threading.Thread(target=self._run, name="traceml-transport", daemon=True)
             self._thread.start()
 
-    def close(self, timeout_s: float = 2.0, *, dropped_output_lines: int = 0) -> None:
+    def close(
+        self, timeout_s: float = 2.0, *, dropped_output_lines: int = 0, lost_rows: dict[str, int] | None = None
+    ) -> None:
         """Flush what is queued, send rank_finished, and stop, all within about ``timeout_s`` seconds.
 
-        ``dropped_output_lines`` (stdout/stderr lines the rank's output capture lost) travels in the
-        rank_finished frame so that the aggregator reports it. Batches still unsent at the deadline
+        ``dropped_output_lines`` (stdout/stderr lines the rank's output capture lost) and ``lost_rows``
+        ({stream: rows} its row sources lost) travel in the rank_finished frame so that the
+        aggregator reports them. Batches still unsent at the deadline
         are counted as dropped. Never raises; calling it again does nothing.
         """
         with self._cond:
             if self._stopped or self._closing:
                 return
             self._dropped_output_lines = dropped_output_lines
+            self._lost_rows = dict(lost_rows or {})
             self._closing = True
             self._deadline = time.monotonic() + max(0.0, timeout_s)
             thread = self._thread
@@ -423,7 +428,8 @@ class TransportClient:
 
     def _send_finished(self, sock: socket.socket) -> None:
         with self._cond:
-            body = frames.rank_finished(self.identity, self._sent, self._dropped, self._dropped_output_lines)
+            body = frames.rank_finished(self.identity, self._sent, self._dropped, self._dropped_output_lines,
+                                           self._lost_rows)
         try:
             sock.settimeout(max(0.05, self._remaining()))
             sock.sendall(frames.encode_frame(body))

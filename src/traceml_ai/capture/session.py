@@ -247,6 +247,22 @@ class CaptureSession:
         """stdout/stderr lines lost because the buffer was full between two ticks."""
         return self._output.dropped_lines if self._output is not None else 0
 
+    def lost_rows(self) -> dict[str, int]:
+        """{stream: rows} the row sources lost before they reached a batch (only streams with > 0)."""
+        lost: dict[str, int] = {}
+        for source in self.sources:
+            counter = getattr(source, "lost_rows", None)
+            if not callable(counter):
+                continue
+            try:
+                n = int(counter())
+            except Exception:
+                continue
+            if n > 0:
+                stream = str(getattr(source, "stream", type(source).__name__))
+                lost[stream] = lost.get(stream, 0) + n
+        return lost
+
     def add_source(self, source: RowSource) -> None:
         """Register a row source; collected from the next tick on. Thread-safe."""
         with self._state_lock:
@@ -373,7 +389,8 @@ class CaptureSession:
                     except Exception:
                         pass
             if self.client is not None:
-                self.client.close(timeout_s, dropped_output_lines=self.dropped_output_lines)
+                self.client.close(timeout_s, dropped_output_lines=self.dropped_output_lines,
+                                  lost_rows=self.lost_rows())
             self._report_losses()
         except Exception as exc:
             warn(f"telemetry shutdown failed: {exc!r}")
@@ -393,6 +410,8 @@ class CaptureSession:
                 )
         if self.dropped_output_lines:
             parts.append(f"{self.dropped_output_lines} stdout/stderr lines were dropped")
+        for stream, n in self.lost_rows().items():
+            parts.append(f"{n} {stream} rows were dropped before sending (the hand-off queue was full)")
         if parts:
             warn("; ".join(parts))
 
@@ -408,6 +427,7 @@ class CaptureSession:
             "dropped_batches": client.dropped_batches if client else 0,
             "connected": client.connected if client else False,
             "dropped_output_lines": self.dropped_output_lines,
+            "lost_rows": self.lost_rows(),
             "source_errors": dict(self.source_errors),
         }
 

@@ -18,6 +18,11 @@ class RowSource(Protocol):
     ``seq`` is the session's tick counter (the same for every source in one tick) and ``now_ns``
     the tick's time in ns since the Unix epoch. It runs on the sampler thread, never the
     training thread, and must not block for long.
+
+    A source that can lose rows (a bounded hand-off queue, work that fits no row) may also define
+    ``lost_rows() -> int``: the rows of its stream it lost so far. The session reports the sum per
+    stream on stderr and in ``rank_finished`` (``lost_rows``), which the aggregator writes into
+    ``finalization_warning.json`` (DESIGN §3.2: losses are never silent).
     """
 
     stream: str

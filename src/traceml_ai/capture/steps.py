@@ -92,6 +92,10 @@ class StepTimeSource:
         """Steps lost because the hand-off queue was full, or their GPU events never came."""
         return self._dropped_full + self._dropped_waiting
 
+    def lost_rows(self) -> int:
+        """Rows of ``step_time`` lost (:attr:`dropped_steps`; see ``RowSource``)."""
+        return self.dropped_steps
+
     def put(self, finished: Step) -> None:
         """Hands a closed step over (training thread; O(1), takes no lock).
 
@@ -124,7 +128,24 @@ class StepTimeSource:
             time.sleep(0.002)
             rows.extend(self._rows(seq, give_up=False))
         rows.extend(self._rows(seq, give_up=True))
+        self._note_orphan_regions()
         return rows
+
+    def _note_orphan_regions(self) -> None:
+        """``trace_region`` blocks that ended after the last step on the closing thread (usually the
+        training's main thread, where the session closes at exit) wait for a step that never comes:
+        say so instead of dropping them silently."""
+        pre = getattr(T.PER_THREAD, "pre", None)
+        if pre is None or pre.generation != T.GENERATION or not pre.regions:
+            return
+        calls = sum(int(entry[0]) for entry in pre.regions.values())
+        names = ", ".join(sorted(pre.regions))
+        pre.regions = {}
+        self.notes.append(
+            f"{calls} trace_region block(s) ({names}) ended after the last traced step: they belong to no "
+            "step and are not in the step rows"
+        )
+        warn(self.notes[-1])
 
     def _pending(self) -> bool:
         return bool(self._queue) or bool(self._waiting)
@@ -207,7 +228,7 @@ class StepMemorySource:
             raise ValueError(f"max_rows must be at least 1, got {max_rows}")
         self.max_rows = max_rows
         self.notes: list[str] = notes if notes is not None else []
-        self.dropped_rows = 0  # written by the training thread only
+        self.dropped_rows = 0  # written by the training thread only (see lost_rows)
         self._queue: deque[tuple[int, str, int, float | None, float | None]] = deque()
 
     def put(
@@ -222,6 +243,10 @@ class StepMemorySource:
             except IndexError:
                 pass
         queue.append((step, device, end_unix_ns, peak_alloc, peak_reserved))
+
+    def lost_rows(self) -> int:
+        """Rows of ``step_memory`` dropped because the hand-off queue was full (see ``RowSource``)."""
+        return self.dropped_rows
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         """Rows of every step closed since the last collect, in step order."""

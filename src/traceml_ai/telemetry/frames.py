@@ -119,12 +119,17 @@ def refused(reason: str) -> dict[str, Any]:
 
 
 def rank_finished(
-    identity: dict[str, Any], sent_batches: int, dropped_batches: int, dropped_output_lines: int = 0
+    identity: dict[str, Any],
+    sent_batches: int,
+    dropped_batches: int,
+    dropped_output_lines: int = 0,
+    lost_rows: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The last frame of a rank: how many payload batches it sent and how many it dropped, and how many
-    stdout/stderr lines its output capture dropped before they could be sent."""
+    """The last frame of a rank: how many payload batches it sent and how many it dropped, how many
+    stdout/stderr lines its output capture dropped, and ``lost_rows`` ({stream: rows}) its row sources
+    lost before they reached a batch (e.g. a full step hand-off queue)."""
     return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches,
-            "dropped_output_lines": dropped_output_lines}
+            "dropped_output_lines": dropped_output_lines, "lost_rows": dict(lost_rows or {})}
 
 
 def control_kind(body: Any) -> str | None:

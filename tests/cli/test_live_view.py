@@ -64,3 +64,30 @@ def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path
     assert "process RSS" in screen and "host CPU" in screen
     assert re.search(r"step \d+", screen)
     assert "run folder:" in screen and "exit code 0" in screen
+
+
+def test_the_worst_rank_is_the_straggler_even_when_ddp_makes_every_iteration_equal(tmp_path: Path) -> None:
+    """Under DDP the fast ranks wait in backward's all-reduce, so every iteration is equal; the view
+    must still name the rank whose own work (outside backward) is longest, and show 'other'."""
+    from rich.console import Console
+
+    from tests.diagnose.telemetry_db import RunSpec, write_run
+    from traceml_ai.cli.live_view import TelemetrySnapshot, breakdown_table
+    from traceml_ai.telemetry import schema
+
+    def phases(rank: int, step: int) -> dict[str, float]:
+        slow = rank == 2  # rank 2 spends 6 ms more in forward; the others wait that long in backward
+        return {schema.DATALOADER_NEXT: 1.0, schema.FORWARD: 10.0 if slow else 4.0,
+                schema.BACKWARD: 7.0 if slow else 13.0, schema.OPTIMIZER_STEP: 2.0, "other": 3.0}
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=4, steps=30, phases=phases, noise=0.0))
+    snap = TelemetrySnapshot(db)
+    snap.refresh()
+    console = Console(width=160, record=True)
+    console.print(breakdown_table(snap))
+    text = console.export_text()
+    assert "worst rank (2)" in text and "4 rank(s)" in text
+    assert re.search(r"other\s*│\s*3\.0 ms", text)
+    assert re.search(r"iteration\s*│\s*23\.0 ms\s*│\s*23\.0 ms", text)
+    assert re.search(r"forward\s*│\s*4\.0 ms\s*│\s*10\.0 ms", text)
+    snap.close()

@@ -7,6 +7,11 @@ last lines of the training's output. The training's output itself is printed abo
 by line, unchanged.
 
 A phase's time in one step is its GPU time when measured, else its CPU wall time (DESIGN §3.1).
+The bold last row is the *iteration* and *other* the part of it no built-in phase covers, both as the
+diagnoses define them (docs/diagnoses.md, :mod:`traceml_ai.diagnose.timeline`). The *worst rank* is
+the one with the longest work outside backward (iteration − backward): under DDP every rank waits for
+the slowest in backward's all-reduce, so their iterations are equal and only this shows the
+straggler; without a backward phase it is the rank with the longest iteration.
 """
 
 from __future__ import annotations
@@ -26,12 +31,19 @@ from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import fmt_duration, printable
+from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, iteration_ms
 from traceml_ai.launcher.launch import Tick
-from traceml_ai.telemetry.schema import BUILTIN_PHASES, PHASE_PREFIX, STEP
+from traceml_ai.telemetry.schema import BACKWARD, BUILTIN_PHASES, PHASE_PREFIX, STEP
 
 RECENT_STEPS = 50
 """Steps per rank the breakdown is computed over."""
 PHASE_ORDER = [p for p in BUILTIN_PHASES if p != STEP]
+ITERATION = "iteration"
+# Derived per-step values sit in the same map as the events under keys starting with NUL, which no
+# phase or trace_region name from a real script carries.
+_ITERATION_KEY = "\x00iteration"
+_OTHER_KEY = "\x00other"
+_OUTSIDE_BACKWARD_KEY = "\x00outside_backward"
 
 
 def phase_ms(stats_by_device: Any) -> float | None:
@@ -100,6 +112,14 @@ class TelemetrySnapshot:
             except orjson.JSONDecodeError:
                 continue
             phases = {name: ms for name, stats in events.items() if (ms := phase_ms(stats)) is not None}
+            iteration, _ = iteration_ms(phases)
+            if iteration is not None:
+                phases[_ITERATION_KEY] = iteration
+                attributed = [v for p in INNER_PHASES if (v := phases.get(p)) is not None]
+                if attributed:
+                    phases[_OTHER_KEY] = max(0.0, iteration - sum(attributed))
+                    if BACKWARD in phases:
+                        phases[_OUTSIDE_BACKWARD_KEY] = iteration - phases[BACKWARD]
             self.steps[rank].append((step, phases))
             self.last_step[rank] = max(step, self.last_step.get(rank, step))
         for rank, rss, cpu in conn.execute(
@@ -160,9 +180,13 @@ def breakdown_table(snap: TelemetrySnapshot) -> Table | Text:
         per_rank[rank] = {name: statistics.median(vals) for name, vals in by_phase.items()}
     if not per_rank:
         return Text("step time: no steps yet (wrap your step in traceml_ai.trace_step(model))", style="dim")
-    ranks_by_step = sorted(per_rank, key=lambda r: per_rank[r].get(STEP, 0.0))
+    ranks_by_step = sorted(per_rank, key=lambda r: per_rank[r].get(_ITERATION_KEY, 0.0))
     median_rank = ranks_by_step[(len(ranks_by_step) - 1) // 2]
-    worst_rank = ranks_by_step[-1]
+    # The straggler: the most work outside backward when every rank measured backward (see module docs).
+    if all(_OUTSIDE_BACKWARD_KEY in phases for phases in per_rank.values()):
+        worst_rank = max(per_rank, key=lambda r: per_rank[r][_OUTSIDE_BACKWARD_KEY])
+    else:
+        worst_rank = ranks_by_step[-1]
     table = Table(title=f"step time · last {RECENT_STEPS} steps · {len(per_rank)} rank(s)", title_justify="left",
                   expand=False, pad_edge=False)
     table.add_column("phase")
@@ -170,20 +194,23 @@ def breakdown_table(snap: TelemetrySnapshot) -> Table | Text:
     table.add_column(f"worst rank ({worst_rank})", justify="right")
     table.add_column("share", justify="right")
     table.add_column("skew", justify="right")
-    user = sorted({n for phases in per_rank.values() for n in phases if not n.startswith(PHASE_PREFIX)})
-    step_median = per_rank[median_rank].get(STEP)
-    for name in [*PHASE_ORDER, *user, STEP]:
+    user = sorted({n for phases in per_rank.values() for n in phases
+                   if not n.startswith(PHASE_PREFIX) and not n.startswith("\x00")})
+    step_median = per_rank[median_rank].get(_ITERATION_KEY)
+    for name in [*PHASE_ORDER, _OTHER_KEY, *user, _ITERATION_KEY]:
         values = [per_rank[r][name] for r in per_rank if name in per_rank[r]]
         if not values:
             continue
         mid = per_rank[median_rank].get(name)
         worst = per_rank[worst_rank].get(name)
-        share = f"{100 * mid / step_median:.0f}%" if mid is not None and step_median and name != STEP else ""
+        is_total = name == _ITERATION_KEY
+        share = f"{100 * mid / step_median:.0f}%" if mid is not None and step_median and not is_total else ""
         med_all = statistics.median(values)
         skew = f"{max(values) / med_all:.2f}x" if len(values) > 1 and med_all > 0 else ""
-        label = name[len(PHASE_PREFIX):] if name.startswith(PHASE_PREFIX) else name
+        label = {_ITERATION_KEY: ITERATION, _OTHER_KEY: OTHER}.get(name, name)
+        label = label[len(PHASE_PREFIX):] if label.startswith(PHASE_PREFIX) else label
         table.add_row(escape(printable(label)), _fmt_ms(mid), _fmt_ms(worst), share, skew,
-                      style="bold" if name == STEP else None)
+                      style="bold" if is_total else "dim" if name == _OTHER_KEY else None)
     return table
 
 

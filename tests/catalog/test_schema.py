@@ -1,0 +1,89 @@
+"""The shipped JSON Schemas and the problems they report (004 seed, stormlog_run.json; DESIGN §2.2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.catalog.fixtures import SEED_MINIMAL_ENVELOPE
+from traceml_ai.catalog.schema import (
+    ENVELOPE_SCHEMA,
+    SIDECAR_SCHEMA,
+    Problem,
+    attachment_problems,
+    envelope_problems,
+    load_schema,
+    sidecar_problems,
+)
+
+
+def seed_doc() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(SEED_MINIMAL_ENVELOPE)
+    return doc
+
+
+def test_the_seed_minimal_example_is_valid() -> None:
+    assert envelope_problems(seed_doc()) == []
+
+
+def test_the_schemas_ship_with_the_package_and_say_what_is_required() -> None:
+    envelope = load_schema(ENVELOPE_SCHEMA)
+    assert envelope["required"] == ["schema_version", "format", "run_id", "metadata"]
+    assert envelope["properties"]["format"] == {"const": "stormlog.run_envelope"}
+    assert load_schema(SIDECAR_SCHEMA)["properties"]["format"] == {"const": "stormlog.attachments"}
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    (lambda d: d.pop("run_id"), "run_id", "is required"),
+    (lambda d: d.pop("metadata"), "metadata", "is required"),
+    (lambda d: d.update(run_id=""), "run_id", "non-empty"),
+    (lambda d: d.update(schema_version=2), "schema_version", "must be 1, not 2"),
+    (lambda d: d.update(format="stormlog.run"), "format", '"stormlog.run_envelope"'),
+    (lambda d: d.update(started_at_ns=-5), "started_at_ns", "-5"),
+    (lambda d: d.update(started_at_ns=10, ended_at_ns=9), "ended_at_ns", "before started_at_ns"),
+    (lambda d: d["sessions"][0].update(world_size=0), "sessions[0].world_size", "minimum 1"),
+    (lambda d: d["sessions"][0].pop("session_id"), "sessions[0].session_id", "is required"),
+    (lambda d: d["attachments"][0].update(storage="link"), "attachments[0].storage", '"reference", "copy"'),
+    (lambda d: d["attachments"][0].pop("path"), "attachments[0]", "needs one of: path, url"),
+    (lambda d: d["attachments"].append(dict(d["attachments"][0])), "attachments[1].attachment_id", "used twice"),
+    (lambda d: d.update(tags="a,b"), "tags", "is not of type 'array'"),
+])
+def test_each_problem_names_its_field(change: Any, field: str, words: str) -> None:
+    doc = seed_doc()
+    change(doc)
+    problems = envelope_problems(doc)
+    assert any(p.field == field and words in p.message for p in problems), problems
+
+
+def test_a_document_that_is_not_an_object_is_one_problem() -> None:
+    assert envelope_problems([1, 2]) == [Problem("", "[1, 2] is not of type 'object'")]
+
+
+def test_unknown_top_level_fields_are_allowed_for_newer_writers() -> None:
+    doc = seed_doc()
+    doc["written_by"] = "stormlog 2.0"
+    assert envelope_problems(doc) == []
+
+
+def test_a_bad_sidecar_item_rejects_only_that_item() -> None:
+    doc = {"format": "stormlog.attachments", "attachments": [
+        {"attachment_id": "ok", "kind": "experiment", "storage": "reference", "url": "https://example.org/run/1"},
+        {"attachment_id": "bad", "kind": "experiment", "storage": "reference"},
+    ]}
+    file_level, items = sidecar_problems(doc)
+    assert file_level == []
+    assert list(items) == [1]
+    assert items[1] == [Problem("attachments[1]", "needs one of: path, url")]
+
+
+def test_a_sidecar_with_the_wrong_format_is_rejected_whole() -> None:
+    file_level, items = sidecar_problems({"format": "stormlog.attachment", "attachments": []})
+    assert [p.field for p in file_level] == ["format"] and items == {}
+
+
+def test_a_single_attachment_is_checked_like_an_envelope_item() -> None:
+    assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "path": "x"}) == []
+    assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "url": "not a url"},
+                               ["attachments", 3])[0].field == "attachments[3].url"

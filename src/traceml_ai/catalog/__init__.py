@@ -1,0 +1,39 @@
+"""The run catalog: run envelopes, attachment sidecars, sessions, discovery and the query store
+(004 seed; DESIGN §1, §2.2, §5). Imports only ``traceml_ai.runs``.
+
+Example::
+
+    import traceml_ai.catalog
+
+    store = traceml_ai.catalog.open(["./artifacts"])
+    runs = store.list_runs()
+    attachments = store.list_run_attachments(run_id="run-train-42")
+    for w in store.warnings:
+        print(w)
+
+    traceml_ai.catalog.write_envelope("./artifacts/train-42", "run-train-42", job_id="train-42",
+                                      sessions=[{"session_id": "session-rank-0", "rank": 0}])
+    traceml_ai.catalog.add_attachment("./artifacts/train-42", "rank0-profiler", kind="profiler_trace",
+                                      path="traces/rank0.trace", session_id="session-rank-0")
+"""
+
+from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
+from traceml_ai.catalog.store import CacheFolderError, CatalogStore, default_cache_dir, open_catalog
+from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envelope
+
+open = open_catalog  # the seed's name: traceml_ai.catalog.open(paths)
+
+__all__ = [
+    "AttachmentRow",
+    "CacheFolderError",
+    "CatalogStore",
+    "CatalogWarning",
+    "EnvelopeError",
+    "RunRow",
+    "SessionRow",
+    "add_attachment",
+    "default_cache_dir",
+    "open",
+    "open_catalog",
+    "write_envelope",
+]

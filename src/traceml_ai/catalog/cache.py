@@ -1,0 +1,90 @@
+"""The catalog's parse cache: facts of unchanged files kept between runs (DESIGN §2.1, §5).
+
+One msgpack file, ``<cache_dir>/catalog-facts.msgpack``, maps a file's real path to its signature
+(size, mtime in ns, inode; for a TraceML session also the ``aggregator/`` folder's mtime, which
+changes when a final summary appears) and its :data:`~traceml_ai.catalog.sources.Fact`. A file
+whose signature changed is read again. The cache lives in the cache folder only, never inside a
+root (the store refuses such a folder); a cache that cannot be read or written is ignored, as it
+only saves time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from traceml_ai.catalog.sources import Fact
+
+CACHE_FILE: Final = "catalog-facts.msgpack"
+CACHE_VERSION: Final = 1
+"""Bumped whenever the shape of a fact changes, so older caches are dropped whole."""
+
+Signature = tuple[int, ...]
+
+
+class FactCache:
+    """Facts by real path, validated by signature.
+
+    Args:
+        folder: the cache folder, or None for no cache (every file is read).
+
+    Example::
+
+        cache = FactCache("/data/.cache")
+        fact = cache.get(path, signature, read_envelope)   # parsed only if changed
+        cache.save()
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None) -> None:
+        self.path = os.path.join(os.fspath(folder), CACHE_FILE) if folder is not None else None
+        self._old: dict[str, Any] = {}
+        self._new: dict[str, Any] = {}
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None:
+            try:
+                with open(self.path, "rb") as f:
+                    blob = msgspec.msgpack.decode(f.read())
+                if isinstance(blob, dict) and blob.get("version") == CACHE_VERSION:
+                    entries = blob.get("entries")
+                    self._old = entries if isinstance(entries, dict) else {}
+            except (OSError, msgspec.DecodeError):
+                self._old = {}
+
+    def get(self, path: str, signature: Signature, read: Callable[[str], Fact]) -> Fact:
+        """The fact of ``path``: cached when its signature is unchanged, else ``read(path)``."""
+        entry = self._old.get(path)
+        if entry is not None and tuple(entry[0]) == signature:
+            self.hits += 1
+            fact: Fact = entry[1]
+        else:
+            self.misses += 1
+            fact = read(path)
+        if self.path is not None:
+            self._new[path] = [list(signature), fact]
+        return fact
+
+    def save(self) -> None:
+        """Write the facts seen in this discovery (temp file + rename). Files no longer seen are
+        forgotten. Errors are ignored: the cache only saves time."""
+        if self.path is None or (self.misses == 0 and len(self._new) == len(self._old)):
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(msgspec.msgpack.encode({"version": CACHE_VERSION, "entries": self._new}))
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def file_signature(st: os.stat_result) -> Signature:
+    """(size, mtime ns, inode, ctime ns) of a stat result."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)

@@ -1,0 +1,198 @@
+"""Finding catalog files under the paths given (004 seed, "Discovery Rules"; DESIGN §5).
+
+Each path is a file or a folder (a root). Folders are walked recursively, in name order:
+
+- ``stormlog_run.json``: a run envelope; ``stormlog_attachments.json``: an attachment sidecar;
+- a folder with ``aggregator/manifest.json``: a TraceML session (the run folder); its
+  ``aggregator/`` folder is read by name, not walked, and its ``metrics.jsonl`` is not telemetry;
+- a folder with a ``manifest.json`` holding a ``sessions`` ledger: a Stormlog sink folder, not
+  walked further (its segments belong to the ledger's sessions);
+- a folder with a ``bundle.json`` of a diagnose or OOM bundle: not walked further;
+- any other ``*.jsonl`` whose first line carries a ``session_id``: a telemetry JSONL file.
+
+Dot-entries are skipped. Every entry is resolved with realpath: a symlink whose target leaves every
+root is reported and not read; a folder reached twice (a symlink loop) is walked once. A path that
+does not exist is a warning. Nothing is ever written here (the cache lives elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_ai.catalog.cache import FactCache, Signature, file_signature
+from traceml_ai.catalog.model import CatalogWarning
+from traceml_ai.catalog.schema import ENVELOPE_FILE, SIDECAR_FILE
+from traceml_ai.catalog.sources import (
+    BUNDLE_FILE,
+    SINK_MANIFEST_FILE,
+    Fact,
+    read_bundle,
+    read_envelope,
+    read_sidecar,
+    read_sink_manifest,
+    read_telemetry_jsonl,
+    read_traceml_session,
+)
+from traceml_ai.runs.discovery import inside
+from traceml_ai.runs.layout import METRICS_JSONL, RUN_JSON
+
+
+@dataclass
+class Found:
+    """What discovery read: facts by real path, in walk order, and the warnings of the walk itself.
+
+    Attributes:
+        envelopes, sidecars: ``(path, fact)`` of each ``stormlog_run.json`` / ``stormlog_attachments.json``.
+        sessions: ``(path, fact)`` of each file that gave session identities.
+        session_dirs: real path of each TraceML run folder → its manifest path.
+        roots: the real paths of the roots that exist.
+        warnings: missing paths, unreadable folders, symlinks leaving the roots.
+    """
+
+    envelopes: list[tuple[str, Fact]] = field(default_factory=list)
+    sidecars: list[tuple[str, Fact]] = field(default_factory=list)
+    sessions: list[tuple[str, Fact]] = field(default_factory=list)
+    session_dirs: dict[str, str] = field(default_factory=dict)
+    roots: list[str] = field(default_factory=list)
+    warnings: list[CatalogWarning] = field(default_factory=list)
+
+
+class _Walker:
+    def __init__(self, cache: FactCache, found: Found) -> None:
+        self.cache = cache
+        self.found = found
+        self.seen_dirs: set[str] = set()
+        self.seen_files: set[str] = set()
+
+    def warn(self, path: str, message: str, code: str) -> None:
+        self.found.warnings.append(CatalogWarning(path=path, field=None, message=message, code=code))
+
+    def _fact(self, path: str, read: Any, extra: Signature = ()) -> Fact | None:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.warn(path, f"cannot be read: {exc.strerror or exc}", "unreadable")
+            return None
+        fact: Fact = self.cache.get(path, file_signature(st) + extra, read)
+        return fact
+
+    def file(self, path: str, name: str, in_run_folder: bool = False) -> None:
+        if path in self.seen_files:
+            return
+        self.seen_files.add(path)
+        if name == ENVELOPE_FILE:
+            fact = self._fact(path, read_envelope)
+            if fact is not None:
+                self.found.envelopes.append((path, fact))
+        elif name == SIDECAR_FILE:
+            fact = self._fact(path, read_sidecar)
+            if fact is not None:
+                self.found.sidecars.append((path, fact))
+        elif name.endswith(".jsonl") and not (in_run_folder and name == METRICS_JSONL):
+            fact = self._fact(path, read_telemetry_jsonl)
+            if fact is not None and fact["type"] == "sessions":
+                self.found.sessions.append((path, fact))
+
+    def folder(self, path: str) -> None:
+        if path in self.seen_dirs:
+            return
+        self.seen_dirs.add(path)
+        try:
+            with os.scandir(path) as it:
+                entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        except OSError as exc:
+            self.warn(path, f"folder cannot be read: {exc.strerror or exc}", "unreadable")
+            return
+        names = {e.name: e for e in entries}
+        skip: set[str] = set()
+        walk_on = True
+        agg = names.get("aggregator")
+        if agg is not None and agg.is_dir():
+            manifest = os.path.join(path, "aggregator", "manifest.json")
+            try:
+                agg_st = os.stat(os.path.join(path, "aggregator"))
+                fact = self._fact_quiet(manifest, (agg_st.st_mtime_ns,), lambda _p: read_traceml_session(path))
+            except OSError:
+                fact = None
+            if fact is not None and fact["type"] == "sessions":
+                self.found.sessions.append((manifest, fact))
+                self.found.session_dirs[path] = manifest
+                skip.add("aggregator")
+        ledger = names.get(SINK_MANIFEST_FILE)
+        if ledger is not None and os.path.basename(path) != "aggregator" and ledger.is_file():
+            fact = self._fact(os.path.join(path, SINK_MANIFEST_FILE), read_sink_manifest)
+            if fact is not None and fact["type"] == "sessions":
+                self.found.sessions.append((os.path.join(path, SINK_MANIFEST_FILE), fact))
+                walk_on = False
+        bundle = names.get(BUNDLE_FILE)
+        if bundle is not None and bundle.is_file():
+            fact = self._fact(os.path.join(path, BUNDLE_FILE), read_bundle)
+            if fact is not None and fact["type"] == "sessions":
+                self.found.sessions.append((os.path.join(path, BUNDLE_FILE), fact))
+                walk_on = False
+        in_run_folder = RUN_JSON in names
+        for entry in entries:
+            if entry.name in skip:
+                continue
+            child = entry.path
+            if entry.is_symlink():
+                real = os.path.realpath(child)
+                if not any(inside(real, root) for root in self.found.roots):
+                    self.warn(child, f"symlink points outside the roots (to {real}); not read", "outside_root")
+                    continue
+                child = real
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if walk_on:
+                    self.folder(child)
+            elif entry.name in (ENVELOPE_FILE, SIDECAR_FILE) or walk_on:
+                self.file(child, entry.name, in_run_folder)
+
+    def _fact_quiet(self, path: str, extra: Signature, read: Any) -> Fact | None:
+        # aggregator/ without a manifest is not a session (yet): no warning for its absence
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        fact: Fact = self.cache.get(path, file_signature(st) + extra, read)
+        return fact
+
+
+def discover(paths: Sequence[str | os.PathLike[str]], cache: FactCache | None = None) -> Found:
+    """Walk ``paths`` (files or folders) and read every catalog file found.
+
+    Never raises for bad input: a missing path, an unreadable folder or a symlink leaving the roots
+    becomes a warning in :attr:`Found.warnings`; bad files become facts with problems.
+    """
+    found = Found()
+    walker = _Walker(cache if cache is not None else FactCache(None), found)
+    given: list[str] = []
+    for p in paths:
+        text = os.path.expanduser(os.fspath(p))
+        if not os.path.exists(text):
+            walker.warn(os.fspath(p), "no such file or folder; skipped", "missing_path")
+            continue
+        real = os.path.realpath(text)
+        given.append(real)
+        root = real if os.path.isdir(real) else os.path.dirname(real)
+        if root not in found.roots:
+            found.roots.append(root)
+    for real in given:
+        if os.path.isdir(real):
+            walker.folder(real)
+        else:
+            name = os.path.basename(real)
+            parent = os.path.dirname(real)
+            if name == SINK_MANIFEST_FILE and os.path.basename(parent) == "aggregator":
+                walker.folder(os.path.dirname(parent))
+            elif name in (SINK_MANIFEST_FILE, BUNDLE_FILE):
+                walker.folder(parent)
+            else:
+                walker.file(real, name)
+    return found

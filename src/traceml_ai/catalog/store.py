@@ -1,0 +1,185 @@
+"""The query store: ``open(paths)`` → runs, attachments, sessions, warnings (004 seed, "Query API";
+DESIGN §5).
+
+Filters are keyword arguments; each takes one value or a list of values (any of them matches), and
+several filters must all match. Rows come back in discovery order (roots in the order given,
+folders in name order).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
+from typing import Any, TypeVar
+
+from traceml_ai.catalog.build import Catalog, build
+from traceml_ai.catalog.cache import FactCache
+from traceml_ai.catalog.discovery import discover
+from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
+from traceml_ai.runs.discovery import inside
+
+Text = str | Sequence[str] | None
+Rank = int | Sequence[int] | None
+Row = TypeVar("Row", RunRow, SessionRow, AttachmentRow)
+
+
+class CacheFolderError(ValueError):
+    """The cache folder would lie inside one of the roots (the catalog never writes inside a root)."""
+
+
+def _wanted(value: Text | Rank) -> set[object] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int)):
+        return {value}
+    return set(value)
+
+
+Check = tuple[Any, Callable[[Any], Any]]
+"""(wanted value or values, getter of the row's value)."""
+
+
+def _filter(rows: Iterable[Row], checks: Sequence[Check]) -> list[Row]:
+    """Rows where every given filter matches: the getter's value is one of the wanted values (for a
+    tuple or set value: shares one with them)."""
+    active = [(w, get) for value, get in checks if (w := _wanted(value)) is not None]
+    kept = []
+    for row in rows:
+        for wanted, get in active:
+            v = get(row)
+            hit = not wanted.isdisjoint(v) if isinstance(v, (tuple, set, frozenset)) else v in wanted
+            if not hit:
+                break
+        else:
+            kept.append(row)
+    return kept
+
+
+class CatalogStore:
+    """Runs, sessions and attachments found under some paths, with the warnings of that discovery.
+
+    Build one with :func:`open_catalog` (``traceml_ai.catalog.open``). The store is a snapshot: open
+    it again to see files that changed.
+
+    Attributes:
+        warnings: every rejected envelope or sidecar item, unresolved attachment, ambiguous identity,
+            missing path and symlink leaving a root (DESIGN §5: never silent).
+        roots: the real paths of the folders searched (a file's parent for a file given).
+        cache_hits, cache_misses: files whose facts came from the parse cache / were read.
+    """
+
+    def __init__(self, catalog: Catalog, roots: list[str], cache_hits: int = 0, cache_misses: int = 0) -> None:
+        self._catalog = catalog
+        self.roots = roots
+        self.warnings: list[CatalogWarning] = list(catalog.warnings)
+        self.cache_hits = cache_hits
+        self.cache_misses = cache_misses
+
+    def list_runs(
+        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
+        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+    ) -> list[RunRow]:
+        """Runs, explicit and implicit.
+
+        Filters: ``run_id``, ``job_id``, ``source_namespace``, ``source_ref`` match the run's own
+        values; ``session_id`` and ``rank`` keep runs holding such a session / rank; ``kind`` keeps
+        runs holding an attachment of that kind (e.g. ``profiler_trace``).
+        """
+        kinds: dict[str | None, set[str]] = {}
+        for a in self._catalog.attachments:
+            kinds.setdefault(a.run_id, set()).add(a.kind)
+        return _filter(self._catalog.runs, [
+            (run_id, attrgetter("run_id")), (job_id, attrgetter("job_id")), (session_id, attrgetter("sessions")),
+            (rank, attrgetter("ranks")), (kind, lambda r: frozenset(kinds.get(r.run_id, ()))),
+            (source_namespace, attrgetter("source_namespace")), (source_ref, attrgetter("source_ref")),
+        ])
+
+    def list_run_attachments(
+        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
+        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+    ) -> list[AttachmentRow]:
+        """Attachments of every run (and those that resolve to no run, with ``run_id`` None).
+
+        Filters match the attachment's own fields; ``job_id`` also matches an attachment without one
+        whose run has that job_id.
+        """
+        run_jobs = {r.run_id: r.job_id for r in self._catalog.runs}
+
+        def job(a: AttachmentRow) -> str | None:
+            return a.job_id if a.job_id is not None else run_jobs.get(a.run_id or "")
+
+        return _filter(self._catalog.attachments, [
+            (run_id, attrgetter("run_id")), (job_id, job), (session_id, attrgetter("session_id")),
+            (rank, attrgetter("rank")), (kind, attrgetter("kind")),
+            (source_namespace, attrgetter("source_namespace")), (source_ref, attrgetter("source_ref")),
+        ])
+
+    def list_sessions(
+        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
+        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+    ) -> list[SessionRow]:
+        """Sessions, one row per (run, session). ``kind`` is the session's kind (``traceml_session``,
+        ``sink_session``, ...); ``source_namespace`` and ``source_ref`` match the session's run."""
+        runs = {r.run_id: r for r in self._catalog.runs}
+        return _filter(self._catalog.sessions, [
+            (run_id, attrgetter("run_id")), (job_id, attrgetter("job_id")), (session_id, attrgetter("session_id")),
+            (rank, attrgetter("rank")), (kind, attrgetter("kind")),
+            (source_namespace, lambda s: runs[s.run_id].source_namespace),
+            (source_ref, lambda s: runs[s.run_id].source_ref),
+        ])
+
+
+def default_cache_dir(paths: Sequence[str | os.PathLike[str]]) -> str | None:
+    """``.cache`` beside the first path (``traceml/.cache`` for ``traceml/runs``), as the viewer's
+    cache folder (DESIGN §2.1); None when no path is given."""
+    if not paths:
+        return None
+    first = os.path.abspath(os.path.expanduser(os.fspath(paths[0])))
+    return os.path.join(os.path.dirname(first.rstrip(os.sep)) or os.sep, ".cache")
+
+
+def check_cache_dir(cache_dir: str | os.PathLike[str], roots: Iterable[str]) -> None:
+    """Raise :class:`CacheFolderError` when ``cache_dir`` lies inside one of ``roots`` (real paths)."""
+    real = os.path.realpath(os.fspath(cache_dir))
+    for root in roots:
+        if inside(real, root):
+            raise CacheFolderError(f"cache folder {real} is inside {root}; the catalog never writes inside a "
+                                   "root (pass another cache folder)")
+
+
+def open_catalog(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> CatalogStore:
+    """Discover ``paths`` (files or folders) and build the store (DESIGN §5; 004 seed).
+
+    Args:
+        paths: folders to walk and files to read; one path may be given bare.
+        cache_dir: a folder for the parse cache (``catalog-facts.msgpack``), or None (default) to
+            read every file. Nothing is written anywhere else.
+
+    Returns:
+        A :class:`CatalogStore`. Bad input never raises: see :attr:`CatalogStore.warnings`.
+
+    Raises:
+        CacheFolderError: ``cache_dir`` lies inside one of the paths.
+
+    Example::
+
+        store = traceml_ai.catalog.open(["./artifacts"])
+        for run in store.list_runs(job_id="train-42"):
+            print(run.run_id, run.session_count, run.ranks)
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    cache = FactCache(None)
+    if cache_dir is not None:
+        roots = [os.path.realpath(os.path.expanduser(os.fspath(p))) for p in paths]
+        check_cache_dir(cache_dir, [r for r in roots if os.path.isdir(r)])
+        cache = FactCache(cache_dir)
+    found = discover(paths, cache)
+    catalog = build(found)
+    cache.save()
+    return CatalogStore(catalog, found.roots, cache.hits, cache.misses)

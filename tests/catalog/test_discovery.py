@@ -1,0 +1,167 @@
+"""Discovery over files and folders (004 seed, "Discovery Rules"; DESIGN §5): what is found, what is
+not read, and that problems become warnings."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import traceml_ai.catalog as catalog
+from tests.catalog.fixtures import bundle, envelope, sink, telemetry_jsonl, traceml_session, write_json
+from traceml_ai.catalog.store import CacheFolderError
+
+
+def codes(store: catalog.CatalogStore) -> list[str]:
+    return [w.code for w in store.warnings]
+
+
+def test_a_traceml_session_is_read_from_its_manifest_with_its_artifacts(tmp_path: Path) -> None:
+    run = traceml_session(tmp_path / "runs" / "20261130-101500_base_a3f9", "sess-1", rank=None, world_size=4,
+                          status="interrupted", started_at_ns=5, ended_at_ns=9)
+    store = catalog.open([tmp_path / "runs"])
+    (s,) = store.list_sessions()
+    assert (s.session_id, s.kind, s.rank, s.world_size, s.role, s.status) == (
+        "sess-1", "traceml_session", None, 4, "job", "interrupted")
+    assert (s.started_at_ns, s.ended_at_ns, s.hostname) == (5, 9, "node-a")
+    assert s.source_path == str(run / "aggregator" / "manifest.json")
+    kinds = {a.kind: a for a in store.list_run_attachments()}
+    assert set(kinds) == {"telemetry_database", "export", "final_summary"}
+    assert all(a.storage == "copy" and a.session_id == "sess-1" for a in kinds.values())
+    assert kinds["export"].path == str(run / "aggregator" / "export")
+    # the run's metrics.jsonl and the exporter's JSONL records are not Stormlog telemetry sessions
+    assert store.warnings == []
+
+
+def test_a_sink_ledger_gives_one_session_per_entry_and_its_segments_are_not_walked(tmp_path: Path) -> None:
+    sink(tmp_path / "sink", [
+        {"session_id": "a", "rank": 0, "status": "completed", "started_at_ns": 1, "ended_at_ns": 2,
+         "segments": ["segments/a-000.jsonl", "segments/a-001.jsonl"], "rollups": ["rollups/a.json"]},
+        {"session_id": "b", "rank": 0, "status": "running", "started_at_ns": 3, "segments": ["segments/b-000.jsonl"]},
+    ])
+    store = catalog.open([tmp_path])
+    assert [(s.session_id, s.kind, s.status) for s in store.list_sessions()] == [
+        ("a", "sink_session", "completed"), ("b", "sink_session", "running")]
+    a_kinds = sorted(x.kind for x in store.list_run_attachments(session_id="a"))
+    assert a_kinds == ["rollup", "sink", "sink_segment", "sink_segment"]
+    assert store.warnings == []
+
+
+def test_bundles_and_telemetry_jsonl_give_session_identity(tmp_path: Path) -> None:
+    bundle(tmp_path / "diag-1", "diagnose", {"session_id": "d", "job_id": "j", "rank": 1, "world_size": 2})
+    telemetry_jsonl(tmp_path / "tele" / "rank0.jsonl", "t", job_id="j", rank=0, world_size=2, ended="interrupted")
+    telemetry_jsonl(tmp_path / "tele" / "live.jsonl", "live", ended=None)
+    store = catalog.open([tmp_path])
+    rows = {s.session_id: s for s in store.list_sessions()}
+    assert (rows["d"].kind, rows["d"].rank, rows["d"].job_id) == ("diagnose_bundle", 1, "j")
+    assert (rows["t"].kind, rows["t"].status, rows["t"].started_at_ns, rows["t"].ended_at_ns) == (
+        "telemetry_jsonl", "interrupted", 10, 30)
+    # no session_end line: status and end are unknown, never guessed
+    assert (rows["live"].status, rows["live"].ended_at_ns) == (None, None)
+
+
+def test_an_oom_bundle_joins_the_session_it_was_taken_from(tmp_path: Path) -> None:
+    sink(tmp_path / "sink", [{"session_id": "s", "rank": 0, "segments": []}])
+    bundle(tmp_path / "oom-1", "oom", {"session_id": "s", "rank": 0})
+    store = catalog.open([tmp_path])
+    assert [s.kind for s in store.list_sessions()] == ["sink_session"]
+    assert [a.kind for a in store.list_run_attachments(kind="oom_bundle")] == ["oom_bundle"]
+    assert store.list_run_attachments(kind="oom_bundle")[0].path == str(tmp_path / "oom-1")
+
+
+def test_a_missing_path_is_a_warning_and_the_others_are_still_read(tmp_path: Path) -> None:
+    traceml_session(tmp_path / "runs" / "r", "s")
+    store = catalog.open([tmp_path / "nope", tmp_path / "runs"])
+    assert codes(store) == ["missing_path"]
+    assert str(tmp_path / "nope") in str(store.warnings[0])
+    assert len(store.list_runs()) == 1
+
+
+def test_a_symlink_leaving_the_root_is_reported_and_not_read(tmp_path: Path) -> None:
+    outside = traceml_session(tmp_path / "elsewhere" / "secret-run", "secret")
+    root = tmp_path / "root"
+    traceml_session(root / "mine", "mine")
+    os.symlink(outside, root / "link-out")
+    os.symlink(root / "mine", root / "link-in")  # inside the root: followed, read once
+    store = catalog.open([root])
+    assert [s.session_id for s in store.list_sessions()] == ["mine"]
+    (w,) = store.warnings
+    assert w.code == "outside_root" and w.path == str(root / "link-out") and str(outside) in w.message
+
+
+def test_a_symlink_loop_is_walked_once(tmp_path: Path) -> None:
+    traceml_session(tmp_path / "a" / "run", "s")
+    os.symlink(tmp_path / "a", tmp_path / "a" / "loop")
+    store = catalog.open([tmp_path / "a"])
+    assert [s.session_id for s in store.list_sessions()] == ["s"]
+
+
+def test_paths_with_spaces_and_non_ascii_letters(tmp_path: Path) -> None:
+    folder = tmp_path / "Läufe mit Leerzeichen" / "训练 run"
+    traceml_session(folder / "sitzung ä", "sitzung-ä")
+    envelope(folder, "lauf-ü", ["sitzung-ä"], [{"attachment_id": "notiz", "kind": "note", "storage": "copy",
+                                                 "path": "notizen/ü b.txt"}])
+    (folder / "notizen").mkdir()
+    (folder / "notizen" / "ü b.txt").write_text("ok", encoding="utf-8")
+    store = catalog.open([str(tmp_path / "Läufe mit Leerzeichen")])
+    (run,) = store.list_runs()
+    assert run.run_id == "lauf-ü" and run.sessions == ("sitzung-ä",)
+    note = store.list_run_attachments(kind="note")[0]
+    assert note.path == str(folder / "notizen" / "ü b.txt")
+    assert store.warnings == []
+
+
+def test_a_bad_identity_field_is_named_and_read_as_unknown(tmp_path: Path) -> None:
+    run = traceml_session(tmp_path / "r", "s")
+    manifest = run / "aggregator" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["rank"] = "zero"
+    write_json(manifest, doc)
+    store = catalog.open([tmp_path])
+    assert store.list_sessions()[0].rank is None
+    (w,) = store.warnings
+    assert (w.code, w.field, w.path) == ("invalid_session", "rank", str(manifest))
+
+
+def test_other_manifests_and_jsonl_files_are_not_catalog_files(tmp_path: Path) -> None:
+    write_json(tmp_path / "web" / "manifest.json", {"name": "my app", "icons": []})
+    (tmp_path / "data.jsonl").write_text('{"x": 1}\n', encoding="utf-8")
+    store = catalog.open([tmp_path])
+    assert store.list_runs() == [] and store.warnings == []
+
+
+def test_a_file_can_be_given_instead_of_a_folder(tmp_path: Path) -> None:
+    telemetry_jsonl(tmp_path / "one.jsonl", "one")
+    telemetry_jsonl(tmp_path / "two.jsonl", "two")
+    store = catalog.open(tmp_path / "one.jsonl")
+    assert [s.session_id for s in store.list_sessions()] == ["one"]
+
+
+def test_the_parse_cache_lives_beside_the_root_and_is_used_on_the_next_open(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    for i in range(3):
+        traceml_session(root / f"r{i}", f"s{i}")
+    envelope(root, "grouped", ["s0", "s1"])
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    cache = tmp_path / ".cache"
+    first = catalog.open([root], cache_dir=cache)
+    assert first.cache_misses == 4 and first.cache_hits == 0
+    second = catalog.open([root], cache_dir=cache)
+    assert second.cache_misses == 0 and second.cache_hits == 4
+    assert [r.to_dict() for r in second.list_runs()] == [r.to_dict() for r in first.list_runs()]
+    # a changed file is read again
+    envelope(root, "grouped-renamed", ["s0", "s1", "s2"])
+    third = catalog.open([root], cache_dir=cache)
+    assert third.cache_misses == 1
+    assert [r.run_id for r in third.list_runs()] == ["grouped-renamed"]
+    # nothing was written inside the root
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert (cache / "catalog-facts.msgpack").is_file()
+
+
+def test_a_cache_folder_inside_a_root_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CacheFolderError, match="never writes inside a root"):
+        catalog.open([tmp_path], cache_dir=tmp_path / ".cache")
+    assert not (tmp_path / ".cache").exists()

@@ -372,7 +372,8 @@ def test_a_killed_launcher_leaves_no_aggregator_behind(tmp_path: Path) -> None:
     assert (run_dir / "aggregator" / "final_summary.json").exists()
 
 
-@pytest.mark.parametrize("flags", [("--interval", "0.000001"), ("--nproc-per-node", "0"), ("--master-port", "0")])
+@pytest.mark.parametrize("flags", [("--interval", "0.000001"), ("--nproc-per-node", "0"), ("--master-port", "0"),
+                                   ("--name", ".."), ("--name", "a/b")])
 def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path: Path, flags: tuple[str, str]) -> None:
     script = tmp_path / "ok.py"
     script.write_text("print('never')\n")

@@ -20,7 +20,7 @@ PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True
 MODES = ("cli", "summary", "quiet")
 
 ScriptArg = Annotated[str, typer.Argument(metavar="SCRIPT", help="The training script (a .py file).")]
-ArgsArg = Annotated[list[str] | None, typer.Argument(metavar="[ARGS]...", help="Arguments for the script.")]
+ArgsArg = Annotated[list[str] | None, typer.Argument(metavar="ARGS", help="Arguments for the script.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Run name (default: the script's file name).")]
 GroupOpt = Annotated[str | None, typer.Option("--group", help="Group label shown in the viewer.")]
 TagOpt = Annotated[list[str] | None, typer.Option("--tag", help="A tag; repeat for several.")]
@@ -211,6 +211,8 @@ def serve(
     try:
         served = ServedRun.start(st.logs_dir, st.run_name or name, group=group, tags=list(tag or []), host=host,
                                  port=port, world_size=world_size)
+    except LaunchUsageError as exc:
+        raise UsageError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(str(exc)) from None
     out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder {escape(str(served.run_dir))}",

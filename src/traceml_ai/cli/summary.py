@@ -147,7 +147,7 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     missing = _get(doc, "ranks", "missing") or []
     rank_text = ", ".join("?" if r is None else str(r) for r in ranks) or "none"
     if _get(doc, "ranks", "world_size") is not None:
-        rank_text += f" of world size {_get(doc, 'ranks', 'world_size')}"
+        rank_text += f" (world size {_get(doc, 'ranks', 'world_size')})"
     if missing:
         rank_text += f" (missing: {', '.join(str(r) for r in missing)})"
     info.add_row("ranks", Text(rank_text, style="bold red" if missing else ""))

@@ -227,8 +227,8 @@ def launch(
 
     try:
         run_dir = create_run_folder(options.logs_dir, options.run_name).resolve()
-    except ValueError as exc:
-        raise LaunchError(str(exc)) from None
+    except ValueError as exc:  # the run name (--name, or the script's stem) is not usable
+        raise LaunchUsageError(f"--name: {exc}") from None
     except OSError as exc:
         raise LaunchError(f"cannot create the run folder in {options.logs_dir}: {exc.strerror or exc}") from None
     keeper = RunJsonKeeper(run_dir, options.run_name, options.group, list(options.tags), identity)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
-from traceml_ai.launcher.launch import LaunchError, LaunchResult
+from traceml_ai.launcher.launch import LaunchError, LaunchResult, LaunchUsageError
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
 
 
@@ -52,8 +52,8 @@ class ServedRun:
                                session_id=session_id, nproc_per_node=world_size or 1)
         try:
             run_dir = create_run_folder(logs_dir, name).resolve()
-        except ValueError as exc:
-            raise LaunchError(str(exc)) from None
+        except ValueError as exc:  # a bad --name
+            raise LaunchUsageError(f"--name: {exc}") from None
         except OSError as exc:
             raise LaunchError(f"cannot create the run folder in {logs_dir}: {exc.strerror or exc}") from None
         keeper = RunJsonKeeper(run_dir, name, group, list(tags or []), identity)

@@ -35,7 +35,8 @@ def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
     """
     if not name or len(name) > 100 or name in (".", "..") or _BAD_NAME_CHARS.search(name):
         raise ValueError(
-            f"run name {name!r} must be 1-100 characters without path separators or control characters"
+            f"run name {name!r} must be 1-100 characters, not '.' or '..', without path separators or "
+            "control characters"
         )
     stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}_{name}_{hex4 or secrets.token_hex(2)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,8 @@ def test_compare_reports_a_regression_and_fails_ci_above_the_threshold(runs: Pat
     step = next(m for m in doc["metrics"] if m["metric"] == "step_time_ms")
     assert step["verdict"] == "regression" and step["worse_pct"] == pytest.approx(25, abs=4)
     assert "regression:" in proc.stderr and "step_time_ms" in proc.stderr
+    # throughput fell: said as "worse", never with a plus sign that reads as a rise
+    assert re.search(r"throughput_steps_per_s \d+\.\d% worse", proc.stderr), proc.stderr
     # The same slowdown under a 40 % budget passes.
     proc = run_traceml("compare", str(runs / "baseline"), str(runs / "slower"), "--fail-on-regression", "40")
     assert proc.returncode == 0, proc.stderr

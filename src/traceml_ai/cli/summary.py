@@ -279,7 +279,7 @@ def compare(
     if fail_on_regression is not None:
         bad = result.regressions(fail_on_regression)
         if bad:
-            names = ", ".join(f"{m.metric} +{m.worse_pct:.1f}%" for m in bad)
+            names = ", ".join(f"{m.metric} {m.worse_pct:.1f}% worse" for m in bad)
             err.print(f"[bold red]regression:[/] {escape(names)} (more than {fail_on_regression:g}%)")
             raise typer.Exit(1)
 

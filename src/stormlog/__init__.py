@@ -1,1 +1,3 @@
-"""Stormlog compatibility face of ``traceml_ai.catalog`` (DESIGN §1). The catalog is not built yet."""
+"""Stormlog compatibility face of :mod:`traceml_ai.catalog` (004 seed; DESIGN §1): the same store
+under Stormlog's names, no logic of its own. ``import stormlog.query; stormlog.query.open([...])``.
+The ``stormlog query ...`` command is ``traceml query ...`` under that name."""

@@ -1,4 +1,4 @@
-"""`traceml runs ls / show`, `traceml demo` and `stormlog`, run as real commands."""
+"""`traceml runs ls / show` and `traceml demo`, run as real commands (`stormlog`: tests/catalog)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -232,8 +230,3 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
     assert again.returncode == 0, again.stderr
 
-
-def test_stormlog_says_not_yet_available() -> None:
-    proc = subprocess.run([sys.executable, "-c", "from stormlog.cli import main; main()"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 1 and "not yet available" in proc.stderr

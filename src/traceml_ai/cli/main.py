@@ -8,6 +8,7 @@ import typer
 
 from traceml_ai import __version__
 from traceml_ai.cli import capture
+from traceml_ai.cli import query as query_cli
 from traceml_ai.cli import runs as runs_cli
 from traceml_ai.cli import summary as summary_cli
 from traceml_ai.cli.bench import bench
@@ -25,6 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(runs_cli.app, name="runs")
+app.add_typer(query_cli.app, name="query")
 app.command("fake-runs")(fake_runs)
 app.command("demo")(demo)
 app.command("bench")(bench)

@@ -1,0 +1,241 @@
+"""``traceml query runs|attachments|sessions PATH...`` and its compatibility face ``stormlog query ...``
+(004 seed, "Query API"; DESIGN §5, §7). Thin: parse, call :func:`traceml_ai.catalog.open`, print.
+
+Rows go to stdout (a table, ``--json``: one JSON object per line, or ``--csv``); every catalog
+warning goes to stderr. Exit codes: 0 when the query ran (warnings included), 1 when none of the
+paths exists or with ``--strict`` when there were warnings, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from traceml_ai import __version__
+from traceml_ai.catalog import (
+    AttachmentRow,
+    CacheFolderError,
+    CatalogStore,
+    RunRow,
+    SessionRow,
+    default_cache_dir,
+    open_catalog,
+)
+from traceml_ai.cli.common import DEBUG, UsageError, UserError, err, one_line_errors, out, printable, settings
+
+app = typer.Typer(
+    help="Query run envelopes, sessions and attachments found under folders (the run catalog).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Folders to search and files to read.")]
+RunIdOpt = Annotated[list[str] | None, typer.Option("--run-id", help="Only this run (repeat for several).")]
+JobIdOpt = Annotated[list[str] | None, typer.Option("--job-id", help="Only this job id (repeat for several).")]
+SessionIdOpt = Annotated[list[str] | None, typer.Option("--session-id", help="Only this session (repeatable).")]
+RankOpt = Annotated[list[int] | None, typer.Option("--rank", help="Only this rank (repeatable).")]
+KindOpt = Annotated[list[str] | None, typer.Option(
+    "--kind", help="Attachment kind (runs: holding one; sessions: the session kind). Repeatable.")]
+NamespaceOpt = Annotated[list[str] | None, typer.Option("--source-namespace", help="e.g. wandb, nsys.")]
+RefOpt = Annotated[list[str] | None, typer.Option("--source-ref", help="e.g. entity/project/run-id, rank0.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per row and line.")]
+TableOpt = Annotated[bool, typer.Option("--table", help="A table (the default).")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="CSV with a header line; lists and objects as JSON.")]
+CacheDirOpt = Annotated[str | None, typer.Option(
+    "--cache-dir", help="Parse-cache folder (default: the cache_dir setting, else .cache beside the first PATH).")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Read every file; write no cache.")]
+StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when there are warnings (for CI).")]
+
+
+def _format(as_json: bool, as_table: bool, as_csv: bool) -> str:
+    chosen = [name for name, on in (("json", as_json), ("table", as_table), ("csv", as_csv)) if on]
+    if len(chosen) > 1:
+        raise UsageError("choose one of --json, --table and --csv")
+    return chosen[0] if chosen else "table"
+
+
+def _open(paths: Sequence[str], cache_dir: str | None, no_cache: bool) -> CatalogStore:
+    if cache_dir is not None and no_cache:
+        raise UsageError("choose one of --cache-dir and --no-cache")
+    chosen: str | None = None
+    if not no_cache:
+        chosen = settings(cache_dir=cache_dir).cache_dir or default_cache_dir(paths)
+    try:
+        store = open_catalog(paths, cache_dir=chosen)
+    except CacheFolderError as exc:
+        if cache_dir is not None:
+            raise UsageError(str(exc)) from None
+        store = open_catalog(paths)  # the default place is inside a root: read without a cache
+    for w in store.warnings:
+        err.print(f"[yellow]warning:[/] {escape(printable(str(w)))}", soft_wrap=True)
+    if not store.roots:
+        raise UserError("none of the paths exists: " + ", ".join(printable(p) for p in paths))
+    return store
+
+
+def _time(ns: int | None) -> str:
+    if ns is None:
+        return ""
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return printable(str(value))
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple, dict)):
+        return orjson.dumps(value).decode()
+    return "" if value is None else value
+
+
+Columns = list[tuple[str, Callable[[Any], Any]]]
+
+RUN_COLUMNS: Columns = [
+    ("run_id", lambda r: r.run_id), ("explicit", lambda r: "yes" if r.explicit else "no"),
+    ("job_id", lambda r: r.job_id), ("sessions", lambda r: r.session_count), ("ranks", lambda r: r.ranks),
+    ("attachments", lambda r: r.attachment_count), ("status", lambda r: r.status),
+    ("started (UTC)", lambda r: _time(r.started_at_ns)), ("title", lambda r: r.title),
+]
+ATTACHMENT_COLUMNS: Columns = [
+    ("run_id", lambda a: a.run_id), ("attachment_id", lambda a: a.attachment_id), ("kind", lambda a: a.kind),
+    ("storage", lambda a: a.storage), ("path or url", lambda a: a.path if a.path is not None else a.url),
+    ("session_id", lambda a: a.session_id), ("rank", lambda a: a.rank), ("title", lambda a: a.title),
+]
+SESSION_COLUMNS: Columns = [
+    ("session_id", lambda s: s.session_id), ("run_id", lambda s: s.run_id), ("kind", lambda s: s.kind),
+    ("job_id", lambda s: s.job_id), ("rank", lambda s: s.rank), ("local_rank", lambda s: s.local_rank),
+    ("world_size", lambda s: s.world_size), ("status", lambda s: s.status),
+    ("started (UTC)", lambda s: _time(s.started_at_ns)), ("on disk", lambda s: "yes" if s.on_disk else "no"),
+]
+
+
+def _print(rows: Sequence[RunRow | AttachmentRow | SessionRow], fmt: str, columns: Columns, what: str) -> None:
+    if fmt == "json":
+        sys.stdout.write("".join(orjson.dumps(r.to_dict()).decode() + "\n" for r in rows))
+    elif fmt == "csv":
+        buf = io.StringIO()
+        dicts = [r.to_dict() for r in rows]
+        names = list(dicts[0]) if dicts else []
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(names)
+        for d in dicts:
+            writer.writerow([_csv_value(d[k]) for k in names])
+        sys.stdout.write(buf.getvalue())
+    else:
+        table = Table(caption=f"{len(rows)} {what}", caption_justify="left")
+        for name, _ in columns:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            table.add_row(*(escape(_cell(get(row))) for _, get in columns))
+        out.print(table)
+
+
+def _finish(store: CatalogStore, strict: bool) -> None:
+    if strict and store.warnings:
+        raise typer.Exit(1)
+
+
+@one_line_errors
+def runs(
+    paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
+    rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
+    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+) -> None:
+    """Runs: explicit (stormlog_run.json) and implicit (sessions no envelope covers).
+
+    Example: traceml query runs ./artifacts --json
+    """
+    fmt = _format(as_json, as_table, as_csv)
+    store = _open(paths, cache_dir, no_cache)
+    rows = store.list_runs(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
+                           source_namespace=source_namespace, source_ref=source_ref)
+    _print(rows, fmt, RUN_COLUMNS, "runs")
+    _finish(store, strict)
+
+
+@one_line_errors
+def attachments(
+    paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
+    rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
+    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+) -> None:
+    """Run attachments: envelope and sidecar entries, and local artifacts (copy). URLs are never fetched.
+
+    Example: traceml query attachments ./artifacts --run-id run-train-42 --table
+    """
+    fmt = _format(as_json, as_table, as_csv)
+    store = _open(paths, cache_dir, no_cache)
+    rows = store.list_run_attachments(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
+                                      source_namespace=source_namespace, source_ref=source_ref)
+    _print(rows, fmt, ATTACHMENT_COLUMNS, "attachments")
+    _finish(store, strict)
+
+
+@one_line_errors
+def sessions(
+    paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
+    rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
+    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+) -> None:
+    """Sessions (capture lifecycles), one row per run they belong to.
+
+    Example: traceml query sessions ./artifacts --job-id train-42 --csv
+    """
+    fmt = _format(as_json, as_table, as_csv)
+    store = _open(paths, cache_dir, no_cache)
+    rows = store.list_sessions(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
+                               source_namespace=source_namespace, source_ref=source_ref)
+    _print(rows, fmt, SESSION_COLUMNS, "sessions")
+    _finish(store, strict)
+
+
+app.command("runs")(runs)
+app.command("attachments")(attachments)
+app.command("sessions")(sessions)
+
+stormlog_app = typer.Typer(
+    name="stormlog",
+    help="Stormlog-compatible run catalog queries (traceml query under its Stormlog name).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+stormlog_app.add_typer(app, name="query")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"stormlog (traceml {__version__})")
+        raise typer.Exit()
+
+
+@stormlog_app.callback()
+def _stormlog_root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    DEBUG["on"] = debug
+
+
+def stormlog_main() -> None:
+    """Console-script entry point of ``stormlog`` (``stormlog query runs ./artifacts --json``)."""
+    stormlog_app()

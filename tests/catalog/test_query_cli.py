@@ -1,0 +1,112 @@
+"""``traceml query ...`` and ``stormlog query ...`` run as real commands (004 seed, "Query API";
+DESIGN §7 exit codes: 0 ok, 1 failure, 2 bad usage)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.catalog.fixtures import SEED_MINIMAL_ENVELOPE, envelope, telemetry_jsonl, traceml_session
+from tests.conftest import run_traceml
+
+
+def stormlog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("stormlog", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("the stormlog console script is not installed: pip install -e .")
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    """The seed's layout: ./artifacts with the minimal envelope, its rank-0 session, and one
+    implicit TraceML run beside it."""
+    root = tmp_path / "artifacts"
+    (root / "train-42").mkdir(parents=True)
+    (root / "train-42" / "stormlog_run.json").write_text(SEED_MINIMAL_ENVELOPE, encoding="utf-8")
+    telemetry_jsonl(root / "train-42" / "telemetry" / "rank0.jsonl", "session-rank-0", job_id="train-42", rank=0,
+                    world_size=8)
+    traceml_session(root / "20261130-101500_baseline_a3f9", "solo-session")
+    return root
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_stormlog_query_runs_json_as_in_the_seed(artifacts: Path) -> None:
+    proc = stormlog("query", "runs", "./artifacts", "--json", cwd=artifacts.parent)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run_id"]: r for r in json_lines(proc.stdout)}
+    assert set(rows) == {"run-train-42", "session:solo-session"}
+    assert rows["run-train-42"]["explicit"] is True and rows["run-train-42"]["sessions"] == ["session-rank-0"]
+    assert rows["session:solo-session"]["title"] == "20261130-101500_baseline_a3f9"
+    assert proc.stderr == ""
+    # the parse cache went beside ./artifacts, nothing inside it
+    assert (artifacts.parent / ".cache" / "catalog-facts.msgpack").is_file()
+    assert not list(artifacts.rglob("*.msgpack"))
+
+
+def test_stormlog_query_attachments_table_as_in_the_seed(artifacts: Path) -> None:
+    proc = stormlog("query", "attachments", "./artifacts", "--run-id", "run-train-42", "--table",
+                    cwd=artifacts.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "rank0-profiler" in proc.stdout and "profiler_trace" in proc.stdout and "reference" in proc.stdout
+    assert "session-rank-0/rank0.jsonl" in proc.stdout  # the local telemetry file, as copy
+    assert "solo-session" not in proc.stdout
+    assert "2 attachments" in proc.stdout
+
+
+def test_traceml_query_sessions_csv_with_filters(artifacts: Path) -> None:
+    proc = run_traceml("query", "sessions", str(artifacts), "--job-id", "train-42", "--rank", "0", "--csv",
+                       "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(r["session_id"], r["run_id"], r["kind"], r["world_size"]) for r in rows] == [
+        ("session-rank-0", "run-train-42", "telemetry_jsonl", "8")]
+    assert not (artifacts.parent / ".cache").exists()
+
+
+def test_warnings_go_to_stderr_and_stdout_stays_parseable(artifacts: Path) -> None:
+    envelope(artifacts / "copy", "run-train-42", [])  # a second envelope with the same run_id
+    proc = run_traceml("query", "runs", str(artifacts), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert {r["run_id"] for r in json_lines(proc.stdout)} == {"job:train-42", "session:solo-session"}
+    assert proc.stderr.count("warning:") == 2 and "is also declared by" in proc.stderr
+    strict = run_traceml("query", "runs", str(artifacts), "--json", "--strict")
+    assert strict.returncode == 1 and strict.stdout == proc.stdout
+
+
+def test_no_existing_path_exits_1_with_one_line(tmp_path: Path) -> None:
+    proc = run_traceml("query", "runs", str(tmp_path / "nope"))
+    assert proc.returncode == 1
+    assert "none of the paths exists" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["runs", ".", "--json", "--csv"],
+    ["runs", ".", "--rank", "zero"],
+    ["runs"],
+    ["attachments", ".", "--cache-dir", "x", "--no-cache"],
+    ["runs", ".", "--cache-dir", "inside"],
+])
+def test_bad_usage_exits_2(tmp_path: Path, args: list[str]) -> None:
+    proc = run_traceml("query", *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_has_an_example() -> None:
+    proc = run_traceml("query", "attachments", "--help")
+    assert proc.returncode == 0 and "--run-id run-train-42" in proc.stdout
+    proc = run_traceml("query", "--help")
+    assert proc.returncode == 0 and all(c in proc.stdout for c in ("runs", "attachments", "sessions"))

@@ -1,0 +1,74 @@
+"""Query filters of the store (004 seed, "Query API"): keyword arguments, one value or several."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import traceml_ai.catalog as catalog
+from tests.catalog.fixtures import envelope, sidecar, telemetry_jsonl
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> catalog.CatalogStore:
+    for rank in range(3):
+        telemetry_jsonl(tmp_path / "job-a" / f"r{rank}.jsonl", f"a{rank}", job_id="a", rank=rank, world_size=3)
+    telemetry_jsonl(tmp_path / "job-b" / "r0.jsonl", "b0", job_id="b", rank=0, world_size=1)
+    envelope(tmp_path / "job-a", "run-a", ["a0", "a1", "a2"], [
+        {"attachment_id": "nsys-0", "kind": "profiler_trace", "storage": "reference", "path": "t0.nsys-rep",
+         "rank": 0, "source_namespace": "nsys", "source_ref": "rank0"},
+        {"attachment_id": "wandb", "kind": "experiment", "storage": "reference", "url": "https://wandb.example/e/p/r",
+         "source_namespace": "wandb", "source_ref": "e/p/r"},
+    ], job_id="a", source_namespace="wandb", source_ref="e/p/r", tags=["baseline"])
+    sidecar(tmp_path / "job-b", [{"attachment_id": "note", "kind": "note", "storage": "reference", "path": "n.md"}],
+            session_id="b0")
+    return catalog.open([tmp_path])
+
+
+def ids(rows: list[catalog.RunRow]) -> list[str]:
+    return [r.run_id for r in rows]
+
+
+def test_run_filters(store: catalog.CatalogStore) -> None:
+    assert ids(store.list_runs()) == ["run-a", "job:b"]
+    assert ids(store.list_runs(run_id="job:b")) == ["job:b"]
+    assert ids(store.list_runs(run_id=["run-a", "job:b", "nothing"])) == ["run-a", "job:b"]
+    assert ids(store.list_runs(job_id="a")) == ["run-a"]
+    assert ids(store.list_runs(session_id="a2")) == ["run-a"]
+    assert ids(store.list_runs(rank=2)) == ["run-a"]
+    assert ids(store.list_runs(rank=[0])) == ["run-a", "job:b"]
+    assert ids(store.list_runs(kind="note")) == ["job:b"]
+    assert ids(store.list_runs(source_namespace="wandb", source_ref="e/p/r")) == ["run-a"]
+    assert ids(store.list_runs(job_id="a", rank=0, kind="note")) == []  # all filters must match
+    (run,) = store.list_runs(run_id="run-a")
+    assert (run.tags, run.session_count, run.ranks) == (("baseline",), 3, (0, 1, 2))
+
+
+def test_attachment_filters(store: catalog.CatalogStore) -> None:
+    assert [a.attachment_id for a in store.list_run_attachments(source_namespace="nsys")] == ["nsys-0"]
+    assert [a.attachment_id for a in store.list_run_attachments(kind="experiment")] == ["wandb"]
+    assert [a.attachment_id for a in store.list_run_attachments(run_id="job:b")] == ["b0/r0.jsonl", "note"]
+    # an attachment without job_id matches its run's job
+    assert "wandb" in [a.attachment_id for a in store.list_run_attachments(job_id="a")]
+    assert [a.attachment_id for a in store.list_run_attachments(rank=0, run_id="run-a")] == ["nsys-0", "a0/r0.jsonl"]
+
+
+def test_session_filters(store: catalog.CatalogStore) -> None:
+    assert [s.session_id for s in store.list_sessions(run_id="run-a")] == ["a0", "a1", "a2"]
+    assert [s.session_id for s in store.list_sessions(rank=1)] == ["a1"]
+    assert [s.session_id for s in store.list_sessions(kind="telemetry_jsonl", job_id="b")] == ["b0"]
+    assert [s.session_id for s in store.list_sessions(source_namespace="wandb")] == ["a0", "a1", "a2"]
+
+
+def test_an_unknown_filter_is_a_type_error(store: catalog.CatalogStore) -> None:
+    with pytest.raises(TypeError):
+        store.list_runs(status="running")  # type: ignore[call-arg]
+
+
+def test_rows_have_a_json_shape(store: catalog.CatalogStore) -> None:
+    d = store.list_runs(run_id="run-a")[0].to_dict()
+    assert d["sessions"] == ["a0", "a1", "a2"] and d["explicit"] is True and d["tags"] == ["baseline"]
+    assert set(store.list_run_attachments()[0].to_dict()) >= {
+        "run_id", "attachment_id", "title", "kind", "storage", "path", "url", "session_id", "job_id", "rank",
+        "metadata", "source_path"}

@@ -1,13 +1,19 @@
 """``python -m traceml_ai.aggregator``: the aggregator process of one job (DESIGN §1, §3).
 
     python -m traceml_ai.aggregator --run-dir DIR --session-id ID [--host 127.0.0.1] [--port 0]
-                                    [--world-size N]
+                                    [--world-size N] [--exporter jsonl|otlp|module:factory]
+                                    [--export-streams step_time,...] [--exporter-hostname]
 
 Once listening it prints exactly one line ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` on stdout
 (the launcher reads it). It runs until SIGTERM or SIGINT, then stops accepting, gives connected
 ranks up to 2 s to finish sending, flushes the store, writes ``finalization_warning.json`` when
 something was lost, and exits 0. Errors are one ``[TraceML]`` line on stderr: exit 1 for a failure
-(e.g. the port is taken), 2 for bad usage.
+(e.g. the port is taken), 2 for bad usage (including an ``--exporter`` of the wrong form or an
+unknown ``--export-streams`` name when an exporter is set).
+
+With ``--exporter`` the exporter is made on the main thread before the export worker thread starts
+(000 seed, "Custom exporters"); every admitted payload also goes to that worker, and at the end
+``finalization_warning.json`` gets its ``export`` block when the export lost something.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from traceml_ai.aggregator.export.factory import make_export_worker
+from traceml_ai.aggregator.export.worker import ExportWorker
 from traceml_ai.aggregator.finalize import finalize
 from traceml_ai.aggregator.server import Aggregator, PayloadSink
 
@@ -66,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", default=0, type=_port, help="TCP port (default 0: a free one)")
     parser.add_argument("--world-size", type=_positive, default=None, help="expected number of ranks")
+    parser.add_argument("--exporter", default=None, help="export records with jsonl, otlp or module:factory")
+    parser.add_argument("--export-streams", default="step_time",
+                        help="exported streams, comma separated: step_time, step_memory, process, system, all")
+    parser.add_argument("--exporter-hostname", action="store_true", help="keep the hostname field in exports")
     return parser
 
 
@@ -77,6 +89,7 @@ async def serve(
     port: int = 0,
     world_size: int | None = None,
     payload_sinks: Sequence[PayloadSink] = (),
+    export: ExportWorker | None = None,
     on_finalized: Callable[[Path], None] | None = None,
     stop: asyncio.Event | None = None,
     grace_s: float = GRACE_S,
@@ -84,23 +97,34 @@ async def serve(
     """Run one aggregator until ``stop`` is set (default: SIGTERM or SIGINT), then finalize.
 
     Prints the ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` line once listening. Returns the
-    path of ``finalization_warning.json`` when one was written, else None.
+    path of ``finalization_warning.json`` when one was written, else None. ``export`` (not yet
+    started) is started here, given every admitted payload, and closed after the last one.
 
     Raises:
         OSError: ``aggregator/`` cannot be created or the address cannot be bound.
     """
-    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=payload_sinks)
+    sinks = [*payload_sinks, export.submit] if export is not None else list(payload_sinks)
+    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=sinks)
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-    bound_host, bound_port = await agg.start()
+    if export is not None:
+        export.start()
+    try:
+        bound_host, bound_port = await agg.start()
+    except BaseException:
+        if export is not None:
+            await asyncio.to_thread(export.close)
+        raise
     print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
     watcher = asyncio.ensure_future(_stop_when_orphaned(stop))
     await stop.wait()
     watcher.cancel()
     await agg.stop(grace_s=grace_s)
+    if export is not None:
+        await asyncio.to_thread(export.close)  # after the store: every admitted payload was submitted
     source = "argument" if world_size is not None else ("hello" if agg.expected_world_size is not None else None)
     return finalize(
         run_dir,
@@ -109,6 +133,8 @@ async def serve(
         session_id=session_id,
         world_size=agg.expected_world_size,
         world_size_source=source,
+        extra={"export": export.report()} if export is not None else None,
+        extra_lost=export is not None and export.lost,
         on_finalized=on_finalized,
     )
 
@@ -156,10 +182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[TraceML] aggregator: cannot create {run_dir / 'aggregator'}: {exc.strerror or exc}",
               file=sys.stderr, flush=True)
         return 1
+    export: ExportWorker | None = None
+    if args.exporter is not None:
+        try:
+            # The factory runs here, on the main thread, before the worker thread exists (000 seed).
+            export = make_export_worker(args.exporter, run_dir.resolve(), export_streams=args.export_streams,
+                                        include_hostname=args.exporter_hostname)
+        except ValueError as exc:
+            print(f"[TraceML] aggregator: {exc}", file=sys.stderr, flush=True)
+            return 2
     try:
         asyncio.run(
             serve(run_dir, args.session_id, host=args.host, port=args.port, world_size=args.world_size,
-                  on_finalized=_write_final_summary)
+                  export=export, on_finalized=_write_final_summary)
         )
     except OSError as exc:
         print(f"[TraceML] aggregator: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",

@@ -51,9 +51,13 @@ class Settings(BaseSettings):
     interval: float = Field(
         1.0, gt=0, allow_inf_nan=False, description="telemetry sampling interval, seconds"
     )
-    exporter: str | None = Field(None, description="telemetry exporter: jsonl, otlp or module:factory")
-    export_streams: str = Field("step_time", description="exported streams, comma separated")
-    exporter_hostname: str | None = Field(None, description="hostname recorded by exporters")
+    exporter: str | None = Field(
+        None, description="telemetry exporter of `traceml run`/`serve`: jsonl, otlp or module:factory"
+    )
+    export_streams: str = Field(
+        "step_time", description="exported streams, comma separated: step_time, step_memory, process, system, all"
+    )
+    exporter_hostname: bool = Field(False, description="keep the hostname field in exported records")
 
     @field_validator("roots", mode="before")
     @classmethod

@@ -35,17 +35,27 @@ class AggregatorProcess:
         host: the address to bind (127.0.0.1 unless the job spans nodes).
         port: 0 picks a free port.
         world_size: ranks expected; a rank that never reports is listed as missing.
+        exporter, export_streams, exporter_hostname: the export settings (000 seed), passed on as
+            they are; the aggregator makes the exporter (the launcher never imports it).
 
     Raises:
         AggregatorStartError: the process did not report a listening address within 30 s.
     """
 
     def __init__(self, run_dir: Path, session_id: str, *, host: str = "127.0.0.1", port: int = 0,
-                 world_size: int | None = None) -> None:
-        cmd = [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir),
+                 world_size: int | None = None, exporter: str | None = None, export_streams: str = "step_time",
+                 exporter_hostname: bool = False) -> None:
+        # -P (Python 3.11+): the working directory is not on the aggregator's import path, so an
+        # exporter module is found only when installed or on PYTHONPATH (000 seed, "Custom exporters").
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+        cmd = [sys.executable, *safe_path, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir),
                "--session-id", session_id, "--host", host, "--port", str(port)]
         if world_size is not None:
             cmd += ["--world-size", str(world_size)]
+        if exporter is not None:
+            cmd += ["--exporter", exporter, "--export-streams", export_streams]
+            if exporter_hostname:
+                cmd.append("--exporter-hostname")
         env = dict(os.environ)
         env.pop("TRACEML_RUN_DIR", None)
         self.proc = subprocess.Popen(

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from traceml_ai.aggregator.export.factory import check_exporter_form
+from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
 from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.runfolder import (
@@ -78,6 +80,8 @@ class LaunchOptions:
         session_id: shared by every node of a job (default: derived from master address, port and
             name for several nodes, random for one).
         disable: run the training plainly, no TraceML at all.
+        exporter, export_streams, exporter_hostname: the export settings (000 seed, DESIGN §3.4) for
+            ``run``; ``watch`` has no exporter and ignores them.
     """
 
     script: str
@@ -96,6 +100,9 @@ class LaunchOptions:
     aggregator_port: int | None = None
     session_id: str | None = None
     disable: bool = False
+    exporter: str | None = None
+    export_streams: str = DEFAULT_EXPORT_STREAMS
+    exporter_hostname: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -151,6 +158,24 @@ def validate(options: LaunchOptions) -> None:
         raise LaunchUsageError("--master-port must be between 1 and 65534")
     if not MIN_INTERVAL_S <= options.interval <= MAX_INTERVAL_S:
         raise LaunchUsageError(f"--interval must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S:g} seconds")
+    if options.mode == "run":
+        check_export(options.exporter, options.export_streams)
+
+
+def check_export(exporter: str | None, export_streams: str) -> None:
+    """Check the export settings before anything starts (000 seed): ``export_streams`` names only
+    known streams, and ``exporter`` has the form ``jsonl``, ``otlp`` or ``module:factory``. Only
+    the form: the module is never imported here (the aggregator imports it).
+
+    Raises:
+        LaunchUsageError: the same one-line message the aggregator would give (exit 2).
+    """
+    try:
+        parse_export_streams(export_streams)
+        if exporter is not None:
+            check_exporter_form(exporter)
+    except ValueError as exc:
+        raise LaunchUsageError(str(exc)) from None
 
 
 def session_id_for(options: LaunchOptions) -> str:
@@ -241,9 +266,13 @@ def launch(
     host = "127.0.0.1" if options.nnodes == 1 else options.master_addr
     try:
         try:
+            export = options.mode == "run" and options.exporter is not None
             aggregator = AggregatorProcess(run_dir, session_id, host=host,
                                            port=0 if options.nnodes == 1 else agg_port,
-                                           world_size=identity.world_size)
+                                           world_size=identity.world_size,
+                                           exporter=options.exporter if export else None,
+                                           export_streams=options.export_streams,
+                                           exporter_hostname=options.exporter_hostname)
             env["TRACEML_AGGREGATOR"] = aggregator.address
         except (AggregatorStartError, OSError) as exc:
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}

@@ -13,9 +13,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS
 from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
-from traceml_ai.launcher.launch import LaunchError, LaunchResult, LaunchUsageError
+from traceml_ai.launcher.launch import LaunchError, LaunchResult, LaunchUsageError, check_export
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
 
 
@@ -40,13 +41,19 @@ class ServedRun:
         host: str = "127.0.0.1",
         port: int = 0,
         world_size: int | None = None,
+        exporter: str | None = None,
+        export_streams: str = DEFAULT_EXPORT_STREAMS,
+        exporter_hostname: bool = False,
     ) -> ServedRun:
-        """Create the run folder and start its aggregator.
+        """Create the run folder and start its aggregator (with the exporter, when one is set).
 
         Raises:
+            LaunchUsageError: a bad ``exporter`` form or ``export_streams`` value (checked first,
+                before anything is created).
             LaunchError: a bad name, an unwritable logs folder, or an aggregator that did not start
                 (e.g. the port is in use).
         """
+        check_export(exporter, export_streams)
         session_id = uuid.uuid4().hex
         identity = RunIdentity(mode="serve", command=[sys.executable, "-m", "traceml_ai", "serve"],
                                session_id=session_id, nproc_per_node=world_size or 1)
@@ -61,7 +68,9 @@ class ServedRun:
         started = time.time_ns()
         write_manifest(run_dir, identity, status="running", started_at_ns=started)
         try:
-            aggregator = AggregatorProcess(run_dir, session_id, host=host, port=port, world_size=world_size)
+            aggregator = AggregatorProcess(run_dir, session_id, host=host, port=port, world_size=world_size,
+                                           exporter=exporter, export_streams=export_streams,
+                                           exporter_hostname=exporter_hostname)
         except AggregatorStartError as exc:
             keeper.finish(exit_code=1)
             write_manifest(run_dir, identity, status="incomplete", started_at_ns=started,

@@ -134,8 +134,8 @@ def add_attachment(
     """Add one attachment to an envelope or a sidecar and return the file written.
 
     ``target`` is a ``stormlog_run.json`` (the attachment joins its run), a
-    ``stormlog_attachments.json`` (created when missing), or a folder: its envelope when it holds
-    one, else its sidecar (created when missing). ``path`` is relative to that file's folder (or
+    ``stormlog_attachments.json`` (created when missing), or a folder (created when missing): its
+    envelope when it holds one, else its sidecar (created when missing). ``path`` is relative to that file's folder (or
     absolute); ``url`` is recorded, never fetched. ``run_id`` is only for sidecars.
 
     Raises:
@@ -144,10 +144,10 @@ def add_attachment(
         OSError: the file cannot be read or written.
     """
     p = Path(target)
-    if p.is_dir():
-        file = p / ENVELOPE_FILE if (p / ENVELOPE_FILE).is_file() else p / SIDECAR_FILE
-    else:
+    if p.suffix == ".json" and not p.is_dir():
         file = p
+    else:
+        file = p / ENVELOPE_FILE if (p / ENVELOPE_FILE).is_file() else p / SIDECAR_FILE
     item: dict[str, Any] = {"attachment_id": attachment_id, "kind": kind, "storage": storage}
     optional = {"title": title, "path": path, "url": url, "session_id": session_id, "job_id": job_id,
                 "rank": rank, "source_namespace": source_namespace, "source_ref": source_ref, "run_id": run_id}
@@ -180,5 +180,6 @@ def add_attachment(
         problems = file_problems + [p for ps in item_problems.values() for p in ps]
     if problems:
         raise EnvelopeError(file, problems)
+    file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(file, dump_json(doc))
     return file

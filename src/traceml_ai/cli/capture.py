@@ -119,8 +119,21 @@ def _launch_command(
         raise UsageError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(str(exc)) from None
+    if result.run_dir is not None and nnodes > 1:
+        _write_job_envelope(result.run_dir)
     _report(result, view_mode)
     raise typer.Exit(result.exit_code)
+
+
+def _write_job_envelope(run_dir: Path) -> None:
+    """A job over several nodes gets a stormlog_run.json grouping its session and artifacts (DESIGN §2.2);
+    written here because the launcher may not import the catalog (DESIGN §1). Never changes the exit code."""
+    from traceml_ai.catalog.job import write_job_envelope
+
+    try:
+        write_job_envelope(run_dir)
+    except (OSError, ValueError) as exc:
+        err.print(f"[yellow]no run envelope written:[/] {escape(printable(str(exc)))}")
 
 
 NprocOpt = Annotated[int, typer.Option("--nproc-per-node", help="Processes per node (>1 uses torch.distributed.run).")]

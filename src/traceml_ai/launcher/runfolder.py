@@ -285,6 +285,7 @@ def write_manifest(
         "node_rank": identity.node_rank,
         "rank": None if identity.world_size > 1 else 0,
         "local_rank": None if identity.world_size > 1 else 0,
+        "role": "job" if identity.world_size > 1 else "rank",  # one aggregator collects every rank of a job
         "hostname": socket.gethostname(),
         "command": list(identity.command),
         "exit_code": exit_code,

@@ -293,7 +293,9 @@ def local_work(tl: RankTimeline) -> FloatArray:
 
 def straggler(ctx: Context) -> RuleResult:
     """Straggler: one rank's median iteration (or its work outside backward, see :func:`local_work`)
-    exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time."""
+    exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time, and
+    by more than the other ranks' own step-to-step spread (interquartile range): a gap the ranks'
+    noise covers, such as ranks jostling for the cores of a busy host, is no evidence."""
     rule = "straggler"
     usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
     if len(ctx.table.ranks) < 2:
@@ -302,22 +304,27 @@ def straggler(ctx: Context) -> RuleResult:
     if len(usable) < 2:
         return Abstention(rule, f"fewer than two ranks have {th.MIN_STRAGGLER_STEPS} measured post-warm-up steps")
     it_med = {tl.rank: float(np.nanmedian(tl.iteration_ms)) for tl in usable}
-    local_med = {
-        tl.rank: float(np.nanmedian(lw)) for tl in usable if np.isfinite(lw := local_work(tl)).any()
-    }
+    it_iqr = {tl.rank: _iqr(tl.iteration_ms) for tl in usable}
+    local = {tl.rank: lw for tl in usable if np.isfinite(lw := local_work(tl)).any()}
+    local_med = {r: float(np.nanmedian(lw)) for r, lw in local.items()}
+    local_iqr = {r: _iqr(lw) for r, lw in local.items()}
     candidates: list[tuple[float, int | None, str, float, float]] = []
     worst = max(it_med, key=lambda r: it_med[r])
     others = float(np.median([v for r, v in it_med.items() if r != worst]))
-    if others > 0:
+    noise = float(np.median([v for r, v in it_iqr.items() if r != worst]))
+    if others > 0 and it_med[worst] - others > noise:
         candidates.append(((it_med[worst] - others) / others, worst, "total", it_med[worst], others))
     if len(local_med) >= 2:
         lworst = max(local_med, key=lambda r: local_med[r])
         lothers = float(np.median([v for r, v in local_med.items() if r != lworst]))
+        lnoise = float(np.median([v for r, v in local_iqr.items() if r != lworst]))
         base = float(np.median([v for r, v in it_med.items() if r != lworst]))
-        if base > 0:
+        if base > 0 and local_med[lworst] - lothers > lnoise:
             candidates.append(((local_med[lworst] - lothers) / base, lworst, "local", local_med[lworst], lothers))
     if not candidates:
-        return Abstention(rule, "the other ranks' median step time is 0 ms; no ratio exists")
+        if others <= 0:
+            return Abstention(rule, "the other ranks' median step time is 0 ms; no ratio exists")
+        return []  # the slowest rank is within the ranks' own step-to-step noise
     skew, rank, how, mine, theirs = max(candidates, key=lambda c: c[0])
     severity = _severity(skew, th.STRAGGLER_WARN, th.STRAGGLER_CRITICAL)
     if severity is None:
@@ -347,6 +354,15 @@ def straggler(ctx: Context) -> RuleResult:
             strength=_strength(skew, th.STRAGGLER_WARN),
         )
     ]
+
+
+def _iqr(values: FloatArray) -> float:
+    """Interquartile range (p75 − p25) of the finite values, 0 when there are none."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0
+    p25, p75 = np.percentile(finite, [25, 75])
+    return float(p75 - p25)
 
 
 def _rank_name(rank: int | None) -> str:

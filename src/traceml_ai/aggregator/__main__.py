@@ -103,14 +103,15 @@ async def serve(
     Raises:
         OSError: ``aggregator/`` cannot be created or the address cannot be bound.
     """
-    sinks = [*payload_sinks, export.submit] if export is not None else list(payload_sinks)
-    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=sinks)
+    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=payload_sinks,
+                     frame_sinks=[export.submit_frame] if export is not None else [])
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
     if export is not None:
+        export.set_busy(lambda: agg.store.backlog() > 0)  # ingest first (export worker module doc)
         export.start()
     try:
         bound_host, bound_port = await agg.start()

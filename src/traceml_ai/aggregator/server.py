@@ -37,6 +37,13 @@ The seam for exporters (000 seed): a sink must return quickly (queue the payload
 worker); one that raises is counted in ``IngestStats.sink_errors`` and keeps being called.
 """
 
+FrameSink = Callable[[bytes], None]
+"""Given the msgpack body of every admitted payload frame, undecoded, on the store's writer thread.
+
+The export worker's seam: it decodes the body on its own thread, so the writer thread (the
+ingest path) does no work for the export but this call. Same rules as :data:`PayloadSink`.
+"""
+
 AGGREGATOR_DIR = "aggregator"
 
 # StreamReader buffer limit: large enough that a typical batch frame arrives without pausing
@@ -63,6 +70,7 @@ class Aggregator:
         world_size: expected number of ranks, for the missing-rank report; None takes the largest
             ``world_size`` the ranks announce in their hellos.
         payload_sinks: callables given every admitted payload (the exporter seam).
+        frame_sinks: callables given the body bytes of every admitted payload frame.
         inbound_max: frames the inbound queue holds before connections stop being read.
         hello_timeout_s: a connection that sends no hello within this many seconds is closed.
         flush_interval_s, flush_rows: the store's flush rule (DESIGN §3.3).
@@ -84,6 +92,7 @@ class Aggregator:
         port: int = 0,
         world_size: int | None = None,
         payload_sinks: Sequence[PayloadSink] = (),
+        frame_sinks: Sequence[FrameSink] = (),
         inbound_max: int = 256,
         hello_timeout_s: float = 30.0,
         flush_interval_s: float = 0.5,
@@ -96,6 +105,7 @@ class Aggregator:
         self.port = port
         self.world_size = world_size
         self.payload_sinks = list(payload_sinks)
+        self.frame_sinks = list(frame_sinks)
         self.hello_timeout_s = hello_timeout_s
         self.stats = IngestStats()
         self.store = TelemetryStore(
@@ -265,6 +275,8 @@ class Aggregator:
                 return self._reject_foreign(rank, foreign)
             if self.payload_sinks:
                 self._feed_sinks(frames.decode_body(data))
+            if self.frame_sinks:
+                self._feed_sinks(data, self.frame_sinks)
             return self._admitted(rank, fast, fast.log_lines)
         try:
             body = frames.decode_body(data)
@@ -277,6 +289,8 @@ class Aggregator:
             if foreign is not None:
                 return self._reject_foreign(rank, foreign)
             self._feed_sinks(body)
+            if self.frame_sinks:
+                self._feed_sinks(data, self.frame_sinks)
             return self._admitted(rank, project_payload(body), _log_lines(body))
         if kind == frames.RANK_FINISHED:
             assert isinstance(body, dict)
@@ -321,8 +335,8 @@ class Aggregator:
                         return session
         return None
 
-    def _feed_sinks(self, payload: Any) -> None:
-        for sink in self.payload_sinks:
+    def _feed_sinks(self, payload: Any, sinks: Sequence[Callable[[Any], None]] | None = None) -> None:
+        for sink in self.payload_sinks if sinks is None else sinks:
             try:
                 sink(payload)
             except Exception as exc:

@@ -319,6 +319,11 @@ class TelemetryStore:
             return False
         return True
 
+    def backlog(self) -> int:
+        """Units of work queued for the writer thread right now (approximate): above 0, ingest is
+        behind its input. The export worker waits while it is, so ingest keeps the CPU."""
+        return self._queue.qsize()
+
     def close(self, timeout: float | None = None) -> StoreStats:
         """Flush everything queued, close the database and the log files, stop the writer thread.
 

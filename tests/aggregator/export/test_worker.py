@@ -231,3 +231,65 @@ def test_a_payload_submitted_after_close_is_a_dropped_batch() -> None:
 def test_records_lost_while_building_are_counted_in_the_report() -> None:
     worker, _ = run_worker(RecordingExporter(), [["not an envelope", full_envelope(0)]])
     assert worker.report()["skipped"] == 1 and worker.lost
+
+
+def test_frames_are_decoded_on_the_worker_thread_and_give_the_same_records_as_payloads() -> None:
+    from traceml_ai.telemetry import frames
+
+    body = frames.encode_frame([full_envelope(0), full_envelope(1)])[frames.HEADER.size:]
+    exporter = RecordingExporter()
+    logged: list[str] = []
+    worker = ExportWorker(exporter, name="frames", streams=ALL, log=logged.append)
+    worker.start()
+    worker.submit_frame(body)
+    worker.close()
+    assert [r.STREAM for r in exporter.records] == [r.STREAM for r in records_from_payload(
+        [full_envelope(0), full_envelope(1)]).records]
+    assert worker.report()["admitted_records"] == 2 * PER_ENVELOPE and logged == []
+
+
+def test_a_frame_that_would_pass_the_byte_bound_is_a_dropped_batch() -> None:
+    from traceml_ai.telemetry import frames
+
+    body = frames.encode_frame(full_envelope(0))[frames.HEADER.size:]
+    exporter = GatedExporter()
+    worker = ExportWorker(exporter, name="bytes", streams=ALL, max_queued_bytes=2 * len(body) + 1)
+    worker.start()
+    worker.submit_frame(body)
+    assert exporter.entered.wait(30)  # the first frame is out of the queue, in write
+    for _ in range(4):  # two fit in the byte bound, two do not
+        worker.submit_frame(body)
+    exporter.release.set()
+    worker.close()
+    assert worker.dropped_batches == 2 and exporter.dropped == 2
+    assert len(exporter.records) == 3 * PER_ENVELOPE
+
+
+def test_while_ingest_has_a_backlog_the_worker_waits_and_catches_up_when_it_is_over() -> None:
+    from traceml_ai.telemetry import frames
+
+    body = frames.encode_frame(full_envelope(0))[frames.HEADER.size:]
+    backlog = threading.Event()
+    backlog.set()
+    exporter = RecordingExporter()
+    worker = ExportWorker(exporter, name="polite", streams=ALL, busy=backlog.is_set, max_queued_batches=8)
+    worker.start()
+    for _ in range(3):
+        worker.submit_frame(body)
+    time.sleep(0.3)
+    assert "write" not in exporter.calls  # ingest is busy and the queue is under half full: wait
+    backlog.clear()
+    deadline = time.monotonic() + 30
+    while len(exporter.records) < 3 * PER_ENVELOPE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(exporter.records) == 3 * PER_ENVELOPE  # caught up once the backlog was over
+    backlog.set()
+    for _ in range(6):  # at half of the queue (4 of 8) and above, the worker stops waiting, busy or not
+        worker.submit_frame(body)
+    deadline = time.monotonic() + 30
+    while len(exporter.records) < 5 * PER_ENVELOPE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(exporter.records) in (5 * PER_ENVELOPE, 6 * PER_ENVELOPE)  # then under half: it waits again
+    worker.close()  # stopping: no more waiting
+    assert len(exporter.records) == 9 * PER_ENVELOPE and worker.dropped_batches == 0

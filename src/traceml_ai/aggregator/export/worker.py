@@ -2,12 +2,20 @@
 
 000 seed "Stream selection" and "Custom exporters", DESIGN §3.2 (losses are never silent), §3.4.
 
-The aggregator's store thread hands every admitted payload to :meth:`ExportWorker.submit`, which
-only queues it; the worker's own thread builds the records of the selected streams with
+The aggregator's store thread hands every admitted payload frame to :meth:`ExportWorker.submit_frame`
+(its msgpack body, undecoded) or a decoded payload to :meth:`ExportWorker.submit`, which only
+queue it; the worker's own thread decodes it, builds the records of the selected streams with
 :func:`~traceml_ai.aggregator.export.payload.build_records` (the selection is applied there,
 once, before any exporter sees a record) and calls the exporter: ``open`` once, ``write`` per
 group of queued payloads, ``flush`` every ``flush_interval_s`` and at the end, then
 ``close(dropped_batches=N)``.
+
+Ingest comes first: SQLite is the run's record, the export a copy. While ``busy()`` says the
+aggregator's writer thread has a backlog (a burst of frames), the worker waits, a few
+milliseconds at a time, as long as its own queue is under half full; it catches up when the burst
+is over. One Python process runs one thread at a time, so an export that competed for every
+frame would slow ingest by what it costs (benchmarks/bench_export.py). A queue that passes half
+full ends the waiting: then the export keeps pace at the cost of ingest, and beyond full it drops.
 
 Losses:
 
@@ -31,11 +39,18 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ai.aggregator.export.exporter import Exporter
-from traceml_ai.aggregator.export.payload import build_records
+from traceml_ai.aggregator.export.payload import RecordBatch, build_records
 from traceml_ai.aggregator.export.records import RECORD_STREAMS, ExportRecord
+from traceml_ai.telemetry import frames
 
 MAX_QUEUED_BATCHES = 4096
 """Payloads waiting for the worker; beyond that each new payload is a dropped batch."""
+MAX_QUEUED_BYTES = 256 << 20
+"""Frame bytes waiting for the worker (256 MiB); beyond that each new frame is a dropped batch."""
+YIELD_S = 0.002
+"""How long the worker waits at a time while ingest has a backlog (seconds)."""
+BUSY_GRACE_S = 0.05
+"""A backlog seen this recently (seconds) still counts: within a burst it empties for moments."""
 FLUSH_INTERVAL_S = 1.0
 """How often the exporter is flushed while records come in (seconds)."""
 CLOSE_TIMEOUT_S = 30.0
@@ -44,6 +59,7 @@ MAX_BATCH_RECORDS = 50_000
 """Queued payloads are gathered into one ``write`` until they hold this many records."""
 
 _STOP = object()
+_EMPTY = RecordBatch([], 0)
 
 
 def _stderr(message: str) -> None:
@@ -58,7 +74,8 @@ class ExportWorker:
         name: the ``exporter`` setting's value (``jsonl``, ``otlp`` or ``module:factory``), for messages.
         streams: the selected record ``STREAM`` names (``parse_export_streams``).
         failure: why there is no exporter (a factory failure); treated like an ``open`` that raised.
-        max_queued_batches, flush_interval_s: see the module constants.
+        max_queued_batches, max_queued_bytes, flush_interval_s: see the module constants.
+        busy: says whether ingest has a backlog (the worker then waits, see the module doc).
         log: where the one failure line goes (default: stderr).
 
     Example::
@@ -79,7 +96,9 @@ class ExportWorker:
         streams: tuple[str, ...],
         failure: str | None = None,
         max_queued_batches: int = MAX_QUEUED_BATCHES,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
         flush_interval_s: float = FLUSH_INTERVAL_S,
+        busy: Callable[[], bool] | None = None,
         log: Callable[[str], None] = _stderr,
     ) -> None:
         if exporter is None and failure is None:
@@ -92,6 +111,13 @@ class ExportWorker:
         self.flush_interval_s = flush_interval_s
         self._log = log
         self._queue: queue.Queue[Any] = queue.Queue(max_queued_batches)
+        self._max_batches = max_queued_batches
+        self._max_bytes = max_queued_bytes
+        # Bytes queued = submitted - consumed; each counter has one writing thread, so no lock.
+        self._submitted_bytes = 0
+        self._consumed_bytes = 0
+        self._busy = busy
+        self._last_busy = -BUSY_GRACE_S
         self._thread = threading.Thread(target=self._run, name="traceml-export", daemon=True)
         self._failure_at_start = failure
         self.failure: str | None = None
@@ -103,6 +129,10 @@ class ExportWorker:
         self._stopping = False
 
     # -- the aggregator's side ------------------------------------------------------------------------
+
+    def set_busy(self, busy: Callable[[], bool] | None) -> None:
+        """Set the ingest-backlog check (see the module doc); call before :meth:`start`."""
+        self._busy = busy
 
     def start(self) -> None:
         """Start the worker thread (it calls ``open`` first)."""
@@ -120,6 +150,20 @@ class ExportWorker:
             self._queue.put_nowait(payload)
         except queue.Full:
             self.dropped_batches += 1
+
+    def submit_frame(self, body: bytes) -> None:
+        """Queue the msgpack body of one admitted payload frame (the aggregator's frame sink); never
+        blocks. The worker decodes it. A frame that would pass :data:`MAX_QUEUED_BYTES` (or the
+        batch bound) is a dropped batch."""
+        if self._stopping or self._submitted_bytes - self._consumed_bytes + len(body) > self._max_bytes:
+            self.dropped_batches += 1
+            return
+        try:
+            self._queue.put_nowait(body)
+        except queue.Full:
+            self.dropped_batches += 1
+            return
+        self._submitted_bytes += len(body)
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Let the worker export what is queued, flush and close the exporter; wait up to ``timeout_s``.
@@ -205,6 +249,7 @@ class ExportWorker:
         dirty = False
         stop = False
         while not stop:
+            self._wait_for_ingest()
             try:
                 first = self._queue.get(timeout=self.flush_interval_s)
             except queue.Empty:
@@ -231,16 +276,42 @@ class ExportWorker:
                 self._call("close", dropped_batches=self.dropped_batches)
         self.closed = True
 
+    def _should_wait(self) -> bool:
+        """Whether ingest had a backlog within :data:`BUSY_GRACE_S` while the worker is not stopping
+        and its queue is under half full (module doc: ingest comes first)."""
+        busy = self._busy
+        if busy is None or self._stopping:
+            return False
+        if self._queue.qsize() >= self._max_batches // 2:
+            return False
+        if self._submitted_bytes - self._consumed_bytes >= self._max_bytes // 2:
+            return False
+        now = time.monotonic()
+        if busy():
+            self._last_busy = now
+        return now - self._last_busy < BUSY_GRACE_S
+
+    def _wait_for_ingest(self) -> None:
+        while self._should_wait():
+            time.sleep(YIELD_S)
+
     def _gather(self, first: Any, records: list[ExportRecord]) -> bool:
         """Build the records of ``first`` and of the payloads queued behind it (up to
         :data:`MAX_BATCH_RECORDS`) into ``records``; return True when the stop mark was reached."""
         payload = first
         while True:
-            batch = build_records(payload, None, self._selected)
+            if type(payload) is bytes:
+                self._consumed_bytes += len(payload)
+                try:
+                    payload = frames.decode_body(payload)
+                except frames.FrameError:  # admitted frames decode; count it all the same
+                    payload = None
+                    self.skipped += 1
+            batch = build_records(payload, None, self._selected) if payload is not None else _EMPTY
             self.admitted_records += len(batch.records)
             self.skipped += batch.skipped
             records.extend(batch.records)
-            if len(records) >= MAX_BATCH_RECORDS:
+            if len(records) >= MAX_BATCH_RECORDS or self._should_wait():
                 return False
             try:
                 payload = self._queue.get_nowait()

@@ -156,8 +156,14 @@ def test_the_parse_cache_lives_beside_the_root_and_is_used_on_the_next_open(tmp_
     third = catalog.open([root], cache_dir=cache)
     assert third.cache_misses == 1
     assert [r.run_id for r in third.list_runs()] == ["grouped-renamed"]
+    # a session added to a folder walked before is found (the folder's cached listing is stale)
+    traceml_session(root / "r3", "s3")
+    fourth = catalog.open([root], cache_dir=cache)
+    assert [s.session_id for s in fourth.list_sessions()] == ["s0", "s1", "s2", "s3"]
+    assert fourth.cache_misses == 1
+    before += [Path("r3"), *(p.relative_to(root) for p in (root / "r3").rglob("*"))]
     # nothing was written inside the root
-    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == sorted(before)
     assert (cache / "catalog-facts.msgpack").is_file()
 
 

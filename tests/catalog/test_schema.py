@@ -87,3 +87,42 @@ def test_a_single_attachment_is_checked_like_an_envelope_item() -> None:
     assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "path": "x"}) == []
     assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "url": "not a url"},
                                ["attachments", 3])[0].field == "attachments[3].url"
+
+
+def _mutations(doc: Any) -> list[Any]:
+    """Copies of ``doc`` with one value replaced by a likely-wrong one, or one key removed."""
+    odd: list[Any] = [None, -1, 0, 1, 1.5, True, "", "x", "copy", [], {}, [1], {"a": 1}, "https://x"]
+    found: list[Any] = []
+
+    def walk(node: Any, rebuild: Any) -> None:
+        if isinstance(node, dict):
+            for key in node:
+                found.append(rebuild({k: v for k, v in node.items() if k != key}))
+                for value in odd:
+                    found.append(rebuild({**node, key: value}))
+                walk(node[key], lambda new, key=key: rebuild({**node, key: new}))
+        elif isinstance(node, list):
+            for i in range(len(node)):
+                walk(node[i], lambda new, i=i: rebuild([*node[:i], new, *node[i + 1:]]))
+
+    walk(doc, lambda new: new)
+    return found
+
+
+def test_the_fast_check_never_accepts_what_jsonschema_rejects() -> None:
+    from traceml_ai.catalog.schema import _fast, _validator
+
+    sidecar = {"format": "stormlog.attachments", "run_id": "r", "attachments": seed_doc()["attachments"]}
+    for name, doc in ((ENVELOPE_SCHEMA, seed_doc()), (SIDECAR_SCHEMA, sidecar)):
+        mutations = _mutations(doc)
+        assert len(mutations) > 150
+        disagree = [m for m in mutations if _fast(name)(m) and list(_validator(name).iter_errors(m))]
+        assert disagree == []
+        assert any(not _fast(name)(m) for m in mutations) and any(_fast(name)(m) for m in mutations)
+
+
+def test_the_fast_check_refuses_a_keyword_it_does_not_know() -> None:
+    from traceml_ai.catalog.schema import _compile
+
+    with pytest.raises(ValueError, match="maxLength"):
+        _compile({"type": "string", "maxLength": 3}, {}, {})

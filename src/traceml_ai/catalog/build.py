@@ -41,14 +41,35 @@ from traceml_ai.runs.discovery import inside
 IDENTITY = ("job_id", "rank", "local_rank", "world_size")
 
 
+_Local = tuple[str, dict[str, Any], list[Any]]
+"""A local artifact not yet made a row: (run_id, session record, [attachment_id, kind, path, title])."""
+
+
+def _local_row(local: _Local) -> AttachmentRow:
+    run_id, rec, (attachment_id, kind, path, title) = local
+    return AttachmentRow(run_id=run_id, attachment_id=attachment_id, title=title, kind=kind, storage="copy",
+                         path=path, url=None, session_id=rec["session_id"], job_id=rec["job_id"], rank=rec["rank"],
+                         source_path=rec["source_path"])
+
+
 @dataclass
 class Catalog:
-    """Everything the store answers from (rows in discovery order)."""
+    """Everything the store answers from (rows in discovery order). The rows of local artifacts
+    (three or more per session) are made on first use of :attr:`attachments`: listing runs alone
+    does not pay for them."""
 
     runs: list[RunRow] = field(default_factory=list)
     sessions: list[SessionRow] = field(default_factory=list)
-    attachments: list[AttachmentRow] = field(default_factory=list)
     warnings: list[CatalogWarning] = field(default_factory=list)
+    pending: list[AttachmentRow | _Local] = field(default_factory=list)
+    _attachments: list[AttachmentRow] | None = None
+
+    @property
+    def attachments(self) -> list[AttachmentRow]:
+        if self._attachments is None:
+            self._attachments = [a if isinstance(a, AttachmentRow) else _local_row(a) for a in self.pending]
+            self.pending = []
+        return self._attachments
 
 
 @dataclass
@@ -58,7 +79,7 @@ class _Run:
     source_path: str
     doc: dict[str, Any] = field(default_factory=dict)
     sessions: list[SessionRow] = field(default_factory=list)
-    attachments: list[AttachmentRow] = field(default_factory=list)
+    attachments: list[AttachmentRow | _Local] = field(default_factory=list)
 
 
 class _Builder:
@@ -228,20 +249,16 @@ class _Builder:
 
     def local_artifacts(self) -> None:
         for run in self.runs.values():
-            declared = {a.path for a in run.attachments if a.path is not None}
+            declared = {a.path for a in run.attachments if isinstance(a, AttachmentRow) and a.path is not None}
             done: set[int] = set()
             for s in run.sessions:
                 for rec in self.by_session.get(s.session_id, []):
                     if id(rec) in done:
                         continue
                     done.add(id(rec))
-                    for attachment_id, kind, path, title in rec["artifacts"]:
-                        if path in declared:
-                            continue  # the envelope already lists it, with its own words
-                        run.attachments.append(AttachmentRow(
-                            run_id=run.run_id, attachment_id=attachment_id, title=title, kind=kind, storage="copy",
-                            path=path, url=None, session_id=rec["session_id"], job_id=rec["job_id"],
-                            rank=rec["rank"], source_path=rec["source_path"]))
+                    for artifact in rec["artifacts"]:
+                        if artifact[2] not in declared:  # else the envelope lists it, in its own words
+                            run.attachments.append((run.run_id, rec, artifact))
 
     # -- 5. sidecars ----------------------------------------------------------------------------
 
@@ -314,8 +331,8 @@ class _Builder:
         for run in self.runs.values():
             out.runs.append(_run_row(run))
             out.sessions.extend(run.sessions)
-            out.attachments.extend(run.attachments)
-        out.attachments.extend(self.orphans)
+            out.pending.extend(run.attachments)
+        out.pending.extend(self.orphans)
         return out
 
 

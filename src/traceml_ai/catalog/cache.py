@@ -1,9 +1,11 @@
 """The catalog's parse cache: facts of unchanged files kept between runs (DESIGN §2.1, §5).
 
 One msgpack file, ``<cache_dir>/catalog-facts.msgpack``, maps a file's real path to its signature
-(size, mtime in ns, inode; for a TraceML session also the ``aggregator/`` folder's mtime, which
-changes when a final summary appears) and its :data:`~traceml_ai.catalog.sources.Fact`. A file
-whose signature changed is read again. The cache lives in the cache folder only, never inside a
+(size, mtime and ctime in ns, inode; for a TraceML session also the ``aggregator/`` folder's
+mtime, which changes when a final summary appears) and its
+:data:`~traceml_ai.catalog.sources.Fact`, and each folder walked to its entries (kept while the
+folder's mtime is unchanged). A file whose signature changed is read again; every folder is still
+stat-ed on every discovery, so nothing changed goes unseen. The cache lives in the cache folder only, never inside a
 root (the store refuses such a folder); a cache that cannot be read or written is ignored, as it
 only saves time.
 """
@@ -19,7 +21,7 @@ import msgspec
 from traceml_ai.catalog.sources import Fact
 
 CACHE_FILE: Final = "catalog-facts.msgpack"
-CACHE_VERSION: Final = 1
+CACHE_VERSION: Final = 2
 """Bumped whenever the shape of a fact changes, so older caches are dropped whole."""
 
 Signature = tuple[int, ...]
@@ -42,6 +44,9 @@ class FactCache:
         self.path = os.path.join(os.fspath(folder), CACHE_FILE) if folder is not None else None
         self._old: dict[str, Any] = {}
         self._new: dict[str, Any] = {}
+        self._old_dirs: dict[str, Any] = {}
+        self._new_dirs: dict[str, Any] = {}
+        self._dirty = False
         self.hits = 0
         self.misses = 0
         if self.path is not None:
@@ -49,8 +54,9 @@ class FactCache:
                 with open(self.path, "rb") as f:
                     blob = msgspec.msgpack.decode(f.read())
                 if isinstance(blob, dict) and blob.get("version") == CACHE_VERSION:
-                    entries = blob.get("entries")
+                    entries, dirs = blob.get("entries"), blob.get("dirs")
                     self._old = entries if isinstance(entries, dict) else {}
+                    self._old_dirs = dirs if isinstance(dirs, dict) else {}
             except (OSError, msgspec.DecodeError):
                 self._old = {}
 
@@ -62,21 +68,45 @@ class FactCache:
             fact: Fact = entry[1]
         else:
             self.misses += 1
+            self._dirty = True
             fact = read(path)
         if self.path is not None:
             self._new[path] = [list(signature), fact]
         return fact
 
+    def listing(self, path: str, st: os.stat_result) -> list[tuple[str, str]]:
+        """The entries of folder ``path`` as ``(name, kind)`` in name order, dot-entries left out;
+        kind is ``d`` (folder), ``f`` (anything else) or ``l`` (symlink, resolved by the caller).
+        Kept while the folder's mtime is unchanged (adding, removing or renaming an entry changes it).
+
+        Raises:
+            OSError: the folder cannot be read.
+        """
+        signature = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        entry = self._old_dirs.get(path)
+        if entry is not None and entry[0] == signature:
+            entries: list[tuple[str, str]] = entry[1]
+        else:
+            with os.scandir(path) as it:
+                entries = sorted((e.name, "l" if e.is_symlink() else "d" if e.is_dir() else "f")
+                                 for e in it if not e.name.startswith("."))
+            self._dirty = True
+        if self.path is not None:
+            self._new_dirs[path] = [signature, entries]
+        return entries
+
     def save(self) -> None:
         """Write the facts seen in this discovery (temp file + rename). Files no longer seen are
         forgotten. Errors are ignored: the cache only saves time."""
-        if self.path is None or (self.misses == 0 and len(self._new) == len(self._old)):
+        if self.path is None or not (self._dirty or len(self._new) != len(self._old)
+                                     or len(self._new_dirs) != len(self._old_dirs)):
             return
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(tmp, "wb") as f:
-                f.write(msgspec.msgpack.encode({"version": CACHE_VERSION, "entries": self._new}))
+                f.write(msgspec.msgpack.encode({"version": CACHE_VERSION, "entries": self._new,
+                                                "dirs": self._new_dirs}))
             os.replace(tmp, self.path)
         except OSError:
             try:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CatalogWarning:
     """Something the catalog rejected, could not resolve, or found ambiguous. Never silent: the CLI
     prints each on stderr and ``store.warnings`` holds them all.
@@ -41,7 +41,7 @@ class CatalogWarning:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SessionRow:
     """One capture lifecycle (004 seed, "Run Envelopes"; DESIGN §5), as it belongs to one run.
 
@@ -85,7 +85,7 @@ class SessionRow:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttachmentRow:
     """One run attachment (004 seed, "Attachments").
 
@@ -129,7 +129,7 @@ class AttachmentRow:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunRow:
     """One run: explicit (an accepted ``stormlog_run.json``) or implicit (synthesized from sessions
     that no accepted envelope covers; 004 seed, "Discovery Rules").

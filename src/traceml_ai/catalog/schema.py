@@ -10,7 +10,8 @@ warning that names the file and the field, never a silent drop.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any, Final, NamedTuple
@@ -56,6 +57,100 @@ def _validator(name: str) -> Validator:
         (n, Resource.from_contents(load_schema(n))) for n in (ENVELOPE_SCHEMA, SIDECAR_SCHEMA)
     )
     return Draft202012Validator(load_schema(name), registry=registry)
+
+
+Check = Callable[[Any], bool]
+
+_TYPES: Final[dict[str, Callable[[Any], bool]]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+_ANNOTATIONS: Final = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description"})
+
+
+def _compile(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> Check:
+    """A yes/no check for the subset of JSON Schema our two schemas use, built from the schema files
+    themselves. It answers only "valid?" and may say no where jsonschema says yes (e.g. ``1.0`` as an
+    integer: the caller then asks jsonschema), never the reverse; it is ~50x faster than jsonschema
+    on an envelope, and jsonschema still produces every message. A keyword outside the subset
+    raises here, so the schemas cannot grow a rule that this check would silently skip."""
+    checks = [_keyword(key, value, root, registry) for key, value in schema.items() if key not in _ANNOTATIONS]
+    if len(checks) == 1:
+        return checks[0]
+
+    def check(v: Any) -> bool:
+        for c in checks:  # a plain loop: all() over a generator costs twice as much here
+            if not c(v):
+                return False
+        return True
+
+    return check
+
+
+def _keyword(key: str, value: Any, root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> Check:
+    if key == "$ref":
+        target, _, pointer = value.partition("#")
+        doc = registry[target] if target else root
+        node: Any = doc
+        for part in filter(None, pointer.split("/")):
+            node = node[part]
+        return _lazy(node, doc, registry)
+    if key == "type":
+        types = [_TYPES[t] for t in ([value] if isinstance(value, str) else value)]
+        return lambda v: any(t(v) for t in types)
+    if key == "const":
+        return lambda v: type(v) is type(value) and v == value
+    if key == "enum":
+        return lambda v: any(type(v) is type(x) and v == x for x in value)
+    if key == "minLength":
+        return lambda v: not isinstance(v, str) or len(v) >= value
+    if key == "minimum":
+        return lambda v: not _TYPES["number"](v) or v >= value
+    if key == "pattern":
+        rx = re.compile(value)
+        return lambda v: not isinstance(v, str) or rx.search(v) is not None
+    if key == "required":
+        return lambda v: not isinstance(v, dict) or all(n in v for n in value)
+    if key == "properties":
+        props = [(name, _compile(sub, root, registry)) for name, sub in value.items()]
+
+        def properties(v: Any) -> bool:
+            if isinstance(v, dict):
+                for name, c in props:
+                    if name in v and not c(v[name]):
+                        return False
+            return True
+
+        return properties
+    if key == "items":
+        item = _compile(value, root, registry)
+        return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+    if key == "anyOf":
+        branches = [_compile(b, root, registry) for b in value]
+        return lambda v: any(b(v) for b in branches)
+    raise ValueError(f"the fast schema check does not know the keyword {key!r}; add it to _keyword")
+
+
+def _lazy(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> Check:
+    compiled: list[Check] = []
+
+    def check(v: Any) -> bool:
+        if not compiled:
+            compiled.append(_compile(schema, root, registry))
+        return compiled[0](v)
+
+    return check
+
+
+@cache
+def _fast(name: str) -> Check:
+    registry = {n: load_schema(n) for n in (ENVELOPE_SCHEMA, SIDECAR_SCHEMA)}
+    return _compile(registry[name], registry[name], registry)
 
 
 @cache
@@ -128,7 +223,8 @@ def envelope_problems(doc: Any) -> list[Problem]:
     Beyond the schema: ``ended_at_ns`` may not be before ``started_at_ns`` (top level and each
     session), and ``attachment_id`` is unique within the envelope.
     """
-    problems = [_problem(e) for e in _ordered(_validator(ENVELOPE_SCHEMA).iter_errors(doc))]
+    problems = [] if _fast(ENVELOPE_SCHEMA)(doc) else [
+        _problem(e) for e in _ordered(_validator(ENVELOPE_SCHEMA).iter_errors(doc))]
     if problems or not isinstance(doc, Mapping):
         return problems
     problems += _time_order(doc, [])
@@ -152,6 +248,8 @@ def sidecar_problems(doc: Any) -> tuple[list[Problem], dict[int, list[Problem]]]
     """
     file_level: list[Problem] = []
     items: dict[int, list[Problem]] = {}
+    if _fast(SIDECAR_SCHEMA)(doc):
+        return file_level, items
     for error in _ordered(_validator(SIDECAR_SCHEMA).iter_errors(doc)):
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] == "attachments" and isinstance(path[1], int):

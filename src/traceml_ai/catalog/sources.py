@@ -17,6 +17,7 @@ Facts:
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import Any, Final
 
 import orjson
@@ -49,11 +50,11 @@ IDENTITY_STRS: Final = ("job_id", "role", "hostname")
 
 def _load_json(path: str) -> tuple[Any, str | None]:
     try:
-        size = os.path.getsize(path)
-        if size > MAX_SMALL_FILE_BYTES:
-            return None, f"is {size} bytes, over the {MAX_SMALL_FILE_BYTES}-byte limit for a catalog file; not read"
         with open(path, "rb") as f:
-            return orjson.loads(f.read()), None
+            data = f.read(MAX_SMALL_FILE_BYTES + 1)
+        if len(data) > MAX_SMALL_FILE_BYTES:
+            return None, f"is over the {MAX_SMALL_FILE_BYTES}-byte limit for a catalog file; not read"
+        return orjson.loads(data), None
     except OSError as exc:
         return None, f"cannot be read: {exc.strerror or exc}"
     except orjson.JSONDecodeError as exc:
@@ -129,10 +130,11 @@ def _sessions_fact(sessions: list[dict[str, Any]], problems: list[list[str]], er
     return {"type": "sessions", "sessions": sessions, "problems": problems, "error": error}
 
 
-def read_traceml_session(run_dir: str) -> Fact:
+def read_traceml_session(run_dir: str, present: Collection[str] | None = None) -> Fact:
     """A TraceML capture: ``<run_dir>/aggregator/manifest.json`` (written by the launcher, DESIGN §5)
     and the artifacts present beside it (telemetry database, export folder, final summary,
-    finalization warning), listed as ``copy`` attachments."""
+    finalization warning), listed as ``copy`` attachments. ``present``: the names in ``aggregator/``
+    when the caller has listed it already (else each artifact is looked up)."""
     agg = os.path.join(run_dir, "aggregator")
     manifest = os.path.join(agg, "manifest.json")
     doc, error = _load_json(manifest)
@@ -152,7 +154,7 @@ def read_traceml_session(run_dir: str) -> Fact:
     artifacts: list[list[Any]] = []
     for name, kind, title in TRACEML_ARTIFACTS:
         p = os.path.join(agg, name)
-        if os.path.exists(p):
+        if name in present if present is not None else os.path.exists(p):
             artifacts.append([f"{ident['session_id']}/aggregator/{name}", kind, p, title])
     ident.update(kind="traceml_session", source_path=manifest, artifacts=artifacts, secondary=False)
     return _sessions_fact([ident], problems)

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.service import RequestError, Viewer
+from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
 PING_EVERY_S = 15.0
@@ -123,6 +124,17 @@ def routes(viewer: Viewer) -> list[Route]:
         key = request.query_params.get("key", "")
         return JSONResponse(await asyncio.to_thread(viewer.details_payload, key))
 
+    telemetry = TelemetryViews()
+
+    async def get_telemetry(request: Request) -> Response:
+        # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
+        key = request.path_params["key"]
+        run = viewer.store.get(key)
+        if run is None:
+            raise KeyError(f"no run {key!r}")
+        payload = await asyncio.to_thread(telemetry.payload, run)
+        return JSONResponse(payload, headers={"cache-control": "no-store"})
+
     async def get_file(request: Request) -> Response:
         q = request.query_params
         text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
@@ -204,6 +216,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/chart", guarded(post_chart), methods=["POST"]),
         Route("/api/run", guarded(get_run), methods=["GET"]),
         Route("/api/file", guarded(get_file), methods=["GET"]),
+        Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
         Route("/api/refresh", guarded(post_refresh), methods=["POST"]),
         Route("/api/hide", guarded(post_hide), methods=["POST"]),

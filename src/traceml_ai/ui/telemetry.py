@@ -1,0 +1,504 @@
+"""The telemetry view of a captured run for the inspector: ``GET /api/runs/{key}/telemetry``
+(DESIGN §4: "step-time breakdown over steps, rank skew, memory, system/GPU, the diagnoses, and the
+captured logs"; shape in docs/viewer-api.md).
+
+Everything is read from the run folder's ``aggregator/`` files, read-only:
+
+- ``telemetry.sqlite`` through :func:`traceml_ai.diagnose.read_telemetry` (``mode=ro``, or
+  ``immutable`` once the writer is gone, so no ``-wal``/``-shm`` file is ever created beside it);
+  the iteration and ``other`` times per step come from :mod:`traceml_ai.diagnose.timeline` and the
+  per-rank medians from :func:`traceml_ai.diagnose.summary.summarise`, the same math the final
+  summary uses;
+- ``final_summary.json`` (the findings), ``finalization_warning.json`` (its ``summary`` lines);
+- the last :data:`LOG_TAIL_LINES` lines of each ``rank_<g>.log``.
+
+A run without an ``aggregator/`` folder answers ``state: "none"``; a database that is missing,
+empty, corrupt or locked answers that ``state`` plus a warning, never an error. Every series is
+downsampled with the run package's min/max buckets (:func:`traceml_ai.runs.series.downsample_indices`)
+to about :data:`MAX_POINTS` points per chart.
+
+Answers are cached per run by the ``(mtime_ns, size)`` of every file they come from, so polling a
+finished run costs a few ``stat`` calls; a live run is read again once its files change, at most every
+:data:`LIVE_MIN_INTERVAL_S`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
+from traceml_ai.diagnose.summary import (
+    AGGREGATOR_DIR,
+    FINAL_SUMMARY,
+    TELEMETRY_DB,
+    Summary,
+    SummaryFileError,
+    load_final_summary,
+    summarise,
+)
+from traceml_ai.diagnose.timeline import ITERATION, build_step_table
+from traceml_ai.runs.discovery import inside, stat_confined
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.series import downsample_indices
+
+MAX_POINTS = 2000
+"""Points per chart (steps or snapshots), after min/max downsampling."""
+LOG_TAIL_LINES = 500
+"""Lines sent of each rank log (its last ones)."""
+LOG_TAIL_MAX_BYTES = 1024 * 1024
+"""At most this much of the end of a rank log is read for its tail (longer lines are cut)."""
+MAX_LINE_CHARS = 4000
+"""A log line longer than this is cut (with a marker), so one huge line cannot bloat the answer."""
+FINALIZATION_WARNING = "finalization_warning.json"
+MANIFEST = "manifest.json"
+MAX_JSON_BYTES = 16 * 1024 * 1024
+LIVE_MIN_INTERVAL_S = 1.0
+CACHE_RUNS = 16
+LIVE_STATUSES = ("running", "running?")
+
+_RANK_LOG = re.compile(r"^rank_(\d+|unknown)\.log$")
+_STREAM_PREFIXES = (("stdout | ", "stdout"), ("stderr | ", "stderr"))
+
+Stamp = tuple[str, int, int]
+
+
+@dataclass
+class _Cached:
+    stamps: tuple[Stamp, ...]
+    payload: dict[str, Any]
+    read_at: float
+
+
+class TelemetryViews:
+    """The ``GET /api/runs/{key}/telemetry`` answers, cached per run (thread-safe)."""
+
+    def __init__(self, *, max_points: int = MAX_POINTS, tail_lines: int = LOG_TAIL_LINES) -> None:
+        self.max_points = max_points
+        self.tail_lines = tail_lines
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self.reads = 0  # how many answers were built from the files (not from the cache)
+
+    def payload(self, run: RunSummary) -> dict[str, Any]:
+        """The telemetry answer of a known run (see docs/viewer-api.md). Never raises for what is in
+        the run folder: problems become ``warnings``."""
+        with self._lock:
+            run_lock = self._run_locks[run.key]
+        with run_lock:  # two pages asking at once: the second gets the first one's answer
+            live = run.display_status in LIVE_STATUSES
+            stamps, agg, refused = _stamps(run.key)
+            with self._lock:
+                hit = self._cache.get(run.key)
+            if hit is not None and (
+                hit.stamps == stamps or (live and time.monotonic() - hit.read_at < LIVE_MIN_INTERVAL_S)
+            ):
+                return {**hit.payload, "live": live}
+            answer = self._build(run.key, agg, stamps)
+            if refused:
+                answer["warnings"].append(refused)
+            self.reads += 1
+            with self._lock:
+                self._cache[run.key] = _Cached(stamps, answer, time.monotonic())
+                self._cache.move_to_end(run.key)
+                while len(self._cache) > CACHE_RUNS:
+                    old, _ = self._cache.popitem(last=False)
+                    self._run_locks.pop(old, None)
+            return {**answer, "live": live}
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _build(self, run_dir: str, agg: str | None, stamps: tuple[Stamp, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "state": "none",
+            "detail": None,
+            "warnings": [],
+            "manifest": None,
+            "diagnoses": None,
+            "finalization": None,
+            "steps": None,
+            "ranks": None,
+            "memory": None,
+            "rss": None,
+            "host": None,
+            "gpu": None,
+            "logs": [],
+            "t0_unix_ns": None,
+        }
+        if agg is None:
+            out["detail"] = "this run was not captured by TraceML (no aggregator/ folder)"
+            return out
+        warnings: list[str] = out["warnings"]
+        names = {name for name, _, _ in stamps}
+        out["manifest"] = _manifest(agg, warnings) if MANIFEST in names else None
+        out["finalization"] = _finalization(agg, warnings) if FINALIZATION_WARNING in names else None
+        final: dict[str, Any] | None = None
+        if FINAL_SUMMARY in names:
+            try:
+                final = load_final_summary(run_dir)
+            except (SummaryFileError, OSError) as err:
+                warnings.append(f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}: {err}")
+        out["logs"] = [
+            _log_tail(os.path.join(agg, name), name, self.tail_lines, warnings)
+            for name in sorted((n for n in names if _RANK_LOG.match(n)), key=_log_order)
+        ]
+
+        telemetry: Telemetry | None = None
+        live: Summary | None = None
+        if TELEMETRY_DB in names:
+            telemetry = read_telemetry(os.path.join(agg, TELEMETRY_DB))
+            out["state"] = telemetry.status
+            out["detail"] = telemetry.detail
+            if telemetry.status != "ok":
+                warnings.append(f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {telemetry.detail or telemetry.status}")
+            warnings.extend(f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {p}" for p in telemetry.problems)
+            if telemetry.status == "ok":
+                try:
+                    if final is None:  # live, or the summary was never written: judge what is there now
+                        live = summarise(telemetry, source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
+                    self._charts(telemetry, out)
+                except Exception as err:  # a reader/rule bug must cost the charts, not the page
+                    warnings.append(f"telemetry could not be charted ({type(err).__name__}: {err})")
+        elif final is not None or out["logs"] or out["manifest"] is not None:
+            out["state"] = "missing"
+            out["detail"] = f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run"
+        out["diagnoses"] = _diagnoses(final, live)
+        out["ranks"] = _ranks(final, live)
+        return out
+
+    def _charts(self, tel: Telemetry, out: dict[str, Any]) -> None:
+        starts = [s.timestamp_ns for s in tel.steps if s.timestamp_ns is not None]
+        starts += [p.timestamp_ns for p in tel.process if p.timestamp_ns is not None]
+        starts += [s.timestamp_ns for s in tel.system if s.timestamp_ns is not None]
+        t0 = min(starts) if starts else None
+        out["t0_unix_ns"] = t0
+        out["steps"] = self._steps(tel)
+        out["memory"] = self._memory(tel)
+        if t0 is not None:
+            out["rss"] = self._rss(tel, t0)
+            out["host"] = self._host(tel, t0)
+            out["gpu"] = self._gpu(tel, t0)
+
+    def _steps(self, tel: Telemetry) -> dict[str, Any] | None:
+        """Phase times per step, the slowest rank's per step (as the job waits for it), warm-up
+        steps included (the chart marks them; the medians leave them out)."""
+        if not tel.steps:
+            return None
+        table = build_step_table(tel.steps, warmup_steps=0)
+        names = (ITERATION, *table.phase_names)
+        series = []
+        for name in names:
+            x, y = table.job_series(name)
+            if np.isfinite(y).any():
+                series.append((name, x.astype(np.float64), y))
+        if not series:
+            return None
+        chart = aligned(series, self.max_points)
+        warmup = build_step_table(tel.steps).warmup_steps
+        return {
+            **chart,
+            "unit": "ms",
+            "first_step": table.first_step,
+            "last_step": table.last_step,
+            "warmup_steps": warmup,
+            "ranks": len(table.ranks),
+            "sampled_every": tel.sampled_every,
+        }
+
+    def _memory(self, tel: Telemetry) -> dict[str, Any] | None:
+        """PyTorch's per-step peak allocated and reserved bytes, one line each per rank and device."""
+        by: dict[tuple[int | None, str | None], list[tuple[int, float | None, float | None]]] = defaultdict(list)
+        for m in tel.memory:
+            by[(m.rank, m.device)].append((m.step, m.peak_alloc_bytes, m.peak_reserved_bytes))
+        series = []
+        for (rank, device), rows in sorted(by.items(), key=lambda kv: (rank_key(kv[0][0]), kv[0][1] or "")):
+            x = np.asarray([r[0] for r in rows], dtype=np.float64)
+            label = f"rank {_rank_text(rank)} {device or '?'}"
+            for i, kind in ((1, "alloc"), (2, "reserved")):
+                y = np.asarray([math.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+                if np.isfinite(y).any():
+                    series.append((f"{label} {kind}", x, y))
+        if not series:
+            return None
+        return {**aligned(series, self.max_points), "unit": "bytes"}
+
+    def _rss(self, tel: Telemetry, t0: int) -> dict[str, Any] | None:
+        """Each rank's process RSS (bytes) over wall time (seconds since ``t0_unix_ns``)."""
+        by: dict[int | None, list[tuple[int, float]]] = defaultdict(list)
+        for p in tel.process:
+            if p.timestamp_ns is not None and p.rss_bytes is not None:
+                by[p.rank].append((p.timestamp_ns, p.rss_bytes))
+        series = [
+            (f"rank {_rank_text(rank)}", _seconds([r[0] for r in rows], t0), np.asarray([r[1] for r in rows]))
+            for rank, rows in sorted(by.items(), key=lambda kv: rank_key(kv[0]))
+        ]
+        return {**aligned(series, self.max_points), "unit": "bytes"} if series else None
+
+    def _host(self, tel: Telemetry, t0: int) -> dict[str, Any] | None:
+        """Host CPU percent and RAM used percent over wall time, per host."""
+        by: dict[str, list[tuple[int, float | None, float | None]]] = defaultdict(list)
+        hosts = {s.hostname for s in tel.system}
+        for s in tel.system:
+            if s.timestamp_ns is None:
+                continue
+            ram = (s.ram_used_bytes / s.ram_total_bytes * 100.0
+                   if s.ram_used_bytes is not None and s.ram_total_bytes else None)
+            by[s.hostname or "host"].append((s.timestamp_ns, s.cpu_percent, ram))
+        series = []
+        for host, rows in sorted(by.items()):
+            prefix = f"{host} " if len(hosts) > 1 else ""
+            x = _seconds([r[0] for r in rows], t0)
+            for i, what in ((1, "CPU"), (2, "RAM")):
+                y = np.asarray([math.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+                if np.isfinite(y).any():
+                    series.append((f"{prefix}{what}", x, y))
+        return {**aligned(series, self.max_points), "unit": "percent"} if series else None
+
+    def _gpu(self, tel: Telemetry, t0: int) -> dict[str, Any] | None:
+        """Each GPU's utilisation and memory used (percent of its total) over wall time."""
+        by: dict[tuple[str | None, int], list[tuple[int, float | None, float | None]]] = defaultdict(list)
+        hosts = {g.hostname for g in tel.gpus}
+        for g in tel.gpus:
+            if g.timestamp_ns is None:
+                continue
+            mem = (g.mem_used_bytes / g.mem_total_bytes * 100.0
+                   if g.mem_used_bytes is not None and g.mem_total_bytes else None)
+            by[(g.hostname, g.gpu_idx)].append((g.timestamp_ns, g.util, mem))
+        series = []
+        for (host, idx), rows in sorted(by.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+            name = f"{host} GPU {idx}" if len(hosts) > 1 else f"GPU {idx}"
+            x = _seconds([r[0] for r in rows], t0)
+            for i, what in ((1, "util"), (2, "memory")):
+                y = np.asarray([math.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+                if np.isfinite(y).any():
+                    series.append((f"{name} {what}", x, y))
+        return {**aligned(series, self.max_points), "unit": "percent"} if series else None
+
+
+# -- series --------------------------------------------------------------------------------------
+
+
+def aligned(series: Sequence[tuple[str, np.ndarray, np.ndarray]], max_points: int) -> dict[str, Any]:
+    """Several ``(name, x, y)`` series on one shared x axis of at most about ``max_points`` values.
+
+    Each series keeps its own min/max-downsampled points (an equal share of the budget); the shared
+    x is the union of the kept x values, and each series gives its value wherever it has that x
+    (null elsewhere: the page draws across those gaps). NaN is null. A repeated x keeps the series'
+    last value. Returns ``{"x": [...], "series": [{"name", "y": [...]}], "raw_points", "downsampled"}``.
+    """
+    share = max(5, max_points // max(1, len(series)))
+    clean: list[tuple[str, np.ndarray, np.ndarray]] = []
+    kept: list[np.ndarray] = []
+    raw = 0
+    for name, x, y in series:
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        ok = np.isfinite(x)
+        x, y = x[ok], y[ok]
+        order = np.argsort(x, kind="stable")
+        x, y = x[order], y[order]
+        if x.size:
+            last = np.r_[x[1:] != x[:-1], True]  # the last of each run of equal x
+            x, y = x[last], y[last]
+        raw = max(raw, int(x.size))
+        clean.append((name, x, y))
+        kept.append(x[downsample_indices(y, share)] if x.size else x)
+    xs = np.unique(np.concatenate(kept)) if kept else np.empty(0)
+    out = []
+    for name, x, y in clean:
+        values = np.full(xs.size, np.nan)
+        if x.size:
+            pos = np.clip(np.searchsorted(x, xs), 0, x.size - 1)
+            hit = x[pos] == xs
+            values[hit] = y[pos[hit]]
+        out.append({"name": name, "y": _nullable(values)})
+    downsampled = any(c[1].size > k.size for c, k in zip(clean, kept, strict=True))
+    return {"x": xs.tolist(), "series": out, "raw_points": raw, "downsampled": downsampled}
+
+
+def _nullable(values: np.ndarray) -> list[float | None]:
+    return [v if v - v == 0.0 else None for v in values.tolist()]
+
+
+def _seconds(ts_ns: Iterable[int], t0: int) -> np.ndarray:
+    return (np.asarray(list(ts_ns), dtype=np.int64) - t0).astype(np.float64) / 1e9
+
+
+def _rank_text(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+# -- diagnoses and ranks -------------------------------------------------------------------------
+
+
+def _diagnoses(final: dict[str, Any] | None, live: Summary | None) -> dict[str, Any] | None:
+    """The findings of final_summary.json, or (a live run, or no summary written) the rules run
+    over the telemetry read now, marked ``source: "live"``."""
+    doc: dict[str, Any]
+    if final is not None:
+        doc, source = final, "final_summary"
+    elif live is not None:
+        doc, source = live.to_dict(), "live"
+    else:
+        return None
+    found = doc.get("telemetry")
+    tel: dict[str, Any] = found if isinstance(found, dict) else {}
+    findings = [f for f in _list(doc.get("findings")) if isinstance(f, dict)]
+    return {
+        "source": source,
+        "generated_at": doc.get("generated_at"),
+        "status": tel.get("status"),
+        "detail": tel.get("detail"),
+        "problems": [p for p in _list(tel.get("problems")) if isinstance(p, str)],
+        "findings": findings,
+        "abstained": [a for a in _list(doc.get("abstained")) if isinstance(a, dict)],
+        "rules_checked": [r for r in _list(doc.get("rules_checked")) if isinstance(r, str)],
+        "healthy": not any(f.get("severity") in ("warning", "critical") for f in findings),
+        "steps": doc.get("steps") if isinstance(doc.get("steps"), dict) else None,
+        "ranks": doc.get("ranks") if isinstance(doc.get("ranks"), dict) else None,
+    }
+
+
+def _ranks(final: dict[str, Any] | None, live: Summary | None) -> dict[str, Any] | None:
+    """Per-rank median iteration and work outside backward (ms) for the skew view: the final
+    summary's when the run has one, else the live summary's."""
+    st: Any = None
+    if final is not None:
+        st = final.get("step_time")
+    elif live is not None:
+        st = live.to_dict().get("step_time")
+    if not isinstance(st, dict) or not isinstance(st.get("per_rank"), list):
+        return None
+    per_rank = [
+        {k: r.get(k) for k in ("rank", "steps", "median_ms", "p90_ms", "outside_backward_median_ms")}
+        for r in st["per_rank"] if isinstance(r, dict)
+    ]
+    return {"per_rank": per_rank, "worst_rank": st.get("worst_rank"), "skew": st.get("skew"),
+            "iteration_median_ms": st.get("iteration_median_ms"),
+            "throughput_steps_per_s": st.get("throughput_steps_per_s"),
+            "phases": [p for p in _list(st.get("phases")) if isinstance(p, dict)]}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
+    """``(name, mtime_ns, size)`` of every file the answer reads (the database's ``-wal`` too, which
+    is what changes while a run is live), the aggregator folder's real path (None when absent or
+    refused), and why it was refused (a symlink leaving the run folder)."""
+    path = os.path.join(run_dir, AGGREGATOR_DIR)
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        return (), None, None
+    if not inside(real, run_dir):
+        return (), None, f"{AGGREGATOR_DIR}/ points outside the run folder: not read"
+    wanted = {TELEMETRY_DB, TELEMETRY_DB + "-wal", FINAL_SUMMARY, FINALIZATION_WARNING, MANIFEST}
+    out: list[Stamp] = []
+    try:
+        names = sorted(e.name for e in os.scandir(real))
+    except OSError as err:
+        return (), real, f"{AGGREGATOR_DIR}/ cannot be listed ({err})"
+    for name in names:
+        if name not in wanted and not _RANK_LOG.match(name):
+            continue
+        st, _reason = stat_confined(os.path.join(real, name), run_dir)
+        if st is not None:
+            out.append((name, st.st_mtime_ns, st.st_size))
+    return tuple(out), real, None
+
+
+def _log_order(name: str) -> tuple[bool, int]:
+    m = _RANK_LOG.match(name)
+    rank = m.group(1) if m else "unknown"
+    return (rank == "unknown", int(rank) if rank.isdigit() else 0)
+
+
+def _read_json(path: str, name: str, warnings: list[str]) -> dict[str, Any] | None:
+    try:
+        with open(os.path.realpath(path), "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except OSError as err:
+        warnings.append(f"{AGGREGATOR_DIR}/{name}: cannot be read ({err})")
+        return None
+    if len(data) > MAX_JSON_BYTES:
+        warnings.append(f"{AGGREGATOR_DIR}/{name}: larger than {MAX_JSON_BYTES // (1024 * 1024)} MB, not read")
+        return None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        warnings.append(f"{AGGREGATOR_DIR}/{name}: not valid JSON ({err})")
+        return None
+    if not isinstance(doc, dict):
+        warnings.append(f"{AGGREGATOR_DIR}/{name}: not a JSON object")
+        return None
+    return doc
+
+
+def _manifest(agg: str, warnings: list[str]) -> dict[str, Any] | None:
+    doc = _read_json(os.path.join(agg, MANIFEST), MANIFEST, warnings)
+    if doc is None:
+        return None
+    keys = ("session_id", "status", "world_size", "nnodes", "nproc_per_node", "mode", "started_at_ns",
+            "ended_at_ns", "exit_code", "hostname")
+    return {k: doc.get(k) for k in keys if isinstance(doc.get(k), (str, int, float, type(None)))}
+
+
+def _finalization(agg: str, warnings: list[str]) -> dict[str, Any] | None:
+    """The loss lines of finalization_warning.json (what was lost during capture)."""
+    doc = _read_json(os.path.join(agg, FINALIZATION_WARNING), FINALIZATION_WARNING, warnings)
+    if doc is None:
+        return None
+    lines = [s for s in _list(doc.get("summary")) if isinstance(s, str)]
+    return {"summary": lines}
+
+
+def _log_tail(path: str, name: str, tail_lines: int, warnings: list[str]) -> dict[str, Any]:
+    """The last ``tail_lines`` lines of one rank log, each as ``[stream, text]`` (stream ``stdout``,
+    ``stderr``, or null for a line without a prefix)."""
+    m = _RANK_LOG.match(name)
+    rank = m.group(1) if m else "unknown"
+    entry: dict[str, Any] = {"rank": rank, "name": name, "lines": [], "size": None, "truncated": False}
+    try:
+        with open(os.path.realpath(path), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            entry["size"] = size
+            start = max(0, size - LOG_TAIL_MAX_BYTES)
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError as err:
+        warnings.append(f"{AGGREGATOR_DIR}/{name}: cannot be read ({err})")
+        return entry
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline after the last line
+    if start > 0 and lines:
+        lines.pop(0)  # began mid-line
+    entry["truncated"] = start > 0 or len(lines) > tail_lines
+    out = []
+    for line in lines[-tail_lines:]:
+        line = line.rstrip("\r")
+        stream = None
+        for prefix, which in _STREAM_PREFIXES:
+            if line.startswith(prefix):
+                stream, line = which, line[len(prefix):]
+                break
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" … [{len(line) - MAX_LINE_CHARS:,} more characters]"
+        out.append([stream, line])
+    entry["lines"] = out
+    return entry

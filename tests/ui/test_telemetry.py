@@ -1,0 +1,238 @@
+"""``GET /api/runs/{key}/telemetry`` through a real Starlette app over real telemetry databases
+(DESIGN §4; docs/viewer-api.md). The databases are written with the aggregator's schema by
+``tests/diagnose/telemetry_db.py``; the browser test (test_browser.py) uses a run captured by the real
+``traceml run``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, RunSpec, write_run
+from traceml_ai.diagnose import write_final_summary
+from traceml_ai.runs.fake import generate
+from traceml_ai.runs.store import RunStore
+from traceml_ai.telemetry import schema
+from traceml_ai.ui.app import create_app
+from traceml_ai.ui.service import Viewer
+from traceml_ai.ui.telemetry import LOG_TAIL_LINES, MAX_POINTS, TelemetryViews
+
+TOKEN = "test-token-0123456789"
+HOST = "127.0.0.1:8765"
+XSS_LINE = "<img src=x onerror=alert(1)>"
+
+
+def _log(run_dir: Path, rank: int | str, lines: list[str]) -> Path:
+    path = run_dir / "aggregator" / f"rank_{rank}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    return path
+
+
+def _run_dir(root: Path, name: str) -> Path:
+    return next(root.glob(f"*_{name}_*"))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four fake runs: ``baseline`` captured on 2 GPU ranks (final summary, logs, a loss report),
+    ``high-lr`` with a corrupt database, ``small-model`` with telemetry but no final summary yet,
+    ``failed-run`` never captured."""
+    root = tmp_path_factory.mktemp("telemetry") / "traceml" / "runs"
+    generate(root, runs=4, seed=0)
+
+    baseline = _run_dir(root, "baseline")
+    write_run(baseline, RunSpec(ranks=2, steps=80, gpu=True,
+                                peak_alloc=lambda rank, step: (10 + 0.01 * step) * GIB,
+                                gpu_util=lambda t: 40.0))
+    write_final_summary(baseline)
+    _log(baseline, 0, ["stdout | epoch 0: loss 2.31", f"stderr | {XSS_LINE}", "stdout | epoch 1: loss 1.02"])
+    _log(baseline, 1, ["stderr | rank 1 warning: slow disk", "a line without a stream"])
+    (baseline / "aggregator" / "finalization_warning.json").write_text(json.dumps({
+        "schema_version": 1, "session_id": "s", "summary": ["rank 1 dropped 3 batches (its send queue was full)"],
+    }))
+
+    corrupt = _run_dir(root, "high-lr")
+    (corrupt / "aggregator").mkdir()
+    (corrupt / "aggregator" / "telemetry.sqlite").write_bytes(b"this is not a database\n" * 200)
+    _log(corrupt, 0, ["stdout | still readable"])
+
+    write_run(_run_dir(root, "small-model"), RunSpec(ranks=1, steps=30))
+    return root
+
+
+def _client(root: Path) -> tuple[TestClient, Viewer]:
+    viewer = Viewer(RunStore([root]), None, refresh_interval_seconds=0.2)
+    viewer.poll()
+    client = TestClient(create_app(viewer, TOKEN, lambda: {HOST}), base_url=f"http://{HOST}")
+    client.headers["x-traceml-token"] = TOKEN
+    return client, viewer
+
+
+def _get(client: TestClient, key: str) -> dict:  # type: ignore[type-arg]
+    response = client.get(f"/api/runs/{urllib.parse.quote(key, safe='')}/telemetry")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    return response.json()  # type: ignore[no-any-return]
+
+
+def _key(viewer: Viewer, name: str) -> str:
+    return next(r.key for r in viewer.store.runs() if r.name == name)
+
+
+def _series(chart: dict, name: str) -> list[float | None]:  # type: ignore[type-arg]
+    return next(s["y"] for s in chart["series"] if s["name"] == name)
+
+
+def test_a_captured_run_answers_phases_ranks_memory_system_diagnoses_and_logs(root: Path) -> None:
+    client, viewer = _client(root)
+    body = _get(client, _key(viewer, "baseline"))
+    assert body["state"] == "ok" and body["warnings"] == [] and body["live"] is False
+
+    steps = body["steps"]
+    names = [s["name"] for s in steps["series"]]
+    assert names[0] == "iteration" and {"traceml:forward", "traceml:backward", "other"} <= set(names)
+    assert steps["x"] == list(range(80)) and steps["warmup_steps"] == 5 and steps["ranks"] == 2
+    # The job's forward time of a step is its slowest rank's, read here straight from events_json.
+    db = sqlite3.connect(f"file:{_run_dir(root, 'baseline') / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    rows = db.execute("SELECT events_json FROM step_time_samples WHERE step = 40").fetchall()
+    db.close()
+    expected = max(json.loads(r[0])[schema.FORWARD]["cuda:0"]["gpu_ms"] for r in rows)
+    assert _series(steps, "traceml:forward")[40] == pytest.approx(expected)
+
+    final = json.loads((_run_dir(root, "baseline") / "aggregator" / "final_summary.json").read_text())
+    ranks = body["ranks"]
+    assert [r["rank"] for r in ranks["per_rank"]] == [0, 1]
+    assert ranks["per_rank"][0]["median_ms"] == final["step_time"]["per_rank"][0]["median_ms"]
+    assert ranks["per_rank"][1]["outside_backward_median_ms"] == \
+        final["step_time"]["per_rank"][1]["outside_backward_median_ms"]
+    assert ranks["worst_rank"] == final["step_time"]["worst_rank"]
+
+    diag = body["diagnoses"]
+    assert diag["source"] == "final_summary" and diag["status"] == "ok"
+    assert diag["findings"] == final["findings"] and diag["abstained"] == final["abstained"]
+    assert body["finalization"] == {"summary": ["rank 1 dropped 3 batches (its send queue was full)"]}
+
+    memory = body["memory"]
+    alloc = _series(memory, "rank 1 cuda:1 alloc")
+    assert alloc[0] == pytest.approx(10 * GIB) and alloc[-1] == pytest.approx((10 + 0.79) * GIB)
+    assert "rank 0 cuda:0 reserved" in [s["name"] for s in memory["series"]]
+    assert [s["name"] for s in body["rss"]["series"]] == ["rank 0", "rank 1"]
+    assert body["rss"]["x"][0] == 0.0 and max(v for v in _series(body["rss"], "rank 0") if v) == 900 * 1024**2
+    assert set(_series(body["host"], "CPU")) == {55.0}
+    assert _series(body["host"], "RAM")[0] == pytest.approx(20 / 64 * 100)
+    assert set(_series(body["gpu"], "GPU 0 util")) == {40.0}
+    assert _series(body["gpu"], "GPU 1 memory")[0] == pytest.approx(12 / 80 * 100)
+
+    logs = {log["rank"]: log for log in body["logs"]}
+    assert logs["0"]["lines"] == [
+        ["stdout", "epoch 0: loss 2.31"], ["stderr", XSS_LINE], ["stdout", "epoch 1: loss 1.02"],
+    ]
+    assert logs["1"]["lines"] == [["stderr", "rank 1 warning: slow disk"], [None, "a line without a stream"]]
+
+
+def test_html_in_a_log_line_comes_back_as_json_data(root: Path) -> None:
+    client, viewer = _client(root)
+    response = client.get(f"/api/runs/{urllib.parse.quote(_key(viewer, 'baseline'), safe='')}/telemetry")
+    assert response.headers["content-type"] == "application/json"
+    assert "content-security-policy" in response.headers
+    raw = orjson.loads(response.content)
+    assert ["stderr", XSS_LINE] in raw["logs"][0]["lines"]
+
+
+def test_a_run_without_telemetry_answers_an_empty_state(root: Path) -> None:
+    client, viewer = _client(root)
+    body = _get(client, _key(viewer, "failed-run"))
+    assert body["state"] == "none" and "not captured" in body["detail"]
+    assert body["warnings"] == [] and body["logs"] == [] and body["steps"] is None and body["diagnoses"] is None
+
+
+def test_a_corrupt_database_is_a_warning_and_the_rest_still_answers(root: Path) -> None:
+    client, viewer = _client(root)
+    key = _key(viewer, "high-lr")
+    body = _get(client, key)
+    assert body["state"] == "corrupt"
+    assert any("telemetry.sqlite" in w and "not a readable SQLite database" in w for w in body["warnings"])
+    assert body["steps"] is None and body["diagnoses"] is None
+    assert body["logs"][0]["lines"] == [["stdout", "still readable"]]
+    assert client.get("/api/run", params={"key": key}).status_code == 200  # the inspector still opens
+
+
+def test_telemetry_without_a_final_summary_is_diagnosed_live(root: Path) -> None:
+    client, viewer = _client(root)
+    body = _get(client, _key(viewer, "small-model"))
+    assert body["state"] == "ok" and body["diagnoses"]["source"] == "live"
+    assert [r["rank"] for r in body["ranks"]["per_rank"]] == [0]
+    assert body["memory"] is None and body["gpu"] is None  # a CPU run measured neither
+    assert {a["rule"] for a in body["diagnoses"]["abstained"]} >= {"low_gpu_util", "straggler"}
+
+
+def test_unknown_runs_and_paths_are_not_found(root: Path, tmp_path: Path) -> None:
+    client, viewer = _client(root)
+    outside = tmp_path / "secret"
+    write_run(outside, RunSpec(steps=10))
+    for key in (str(outside), str(root / ".." / "secret"), _key(viewer, "baseline") + "/../../..", "nope"):
+        response = client.get(f"/api/runs/{urllib.parse.quote(key, safe='')}/telemetry")
+        assert response.status_code == 404 and "no run" in response.json()["error"]
+    assert client.get(f"/api/runs/{urllib.parse.quote(_key(viewer, 'baseline'), safe='')}/telemetry",
+                      headers={"x-traceml-token": "wrong"}).status_code == 403
+
+
+def test_a_long_run_is_downsampled_keeping_its_spike(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=1)
+    run_dir = next(root.iterdir())
+
+    def phases(rank: int, step: int) -> dict[str, float]:
+        return {**HEALTHY_CPU, schema.DATALOADER_NEXT: 400.0} if step == 3333 else HEALTHY_CPU
+
+    write_run(run_dir, RunSpec(steps=6000, phases=phases, rss=None, host_cpu=None, interval_s=5.0))
+    store = RunStore([root])
+    store.poll()
+    body = TelemetryViews().payload(store.runs()[0])
+    steps = body["steps"]
+    assert steps["downsampled"] and steps["raw_points"] == 6000 and len(steps["x"]) <= MAX_POINTS
+    iteration = _series(steps, "iteration")
+    assert max(v for v in iteration if v is not None) > 400 and 3333 in steps["x"]
+    assert steps["x"][0] == 0 and steps["x"][-1] == 5999
+
+
+def test_log_tail_and_cache_follow_the_files(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=2)
+    run_dir = next(root.iterdir())
+    write_run(run_dir, RunSpec(steps=20))
+    _log(run_dir, 0, [f"stdout | line {i}" for i in range(1200)])
+    store = RunStore([root])
+    store.poll()
+    run = store.runs()[0]
+    views = TelemetryViews()
+    first = views.payload(run)
+    log = first["logs"][0]
+    assert len(log["lines"]) == LOG_TAIL_LINES and log["truncated"]
+    assert log["lines"][0] == ["stdout", "line 700"] and log["lines"][-1] == ["stdout", "line 1199"]
+    assert views.payload(run) == first and views.reads == 1  # unchanged files: the cached answer
+    _log(run_dir, 0, ["stderr | Traceback (most recent call last):"])
+    again = views.payload(run)
+    assert views.reads == 2 and again["logs"][0]["lines"][-1] == ["stderr", "Traceback (most recent call last):"]
+
+
+def test_reading_leaves_the_run_folder_byte_for_byte_unchanged(root: Path) -> None:
+    client, viewer = _client(root)
+
+    def snapshot() -> dict[str, str]:
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for run in viewer.store.runs():
+        _get(client, run.key)
+    assert snapshot() == before  # no -wal/-shm created beside a database, nothing touched

@@ -36,6 +36,22 @@ ModeOpt = Annotated[
 ]
 
 
+ExporterOpt = Annotated[
+    str | None,
+    typer.Option("--exporter", help="Export telemetry records: jsonl (files in <run>/aggregator/export), otlp, or "
+                                    "module:factory for your own exporter (see docs/export.md)."),
+]
+ExportStreamsOpt = Annotated[
+    str | None,
+    typer.Option("--export-streams", help="Exported streams, comma separated: step_time (default), step_memory, "
+                                          "process, system, all."),
+]
+ExporterHostnameOpt = Annotated[
+    bool | None,
+    typer.Option("--exporter-hostname/--no-exporter-hostname", help="Keep the hostname field in exported records."),
+]
+
+
 def _mode(mode: str | None) -> str:
     if mode is None:
         # The live view needs the script's output to pass through TraceML (pipes: the script no longer
@@ -104,14 +120,20 @@ def _launch_command(
     master_addr: str,
     master_port: int,
     disable: bool,
+    exporter: str | None = None,
+    export_streams: str | None = None,
+    exporter_hostname: bool | None = None,
 ) -> None:
     view_mode = _mode(mode)
-    st = settings(logs_dir=logs_dir, run_name=name, interval=interval)
+    st = settings(logs_dir=logs_dir, run_name=name, interval=interval, exporter=exporter,
+                  export_streams=export_streams, exporter_hostname=exporter_hostname)
+    watching = mode_name == "watch"  # watch has no exporter and ignores the export settings (000 seed)
     options = LaunchOptions(
-        script=script, args=list(args or []), mode="watch" if mode_name == "watch" else "run",
+        script=script, args=list(args or []), mode="watch" if watching else "run",
         logs_dir=st.logs_dir, name=st.run_name, group=group, tags=list(tag or []), interval=st.interval,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
-        master_port=master_port, disable=disable,
+        master_port=master_port, disable=disable, exporter=None if watching else st.exporter,
+        export_streams=st.export_streams, exporter_hostname=st.exporter_hostname,
     )
     try:
         result = _run_with_view(options, view_mode) if not disable else launch(options)
@@ -162,16 +184,21 @@ def run(
     master_addr: MasterAddrOpt = "127.0.0.1",
     master_port: MasterPortOpt = 29500,
     disable_traceml: DisableOpt = False,
+    exporter: ExporterOpt = None,
+    export_streams: ExportStreamsOpt = None,
+    exporter_hostname: ExporterHostnameOpt = None,
 ) -> None:
     """Run a training script with full capture: step-time breakdown, memory, CPU/GPU, output, diagnoses.
 
     Wrap each training step in `with traceml_ai.trace_step(model):` to get the step-time breakdown.
     Exits with the training's exit code.
 
-    Example: traceml run examples/train_digits.py --epochs 3   (or --nproc-per-node 2 for two ranks)
+    Example: traceml run examples/train_digits.py --epochs 3   (or --nproc-per-node 2 for two ranks;
+    --exporter jsonl --export-streams all also writes every record to <run>/aggregator/export)
     """
     _launch_command("run", script, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, nnodes,
-                    node_rank, master_addr, master_port, disable_traceml)
+                    node_rank, master_addr, master_port, disable_traceml, exporter, export_streams,
+                    exporter_hostname)
 
 
 @one_line_errors
@@ -209,6 +236,9 @@ def serve(
     world_size: Annotated[
         int | None, typer.Option("--world-size", help="Ranks expected; a rank that never reports is listed.")
     ] = None,
+    exporter: ExporterOpt = None,
+    export_streams: ExportStreamsOpt = None,
+    exporter_hostname: ExporterHostnameOpt = None,
 ) -> None:
     """Run only the aggregator, for training scripts you start yourself that call traceml_ai.init().
 
@@ -218,12 +248,14 @@ def serve(
     """
     from traceml_ai.launcher.serve import ServedRun
 
-    st = settings(logs_dir=logs_dir, run_name=name)
+    st = settings(logs_dir=logs_dir, run_name=name, exporter=exporter, export_streams=export_streams,
+                  exporter_hostname=exporter_hostname)
     if port < 0 or port > 65535:
         raise UsageError("--port must be between 0 and 65535")
     try:
         served = ServedRun.start(st.logs_dir, st.run_name or name, group=group, tags=list(tag or []), host=host,
-                                 port=port, world_size=world_size)
+                                 port=port, world_size=world_size, exporter=st.exporter,
+                                 export_streams=st.export_streams, exporter_hostname=st.exporter_hostname)
     except LaunchUsageError as exc:
         raise UsageError(str(exc)) from None
     except LaunchError as exc:

@@ -158,7 +158,7 @@ def validate(options: LaunchOptions) -> None:
         raise LaunchUsageError("--master-port must be between 1 and 65534")
     if not MIN_INTERVAL_S <= options.interval <= MAX_INTERVAL_S:
         raise LaunchUsageError(f"--interval must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S:g} seconds")
-    if options.mode == "run":
+    if options.mode == "run" and not options.disable:
         check_export(options.exporter, options.export_streams)
 
 

@@ -161,3 +161,37 @@ def test_with_an_exporter_a_bad_value_stops_the_aggregator_with_exit_2_and_one_l
                            "--session-id", SESSION, *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"[TraceML] aggregator: {message}") and proc.stderr.count("\n") == 1
+
+
+def test_the_launched_aggregator_imports_an_exporter_from_pythonpath_but_not_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from traceml_ai.launcher.aggregator_process import AggregatorProcess
+
+    site = tmp_path / "site"
+    site.mkdir()
+    source = "class E:\n    def open(self): pass\n    def write(self, records): pass\n    def flush(self): pass\n" \
+             "    def close(self, *, dropped_batches=0): pass\ndef make(context):\n    return E()\n"
+    (site / "site_exporter.py").write_text(source)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "cwd_exporter.py").write_text(source)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    for name, found in (("site_exporter", True), ("cwd_exporter", False)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        agg = AggregatorProcess(run_dir, SESSION, exporter=f"{name}:make", export_streams="all")
+        client = RankClient(agg.port, 0, session_id=SESSION, world_size=1)
+        assert client.hello()["control"] == "welcome"
+        client.send(full_tables(0))
+        client.finish()
+        client.close()
+        assert agg.stop() == 0
+        warning = run_dir / "aggregator" / "finalization_warning.json"
+        if found:
+            assert not warning.exists(), warning.read_text()
+        else:
+            export = json.loads(warning.read_text())["export"]
+            assert export["exporter_failed"] is True
+            assert export["failure"].startswith("factory: cannot import cwd_exporter: ModuleNotFoundError")

@@ -137,7 +137,8 @@ class OtlpExporter:
         resource = Resource.create(attributes)
         self._log_exporter = _CheckedLogExporter()
         self._log_exporter.failures = []
-        self._logs = LoggerProvider(resource=resource)
+        # No exit hooks: close() shuts both providers down; after a failure nobody waits on a dead collector.
+        self._logs = LoggerProvider(resource=resource, shutdown_on_exit=False)
         self._logs.add_log_record_processor(
             BatchLogRecordProcessor(self._log_exporter, max_queue_size=2 * CHUNK, max_export_batch_size=512)
         )
@@ -145,7 +146,7 @@ class OtlpExporter:
         self._metric_exporter = _CheckedMetricExporter()
         self._metric_exporter.failures = []
         reader = PeriodicExportingMetricReader(self._metric_exporter)
-        self._metrics = MeterProvider(resource=resource, metric_readers=[reader])
+        self._metrics = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
         self._instruments = _instruments(self._metrics.get_meter(SCOPE))
 
     def write(self, records: Sequence[ExportRecord]) -> None:

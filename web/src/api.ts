@@ -2,6 +2,7 @@
 // cookie set by the first visit, so requests are plain same-origin fetches.
 
 import type {
+  AttachmentsResponse,
   BarResponse,
   BarSpec,
   BoxResponse,
@@ -52,7 +53,7 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
         // keep the generic message
       }
     }
-    if (res.status === 403) {
+    if (res.status === 403 && !type.includes("json")) {
       message = "access refused: open the URL with ?token=… that `traceml ui` printed";
     }
     throw new ApiError(message, res.status);
@@ -120,6 +121,8 @@ export const api = {
   run: (key: string) => request<RunDetail>("GET", `/api/run?key=${encodeURIComponent(key)}`),
   file: (key: string, name: string) =>
     request<string>("GET", `/api/file?key=${encodeURIComponent(key)}&name=${encodeURIComponent(name)}`),
+  attachments: (key: string) => request<AttachmentsResponse>("GET", `/api/runs/${encodeURIComponent(key)}/attachments`),
+  attachment: (token: string) => request<string>("GET", `/api/attachments/${encodeURIComponent(token)}`),
   hide: (keys: string[], hidden: boolean) => request<{ hidden: string[] }>("POST", "/api/hide", { keys, hidden }),
   getUiState: () => request<Record<string, unknown>>("GET", "/api/ui-state"),
   putUiState: (state: object) => request<{ ok: boolean }>("PUT", "/api/ui-state", state),

@@ -116,6 +116,8 @@ function fixedCell(run: RunRow, column: string): Scalar {
       return run.legacy;
     case "warnings":
       return run.warnings.length;
+    case "catalog_run":
+      return run.catalog_run ?? null;
     default:
       return null;
   }
@@ -124,7 +126,7 @@ function fixedCell(run: RunRow, column: string): Scalar {
 /** Short header text: the key of a logged value, the name of a fixed column. */
 export function columnTitle(column: string): string {
   const [kind, key] = splitColumn(column);
-  if (kind === "fixed") return column === "duration_s" ? "duration" : column;
+  if (kind === "fixed") return column === "duration_s" ? "duration" : column === "catalog_run" ? "Catalog run" : column;
   return key;
 }
 

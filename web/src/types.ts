@@ -53,6 +53,29 @@ export interface RunRow {
   best: Record<string, BestValue>;
   summary: Record<string, Scalar>;
   metric_names: string[];
+  /** The catalog run holding this run folder's session (docs/catalog.md, "In the viewer"). */
+  catalog_run: string | null;
+}
+
+/** One attachment of a catalog run (GET /api/runs/{key}/attachments). */
+export interface AttachmentItem {
+  id: string;
+  title: string | null;
+  kind: string;
+  storage: string;
+  rank: number | null;
+  session: string | null;
+  url: string | null;
+  token: string | null;
+  state: "remote" | "file" | "folder" | "missing" | "outside_root";
+  size_bytes: number | null;
+}
+
+export interface AttachmentsResponse {
+  catalog_run: string | null;
+  explicit: boolean;
+  title: string | null;
+  attachments: AttachmentItem[];
 }
 
 export interface RootInfo {

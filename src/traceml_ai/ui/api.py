@@ -16,7 +16,8 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from traceml_ai.ui.cache import CacheError
-from traceml_ai.ui.service import RequestError, Viewer
+from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
+from traceml_ai.ui.service import MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -72,6 +73,8 @@ def routes(viewer: Viewer) -> list[Route]:
                 return _error(400, str(err))
             except KeyError as err:
                 return _error(404, str(err.args[0]) if err.args else "not found")
+            except AttachmentRefused as err:
+                return _error(403, str(err))
 
         return handler
 
@@ -140,6 +143,18 @@ def routes(viewer: Viewer) -> list[Route]:
         text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
         return PlainTextResponse(text, headers={"cache-control": "no-store"})
 
+    async def get_attachments(request: Request) -> Response:
+        # The key is a known run's key; the answer names local files by token, never by path.
+        key = request.path_params["key"]
+        if viewer.store.get(key) is None:
+            raise KeyError(f"no run {key!r}")
+        payload = await asyncio.to_thread(viewer.catalog.attachments_payload, key)  # stats each local file
+        return JSONResponse(payload, headers={"cache-control": "no-store"})
+
+    async def get_attachment(request: Request) -> Response:
+        text = await asyncio.to_thread(viewer.catalog.attachment_text, request.path_params["token"], MAX_FILE_BYTES)
+        return PlainTextResponse(text, headers={"cache-control": "no-store", "x-content-type-options": "nosniff"})
+
     async def post_refresh(request: Request) -> Response:
         body = await _body(request)
         since = body.get("since", 0)
@@ -167,7 +182,8 @@ def routes(viewer: Viewer) -> list[Route]:
         if viewer.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
         runs = viewer.runs_by_keys(_str_list(body, "keys"))
-        path, latest = await asyncio.to_thread(viewer.cache.export_table_csv, runs, _str_list(body, "columns"))
+        columns = [c for c in _str_list(body, "columns") if c != CATALOG_COLUMN]  # not a runs.table column
+        path, latest = await asyncio.to_thread(viewer.cache.export_table_csv, runs, columns)
         return JSONResponse({"path": path, "latest": latest, "rows": len(runs)})
 
     async def export_chart(request: Request) -> Response:
@@ -217,6 +233,8 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/run", guarded(get_run), methods=["GET"]),
         Route("/api/file", guarded(get_file), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
+        Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),
+        Route("/api/attachments/{token}", guarded(get_attachment), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
         Route("/api/refresh", guarded(post_refresh), methods=["POST"]),
         Route("/api/hide", guarded(post_hide), methods=["POST"]),

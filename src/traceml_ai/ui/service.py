@@ -26,6 +26,7 @@ from traceml_ai.runs.store import PollResult, RunStore
 from traceml_ai.runs.table import (
     ColumnError,
     ColumnFacts,
+    SortKey,
     column_facts,
     differing_config_keys,
     group_runs,
@@ -35,6 +36,7 @@ from traceml_ai.runs.table import (
 )
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
 
 log = logging.getLogger("traceml.ui")
 
@@ -89,6 +91,8 @@ class Viewer:
         self._db_dirty = False
         self._db_changed: set[str] = set()  # runs changed since the run database was last written
         self._db_saved_at = 0.0
+        # The run catalog over the same roots: the catalog_run column and run attachments.
+        self.catalog = CatalogView(store.roots, cache.path if cache is not None else None)
 
     # -- updating --------------------------------------------------------------------------
 
@@ -118,6 +122,10 @@ class Viewer:
             self.refreshed_at = time.time()
             if result.changed or result.removed:
                 self._bump(result.changed, result.removed)
+        # After the runs' own changes are out: the catalog walks every folder (docs/catalog.md).
+        regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
+        if regrouped:
+            self._bump(regrouped, [])
         self._save_db_if_due(force=False)
         return result
 
@@ -206,15 +214,25 @@ class Viewer:
             return {
                 "version": self.version,
                 "full": full,
-                "runs": [run_row(r) for r in changed],
+                "runs": [self._row(r) for r in changed],
                 "removed": removed,
                 "hidden": sorted(self.hidden),
                 "roots": roots,
-                "warnings": list(self.store.warnings) + (list(self.cache.warnings) if self.cache else []),
+                "warnings": list(self.store.warnings) + (list(self.cache.warnings) if self.cache else [])
+                + self.catalog.global_warnings,
                 "refreshed_at": iso_utc(self.refreshed_at) if self.refreshed_at else None,
                 "refresh_interval_seconds": self.refresh_interval_seconds,
                 "stale_after_seconds": self.store.stale_after_seconds,
             }
+
+    def _row(self, run: RunSummary) -> RunRow:
+        """``run_row`` with the catalog run and the catalog's warnings about the run folder."""
+        row = run_row(run)
+        row.catalog_run = self.catalog.run_of(run.key)
+        extra = self.catalog.warnings_of(run.key)
+        if extra:
+            row.warnings = [*row.warnings, *extra]
+        return row
 
     def _real_roots(self) -> list[str]:
         from traceml_ai.runs.discovery import resolve_roots
@@ -272,20 +290,25 @@ class Viewer:
             # segment still apply (the page shows the error beside the table).
             parsed = []
             problems = []
+            catalog_filters = []
             for expr in filters:
                 if not expr.strip():
                     continue
                 try:
+                    if self.catalog.is_filter(expr):
+                        catalog_filters.append(self.catalog.parse_filter(expr))
+                        continue
                     parsed.append(parse_filter_arg(expr))
                 except (FilterError, ColumnError) as err:
                     problems.append(str(err))
             error = "; ".join(problems) or None
             statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
-            keys = [parse_sort_arg(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
-            shown = sort_runs(filter_runs(visible, parsed, search=search or None, statuses=statuses), keys)
+            keys = [_sort_key(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
+            matched = filter_runs(visible, parsed, search=search or None, statuses=statuses)
+            shown = self.catalog.sort(self.catalog.filter(matched, catalog_filters), keys)
             if group:
-                validate_column(group)
-                groups = group_runs(shown, group)
+                groups = self.catalog.group(shown) if group == CATALOG_COLUMN else group_runs(
+                    shown, validate_column(group))
                 shown = [r for g in groups for r in g.runs]
                 groups_out = [
                     {"label": g.label, "keys": [r.key for r in g.runs], "color": i} for i, g in enumerate(groups)
@@ -298,11 +321,12 @@ class Viewer:
             facts = column_facts(visible)
             self._facts = {k: v for k, v in self._facts.items() if k[0] == version}
             self._facts[(version, show_hidden)] = facts
-        available, numeric, defaults = facts.available, facts.numeric, facts.default
+        available, numeric = facts.available, facts.numeric
+        available, defaults = self.catalog.columns(available, facts.default)
         chosen: list[str] = []
         for c in columns or defaults:
             try:
-                chosen.append(validate_column(c))
+                chosen.append(c if c == CATALOG_COLUMN else validate_column(c))
             except ColumnError:
                 continue
         return {
@@ -396,7 +420,7 @@ class Viewer:
         details = self.store.details(key)
         error = details.summary.error
         return {
-            "run": run_row(details.summary),
+            "run": self._row(details.summary),
             "config": details.config,
             "run_json": details.summary.run_json,
             "traceback": error.get("traceback") if error else None,
@@ -442,6 +466,16 @@ class Viewer:
             if run is not None:
                 out.append(run)
         return out
+
+
+def _sort_key(arg: str) -> SortKey:
+    """``parse_sort_arg`` that also knows the catalog column."""
+    text = arg.strip()
+    for form, descending in ((f"-{CATALOG_COLUMN}", True), (f"+{CATALOG_COLUMN}", False), (CATALOG_COLUMN, False),
+                             (f"{CATALOG_COLUMN}:desc", True), (f"{CATALOG_COLUMN}:asc", False)):
+        if text == form:
+            return SortKey(CATALOG_COLUMN, descending)
+    return parse_sort_arg(arg)
 
 
 STATUS_SEGMENTS = ("all", "running", "stale", "completed", "failed", "killed", "legacy")
@@ -520,6 +554,8 @@ class RunRow:
     best: dict[str, BestValue]
     summary: dict[str, Scalar]
     metric_names: list[str]
+    catalog_run: str | None = None
+    """The run id of the catalog run holding this run folder's session (docs/catalog.md, "In the viewer")."""
 
 
 def run_row(run: RunSummary) -> RunRow:

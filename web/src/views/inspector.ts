@@ -7,6 +7,7 @@ import { type Child, h, replace } from "../dom";
 import { fmtAgo, fmtBytes, fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import { icon } from "../icons";
 import { store } from "../store";
+import { attachmentsSection } from "./attachments";
 import type { RunDetail, RunRow, Scalar } from "../types";
 import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, toast } from "../ui";
 
@@ -110,6 +111,7 @@ export class Inspector {
       this.section("Config", this.config(d.config), "config-tree", true),
       this.section("Run info", this.info(run, d.run_json), "inspector-info"),
       this.section("Files", this.files(run, d.files), "inspector-files"),
+      attachmentsSection(run),
     );
   }
 

@@ -857,3 +857,146 @@ def test_every_view_loads_without_console_errors_or_csp_violations(browser: Brow
         assert s.console_errors == []
         assert s.csp_violations() == []
         s.assert_clean()
+
+
+# -- 12. the telemetry of a captured run -----------------------------------------------------------
+
+HTML_SCRIPT = '''"""The digits example, printing an HTML-looking line on stderr first."""
+import runpy
+import sys
+
+print("<img src=x onerror=alert(1)>", file=sys.stderr, flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run captured by the real ``traceml run`` on 2 CPU ranks: the digits example with a planted
+    straggler (rank 1), whose ranks also print an HTML-looking line on stderr. Returns the runs root."""
+    from tests.conftest import run_traceml
+
+    work = tmp_path_factory.mktemp("captured")
+    (work / "train_html.py").write_text(HTML_SCRIPT, encoding="utf-8")
+    done = run_traceml("run", "--mode", "quiet", "--nproc-per-node", "2", "train_html.py",
+                       str(REPO / "examples" / "train_digits.py"), "--epochs", "2", "--plant", "straggler",
+                       cwd=work, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    root = work / "traceml" / "runs"
+    assert (next(root.iterdir()) / "aggregator" / "final_summary.json").is_file()
+    return root
+
+
+def test_the_inspector_shows_the_telemetry_of_a_captured_run(browser: Browser, captured: Path) -> None:
+    run_dir = next(captured.iterdir())
+    final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    with serve(captured) as v, open_viewer(browser, v) as s:
+        page = s.page
+        row(page, "train_html").locator(".cell-name").click()
+        section = page.get_by_test_id("inspector-telemetry")
+        expect(section).to_be_visible()
+
+        # diagnoses first: the final summary's findings, in its order, and the abstentions folded away
+        findings = section.get_by_test_id("finding")
+        expect(findings).to_have_count(len(final["findings"]))
+        if final["findings"]:
+            first = final["findings"][0]
+            expect(findings.first.get_by_test_id("finding-summary")).to_have_text(first["summary"])
+            expect(findings.first.get_by_test_id("finding-severity")).to_have_text(first["severity"])
+        else:  # a healthy verdict is said, not left blank
+            expect(section.get_by_test_id("finding-none")).to_have_text("No problem found in the telemetry.")
+        abstained = section.get_by_test_id("abstentions")
+        expect(abstained).to_contain_text(f"{len(final['abstained'])} rules could not judge")
+        expect(abstained.locator("li").first).to_be_hidden()
+
+        # the step-time chart draws (a canvas with painted pixels) with iteration and the phases
+        steps = section.get_by_test_id("telemetry-steps")
+        steps.scroll_into_view_if_needed()
+        canvas = steps.locator("canvas")
+        expect(canvas).to_be_visible()
+        page.wait_for_function("(c) => c.width > 0", arg=canvas.element_handle())
+        assert painted_pixels(canvas) > 500
+        legend = steps.get_by_test_id("telemetry-legend-item")
+        expect(legend.first).to_have_text("iteration")
+        expect(steps).to_contain_text("backward")
+        shot(page, "inspector-telemetry")
+
+        # rank skew: both ranks, the slowest one marked
+        skew = section.get_by_test_id("telemetry-ranks")
+        expect(skew.get_by_test_id("skew-row")).to_have_count(2)
+        expect(skew.get_by_test_id("skew-worst")).to_have_count(1)
+        worst = str(final["step_time"]["worst_rank"])
+        expect(skew.locator(f"[data-testid=skew-row][data-rank='{worst}']")).to_contain_text("slowest")
+        expect(section.get_by_test_id("telemetry-rss").locator("canvas")).to_be_visible()
+        expect(section.get_by_test_id("telemetry-host").locator("canvas")).to_be_visible()
+        skew.scroll_into_view_if_needed()
+        shot(page, "inspector-telemetry-ranks")
+
+        # the captured output: the HTML-looking line is text, not an image
+        log = section.get_by_test_id("telemetry-log")
+        log.scroll_into_view_if_needed()
+        expect(log).to_contain_text("epoch 1: train/loss")
+        html_line = log.get_by_test_id("log-line").filter(has_text=XSS_NAME)
+        expect(html_line).to_have_text(XSS_NAME)
+        expect(html_line).to_have_attribute("data-stream", "stderr")
+        shot(page, "inspector-telemetry-logs")
+        section.get_by_test_id("telemetry-log-stderr").click()
+        expect(log.locator("[data-testid=log-line][data-stream=stdout]")).to_have_count(0)
+        expect(html_line).to_be_visible()
+        section.get_by_test_id("telemetry-log-rank").select_option("1")
+        expect(log.get_by_test_id("log-line").filter(has_text=XSS_NAME)).to_have_count(1)
+        section.get_by_test_id("telemetry-log-all").click()
+        section.get_by_test_id("telemetry-log-rank").select_option("0")  # rank 0 prints the epochs
+        expect(log.locator("[data-testid=log-line][data-stream=stdout]").first).to_be_visible()
+
+        assert page.locator("#app img, .inspector img").count() == 0
+        assert not any(u.endswith("/x") for u in s.requests)
+        s.assert_clean()
+
+
+def test_telemetry_losses_gpu_charts_and_a_corrupt_database_in_the_inspector(browser: Browser, tmp_path: Path) -> None:
+    from tests.diagnose.telemetry_db import GIB, RunSpec, write_run
+    from traceml_ai.diagnose import write_final_summary
+
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=4, seed=0)
+    gpu_run = next(root.glob("*_baseline_*"))
+    write_run(gpu_run, RunSpec(ranks=2, steps=120, gpu=True, gpu_util=lambda t: 35.0,
+                               peak_alloc=lambda rank, step: (8 + 0.02 * step) * GIB))
+    write_final_summary(gpu_run, degraded="the aggregator exited during the run (exit code -9)")
+    (gpu_run / "aggregator" / "finalization_warning.json").write_text(json.dumps(
+        {"schema_version": 1, "summary": ["rank 1 dropped 4 batches (its send queue was full)"]}))
+    corrupt = next(root.glob("*_high-lr_*")) / "aggregator"
+    corrupt.mkdir()
+    (corrupt / "telemetry.sqlite").write_bytes(b"not a database\n" * 100)
+    (corrupt / "rank_0.log").write_text("stderr | RuntimeError: boom\n")
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        row(page, "baseline").locator(".cell-name").click()
+        section = page.get_by_test_id("inspector-telemetry")
+        expect(section.get_by_test_id("telemetry-status")).to_contain_text("Telemetry degraded")
+        expect(section.get_by_test_id("telemetry-status")).to_contain_text("exit code -9")
+        expect(section.get_by_test_id("telemetry-partial")).to_contain_text("rank 1 dropped 4 batches")
+        for chart in ("telemetry-steps", "telemetry-memory", "telemetry-rss", "telemetry-host", "telemetry-gpu"):
+            expect(section.get_by_test_id(chart).locator("canvas")).to_be_visible()
+        expect(section.get_by_test_id("telemetry-memory")).to_contain_text("rank 1 cuda:1 alloc")
+        expect(section.get_by_test_id("telemetry-logs")).to_contain_text("No captured stdout/stderr.")
+        shot(page, "inspector-telemetry-degraded")
+        section.get_by_test_id("telemetry-gpu").scroll_into_view_if_needed()
+        shot(page, "inspector-telemetry-gpu")
+
+        row(page, "high-lr").locator(".cell-name").click()
+        expect(page.get_by_test_id("inspector-name")).to_have_text("high-lr")
+        section = page.get_by_test_id("inspector-telemetry")
+        expect(section.get_by_test_id("telemetry-status")).to_contain_text("cannot be read (corrupt)")
+        expect(section.get_by_test_id("telemetry-log")).to_have_text("RuntimeError: boom")
+        expect(section.get_by_test_id("telemetry-steps")).to_have_count(0)
+        expect(page.get_by_test_id("inspector-metrics")).to_be_visible()  # the rest of the inspector is fine
+        shot(page, "inspector-telemetry-corrupt")
+
+        row(page, "small-model").locator(".cell-name").click()  # never captured: no Telemetry section
+        expect(page.get_by_test_id("inspector-name")).to_have_text("small-model")
+        expect(page.get_by_test_id("inspector-params")).to_be_visible()
+        expect(page.get_by_test_id("inspector-telemetry")).to_have_count(0)
+        s.assert_clean()

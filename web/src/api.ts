@@ -17,6 +17,7 @@ import type {
   SeriesResponse,
   TableQuestion,
   TableResponse,
+  TelemetryResponse,
   XAxis,
 } from "./types";
 
@@ -121,6 +122,7 @@ export const api = {
   run: (key: string) => request<RunDetail>("GET", `/api/run?key=${encodeURIComponent(key)}`),
   file: (key: string, name: string) =>
     request<string>("GET", `/api/file?key=${encodeURIComponent(key)}&name=${encodeURIComponent(name)}`),
+  telemetry: (key: string) => request<TelemetryResponse>("GET", `/api/runs/${encodeURIComponent(key)}/telemetry`),
   attachments: (key: string) => request<AttachmentsResponse>("GET", `/api/runs/${encodeURIComponent(key)}/attachments`),
   attachment: (token: string) => request<string>("GET", `/api/attachments/${encodeURIComponent(token)}`),
   hide: (keys: string[], hidden: boolean) => request<{ hidden: string[] }>("POST", "/api/hide", { keys, hidden }),

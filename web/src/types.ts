@@ -252,3 +252,90 @@ export interface BoxSpec {
   field: string;
   group_by: string | null;
 }
+
+// -- GET /api/runs/<key>/telemetry (docs/viewer-api.md) ---------------------------------------------
+
+/** Several series on one x axis (steps, or seconds since `t0_unix_ns`); null = no value there. */
+export interface TelemetryChart {
+  x: number[];
+  series: { name: string; y: (number | null)[] }[];
+  raw_points: number;
+  downsampled: boolean;
+}
+
+export interface StepChart extends TelemetryChart {
+  unit: "ms";
+  first_step: number | null;
+  last_step: number | null;
+  warmup_steps: number;
+  ranks: number;
+  sampled_every: number;
+}
+
+export interface Finding {
+  kind: string;
+  severity: "info" | "warning" | "critical" | string;
+  summary: string;
+  action: string;
+  evidence: {
+    metric?: string;
+    value?: number | null;
+    threshold?: number | null;
+    ranks?: (number | null)[];
+    steps?: [number, number] | null;
+  } | null;
+}
+
+export interface Diagnoses {
+  source: "final_summary" | "live";
+  generated_at: string | null;
+  status: string | null;
+  detail: string | null;
+  problems: string[];
+  findings: Finding[];
+  abstained: { rule?: string; reason?: string }[];
+  rules_checked: string[];
+  healthy: boolean;
+  steps: { seen?: number; first?: number | null; last?: number | null; analysed?: number } | null;
+  ranks: { seen?: (number | null)[]; world_size?: number | null; missing?: number[] } | null;
+}
+
+export interface RankStat {
+  rank: number | null;
+  steps: number | null;
+  median_ms: number | null;
+  p90_ms: number | null;
+  outside_backward_median_ms: number | null;
+}
+
+export interface RankLog {
+  rank: string;
+  name: string;
+  size: number | null;
+  truncated: boolean;
+  lines: ["stdout" | "stderr" | null, string][];
+}
+
+export interface TelemetryResponse {
+  state: "ok" | "none" | "missing" | "empty" | "corrupt" | "unreadable";
+  detail: string | null;
+  warnings: string[];
+  live: boolean;
+  manifest: Record<string, string | number | null> | null;
+  diagnoses: Diagnoses | null;
+  finalization: { summary: string[] } | null;
+  steps: StepChart | null;
+  ranks: {
+    per_rank: RankStat[];
+    worst_rank: number | null;
+    skew: number | null;
+    iteration_median_ms: number | null;
+    throughput_steps_per_s: number | null;
+  } | null;
+  memory: TelemetryChart | null;
+  rss: TelemetryChart | null;
+  host: TelemetryChart | null;
+  gpu: TelemetryChart | null;
+  t0_unix_ns: number | null;
+  logs: RankLog[];
+}

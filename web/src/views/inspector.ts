@@ -10,6 +10,7 @@ import { store } from "../store";
 import { attachmentsSection } from "./attachments";
 import type { RunDetail, RunRow, Scalar } from "../types";
 import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, toast } from "../ui";
+import { TelemetryPanel } from "./telemetry";
 
 const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json"];
 const TRACEBACK_TAIL = 25;
@@ -19,6 +20,7 @@ export class Inspector {
   private head = h("div", { class: "insp-head" });
   private key: string | null = null;
   private seq = 0;
+  private telemetry = new TelemetryPanel();
 
   constructor(host: HTMLElement) {
     host.append(this.head, this.body);
@@ -47,6 +49,7 @@ export class Inspector {
       if (seq !== this.seq) return;
       this.renderHead(detail.run);
       this.renderBody(detail);
+      this.telemetry.show(key);
     } catch (err) {
       if (seq !== this.seq) return;
       replace(this.body, h("div", { class: "callout callout-error", text: errorText(err) }));
@@ -107,6 +110,7 @@ export class Inspector {
       this.errorCallout(d),
       this.problems(run),
       this.section("Metrics", this.metrics(run), "inspector-metrics"),
+      this.telemetry.host,
       this.section("Params", this.params(run), "inspector-params"),
       this.section("Config", this.config(d.config), "config-tree", true),
       this.section("Run info", this.info(run, d.run_json), "inspector-info"),

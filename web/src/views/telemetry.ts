@@ -1,0 +1,596 @@
+// The inspector's Telemetry section for a run TraceML captured (DESIGN §4): the diagnoses first, then
+// the step-time breakdown over steps, rank skew, memory, host/GPU load and the captured rank logs,
+// all from GET /api/runs/<key>/telemetry. Log lines and every other value from the run's files go in
+// as text (textContent), never as HTML.
+
+import type uPlot from "uplot";
+import { api } from "../api";
+import { type Child, debounce, h, replace } from "../dom";
+import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
+import { icon } from "../icons";
+import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
+import { errorText, paletteColor, segmented, select, swatch, toggle, token, withAlpha } from "../ui";
+import { loadUPlot } from "./lineChart";
+
+const PLOT_H = 200;
+const PHASE_PREFIX = "traceml:";
+/** Fixed colours of the built-in phases (palette indices), so a phase looks the same on every run. */
+const PHASE_COLOR: Record<string, number> = {
+  "traceml:dataloader_next": 1,
+  "traceml:h2d": 5,
+  "traceml:forward": 0,
+  "traceml:backward": 4,
+  "traceml:optimizer_step": 2,
+};
+const STATE_TEXT: Record<string, string> = {
+  missing: "No telemetry database in this run.",
+  empty: "The telemetry database holds no rows yet.",
+  corrupt: "The telemetry database cannot be read (corrupt).",
+  unreadable: "The telemetry database cannot be read now (locked or not permitted).",
+};
+
+type Stream = "all" | "stdout" | "stderr";
+
+interface Line {
+  label: string;
+  color: string;
+  width: number;
+  values: (number | null)[];
+  dash?: number[];
+}
+
+interface PlotOpts {
+  xLabel: string;
+  xFmt: (v: number) => string;
+  yFmt: (v: number) => string;
+  logY?: boolean;
+  spanGaps?: boolean;
+  /** A shaded x range (the warm-up steps). */
+  band?: [number, number] | null;
+}
+
+/** `1.2 GB` style bytes for axes and tooltips (format.ts's fmtBytes stops at MB). */
+function fmtBytesShort(n: number): string {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let v = Math.abs(n);
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${n < 0 ? "-" : ""}${v >= 100 || i === 0 ? Math.round(v) : Number(v.toFixed(1))} ${units[i]}`;
+}
+
+function fmtMs(v: number | null | undefined): string {
+  return v === null || v === undefined ? "–" : `${fmtNum(v)} ms`;
+}
+
+function phaseLabel(name: string): string {
+  return name.startsWith(PHASE_PREFIX) ? name.slice(PHASE_PREFIX.length) : name;
+}
+
+export class TelemetryPanel {
+  /** Where the section goes in the inspector; empty (hidden) while the run has no telemetry. */
+  readonly host = h("div", { class: "telem-host", testid: "telemetry-host" });
+  private key: string | null = null;
+  private seq = 0;
+  private data: TelemetryResponse | null = null;
+  private error: string | null = null;
+  private plots: uPlot[] = [];
+  private logRank: string | null = null;
+  private logStream: Stream = "all";
+  private logY = false;
+  private open = true;
+  private resizeObs = new ResizeObserver(debounce(() => this.resize(), 80));
+
+  constructor() {
+    this.resizeObs.observe(this.host);
+  }
+
+  /** Show run `key` (a new run starts from a clean state; the same run is fetched again quietly). */
+  show(key: string): void {
+    if (key !== this.key) {
+      this.key = key;
+      this.data = null;
+      this.error = null;
+      this.logRank = null;
+      this.logStream = "all";
+      this.destroyPlots();
+      replace(this.host);
+    }
+    void this.fetch(key);
+  }
+
+  private async fetch(key: string): Promise<void> {
+    const seq = ++this.seq;
+    try {
+      const data = await api.telemetry(key);
+      if (seq !== this.seq || key !== this.key) return;
+      this.data = data;
+      this.error = null;
+    } catch (err) {
+      if (seq !== this.seq || key !== this.key) return;
+      this.error = errorText(err);
+    }
+    this.render();
+  }
+
+  // -- the section ----------------------------------------------------------------------------------
+
+  private render(): void {
+    this.destroyPlots();
+    const d = this.data;
+    if (this.error && !d) {
+      replace(this.host, this.section(h("div", { class: "callout callout-error", testid: "telemetry-error", text: this.error })));
+      return;
+    }
+    if (!d || d.state === "none") {
+      replace(this.host);
+      return;
+    }
+    const mounts: (() => void)[] = [];
+    const body = h(
+      "div",
+      { class: "telem" },
+      this.notices(d),
+      this.diagnoses(d),
+      this.stepChart(d, mounts),
+      this.rankSkew(d),
+      this.timeCharts(d, mounts),
+      this.logs(d),
+    );
+    replace(this.host, this.section(body));
+    if (!mounts.length) return;
+    if (!uPlotCtor) {
+      void loadUPlot().then((m) => {
+        uPlotCtor = m;
+        if (this.data === d) this.render();
+      });
+      return;
+    }
+    for (const m of mounts) m();
+  }
+
+  private section(content: Child): HTMLElement {
+    const det = h(
+      "details",
+      { class: "insp-section", testid: "inspector-telemetry" },
+      h("summary", { class: "insp-section-title" }, h("span", { text: "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: "live" }) : null),
+      content,
+    );
+    det.open = this.open;
+    det.addEventListener("toggle", () => {
+      if (det.open === this.open) return; // the open state set above, not a click
+      this.open = det.open;
+      if (det.open) this.render(); // charts measure their width: draw them once visible
+    });
+    return det;
+  }
+
+  private notices(d: TelemetryResponse): HTMLElement | null {
+    const items: Child[] = [];
+    const status = d.diagnoses?.status;
+    if (status && status !== "ok") {
+      items.push(
+        h(
+          "div",
+          { class: "callout callout-warn telem-callout", testid: "telemetry-status" },
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: `Telemetry ${status}` })),
+          d.diagnoses?.detail ? h("div", { class: "telem-callout-text", text: d.diagnoses.detail }) : null,
+        ),
+      );
+    } else if (d.state !== "ok") {
+      items.push(
+        h(
+          "div",
+          { class: "callout callout-warn telem-callout", testid: "telemetry-status" },
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: STATE_TEXT[d.state] ?? `Telemetry ${d.state}` })),
+        ),
+      );
+    }
+    if (d.finalization && d.finalization.summary.length) {
+      items.push(
+        h(
+          "div",
+          { class: "callout callout-warn telem-callout", testid: "telemetry-partial" },
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: "Partial telemetry: something was lost during capture" })),
+          h("ul", { class: "warn-list" }, ...d.finalization.summary.map((line) => h("li", { text: line }))),
+        ),
+      );
+    }
+    if (d.warnings.length) {
+      items.push(
+        h(
+          "div",
+          { class: "callout callout-warn telem-callout", testid: "telemetry-warnings" },
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: `Problems reading the telemetry (${d.warnings.length})` })),
+          h("ul", { class: "warn-list" }, ...d.warnings.map((w) => h("li", { text: w }))),
+        ),
+      );
+    }
+    return items.length ? h("div", { class: "telem-notices" }, ...items) : null;
+  }
+
+  // -- diagnoses ------------------------------------------------------------------------------------
+
+  private diagnoses(d: TelemetryResponse): HTMLElement | null {
+    const diag = d.diagnoses;
+    if (!diag) return null;
+    const stats: [string, string][] = [];
+    if (d.ranks) {
+      stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
+      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps / s", fmtNum(d.ranks.throughput_steps_per_s)]);
+    }
+    if (diag.steps?.seen !== undefined) stats.push(["steps", String(diag.steps.seen)]);
+    const seen = diag.ranks?.seen?.length;
+    if (seen !== undefined) stats.push(["ranks", diag.ranks?.world_size ? `${seen} of ${diag.ranks.world_size}` : String(seen)]);
+    const findings = diag.findings;
+    return h(
+      "div",
+      { class: "telem-block", testid: "telemetry-diagnoses" },
+      h(
+        "div",
+        { class: "telem-sub" },
+        h("span", { text: "Diagnoses" }),
+        diag.source === "live" ? h("span", { class: "telem-note", text: "provisional: from the rows written so far", title: "No final summary yet: the rules ran over the telemetry as it is now" }) : null,
+      ),
+      stats.length
+        ? h("div", { class: "telem-stats" }, ...stats.map(([k, v]) => h("div", { class: "telem-stat" }, h("span", { class: "telem-stat-k", text: k }), h("span", { class: "telem-stat-v", text: v }))))
+        : null,
+      findings.length
+        ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f)))
+        : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
+      this.abstentions(diag),
+    );
+  }
+
+  private finding(f: Finding): HTMLElement {
+    const sev = ["info", "warning", "critical"].includes(f.severity) ? f.severity : "info";
+    const e = f.evidence;
+    const bits: string[] = [];
+    if (e?.metric) {
+      let s = e.metric;
+      if (e.value !== null && e.value !== undefined) s += ` = ${fmtNum(e.value)}`;
+      if (e.threshold !== null && e.threshold !== undefined) s += ` (threshold ${fmtNum(e.threshold)})`;
+      bits.push(s);
+    }
+    if (e?.ranks && e.ranks.length) bits.push(`ranks ${e.ranks.map((r) => (r === null ? "?" : String(r))).join(", ")}`);
+    if (e?.steps) bits.push(`steps ${e.steps[0]}–${e.steps[1]}`);
+    return h(
+      "div",
+      { class: `finding sev-${sev}`, testid: "finding", data: { kind: f.kind, severity: sev } },
+      h("div", { class: "finding-head" }, h("span", { class: `sev-badge sev-${sev}`, testid: "finding-severity", text: sev }), h("span", { class: "finding-kind", text: f.kind })),
+      h("div", { class: "finding-summary", testid: "finding-summary", text: f.summary }),
+      f.action ? h("div", { class: "finding-action", text: f.action }) : null,
+      bits.length ? h("div", { class: "finding-evidence", text: bits.join(" · ") }) : null,
+    );
+  }
+
+  private abstentions(diag: Diagnoses): HTMLElement | null {
+    if (!diag.abstained.length) return null;
+    return h(
+      "details",
+      { class: "abstained", testid: "abstentions" },
+      h("summary", { text: `${diag.abstained.length} rule${diag.abstained.length === 1 ? "" : "s"} could not judge` }),
+      h(
+        "ul",
+        { class: "abstained-list" },
+        ...diag.abstained.map((a) => h("li", {}, h("span", { class: "abstained-rule", text: a.rule ?? "?" }), h("span", { text: a.reason ?? "" }))),
+      ),
+    );
+  }
+
+  // -- charts ---------------------------------------------------------------------------------------
+
+  private card(title: string, testid: string, chart: TelemetryChart, extra?: Child): { card: HTMLElement; plot: HTMLElement; legend: HTMLElement } {
+    const plot = h("div", { class: "plot telem-plot" });
+    const legend = h("div", { class: "telem-legend" });
+    const card = h(
+      "div",
+      { class: "chart-card telem-card", testid },
+      h(
+        "div",
+        { class: "chart-card-head" },
+        h("span", { class: "chart-card-title", text: title }),
+        chart.downsampled ? h("span", { class: "chart-card-note", title: `${chart.raw_points} points`, text: "downsampled" }) : null,
+        extra ?? null,
+      ),
+      legend,
+      plot,
+    );
+    return { card, plot, legend };
+  }
+
+  private stepChart(d: TelemetryResponse, mounts: (() => void)[]): HTMLElement | null {
+    const c: StepChart | null = d.steps;
+    if (!c || !c.x.length) return null;
+    let user = 6;
+    const lines: Line[] = c.series.map((s) => {
+      if (s.name === "iteration") return { label: "iteration", color: token("--text-0", "#e8edf3"), width: 2.5, values: s.y };
+      if (s.name === "other") return { label: "other", color: token("--text-2", "#7d8a99"), width: 1.25, values: s.y, dash: [4, 3] };
+      const idx = PHASE_COLOR[s.name] ?? user++;
+      return { label: phaseLabel(s.name), color: paletteColor(idx), width: 1.5, values: s.y };
+    });
+    const logY = toggle(
+      "Log y",
+      this.logY,
+      (on) => {
+        this.logY = on;
+        this.render();
+      },
+      "telemetry-log-y",
+    );
+    const { card, plot, legend } = this.card("Step time (ms)", "telemetry-steps", c, h("span", { class: "telem-card-tools" }, logY));
+    const first = c.first_step ?? c.x[0] ?? 0;
+    const note = h("div", {
+      class: "telem-note",
+      text:
+        `Slowest rank per step (${c.ranks} rank${c.ranks === 1 ? "" : "s"})` +
+        (c.warmup_steps ? `; the shaded first ${c.warmup_steps} steps are warm-up, left out of the medians` : "") +
+        (c.sampled_every > 1 ? `; every ${c.sampled_every}th step read` : "") +
+        ".",
+    });
+    card.append(note);
+    mounts.push(() =>
+      this.mountPlot(plot, legend, c.x, lines, {
+        xLabel: "step",
+        xFmt: fmtNum,
+        yFmt: (v) => `${fmtNum(v)}`,
+        logY: this.logY,
+        band: c.warmup_steps ? [first, first + c.warmup_steps - 1] : null,
+      }),
+    );
+    return h("div", { class: "telem-block" }, card);
+  }
+
+  private rankSkew(d: TelemetryResponse): HTMLElement | null {
+    const r = d.ranks;
+    if (!r || !r.per_rank.length) return null;
+    const maxIt = Math.max(...r.per_rank.map((x) => x.median_ms ?? 0), 1e-9);
+    const bar = (v: number | null, cls: string): HTMLElement => {
+      const track = h("div", { class: "skew-track" });
+      if (v !== null) {
+        const fill = h("div", { class: `skew-fill ${cls}` });
+        fill.style.width = `${Math.max(1, (v / maxIt) * 100)}%`;
+        track.append(fill);
+      }
+      return track;
+    };
+    const rows = r.per_rank.map((x) => {
+      const worst = r.per_rank.length > 1 && x.rank === r.worst_rank;
+      return h(
+        "tr",
+        { class: worst ? "is-worst" : "", testid: "skew-row", data: { rank: x.rank === null ? "?" : String(x.rank) } },
+        h("td", { class: "skew-rank" }, h("span", { text: x.rank === null ? "?" : String(x.rank) }), worst ? h("span", { class: "sev-badge sev-warning", testid: "skew-worst", text: "slowest" }) : null),
+        h("td", { class: "skew-bars" }, bar(x.median_ms, "skew-iter"), bar(x.outside_backward_median_ms, "skew-local")),
+        h("td", { class: "num" }, h("div", { text: fmtMs(x.median_ms), title: `p90 ${fmtMs(x.p90_ms)} over ${x.steps ?? "?"} steps` }), h("div", { class: "skew-local-v", text: fmtMs(x.outside_backward_median_ms) })),
+      );
+    });
+    const skewText =
+      r.skew !== null && r.worst_rank !== null
+        ? `Rank ${r.worst_rank}'s median step is ${fmtNum(r.skew * 100)}% above the median of the others.`
+        : r.per_rank.length === 1
+          ? "One rank: nothing to compare."
+          : "";
+    return h(
+      "div",
+      { class: "telem-block", testid: "telemetry-ranks" },
+      h("div", { class: "telem-sub" }, h("span", { text: "Rank skew" }), h("span", { class: "telem-note", text: "medians after warm-up" })),
+      h(
+        "div",
+        { class: "skew-legend" },
+        h("span", {}, swatch(paletteColor(0)), "iteration"),
+        h("span", {}, swatch(paletteColor(1)), "work outside backward"),
+      ),
+      h("div", { class: "skew-wrap" }, h("table", { class: "kv-table skew-table" }, h("tbody", {}, ...rows))),
+      skewText ? h("div", { class: "telem-note", text: skewText }) : null,
+    );
+  }
+
+  private timeCharts(d: TelemetryResponse, mounts: (() => void)[]): HTMLElement | null {
+    const cards: HTMLElement[] = [];
+    const add = (title: string, testid: string, c: TelemetryChart | null, xLabel: string, xFmt: (v: number) => string, yFmt: (v: number) => string, spanGaps: boolean) => {
+      if (!c || !c.x.length || !c.series.length) return;
+      const { card, plot, legend } = this.card(title, testid, c);
+      const lines: Line[] = c.series.map((s, i) => ({ label: s.name, color: paletteColor(i), width: 1.5, values: s.y }));
+      mounts.push(() => this.mountPlot(plot, legend, c.x, lines, { xLabel, xFmt, yFmt, spanGaps }));
+      cards.push(card);
+    };
+    const pct = (v: number) => `${fmtNum(v)}%`;
+    add("Peak memory per step", "telemetry-memory", d.memory, "step", fmtNum, fmtBytesShort, false);
+    add("Process RSS per rank", "telemetry-rss", d.rss, "wall time", fmtSecondsAxis, fmtBytesShort, true);
+    add("Host CPU and RAM (%)", "telemetry-host", d.host, "wall time", fmtSecondsAxis, pct, true);
+    add("GPU utilisation and memory (%)", "telemetry-gpu", d.gpu, "wall time", fmtSecondsAxis, pct, true);
+    if (!cards.length) return null;
+    return h("div", { class: "telem-block" }, h("div", { class: "telem-sub", text: "Memory and system" }), ...cards);
+  }
+
+  private mountPlot(el: HTMLElement, legend: HTMLElement, x: number[], lines: Line[], o: PlotOpts): void {
+    const UPlot = uPlotCtor;
+    if (!UPlot) return;
+    const fix = (v: number | null) => (v === null || (o.logY && v <= 0) ? null : v);
+    const data = [x, ...lines.map((l) => l.values.map(fix))] as uPlot.AlignedData;
+    const axisColor = token("--text-2", "#8b949e");
+    const gridColor = token("--chart-grid", "rgba(255,255,255,0.06)");
+    const bandColor = withAlpha(token("--st-stale", "#d9a32e"), 0.08);
+    const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
+    const band = o.band;
+    const u = new UPlot(
+      {
+        width: Math.max(240, el.clientWidth || 400),
+        height: PLOT_H,
+        legend: { show: false },
+        cursor: { drag: { x: true, y: false, setScale: true }, points: { size: 5 } },
+        scales: { x: { time: false }, y: o.logY ? { distr: 3, log: 10 } : { auto: true, range: (_u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] } },
+        axes: [
+          {
+            stroke: axisColor,
+            grid: { stroke: gridColor, width: 1 },
+            ticks: { stroke: gridColor, width: 1 },
+            font: "11px system-ui, sans-serif",
+            size: 24,
+            label: o.xLabel,
+            labelFont: "11px system-ui, sans-serif",
+            labelSize: 14,
+            labelGap: 0,
+            values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.xFmt(v))),
+          },
+          {
+            stroke: axisColor,
+            grid: { stroke: gridColor, width: 1 },
+            ticks: { stroke: gridColor, width: 1 },
+            font: "11px system-ui, sans-serif",
+            // wide enough for the longest tick label (`381 MB`, `100%`, `40`)
+            size: (_u: uPlot, values: string[] | null) => Math.max(40, 22 + 7 * Math.max(0, ...(values ?? []).map((v) => v.length))),
+            values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.yFmt(v))),
+          },
+        ],
+        series: [{}, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: l.width, dash: l.dash, spanGaps: !!o.spanGaps, points: { show: false } }))],
+        hooks: {
+          drawClear: band
+            ? [
+                (pu: uPlot) => {
+                  const left = pu.valToPos(band[0] - 0.5, "x", true);
+                  const right = pu.valToPos(band[1] + 0.5, "x", true);
+                  const l = Math.max(pu.bbox.left, left);
+                  const r = Math.min(pu.bbox.left + pu.bbox.width, right);
+                  if (r <= l) return;
+                  pu.ctx.save();
+                  pu.ctx.fillStyle = bandColor;
+                  pu.ctx.fillRect(l, pu.bbox.top, r - l, pu.bbox.height);
+                  pu.ctx.restore();
+                },
+              ]
+            : [],
+          setCursor: [(pu: uPlot) => this.tip(pu, tooltip, lines, o)],
+        },
+      },
+      data,
+      el,
+    );
+    el.appendChild(tooltip);
+    u.over.addEventListener("mouseleave", () => {
+      tooltip.hidden = true;
+    });
+    this.plots.push(u);
+    replace(
+      legend,
+      ...lines.map((l, i) => {
+        const item = h("button", { type: "button", class: "legend-item", testid: "telemetry-legend-item", title: "click: hide/show" }, swatch(l.color), h("span", { text: l.label }));
+        item.addEventListener("click", () => {
+          const shown = u.series[i + 1]?.show !== false;
+          u.setSeries(i + 1, { show: !shown });
+          item.classList.toggle("is-off", shown);
+        });
+        return item;
+      }),
+    );
+  }
+
+  private tip(u: uPlot, el: HTMLElement, lines: Line[], o: PlotOpts): void {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined || u.cursor.left === undefined || u.cursor.left < 0) {
+      el.hidden = true;
+      return;
+    }
+    const xv = u.data[0][idx];
+    const rows: HTMLElement[] = [];
+    lines.forEach((l, i) => {
+      if (u.series[i + 1]?.show === false) return;
+      const v = u.data[i + 1]?.[idx];
+      if (v === null || v === undefined) return;
+      rows.push(h("div", { class: "plot-tip-row" }, swatch(l.color, "swatch swatch-sm"), h("span", { class: "plot-tip-name", text: l.label }), h("span", { class: "plot-tip-v", text: o.yFmt(v) })));
+    });
+    if (!rows.length || xv === undefined) {
+      el.hidden = true;
+      return;
+    }
+    replace(el, h("div", { class: "plot-tip-x", text: `${o.xLabel} ${o.xFmt(xv)}` }), ...rows);
+    el.hidden = false;
+    const left = u.cursor.left + 14;
+    const w = el.offsetWidth;
+    const plotW = u.over.clientWidth;
+    el.style.left = `${(left + w > plotW ? u.cursor.left - w - 14 : left) + u.over.offsetLeft}px`;
+    el.style.top = `${u.over.offsetTop + 8}px`;
+  }
+
+  private destroyPlots(): void {
+    for (const p of this.plots) p.destroy();
+    this.plots = [];
+  }
+
+  private resize(): void {
+    for (const p of this.plots) {
+      const parent = p.root.parentElement;
+      if (!parent || !parent.isConnected) continue;
+      const w = Math.max(240, parent.clientWidth);
+      if (Math.abs(w - p.width) > 2) p.setSize({ width: w, height: PLOT_H });
+    }
+  }
+
+  // -- logs -----------------------------------------------------------------------------------------
+
+  private logs(d: TelemetryResponse): HTMLElement {
+    const logs = d.logs;
+    const head = h("div", { class: "telem-sub" }, h("span", { text: "Captured output" }));
+    if (!logs.length) return h("div", { class: "telem-block", testid: "telemetry-logs" }, head, h("div", { class: "muted", text: "No captured stdout/stderr." }));
+    if (this.logRank === null || !logs.some((l) => l.rank === this.logRank)) this.logRank = logs[0]!.rank;
+    const log = logs.find((l) => l.rank === this.logRank)!;
+    const view = h("div", { class: "log-view", testid: "telemetry-log", attrs: { role: "log", tabindex: 0 } });
+    const count = h("span", { class: "telem-note" });
+    const drawLines = (which: RankLog) => {
+      const shown = which.lines.filter(([stream]) => this.logStream === "all" || stream === this.logStream);
+      replace(
+        view,
+        ...(shown.length
+          ? shown.map(([stream, text]) => h("div", { class: `log-line${stream === "stderr" ? " log-stderr" : ""}`, testid: "log-line", data: { stream: stream ?? "" }, text }))
+          : [h("div", { class: "muted", text: "No lines for this filter." })]),
+      );
+      count.textContent = `${shown.length} line${shown.length === 1 ? "" : "s"}` + (which.truncated ? ` · last ${which.lines.length} of ${fmtBytes(which.size)}` : "");
+      view.scrollTop = view.scrollHeight;
+    };
+    const rankSel =
+      logs.length > 1
+        ? select(
+            logs.map((l) => ({ value: l.rank, label: `rank ${l.rank}` })),
+            this.logRank,
+            (v) => {
+              this.logRank = v;
+              const next = logs.find((l) => l.rank === v);
+              if (next) drawLines(next);
+            },
+            "telemetry-log-rank",
+            "Which rank's output",
+          )
+        : h("span", { class: "telem-note", text: `rank ${log.rank}` });
+    const streams = segmented<Stream>(
+      [
+        { value: "all", label: "all" },
+        { value: "stdout", label: "stdout" },
+        { value: "stderr", label: "stderr" },
+      ],
+      this.logStream,
+      (v) => {
+        this.logStream = v;
+        for (const b of streams.querySelectorAll<HTMLElement>(".seg")) {
+          const on = b.dataset.value === v;
+          b.classList.toggle("is-active", on);
+          b.setAttribute("aria-selected", on ? "true" : "false");
+        }
+        const current = logs.find((l) => l.rank === this.logRank);
+        if (current) drawLines(current);
+      },
+      (v) => `telemetry-log-${v}`,
+      "segmented-sm",
+    );
+    // The view must be in the page before it can scroll to its end.
+    window.requestAnimationFrame(() => {
+      view.scrollTop = view.scrollHeight;
+    });
+    drawLines(log);
+    return h("div", { class: "telem-block", testid: "telemetry-logs" }, head, h("div", { class: "log-tools" }, rankSel, streams, count), view);
+  }
+}
+
+// uPlot's constructor once loaded (loaded on first use, as lineChart.ts does).
+let uPlotCtor: typeof uPlot | null = null;

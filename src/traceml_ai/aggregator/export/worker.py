@@ -49,8 +49,9 @@ MAX_QUEUED_BYTES = 256 << 20
 """Frame bytes waiting for the worker (256 MiB); beyond that each new frame is a dropped batch."""
 YIELD_S = 0.002
 """How long the worker waits at a time while ingest has a backlog (seconds)."""
-BUSY_GRACE_S = 0.05
-"""A backlog seen this recently (seconds) still counts: within a burst it empties for moments."""
+BUSY_GRACE_S = 0.6
+"""A backlog seen this recently (seconds) still counts: within a burst it empties for moments, and
+after it the writer commits its last rows within its flush interval (0.5 s, DESIGN §3.3)."""
 FLUSH_INTERVAL_S = 1.0
 """How often the exporter is flushed while records come in (seconds)."""
 CLOSE_TIMEOUT_S = 30.0

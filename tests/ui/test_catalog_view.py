@@ -19,6 +19,7 @@ from traceml_ai.runs.store import RunStore
 from traceml_ai.sdk.logger import Run
 from traceml_ai.ui.app import create_app
 from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.catalog_view import CATALOG_EVERY_S, CatalogView
 from traceml_ai.ui.service import Viewer
 
 TOKEN = "test-token-0123456789"
@@ -262,3 +263,29 @@ def test_a_table_export_with_the_catalog_column_still_writes(workspace: Path) ->
     keys = [r.key for r in viewer.store.runs()]
     response = client.post("/api/export/table", json={"keys": keys, "columns": ["name", "catalog_run"]})
     assert response.status_code == 200 and response.json()["rows"] == len(keys)
+
+
+def test_a_poll_opens_the_catalog_again_only_when_due(workspace: Path) -> None:
+    now = [0.0]
+    view = CatalogView([str(workspace)], None, clock=lambda: now[0])
+    store = RunStore([workspace])
+    store.poll()
+    runs = store.runs()
+    keys = {r.name: r.key for r in runs}
+    view.refresh(runs)
+    assert view.run_of(keys["dup-a"]) == "session:sess-a"
+    for name in ("dup-a", "dup-b"):
+        (Path(keys[name]) / "stormlog_run.json").unlink()
+    _envelope(workspace, "exp-1", ["sess-0", "sess-1", "sess-a"])
+    now[0] = CATALOG_EVERY_S - 1
+    assert view.refresh(runs) == [] and view.run_of(keys["dup-a"]) == "session:sess-a"  # not due yet
+    assert sorted(view.refresh(runs, force=True)) == sorted([keys["dup-a"], keys["dup-b"]])  # Refresh
+    assert view.run_of(keys["dup-a"]) == "exp-1"
+    _envelope(workspace, "exp-1", ["sess-0", "sess-1"])
+    assert view.refresh(runs) == []
+    now[0] += CATALOG_EVERY_S  # due again: the envelope's change is seen
+    assert view.refresh(runs) == [keys["dup-a"]] and view.run_of(keys["dup-a"]) == "session:sess-a"
+    _run_folder(workspace, "late", "sess-late")  # a new run folder makes it due at once
+    store.poll()
+    assert keys.keys() < {r.name for r in store.runs()}
+    assert view.due([r.key for r in store.runs()], force=False)

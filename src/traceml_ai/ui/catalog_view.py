@@ -337,9 +337,8 @@ def _snapshot(store: CatalogStore, keys: Sequence[str], roots: list[str]) -> _Sn
         also.setdefault(folder, []).append(s.run_id)
     run_warnings: dict[str, list[str]] = {}
     global_warnings: list[str] = []
-    ordered = sorted(folders, key=len, reverse=True)  # the deepest folder holding a path owns it
     for w in store.warnings:
-        owner = next((k for k in ordered if inside(w.path, k)), None)
+        owner = _owner(w.path, folders)
         if owner is None:
             global_warnings.append(f"catalog: {w}")
         else:
@@ -367,6 +366,19 @@ def _snapshot(store: CatalogStore, keys: Sequence[str], roots: list[str]) -> _Sn
         tokens=tokens,
         roots=tuple(roots),
     )
+
+
+def _owner(path: str, folders: set[str]) -> str | None:
+    """The run folder holding ``path`` (the path itself or its nearest ancestor among ``folders``),
+    or None; one set lookup per level, so many warnings over many runs stay cheap."""
+    here = path
+    while True:
+        if here in folders:
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
 
 
 def _run_line(w: CatalogWarning, folder: str) -> str:

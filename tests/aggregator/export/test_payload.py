@@ -324,3 +324,22 @@ def test_rows_of_a_stream_no_projection_knows_are_not_records_and_not_skipped() 
     """Unknown streams are no unit of skipped; the aggregator reports them in finalization_warning.json."""
     batch = records_from_payload(make_envelope(meta(0), {"gpu_kernels": [{"name": "gemm"}], **full_tables(0)}))
     assert batch.skipped == 0 and len(batch.records) == sum(RECORDS_PER_FULL_ENVELOPE.values())
+
+
+def test_the_seeds_internal_mapping_example_works_unchanged() -> None:
+    namespace: dict[str, Any] = {}
+    exec(  # the 000 seed's "Internal mapping example", verbatim
+        'from traceml_ai.aggregator.export import StepTimeRecord, records_from_payload\n'
+        'FORWARD = "_traceml_internal:forward_time"\n'
+        'def forward_cpu_ms(payload):\n'
+        '    """Yield (global_rank, step, forward CPU ms) for each step record."""\n'
+        '    for record in records_from_payload(payload).records:\n'
+        '        if isinstance(record, StepTimeRecord):\n'
+        '            for stats in record.events.get(FORWARD, {}).values():\n'
+        '                yield record.global_rank, record.step, stats.get("cpu_ms")\n',
+        namespace,
+    )
+    rows = [{"step": 4, "events": {"_traceml_internal:forward_time": {"cuda:0": {"cpu_ms": 1.5}}}},
+            {"step": 5, "events": {"traceml:forward": {"cuda:0": {"cpu_ms": 2.0}}}}]
+    payload = make_envelope(meta(2), {"step_time": rows, "process": [{"seq": 1}]})
+    assert list(namespace["forward_cpu_ms"](payload)) == [(2, 4, 1.5)]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -16,7 +17,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, RunSpec, write_run
+from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, T0_NS, RunSpec, TelemetryDB, cpu_events, write_run
 from traceml_ai.diagnose import write_final_summary
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.store import RunStore
@@ -236,3 +237,29 @@ def test_reading_leaves_the_run_folder_byte_for_byte_unchanged(root: Path) -> No
     for run in viewer.store.runs():
         _get(client, run.key)
     assert snapshot() == before  # no -wal/-shm created beside a database, nothing touched
+
+
+def test_a_live_run_is_read_again_as_its_database_grows(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=3)
+    run_dir = next(root.iterdir())
+    db = TelemetryDB(run_dir / "aggregator" / "telemetry.sqlite")  # the writer stays open, as a live aggregator's
+    try:
+        for step in range(10):
+            db.step(0, step, cpu_events({**HEALTHY_CPU, schema.STEP: 15.0}), ts_ns=T0_NS + step * 10**8, seq=step)
+        db.commit()
+        store = RunStore([root])
+        store.poll()
+        run = dataclasses.replace(store.runs()[0], display_status="running")
+        views = TelemetryViews(live_min_interval_s=0.0, live_cost_factor=0.0)
+        files = sorted(p.name for p in (run_dir / "aggregator").iterdir())
+        first = views.payload(run)
+        assert first["live"] and first["steps"]["x"] == list(range(10)) and first["diagnoses"]["source"] == "live"
+        for step in range(10, 25):
+            db.step(0, step, cpu_events({**HEALTHY_CPU, schema.STEP: 15.0}), ts_ns=T0_NS + step * 10**8, seq=step)
+        db.commit()
+        later = views.payload(run)
+        assert later["steps"]["x"] == list(range(25)) and views.reads == 2
+        assert sorted(p.name for p in (run_dir / "aggregator").iterdir()) == files  # the reader made no file
+    finally:
+        db.close()

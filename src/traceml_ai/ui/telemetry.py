@@ -19,7 +19,7 @@ to about :data:`MAX_POINTS` points per chart.
 
 Answers are cached per run by the ``(mtime_ns, size)`` of every file they come from, so polling a
 finished run costs a few ``stat`` calls; a live run is read again once its files change, at most every
-:data:`LIVE_MIN_INTERVAL_S`.
+:data:`LIVE_MIN_INTERVAL_S` (or twice the time the last read took, for a big database).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from traceml_ai.diagnose.summary import (
     load_final_summary,
     summarise,
 )
+from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import ITERATION, build_step_table
 from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
@@ -78,14 +79,20 @@ class _Cached:
     stamps: tuple[Stamp, ...]
     payload: dict[str, Any]
     read_at: float
+    build_s: float
 
 
 class TelemetryViews:
     """The ``GET /api/runs/{key}/telemetry`` answers, cached per run (thread-safe)."""
 
-    def __init__(self, *, max_points: int = MAX_POINTS, tail_lines: int = LOG_TAIL_LINES) -> None:
+    def __init__(self, *, max_points: int = MAX_POINTS, tail_lines: int = LOG_TAIL_LINES,
+                 live_min_interval_s: float = LIVE_MIN_INTERVAL_S, live_cost_factor: float = 2.0) -> None:
         self.max_points = max_points
         self.tail_lines = tail_lines
+        self.live_min_interval_s = live_min_interval_s
+        # A live run is read again no sooner than this many times the last read took, so that a big
+        # database polled by several pages does not keep a core busy.
+        self.live_cost_factor = live_cost_factor
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -101,16 +108,17 @@ class TelemetryViews:
             stamps, agg, refused = _stamps(run.key)
             with self._lock:
                 hit = self._cache.get(run.key)
-            if hit is not None and (
-                hit.stamps == stamps or (live and time.monotonic() - hit.read_at < LIVE_MIN_INTERVAL_S)
-            ):
+            if hit is not None and (hit.stamps == stamps or (
+                live and time.monotonic() - hit.read_at < max(self.live_min_interval_s, self.live_cost_factor * hit.build_s)
+            )):
                 return {**hit.payload, "live": live}
+            started = time.monotonic()
             answer = self._build(run.key, agg, stamps)
             if refused:
                 answer["warnings"].append(refused)
             self.reads += 1
             with self._lock:
-                self._cache[run.key] = _Cached(stamps, answer, time.monotonic())
+                self._cache[run.key] = _Cached(stamps, answer, time.monotonic(), time.monotonic() - started)
                 self._cache.move_to_end(run.key)
                 while len(self._cache) > CACHE_RUNS:
                     old, _ = self._cache.popitem(last=False)
@@ -205,13 +213,12 @@ class TelemetryViews:
         if not series:
             return None
         chart = aligned(series, self.max_points)
-        warmup = build_step_table(tel.steps).warmup_steps
         return {
             **chart,
             "unit": "ms",
             "first_step": table.first_step,
             "last_step": table.last_step,
-            "warmup_steps": warmup,
+            "warmup_steps": WARMUP_STEPS,  # what the medians (and build_step_table by default) leave out
             "ranks": len(table.ranks),
             "sampled_every": tel.sampled_every,
         }

@@ -108,9 +108,8 @@ class TelemetryViews:
             stamps, agg, refused = _stamps(run.key)
             with self._lock:
                 hit = self._cache.get(run.key)
-            if hit is not None and (hit.stamps == stamps or (
-                live and time.monotonic() - hit.read_at < max(self.live_min_interval_s, self.live_cost_factor * hit.build_s)
-            )):
+            wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s) if hit is not None else 0.0
+            if hit is not None and (hit.stamps == stamps or (live and time.monotonic() - hit.read_at < wait)):
                 return {**hit.payload, "live": live}
             started = time.monotonic()
             answer = self._build(run.key, agg, stamps)

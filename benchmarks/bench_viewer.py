@@ -103,8 +103,9 @@ def server_rss(root: Path) -> None:
         runs = json.loads(opener.open(base + "/api/runs", timeout=60).read())
         opener.open(base + "/api/table", timeout=60).read()
         keys = [r["key"] for r in runs["runs"][:3]]
-        req = urllib.request.Request(base + "/api/series", data=json.dumps({"keys": keys, "metrics": ["val/auc"]}).encode(),
-                                     headers={"content-type": "application/json"}, method="POST")
+        body = json.dumps({"keys": keys, "metrics": ["val/auc"]}).encode()
+        req = urllib.request.Request(base + "/api/series", data=body, headers={"content-type": "application/json"},
+                                     method="POST")
         opener.open(req, timeout=60).read()
         record(f"server RSS with {len(runs['runs']):,} runs", rss_mb(proc.pid), 150, "MB")
     finally:

@@ -356,12 +356,28 @@ export class TelemetryPanel {
       }
       return track;
     };
+    // The straggler rule judges the work outside backward (synchronised ranks have equal iterations),
+    // so the rank it names is marked apart from the rank with the highest median iteration.
+    const straggler = new Map<string, string>();
+    for (const f of d.diagnoses?.findings ?? []) {
+      if (f.kind !== "straggler") continue;
+      for (const rank of f.evidence?.ranks ?? []) straggler.set(rank === null ? "?" : String(rank), f.severity);
+    }
     const rows = r.per_rank.map((x) => {
+      const id = x.rank === null ? "?" : String(x.rank);
       const worst = r.per_rank.length > 1 && x.rank === r.worst_rank;
+      const sev = straggler.get(id);
+      const marked = sev !== undefined || (worst && !straggler.size);
       return h(
         "tr",
-        { class: worst ? "is-worst" : "", testid: "skew-row", data: { rank: x.rank === null ? "?" : String(x.rank) } },
-        h("td", { class: "skew-rank" }, h("span", { text: x.rank === null ? "?" : String(x.rank) }), worst ? h("span", { class: "sev-badge sev-warning", testid: "skew-worst", text: "slowest" }) : null),
+        { class: marked ? "is-worst" : "", testid: "skew-row", data: { rank: id } },
+        h(
+          "td",
+          { class: "skew-rank" },
+          h("span", { text: id }),
+          sev !== undefined ? h("span", { class: `sev-badge sev-${sev === "critical" ? "critical" : "warning"}`, testid: "skew-straggler", text: "straggler" }) : null,
+          worst ? h("span", { class: "skew-worst", testid: "skew-worst", text: "slowest", title: "highest median iteration" }) : null,
+        ),
         h("td", { class: "skew-bars" }, bar(x.median_ms, "skew-iter"), bar(x.outside_backward_median_ms, "skew-local")),
         h("td", { class: "num" }, h("div", { text: fmtMs(x.median_ms), title: `p90 ${fmtMs(x.p90_ms)} over ${x.steps ?? "?"} steps` }), h("div", { class: "skew-local-v", text: fmtMs(x.outside_backward_median_ms) })),
       );

@@ -384,7 +384,7 @@ export class TelemetryPanel {
     });
     const skewText =
       r.skew !== null && r.worst_rank !== null
-        ? `Rank ${r.worst_rank}'s median step is ${fmtNum(r.skew * 100)}% above the median of the others.`
+        ? `Rank ${r.worst_rank}'s median step is ${(r.skew * 100).toFixed(1)}% above the median of the others.`
         : r.per_rank.length === 1
           ? "One rank: nothing to compare."
           : "";

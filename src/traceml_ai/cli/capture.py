@@ -32,7 +32,7 @@ ModeOpt = Annotated[
     str | None,
     typer.Option("--mode", help="summary (default): the script keeps its terminal, the verdict is printed at "
                                 "the end; cli: a live view below the script's output (which then goes through a "
-                                "pipe); quiet: nothing from TraceML."),
+                                "pipe); quiet: nothing from TraceML but warnings (lost telemetry, a failed setup)."),
 ]
 
 

@@ -241,6 +241,18 @@ def test_training_outlives_a_killed_aggregator_with_its_own_exit_code(tmp_path: 
         "no bottleneck found in that part", "")
 
 
+def test_a_training_that_raises_is_failed_and_its_session_did_not_complete(tmp_path: Path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text("raise RuntimeError('boom')\n")
+    proc = traceml("run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"), str(script), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    meta = read_json(run_dir / "run.json")
+    assert meta["status"] == "failed" and meta["exit"]["error_type"] == "RuntimeError"
+    manifest = read_json(run_dir / "aggregator" / "manifest.json")
+    assert manifest["status"] == "interrupted" and manifest["exit_code"] == 1
+
+
 def test_a_training_that_segfaults_is_failed_with_its_signal(tmp_path: Path) -> None:
     script = tmp_path / "segv.py"
     script.write_text("import os, signal\nprint('about to crash', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
@@ -250,7 +262,8 @@ def test_a_training_that_segfaults_is_failed_with_its_signal(tmp_path: Path) -> 
     meta = read_json(run_dir / "run.json")
     assert meta["status"] == "failed"
     assert meta["exit"]["signal"] == "SIGSEGV" and meta["exit"]["error_type"] == "Signal"
-    assert read_json(run_dir / "aggregator" / "manifest.json")["status"] != "interrupted"
+    # the session did not run to its end (the catalog lists it so, not as completed)
+    assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "interrupted"
 
 
 FLOOD_OUTPUT = '''

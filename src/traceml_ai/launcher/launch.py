@@ -298,8 +298,15 @@ def launch(
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,
                            stderr_tail=_stderr_tail(run_dir))
+    # The session's lifecycle (004 seed): stopped from outside → interrupted; telemetry lost →
+    # incomplete; a training that failed or crashed did not run to its end either → interrupted.
     stopped = interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS)
-    manifest_status = "interrupted" if stopped else ("incomplete" if telemetry else "completed")
+    if stopped:
+        manifest_status = "interrupted"
+    elif telemetry:
+        manifest_status = "incomplete"
+    else:
+        manifest_status = "completed" if code == 0 else "interrupted"
     write_manifest(run_dir, identity, status=manifest_status, started_at_ns=started_ns, ended_at_ns=time.time_ns(),
                    exit_code=code, telemetry=telemetry or None)
     return LaunchResult(code, run_dir, status, telemetry)

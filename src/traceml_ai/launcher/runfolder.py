@@ -264,8 +264,10 @@ def write_manifest(
 ) -> None:
     """Write ``aggregator/manifest.json``: the session's identity and lifecycle (DESIGN §5).
 
-    ``status`` is ``running``, ``completed`` (the training ended and telemetry was finalized),
-    ``interrupted`` (Ctrl+C or a signal) or ``incomplete`` (telemetry was lost, e.g. the aggregator died).
+    ``status`` is ``running``, ``completed`` (the training ran to its end with exit code 0 and
+    telemetry was finalized), ``interrupted`` (Ctrl+C or a signal stopped it, or the training failed
+    or crashed: it did not run to its end) or ``incomplete`` (telemetry was lost, e.g. the
+    aggregator died). The training's own outcome is in ``run.json`` and ``exit_code``.
     """
     if status not in ("running", "completed", "interrupted", "incomplete"):
         raise ValueError(f"manifest status must be running, completed, interrupted or incomplete, not {status!r}")

@@ -46,9 +46,10 @@ def test_the_schemas_ship_with_the_package_and_say_what_is_required() -> None:
     (lambda d: d["sessions"][0].update(world_size=0), "sessions[0].world_size", "minimum 1"),
     (lambda d: d["sessions"][0].pop("session_id"), "sessions[0].session_id", "is required"),
     (lambda d: d["attachments"][0].update(storage="link"), "attachments[0].storage", '"reference", "copy"'),
-    (lambda d: d["attachments"][0].pop("path"), "attachments[0]", "needs one of: path, url"),
+    (lambda d: d["attachments"][0].pop("path"), "attachments[0].path", "is required when url is not given"),
     (lambda d: d["attachments"].append(dict(d["attachments"][0])), "attachments[1].attachment_id", "used twice"),
-    (lambda d: d.update(tags="a,b"), "tags", "is not of type 'array'"),
+    (lambda d: d.update(tags="a,b"), "tags", 'must be a list, not "a,b"'),
+    (lambda d: d.update(metadata=None), "metadata", "must be an object, not null"),
 ])
 def test_each_problem_names_its_field(change: Any, field: str, words: str) -> None:
     doc = seed_doc()
@@ -58,7 +59,35 @@ def test_each_problem_names_its_field(change: Any, field: str, words: str) -> No
 
 
 def test_a_document_that_is_not_an_object_is_one_problem() -> None:
-    assert envelope_problems([1, 2]) == [Problem("", "[1, 2] is not of type 'object'")]
+    assert envelope_problems([1, 2]) == [Problem("", "must be an object, not [1, 2]")]
+
+
+@pytest.mark.parametrize(("doc", "fields"), [
+    ({}, ["schema_version", "format", "run_id", "metadata"]),
+    ({"format": "stormlog.run_envelope", "run_id": "r1"}, ["schema_version", "metadata"]),
+    ({"schema_version": 1}, ["format", "run_id", "metadata"]),
+])
+def test_each_missing_required_field_is_named_once(doc: Any, fields: list[str]) -> None:
+    assert envelope_problems(doc) == [Problem(f, "is required") for f in fields]
+
+
+def test_missing_fields_of_a_sidecar_and_its_items_are_each_named_once() -> None:
+    file_level, items = sidecar_problems({"attachments": [{"kind": "x"}]})
+    assert file_level == [Problem("format", "is required")]
+    assert items == {0: [Problem("attachments[0].attachment_id", "is required"),
+                         Problem("attachments[0].storage", "is required"),
+                         Problem("attachments[0].path", "is required when url is not given (one of path, url)")]}
+    assert [p.field for p in attachment_problems({})] == ["attachment_id", "kind", "storage", "path"]
+
+
+def test_a_duplicate_attachment_id_is_named_beside_other_problems() -> None:
+    doc = seed_doc()
+    doc["attachments"].append(dict(doc["attachments"][0]))
+    doc["run_id"] = ""
+    assert envelope_problems(doc) == [
+        Problem("run_id", 'must be a non-empty string, not ""'),
+        Problem("attachments[1].attachment_id", '"rank0-profiler" is used twice in this envelope'),
+    ]
 
 
 def test_unknown_top_level_fields_are_allowed_for_newer_writers() -> None:
@@ -75,7 +104,7 @@ def test_a_bad_sidecar_item_rejects_only_that_item() -> None:
     file_level, items = sidecar_problems(doc)
     assert file_level == []
     assert list(items) == [1]
-    assert items[1] == [Problem("attachments[1]", "needs one of: path, url")]
+    assert items[1] == [Problem("attachments[1].path", "is required when url is not given (one of path, url)")]
 
 
 def test_a_sidecar_with_the_wrong_format_is_rejected_whole() -> None:

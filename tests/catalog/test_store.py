@@ -72,3 +72,14 @@ def test_rows_have_a_json_shape(store: catalog.CatalogStore) -> None:
     assert set(store.list_run_attachments()[0].to_dict()) >= {
         "run_id", "attachment_id", "title", "kind", "storage", "path", "url", "session_id", "job_id", "rank",
         "metadata", "source_path"}
+
+
+@pytest.mark.parametrize(("text", "fields"), [
+    ("{}", ["schema_version", "format", "run_id", "metadata"]),
+    ('{"format": "stormlog.run_envelope", "run_id": "r1"}', ["schema_version", "metadata"]),
+])
+def test_each_missing_envelope_field_is_one_warning(tmp_path: Path, text: str, fields: list[str]) -> None:
+    (tmp_path / "stormlog_run.json").write_text(text, encoding="utf-8")
+    warnings = catalog.open([tmp_path]).warnings
+    assert [(w.field, w.code) for w in warnings] == [(f, "invalid_envelope") for f in fields]
+    assert all(w.message.startswith("is required; envelope rejected") for w in warnings)

@@ -289,3 +289,12 @@ def test_a_poll_opens_the_catalog_again_only_when_due(workspace: Path) -> None:
     store.poll()
     assert keys.keys() < {r.name for r in store.runs()}
     assert view.due([r.key for r in store.runs()], force=False)
+
+
+def test_each_missing_envelope_field_is_its_own_file_problem(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    folder = _run_folder(root, "captured", "sess-x")
+    (folder / "stormlog_run.json").write_text('{"schema_version": 1}')
+    client, _ = _client(root)
+    problems = [w for w in _rows(client)["captured"]["warnings"] if w.startswith("catalog:")]
+    assert [p.split(": ")[2] for p in problems] == ["format", "run_id", "metadata"], problems

@@ -170,39 +170,62 @@ def field_name(path: Iterable[str | int]) -> str:
     return text
 
 
-def _problem(error: ValidationError, prefix: Iterable[str | int] = ()) -> Problem:
+_ARTICLE: Final = {"object": "an object", "array": "a list", "string": "a string", "integer": "an integer",
+                   "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _problems(errors: Iterable[ValidationError], prefix: Iterable[str | int] = ()) -> list[Problem]:
+    """One :class:`Problem` per field, in order, without repeats (see :func:`_with_errors`)."""
+    return [problem for problem, _ in _with_errors(errors, prefix)]
+
+
+def _problem(error: ValidationError, prefix: Iterable[str | int] = ()) -> list[Problem]:
+    # Messages show values as JSON (null, "a,b"), never as Python reprs (None, 'a,b').
     expected: Any = error.validator_value
     path: list[str | int] = [*prefix, *error.absolute_path]
     if error.validator == "required" and isinstance(error.instance, Mapping):
-        missing = [str(k) for k in expected if k not in error.instance]
-        return Problem(field_name([*path, *missing[:1]]), "is required")
+        return [Problem(field_name([*path, str(k)]), "is required") for k in expected if k not in error.instance]
     if error.validator == "anyOf" and isinstance(error.instance, Mapping):
         branches = [b.get("required", []) for b in expected if isinstance(b, Mapping)]
-        names = [n for b in branches for n in b]
+        names = [str(n) for b in branches for n in b]
         if names and len(names) == len(branches):
-            return Problem(field_name(path), "needs one of: " + ", ".join(names))
+            # e.g. an attachment with neither path nor url: name the first field, mention the others
+            others = " or ".join(names[1:])
+            return [Problem(field_name([*path, names[0]]), f"is required when {others} is not given "
+                                                           f"(one of {', '.join(names)})")]
     if error.validator == "const":
-        return Problem(field_name(path), f"must be {json.dumps(expected)}, not {_short(error.instance)}")
+        return [Problem(field_name(path), f"must be {json.dumps(expected)}, not {_short(error.instance)}")]
     if error.validator == "enum":
         allowed = ", ".join(json.dumps(v) for v in expected)
-        return Problem(field_name(path), f"must be one of {allowed}, not {_short(error.instance)}")
+        return [Problem(field_name(path), f"must be one of {allowed}, not {_short(error.instance)}")]
     if error.validator == "anyOf":
         # optional typed fields are anyOf[typed, null]: say what the typed branch wanted
-        return Problem(field_name(path), f"has a bad value {_short(error.instance)} ({_expected(error)})")
-    return Problem(field_name(path), error.message)
+        return [Problem(field_name(path), f"has a bad value {_short(error.instance)} ({_expected(error)})")]
+    if error.validator == "type":
+        types = [expected] if isinstance(expected, str) else list(expected)
+        wanted = " or ".join(_ARTICLE.get(t, t) for t in types)
+        return [Problem(field_name(path), f"must be {wanted}, not {_short(error.instance)}")]
+    if error.validator == "minLength":
+        wanted = "a non-empty string" if expected == 1 else f"a string of at least {expected} characters"
+        return [Problem(field_name(path), f"must be {wanted}, not {_short(error.instance)}")]
+    if error.validator == "minimum":
+        return [Problem(field_name(path), f"must be at least {expected}, not {_short(error.instance)}")]
+    if error.validator == "pattern":
+        return [Problem(field_name(path), f"must match {json.dumps(expected)}, not {_short(error.instance)}")]
+    return [Problem(field_name(path), error.message)]
 
 
 def _expected(error: ValidationError) -> str:
     branches: Any = error.validator_value
     for branch in branches:
         if isinstance(branch, Mapping) and branch.get("type") != "null":
-            parts = [f"{k} {v}" for k, v in branch.items()]
+            parts = [f"{k} {v if isinstance(v, str) else json.dumps(v)}" for k, v in branch.items()]
             return ", ".join(parts) + ", or null"
     return "see the schema"
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -221,21 +244,33 @@ def envelope_problems(doc: Any) -> list[Problem]:
     """Everything wrong with a parsed ``stormlog_run.json``; empty when it is a valid v1 envelope.
 
     Beyond the schema: ``ended_at_ns`` may not be before ``started_at_ns`` (top level and each
-    session), and ``attachment_id`` is unique within the envelope.
+    session), and ``attachment_id`` is unique within the envelope. These are checked even when the
+    schema finds problems too, so that fixing the reported ones does not reveal new ones.
     """
-    problems = [] if _fast(ENVELOPE_SCHEMA)(doc) else [
-        _problem(e) for e in _ordered(_validator(ENVELOPE_SCHEMA).iter_errors(doc))]
-    if problems or not isinstance(doc, Mapping):
+    problems = [] if _fast(ENVELOPE_SCHEMA)(doc) else _problems(_validator(ENVELOPE_SCHEMA).iter_errors(doc))
+    if not isinstance(doc, Mapping):
         return problems
     problems += _time_order(doc, [])
-    for i, session in enumerate(doc.get("sessions") or []):
-        problems += _time_order(session, ["sessions", i])
+    sessions = doc.get("sessions")
+    for i, session in enumerate(sessions if isinstance(sessions, list) else []):
+        if isinstance(session, Mapping):
+            problems += _time_order(session, ["sessions", i])
+    problems += duplicate_ids(doc.get("attachments"), "in this envelope")
+    return problems
+
+
+def duplicate_ids(attachments: Any, where: str, prefix: str = "attachments") -> list[Problem]:
+    """A problem for each attachment of the list ``attachments`` whose string ``attachment_id`` an
+    earlier item already used (items that are not objects, or have no string id, are skipped)."""
     seen: set[str] = set()
-    for i, item in enumerate(doc.get("attachments") or []):
-        if item["attachment_id"] in seen:
-            problems.append(Problem(f"attachments[{i}].attachment_id",
-                                    f"{item['attachment_id']!r} is used twice in this envelope"))
-        seen.add(item["attachment_id"])
+    problems: list[Problem] = []
+    for i, item in enumerate(attachments if isinstance(attachments, list) else []):
+        aid = item.get("attachment_id") if isinstance(item, Mapping) else None
+        if not isinstance(aid, str):
+            continue
+        if aid in seen:
+            problems.append(Problem(f"{prefix}[{i}].attachment_id", f"{json.dumps(aid)} is used twice {where}"))
+        seen.add(aid)
     return problems
 
 
@@ -250,15 +285,31 @@ def sidecar_problems(doc: Any) -> tuple[list[Problem], dict[int, list[Problem]]]
     items: dict[int, list[Problem]] = {}
     if _fast(SIDECAR_SCHEMA)(doc):
         return file_level, items
-    for error in _ordered(_validator(SIDECAR_SCHEMA).iter_errors(doc)):
+    for problem, error in _with_errors(_validator(SIDECAR_SCHEMA).iter_errors(doc)):
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] == "attachments" and isinstance(path[1], int):
-            items.setdefault(path[1], []).append(_problem(error))
+            items.setdefault(path[1], []).append(problem)
         else:
-            file_level.append(_problem(error))
+            file_level.append(problem)
     return file_level, items
+
+
+def _with_errors(errors: Iterable[ValidationError],
+                 prefix: Iterable[str | int] = ()) -> list[tuple[Problem, ValidationError]]:
+    """Each problem with the error it came from, in field order, without repeats. jsonschema
+    reports ``required`` once per missing name, each time with the whole object: each of those
+    errors names every missing field, and the repeats are dropped, so each is named exactly once."""
+    seen: set[Problem] = set()
+    out: list[tuple[Problem, ValidationError]] = []
+    pre = list(prefix)
+    for error in _ordered(errors):
+        for problem in _problem(error, pre):
+            if problem not in seen:
+                seen.add(problem)
+                out.append((problem, error))
+    return out
 
 
 def attachment_problems(item: Any, prefix: Iterable[str | int] = ()) -> list[Problem]:
     """Everything wrong with one attachment object (the envelope schema's ``$defs/attachment``)."""
-    return [_problem(e, prefix) for e in _ordered(_attachment_validator().iter_errors(item))]
+    return _problems(_attachment_validator().iter_errors(item), prefix)

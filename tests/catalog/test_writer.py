@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,73 @@ def test_readers_never_see_half_a_file(tmp_path: Path) -> None:
     stop.set()
     t.join()
     assert bad == []
+
+
+@pytest.mark.parametrize(("arguments", "field", "words"), [
+    ({"tags": "a,b"}, "tags", 'must be a list of strings, not "a,b"'),
+    ({"tags": ["a", 1]}, "tags[1]", "must be a string, not 1"),
+    ({"metadata": {"x": float("nan")}}, "metadata.x", "is nan, which JSON cannot hold"),
+    ({"metadata": {"x": float("inf")}}, "metadata.x", "is inf, which JSON cannot hold"),
+    ({"metadata": {"x": object()}}, "metadata.x", "is a Python object object, not a JSON value"),
+    ({"metadata": {"x": {"y": b"ab"}}}, "metadata.x.y", "is a Python bytes object, not a JSON value"),
+    ({"metadata": {1: "one"}}, "metadata", "has the key 1 (int); JSON keys are strings"),
+    ({"metadata": [1]}, "metadata", "must be an object (a dict), not [1]"),
+    ({"sessions": "s-0"}, "sessions", 'must be a list of objects (dicts), not "s-0"'),
+    ({"sessions": [{"session_id": "s"}, "s-1"]}, "sessions[1]", 'must be an object (a dict), not "s-1"'),
+    ({"attachments": {"attachment_id": "a"}}, "attachments", "must be a list of objects"),
+    ({"sessions": [{"session_id": "s", "metadata": {"when": b"x"}}]}, "sessions[0].metadata.when", "bytes"),
+    ({"title": 3}, "title", "must be a string or null, not 3"),
+])
+def test_an_argument_json_cannot_hold_is_refused_naming_its_field(tmp_path: Path, arguments: dict[str, Any],
+                                                                  field: str, words: str) -> None:
+    with pytest.raises(EnvelopeError) as info:
+        write_envelope(tmp_path / "run", "r", **arguments)
+    assert any(p.field == field and words in p.message for p in info.value.problems), info.value.problems
+    assert not (tmp_path / "run").exists()
+
+
+def test_tuples_are_written_as_lists(tmp_path: Path) -> None:
+    path = write_envelope(tmp_path, "r", tags=("a", "b"), metadata={"shape": (2, 3)})
+    doc = json.loads(path.read_text())
+    assert (doc["tags"], doc["metadata"]) == (["a", "b"], {"shape": [2, 3]})
+
+
+@pytest.mark.parametrize(("arguments", "field"), [
+    ({"metadata": {"x": float("nan")}}, "metadata.x"),
+    ({"metadata": "notes"}, "metadata"),
+    ({"rank": "0"}, "rank"),
+    ({"path": b"p"}, "path"),
+])
+def test_a_bad_attachment_argument_is_refused_naming_its_field(tmp_path: Path, arguments: dict[str, Any],
+                                                               field: str) -> None:
+    arguments = {"path": "p", **arguments}
+    with pytest.raises(EnvelopeError) as info:
+        add_attachment(tmp_path, "a1", kind="note", **arguments)
+    assert [p.field for p in info.value.problems] == [field]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_in_the_way_is_a_clear_os_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"not written: .*taken is a file, not a folder"):
+        write_envelope(tmp_path / "taken", "r")
+    with pytest.raises(NotADirectoryError, match="taken is a file"):
+        add_attachment(tmp_path / "taken" / "deeper", "a", kind="note", path="p")
+    (tmp_path / "notes" / "stormlog_attachments.json").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match="stormlog_attachments.json is a folder"):
+        add_attachment(tmp_path / "notes", "a", kind="note", path="p")
+
+
+def test_only_the_catalog_file_names_are_written(tmp_path: Path) -> None:
+    with pytest.raises(EnvelopeError, match="discovery reads only files named stormlog_run.json"):
+        write_envelope(tmp_path / "run.json", "r")
+    with pytest.raises(EnvelopeError, match="stormlog_run.json or stormlog_attachments.json"):
+        add_attachment(tmp_path / "notes.json", "a", kind="note", path="p")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_adding_to_a_file_that_is_not_json_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "stormlog_attachments.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(EnvelopeError, match="the existing file is not valid JSON"):
+        add_attachment(tmp_path, "a", kind="note", path="p")
+    assert (tmp_path / "stormlog_attachments.json").read_text(encoding="utf-8") == "{not json"

@@ -6,6 +6,8 @@ once may lose one addition.
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -38,20 +40,112 @@ class EnvelopeError(ValueError):
     def __init__(self, path: str | os.PathLike[str], problems: Sequence[Problem]) -> None:
         self.path = os.fspath(path)
         self.problems = list(problems)
-        shown = "; ".join(f"{p.field or '(document)'}: {p.message}" for p in self.problems)
+        shown = "; ".join(f"{p.field}: {p.message}" if p.field else p.message for p in self.problems)
         super().__init__(f"{self.path}: not written: {shown}")
 
 
-def _target(folder_or_file: str | os.PathLike[str], name: str) -> Path:
+def _target(folder_or_file: str | os.PathLike[str], name: str, allowed: tuple[str, ...]) -> Path:
+    """The file to write: ``<folder>/<name>``, or the path itself when it names a ``.json`` file.
+
+    Raises:
+        EnvelopeError: the path names a ``.json`` file that discovery would not read.
+    """
     p = Path(folder_or_file)
-    return p / name if p.is_dir() or p.suffix != ".json" else p
+    if p.is_dir() or p.suffix != ".json":
+        return p / name
+    if p.name not in allowed:
+        raise EnvelopeError(p, [Problem("", f"discovery reads only files named {' or '.join(allowed)}; "
+                                            f"{p.name} would never be found")])
+    return p
+
+
+def _check_folder(path: Path) -> None:
+    """Raise a clear :class:`NotADirectoryError` / :class:`IsADirectoryError` when ``path`` cannot be
+    a file: a part of the way to it is a file, or it is a folder itself (else ``mkdir`` and the
+    rename fail with a bare message)."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"not written: {path} is a folder", os.fspath(path))
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"not written: {parent} is a file, not a folder",
+                                         os.fspath(path))
+            return
 
 
 def _read(path: Path) -> Any:
+    """The parsed file, or None when it does not exist.
+
+    Raises:
+        orjson.JSONDecodeError: it is not valid JSON. OSError: it cannot be read.
+    """
     try:
         return orjson.loads(path.read_bytes())
     except FileNotFoundError:
         return None
+
+
+def _describe(value: Any) -> str:
+    """A value as a message shows it: JSON when it is JSON, else its Python type."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        return f"a Python {type(value).__name__} object"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json(value: Any, fld: str, problems: list[Problem]) -> Any:
+    """``value`` as plain JSON (tuples become lists, mappings dicts). A value JSON cannot hold (NaN,
+    infinity, bytes, any other object, a key that is not a string) is a problem naming its field
+    (``metadata.x``), never changed silently into null or a string."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        problems.append(Problem(fld, f"is {value}, which JSON cannot hold (use null for a missing value)"))
+        return None
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(Problem(fld, f"has the key {key!r} ({type(key).__name__}); JSON keys are strings"))
+                continue
+            out[key] = _json(item, f"{fld}.{key}" if fld else key, problems)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json(item, f"{fld}[{i}]", problems) for i, item in enumerate(value)]
+    problems.append(Problem(fld, f"is {_describe(value)}, not a JSON value (string, number, true, false, "
+                                 "null, object or list)"))
+    return None
+
+
+def _json_list(value: Any, fld: str, problems: list[Problem], *, of_objects: bool) -> list[Any] | None:
+    """A list argument (``tags``, ``sessions``, ``attachments``) as JSON, or None (a problem) when
+    it is not a list or tuple: a string would otherwise be split into its characters."""
+    if not isinstance(value, (list, tuple)):
+        wanted = "a list of objects (dicts)" if of_objects else "a list of strings"
+        problems.append(Problem(fld, f"must be {wanted}, not {_describe(value)}"))
+        return None
+    if of_objects:
+        for i, item in enumerate(value):
+            if not isinstance(item, Mapping):
+                problems.append(Problem(f"{fld}[{i}]", f"must be an object (a dict), not {_describe(item)}"))
+    out: list[Any] = _json(list(value), fld, problems)
+    return out
+
+
+def _json_object(value: Any, fld: str, problems: list[Problem]) -> dict[str, Any]:
+    """A mapping argument (``metadata``) as a JSON object; None is ``{}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(Problem(fld, f"must be an object (a dict), not {_describe(value)}"))
+        return {}
+    out: dict[str, Any] = _json(value, fld, problems)
+    return out
 
 
 def write_envelope(
@@ -81,37 +175,49 @@ def write_envelope(
             ``world_size`` (≥ 1), ``role``, ``status``, ``metadata``.
         attachments: objects with ``attachment_id``, ``kind``, ``storage`` (``reference``|``copy``) and
             ``path`` or ``url``, optionally ``title``, ``session_id``, ``job_id``, ``rank``, ``metadata``.
+        tags: a list (or tuple) of strings; a bare string is refused, not split.
         metadata: integration-specific details ({} when none).
 
+    Every value must be one JSON can hold (str, int, finite float, bool, None, dicts with string
+    keys, lists, tuples): NaN, infinity, bytes or any other object is refused, naming its field
+    (``metadata.x``), never changed into null or a string.
+
     Raises:
-        EnvelopeError: the envelope would not be valid (every problem named); nothing is written.
-        OSError: the file cannot be written.
+        EnvelopeError: an argument has the wrong type, or the envelope would not be valid (every
+            problem named, with its field); or ``folder`` names a ``.json`` file other than
+            ``stormlog_run.json``. Nothing is written.
+        NotADirectoryError: a part of the way to the file is a file (the message names it).
+        IsADirectoryError: the file's path is a folder.
+        OSError: the file cannot be written (e.g. permission denied).
     """
-    path = _target(folder, ENVELOPE_FILE)
-    now = iso_utc(time.time())
-    old = _read(path) if path.exists() else None
-    created = old.get("created_at_utc") if isinstance(old, dict) and old.get("created_at_utc") else now
-    doc: dict[str, Any] = {"schema_version": 1, "format": ENVELOPE_FORMAT, "run_id": run_id}
+    path = _target(folder, ENVELOPE_FILE, (ENVELOPE_FILE,))
+    problems: list[Problem] = []
+    doc: dict[str, Any] = {"schema_version": 1, "format": ENVELOPE_FORMAT, "run_id": _json(run_id, "run_id", problems)}
     optional = {"title": title, "description": description, "job_id": job_id, "started_at_ns": started_at_ns,
                 "ended_at_ns": ended_at_ns, "source_namespace": source_namespace, "source_ref": source_ref}
-    doc.update({k: v for k, v in optional.items() if v is not None})
-    doc.update(created_at_utc=created, updated_at_utc=now)
+    doc.update({k: _json(v, k, problems) for k, v in optional.items() if v is not None})
+    now = iso_utc(time.time())
+    doc.update(created_at_utc=now, updated_at_utc=now)
     if tags is not None:
-        doc["tags"] = list(tags)
-    doc["sessions"] = [dict(s) for s in sessions or []]
-    doc["attachments"] = [dict(a) for a in attachments or []]
-    doc["metadata"] = dict(metadata or {})
-    problems = envelope_problems(_plain(doc))
+        doc["tags"] = _json_list(tags, "tags", problems, of_objects=False)
+    doc["sessions"] = _json_list(sessions or [], "sessions", problems, of_objects=True)
+    doc["attachments"] = _json_list(attachments or [], "attachments", problems, of_objects=True)
+    doc["metadata"] = _json_object(metadata, "metadata", problems)
+    if problems:  # the arguments themselves: the schema would only repeat them less clearly
+        raise EnvelopeError(path, problems)
+    problems = envelope_problems(doc)
     if problems:
         raise EnvelopeError(path, problems)
+    _check_folder(path)
+    try:
+        old = _read(path)
+    except (OSError, ValueError):
+        old = None  # an unreadable old envelope is what is being replaced; only its created_at is lost
+    if isinstance(old, dict) and isinstance(old.get("created_at_utc"), str) and old["created_at_utc"]:
+        doc["created_at_utc"] = old["created_at_utc"]
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, dump_json(doc))
     return path
-
-
-def _plain(doc: Any) -> Any:
-    # what a reader will see: the JSON round trip (tuples → lists, non-JSON values → strings)
-    return orjson.loads(orjson.dumps(doc, default=str))
 
 
 def add_attachment(
@@ -138,30 +244,42 @@ def add_attachment(
     envelope when it holds one, else its sidecar (created when missing). ``path`` is relative to that file's folder (or
     absolute); ``url`` is recorded, never fetched. ``run_id`` is only for sidecars.
 
+    Values are checked as in :func:`write_envelope`: a value JSON cannot hold is refused, naming
+    its field.
+
     Raises:
-        EnvelopeError: the attachment or the resulting file would not be valid, or ``attachment_id``
-            is already used in that file; nothing is written.
-        OSError: the file cannot be read or written.
+        EnvelopeError: an argument has the wrong type, the attachment or the resulting file would
+            not be valid, ``attachment_id`` is already used in that file, the existing file is not
+            valid JSON, or ``target`` names a ``.json`` file other than the two catalog files;
+            nothing is written.
+        NotADirectoryError, IsADirectoryError: as for :func:`write_envelope`.
+        OSError: the file cannot be read or written (e.g. permission denied).
     """
     p = Path(target)
     if p.suffix == ".json" and not p.is_dir():
-        file = p
+        file = _target(p, ENVELOPE_FILE, (ENVELOPE_FILE, SIDECAR_FILE))
     else:
         file = p / ENVELOPE_FILE if (p / ENVELOPE_FILE).is_file() else p / SIDECAR_FILE
-    item: dict[str, Any] = {"attachment_id": attachment_id, "kind": kind, "storage": storage}
-    optional = {"title": title, "path": path, "url": url, "session_id": session_id, "job_id": job_id,
-                "rank": rank, "source_namespace": source_namespace, "source_ref": source_ref, "run_id": run_id}
-    item.update({k: v for k, v in optional.items() if v is not None})
-    item["metadata"] = dict(metadata or {})
-    item = _plain(item)
     is_envelope = file.name == ENVELOPE_FILE
     if is_envelope and run_id is not None:
         raise EnvelopeError(file, [Problem("run_id", "an envelope's attachments belong to its run; "
                                                      "run_id is only for sidecar items")])
-    problems = attachment_problems(item)
+    problems: list[Problem] = []
+    item: dict[str, Any] = {"attachment_id": _json(attachment_id, "attachment_id", problems),
+                            "kind": _json(kind, "kind", problems), "storage": _json(storage, "storage", problems)}
+    optional = {"title": title, "path": path, "url": url, "session_id": session_id, "job_id": job_id,
+                "rank": rank, "source_namespace": source_namespace, "source_ref": source_ref, "run_id": run_id}
+    item.update({k: _json(v, k, problems) for k, v in optional.items() if v is not None})
+    item["metadata"] = _json_object(metadata, "metadata", problems)
+    problems = problems or attachment_problems(item)
     if problems:
         raise EnvelopeError(file, problems)
-    doc = _read(file)
+    _check_folder(file)
+    try:
+        doc = _read(file)
+    except ValueError as exc:
+        raise EnvelopeError(file, [Problem("", f"the existing file is not valid JSON ({exc}); fix or remove it")]
+                            ) from None
     if doc is None:
         if is_envelope:
             raise EnvelopeError(file, [Problem("", "no envelope here; write one with write_envelope() first")])
@@ -170,7 +288,7 @@ def add_attachment(
         raise EnvelopeError(file, [Problem("attachments", "the existing file has no attachments list")])
     attachments = doc.setdefault("attachments", [])
     if any(isinstance(a, dict) and a.get("attachment_id") == attachment_id for a in attachments):
-        raise EnvelopeError(file, [Problem("attachment_id", f"{attachment_id!r} is already in this file")])
+        raise EnvelopeError(file, [Problem("attachment_id", f"{_describe(attachment_id)} is already in this file")])
     attachments.append(item)
     if is_envelope:
         doc["updated_at_utc"] = iso_utc(time.time())

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,58 @@ def test_help_has_an_example() -> None:
     assert proc.returncode == 0 and "--run-id run-train-42" in proc.stdout
     proc = run_traceml("query", "--help")
     assert proc.returncode == 0 and all(c in proc.stdout for c in ("runs", "attachments", "sessions"))
+
+
+def test_csv_with_no_matching_row_still_prints_the_header_and_tables_count_in_the_singular(artifacts: Path) -> None:
+    proc = run_traceml("query", "runs", str(artifacts), "--csv", "--run-id", "nope", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "run_id,explicit,title,description,job_id,started_at_ns,ended_at_ns,status,source_path,session_count,"
+        "attachment_count,sessions,ranks,tags,source_namespace,source_ref,metadata"]
+    table = run_traceml("query", "runs", str(artifacts), "--run-id", "run-train-42", "--no-cache")
+    assert re.search(r"^1 run\s*$", table.stdout, re.MULTILINE), table.stdout
+
+
+def test_many_warnings_of_one_kind_about_one_file_are_summed_up(tmp_path: Path) -> None:
+    envelope(tmp_path, "big", [f"absent-{i}" for i in range(25)])
+    proc = run_traceml("query", "runs", str(tmp_path), "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert sum("was not found on disk" in line for line in lines) == 20
+    assert lines[-1].endswith("and 5 more warnings of the same kind (session_not_found) about this file "
+                              "(--all-warnings prints each)")
+    every = run_traceml("query", "runs", str(tmp_path), "--json", "--no-cache", "--all-warnings")
+    assert sum("was not found on disk" in line for line in every.stderr.splitlines()) == 25
+    assert every.stdout == proc.stdout
+
+
+def _without_root_powers() -> list[str]:
+    """A command prefix under which permission bits apply: nothing for a normal user; for root,
+    ``setpriv`` dropping the capabilities that let root read anything (else the test is skipped)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be tested")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def test_a_folder_that_cannot_be_read_says_permission_denied(tmp_path: Path) -> None:
+    locked = tmp_path / "root" / "locked"
+    traceml_session(locked / "run-a", "s-a")
+    traceml_session(tmp_path / "root" / "open" / "run-b", "s-b")
+    locked.chmod(0)
+    try:
+        cmd = [*_without_root_powers(), sys.executable, "-m", "traceml_ai", "query", "runs", "--json", "--no-cache"]
+        alone = subprocess.run([*cmd, str(locked)], capture_output=True, text=True, timeout=120)
+        assert alone.returncode == 1, alone.stderr
+        assert f"warning: {locked}: folder cannot be read: Permission denied; skipped" in alone.stderr
+        assert f"error: none of the paths could be read: {locked}" in alone.stderr
+        beside = subprocess.run([*cmd, str(locked / "run-a"), str(tmp_path / "root" / "open")],
+                                capture_output=True, text=True, timeout=120)
+        assert beside.returncode == 0, beside.stderr
+        assert f"{locked / 'run-a'}: cannot be reached: permission denied on a folder on the way" in beside.stderr
+        assert "no such file" not in beside.stderr
+        assert [r["run_id"] for r in json_lines(beside.stdout)] == ["session:s-b"]
+    finally:
+        locked.chmod(0o755)

@@ -83,3 +83,9 @@ def test_each_missing_envelope_field_is_one_warning(tmp_path: Path, text: str, f
     warnings = catalog.open([tmp_path]).warnings
     assert [(w.field, w.code) for w in warnings] == [(f, "invalid_envelope") for f in fields]
     assert all(w.message.startswith("is required; envelope rejected") for w in warnings)
+
+
+def test_the_store_keeps_every_warning_however_many(tmp_path: Path) -> None:
+    envelope(tmp_path, "big", [f"absent-{i}" for i in range(25)])
+    warnings = catalog.open([tmp_path]).warnings
+    assert [w.code for w in warnings] == ["session_not_found"] * 25

@@ -49,6 +49,8 @@ class Found:
         sessions: ``(path, fact)`` of each file that gave session identities.
         session_dirs: real path of each TraceML run folder → its manifest path.
         roots: the real paths of the roots that exist.
+        unread: the paths given (as given) that could not be read at all: permission denied on
+            the way to them, on listing the folder, or on reading the file.
         warnings: missing paths, unreadable folders, symlinks leaving the roots.
     """
 
@@ -57,6 +59,7 @@ class Found:
     sessions: list[tuple[str, Fact]] = field(default_factory=list)
     session_dirs: dict[str, str] = field(default_factory=dict)
     roots: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
     warnings: list[CatalogWarning] = field(default_factory=list)
 
 
@@ -96,15 +99,16 @@ class _Walker:
             if fact is not None and fact["type"] == "sessions":
                 self.found.sessions.append((path, fact))
 
-    def folder(self, path: str) -> None:
+    def folder(self, path: str) -> bool:
+        """Walk folder ``path``; False when it cannot be listed (reported)."""
         if path in self.seen_dirs:
-            return
+            return True
         self.seen_dirs.add(path)
         try:
             entries = self.cache.listing(path, os.stat(path))
         except OSError as exc:
-            self.warn(path, f"folder cannot be read: {exc.strerror or exc}", "unreadable")
-            return
+            self.warn(path, f"folder cannot be read: {exc.strerror or exc}; skipped", "unreadable")
+            return False
         names = dict(entries)
         skip: set[str] = set()
         walk_on = True
@@ -138,6 +142,7 @@ class _Walker:
                     self.folder(child)
             elif name in (ENVELOPE_FILE, SIDECAR_FILE) or walk_on:
                 self.file(child, name, in_run_folder)
+        return True
 
     def _traceml_session(self, run_dir: str, skip: set[str]) -> None:
         """``<run_dir>/aggregator/manifest.json`` when present: a TraceML session. Its aggregator/
@@ -162,26 +167,40 @@ class _Walker:
 def discover(paths: Sequence[str | os.PathLike[str]], cache: FactCache | None = None) -> Found:
     """Walk ``paths`` (files or folders) and read every catalog file found.
 
-    Never raises for bad input: a missing path, an unreadable folder or a symlink leaving the roots
-    becomes a warning in :attr:`Found.warnings`; bad files become facts with problems.
+    Never raises for bad input: a missing path (``missing_path``), a path or folder that cannot be
+    read (``unreadable``, naming the cause, e.g. permission denied; also in :attr:`Found.unread`
+    when it was given) or a symlink leaving the roots becomes a warning in :attr:`Found.warnings`;
+    bad files become facts with problems.
     """
     found = Found()
     walker = _Walker(cache if cache is not None else FactCache(None), found)
-    given: list[str] = []
+    given: list[tuple[str, str]] = []
     for p in paths:
         text = os.path.expanduser(os.fspath(p))
-        if not os.path.exists(text):
+        try:
+            os.stat(text)
+        except (FileNotFoundError, NotADirectoryError):
             walker.warn(os.fspath(p), "no such file or folder; skipped", "missing_path")
             continue
+        except OSError as exc:
+            # EACCES here: a folder on the way cannot be searched; the path may well exist
+            why = "permission denied on a folder on the way to it" if isinstance(exc, PermissionError) else (
+                exc.strerror or str(exc))
+            walker.warn(os.fspath(p), f"cannot be reached: {why}; skipped", "unreadable")
+            found.unread.append(os.fspath(p))
+            continue
         real = os.path.realpath(text)
-        given.append(real)
+        given.append((os.fspath(p), real))
         root = real if os.path.isdir(real) else os.path.dirname(real)
         if root not in found.roots:
             found.roots.append(root)
-    for real in given:
+    for as_given, real in given:
         if os.path.isdir(real):
-            walker.folder(real)
+            if not walker.folder(real):
+                found.unread.append(as_given)
         else:
+            if not os.access(real, os.R_OK):
+                found.unread.append(as_given)
             name = os.path.basename(real)
             parent = os.path.dirname(real)
             if name == SINK_MANIFEST_FILE and os.path.basename(parent) == "aggregator":

@@ -67,12 +67,16 @@ class CatalogStore:
         warnings: every rejected envelope or sidecar item, unresolved attachment, ambiguous identity,
             missing path and symlink leaving a root (DESIGN §5: never silent).
         roots: the real paths of the folders searched (a file's parent for a file given).
+        unread_paths: the paths given (as given) that could not be read at all (permission denied
+            on the way to them, on listing the folder or reading the file); each is also a warning.
         cache_hits, cache_misses: files whose facts came from the parse cache / were read.
     """
 
-    def __init__(self, catalog: Catalog, roots: list[str], cache_hits: int = 0, cache_misses: int = 0) -> None:
+    def __init__(self, catalog: Catalog, roots: list[str], cache_hits: int = 0, cache_misses: int = 0,
+                 unread_paths: Sequence[str] = ()) -> None:
         self._catalog = catalog
         self.roots = roots
+        self.unread_paths = list(unread_paths)
         self.warnings: list[CatalogWarning] = list(catalog.warnings)
         self.cache_hits = cache_hits
         self.cache_misses = cache_misses
@@ -191,4 +195,4 @@ def open_catalog(
     finally:
         if was_enabled:
             gc.enable()
-    return CatalogStore(catalog, found.roots, cache.hits, cache.misses)
+    return CatalogStore(catalog, found.roots, cache.hits, cache.misses, found.unread)

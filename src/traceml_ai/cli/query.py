@@ -1,14 +1,17 @@
 """``traceml query runs|attachments|sessions PATH...`` and its compatibility face ``stormlog query ...``
 (004 seed, "Query API"; DESIGN §5, §7). Thin: parse, call :func:`traceml_ai.catalog.open`, print.
 
-Rows go to stdout (a table, ``--json``: one JSON object per line, or ``--csv``); every catalog
-warning goes to stderr. Exit codes: 0 when the query ran (warnings included), 1 when none of the
-paths exists or with ``--strict`` when there were warnings, 2 on bad usage.
+Rows go to stdout (a table, ``--json``: one JSON object per line, or ``--csv``); catalog warnings
+go to stderr, at most :data:`WARNINGS_PER_KIND` of one kind (code) per file, then one line saying
+how many more (``--all-warnings`` prints each; ``store.warnings`` always holds all). Exit codes: 0
+when the query ran (warnings included), 1 when none of the paths exists or could be read, or with
+``--strict`` when there were warnings, 2 on bad usage.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import sys
 from collections.abc import Callable, Sequence
@@ -25,6 +28,7 @@ from traceml_ai.catalog import (
     AttachmentRow,
     CacheFolderError,
     CatalogStore,
+    CatalogWarning,
     RunRow,
     SessionRow,
     default_cache_dir,
@@ -54,6 +58,12 @@ CacheDirOpt = Annotated[str | None, typer.Option(
     "--cache-dir", help="Parse-cache folder (default: the cache_dir setting, else .cache beside the first PATH).")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Read every file; write no cache.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when there are warnings (for CI).")]
+AllWarningsOpt = Annotated[bool, typer.Option(
+    "--all-warnings", help="Print every warning (default: 20 of one kind per file, then a count).")]
+
+WARNINGS_PER_KIND = 20
+"""Warnings of one kind (code) about one file printed before the rest are summed up in one line:
+an envelope naming 20,000 sessions that are not on disk is 21 lines, not 20,000."""
 
 
 def _format(as_json: bool, as_table: bool, as_csv: bool) -> str:
@@ -63,7 +73,7 @@ def _format(as_json: bool, as_table: bool, as_csv: bool) -> str:
     return chosen[0] if chosen else "table"
 
 
-def _open(paths: Sequence[str], cache_dir: str | None, no_cache: bool) -> CatalogStore:
+def _open(paths: Sequence[str], cache_dir: str | None, no_cache: bool, all_warnings: bool) -> CatalogStore:
     if cache_dir is not None and no_cache:
         raise UsageError("choose one of --cache-dir and --no-cache")
     chosen: str | None = None
@@ -75,11 +85,37 @@ def _open(paths: Sequence[str], cache_dir: str | None, no_cache: bool) -> Catalo
         if cache_dir is not None:
             raise UsageError(str(exc)) from None
         store = open_catalog(paths)  # the default place is inside a root: read without a cache
-    for w in store.warnings:
-        err.print(f"[yellow]warning:[/] {escape(printable(str(w)))}", soft_wrap=True)
-    if not store.roots:
+    _print_warnings(store.warnings, None if all_warnings else WARNINGS_PER_KIND)
+    if not store.roots and not store.unread_paths:
         raise UserError("none of the paths exists: " + ", ".join(printable(p) for p in paths))
+    missing = sum(1 for w in store.warnings if w.code == "missing_path")
+    if store.unread_paths and missing + len(store.unread_paths) >= len(paths):
+        raise UserError("none of the paths could be read: " + ", ".join(printable(p) for p in store.unread_paths)
+                        + " (see the warnings above)")
     return store
+
+
+def _print_warnings(warnings: Sequence[CatalogWarning], per_kind: int | None) -> None:
+    """Each warning on stderr; with ``per_kind``, only the first ``per_kind`` of one code about one
+    file, then one line with how many more (printed after that file's last shown warning)."""
+    counts: dict[tuple[str, str], int] = {}
+    if per_kind is not None:
+        for w in warnings:
+            counts[(w.path, w.code)] = counts.get((w.path, w.code), 0) + 1
+    seen: dict[tuple[str, str], int] = {}
+    lines: list[str] = []
+    for w in warnings:
+        key = (w.path, w.code)
+        n = seen[key] = seen.get(key, 0) + 1
+        if per_kind is None or n <= per_kind:
+            lines.append(f"[yellow]warning:[/] {escape(printable(str(w)))}")
+        if per_kind is not None and n == per_kind and counts[key] > per_kind:
+            more = counts[key] - per_kind
+            lines.append(f"[yellow]warning:[/] {escape(printable(w.path))}: and {more:,} more "
+                         f"{'warning' if more == 1 else 'warnings'} of the same kind ({w.code}) about this file "
+                         "(--all-warnings prints each)")
+    if lines:
+        err.print("\n".join(lines), soft_wrap=True)
 
 
 def _time(ns: int | None) -> str:
@@ -123,20 +159,21 @@ SESSION_COLUMNS: Columns = [
 ]
 
 
-def _print(rows: Sequence[RunRow | AttachmentRow | SessionRow], fmt: str, columns: Columns, what: str) -> None:
+def _print(rows: Sequence[RunRow | AttachmentRow | SessionRow], fmt: str, columns: Columns,
+           row_type: type[RunRow | AttachmentRow | SessionRow], what: str) -> None:
     if fmt == "json":
         sys.stdout.write("".join(orjson.dumps(r.to_dict()).decode() + "\n" for r in rows))
     elif fmt == "csv":
         buf = io.StringIO()
-        dicts = [r.to_dict() for r in rows]
-        names = list(dicts[0]) if dicts else []
+        names = [f.name for f in dataclasses.fields(row_type)]  # the header even when no row matched
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(names)
-        for d in dicts:
+        for r in rows:
+            d = r.to_dict()
             writer.writerow([_csv_value(d[k]) for k in names])
         sys.stdout.write(buf.getvalue())
     else:
-        table = Table(caption=f"{len(rows)} {what}", caption_justify="left")
+        table = Table(caption=f"{len(rows)} {what if len(rows) == 1 else what + 's'}", caption_justify="left")
         for name, _ in columns:
             table.add_column(name, overflow="fold")
         for row in rows:
@@ -154,17 +191,17 @@ def runs(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
     as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
 ) -> None:
     """Runs: explicit (stormlog_run.json) and implicit (sessions no envelope covers).
 
     Example: traceml query runs ./artifacts --json
     """
     fmt = _format(as_json, as_table, as_csv)
-    store = _open(paths, cache_dir, no_cache)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_runs(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
                            source_namespace=source_namespace, source_ref=source_ref)
-    _print(rows, fmt, RUN_COLUMNS, "runs")
+    _print(rows, fmt, RUN_COLUMNS, RunRow, "run")
     _finish(store, strict)
 
 
@@ -173,17 +210,17 @@ def attachments(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
     as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
 ) -> None:
     """Run attachments: envelope and sidecar entries, and local artifacts (copy). URLs are never fetched.
 
     Example: traceml query attachments ./artifacts --run-id run-train-42 --table
     """
     fmt = _format(as_json, as_table, as_csv)
-    store = _open(paths, cache_dir, no_cache)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_run_attachments(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
                                       source_namespace=source_namespace, source_ref=source_ref)
-    _print(rows, fmt, ATTACHMENT_COLUMNS, "attachments")
+    _print(rows, fmt, ATTACHMENT_COLUMNS, AttachmentRow, "attachment")
     _finish(store, strict)
 
 
@@ -192,17 +229,17 @@ def sessions(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
     as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
 ) -> None:
     """Sessions (capture lifecycles), one row per run they belong to.
 
     Example: traceml query sessions ./artifacts --job-id train-42 --csv
     """
     fmt = _format(as_json, as_table, as_csv)
-    store = _open(paths, cache_dir, no_cache)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_sessions(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
                                source_namespace=source_namespace, source_ref=source_ref)
-    _print(rows, fmt, SESSION_COLUMNS, "sessions")
+    _print(rows, fmt, SESSION_COLUMNS, SessionRow, "session")
     _finish(store, strict)
 
 

@@ -243,3 +243,60 @@ def test_remote_urls_are_recorded_and_never_fetched(tmp_path: Path) -> None:
     assert [(a.attachment_id, a.url, a.path) for a in store.list_run_attachments()] == [
         ("remote", url, None), ("remote-2", url, None)]
     assert connections == []
+
+
+def test_two_sessions_with_one_rank_in_one_ledger_name_the_ledger_once(tmp_path: Path) -> None:
+    sink(tmp_path / "sink", [{"session_id": "s-a", "job_id": "j", "rank": 0},
+                             {"session_id": "s-b", "job_id": "j", "rank": 0}])
+    (w,) = catalog.open([tmp_path]).warnings
+    ledger = str(tmp_path / "sink" / "manifest.json")
+    assert w.message == (f"job 'j' has 2 sessions with rank 0 ('s-a', 's-b'; in {ledger}); "
+                         "all are listed in run 'job:j'")
+
+
+def test_a_ledger_segment_that_is_missing_or_outside_the_root_is_reported(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    sink(root / "a" / "sink", [{"session_id": "s-0", "segments": ["seg-1.jsonl"]}])
+    write_json(root / "a" / "sink" / "manifest.json", {"format": "stormlog.sink_manifest", "sessions": [
+        {"session_id": "s-0", "segments": ["seg-1.jsonl", "seg-2.jsonl", "../../../etc/passwd"]}]})
+    store = catalog.open([root])
+    assert sorted((w.code, w.message.split(" of ")[0]) for w in store.warnings) == [
+        ("attachment_outside_root", f"sink segment {tmp_path / 'etc' / 'passwd'}"),
+        ("missing_attachment_file", f"sink segment {root / 'a' / 'sink' / 'seg-2.jsonl'}"),
+    ]
+    assert len(store.list_run_attachments(kind="sink_segment")) == 3  # still listed
+
+
+def test_an_envelope_path_leaving_the_roots_or_looking_like_a_url_is_reported(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    envelope(root, "r", attachments=[
+        {"attachment_id": "up", "kind": "k", "storage": "reference", "path": "../secret.txt"},
+        {"attachment_id": "abs", "kind": "k", "storage": "reference", "path": "/etc/passwd"},
+        {"attachment_id": "web", "kind": "k", "storage": "reference", "path": "https://example.com/a"},
+        {"attachment_id": "in", "kind": "k", "storage": "reference", "path": "notes.md"},
+    ])
+    store = catalog.open([root])
+    assert [(w.field, w.code) for w in store.warnings] == [
+        ("attachments[0].path", "attachment_outside_root"),
+        ("attachments[1].path", "attachment_outside_root"),
+        ("attachments[2].path", "path_is_url"),
+    ]
+    assert '"https://example.com/a" looks like a URL; put it in url' in store.warnings[2].message
+
+
+def test_a_sidecar_reusing_an_attachment_id_of_its_run_is_reported(tmp_path: Path) -> None:
+    envelope(tmp_path, "r", attachments=[{"attachment_id": "notes", "kind": "k", "storage": "reference",
+                                          "url": "https://example.com/n"}])
+    sidecar(tmp_path / "more", [
+        {"attachment_id": "trace", "kind": "k", "storage": "reference", "url": "https://example.com/t1"},
+        {"attachment_id": "trace", "kind": "k", "storage": "reference", "url": "https://example.com/t2"},
+        {"attachment_id": "notes", "kind": "k", "storage": "reference", "url": "https://example.com/n2"},
+    ], run_id="r")
+    store = catalog.open([tmp_path])
+    assert [(a.attachment_id, a.url) for a in store.list_run_attachments()] == [
+        ("notes", "https://example.com/n"), ("trace", "https://example.com/t1")]
+    assert [(w.field, w.code) for w in store.warnings] == [
+        ("attachments[1].attachment_id", "duplicate_attachment_id"),
+        ("attachments[2].attachment_id", "duplicate_attachment_id"),
+    ]
+    assert "is already an attachment of run 'r' (from " in store.warnings[0].message

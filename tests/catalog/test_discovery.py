@@ -171,3 +171,41 @@ def test_a_cache_folder_inside_a_root_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CacheFolderError, match="never writes inside a root"):
         catalog.open([tmp_path], cache_dir=tmp_path / ".cache")
     assert not (tmp_path / ".cache").exists()
+
+
+def test_a_bad_status_on_the_last_line_is_named_as_the_last_lines(tmp_path: Path) -> None:
+    path = tmp_path / "r0.jsonl"
+    path.write_text('{"session_id": "s-0", "timestamp_ns": "soon"}\n'
+                    '{"event": "session_end", "status": "exploded", "timestamp_ns": -1}\n', encoding="utf-8")
+    store = catalog.open([tmp_path])
+    assert [(w.field, w.message) for w in store.warnings] == [
+        ("line 1.timestamp_ns", 'has a bad value "soon"; read as unknown'),
+        ("last line.timestamp_ns", "has a bad value -1; read as unknown"),
+        ("last line.status", '"exploded" is not one of running, completed, interrupted, incomplete; '
+                             "read as unknown"),
+    ]
+
+
+def test_a_bundle_attachment_names_the_bundle_as_its_source(tmp_path: Path) -> None:
+    sink(tmp_path / "sink", [{"session_id": "s-0", "segments": ["seg-1.jsonl"]}])
+    bundle(tmp_path / "oom-1", "oom", {"session_id": "s-0"})
+    (a,) = catalog.open([tmp_path]).list_run_attachments(kind="oom_bundle")
+    assert (a.path, a.source_path) == (str(tmp_path / "oom-1"), str(tmp_path / "oom-1" / "bundle.json"))
+
+
+def test_a_binary_catalog_file_is_reported_as_not_text(tmp_path: Path) -> None:
+    (tmp_path / "stormlog_run.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    (w,) = catalog.open([tmp_path]).warnings
+    assert w.message.startswith("is not UTF-8 text (a binary file?); not read")
+
+
+def test_a_manifest_with_a_bad_rank_and_no_role_has_an_unknown_role(tmp_path: Path) -> None:
+    traceml_session(tmp_path / "run", "s-0")
+    manifest = tmp_path / "run" / "aggregator" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["rank"] = "zero"
+    manifest.write_text(json.dumps(doc))
+    store = catalog.open([tmp_path])
+    (s,) = store.list_sessions()
+    assert (s.rank, s.role) == (None, None)
+    assert [(w.field, w.message) for w in store.warnings] == [("rank", 'has a bad value "zero"; read as unknown')]

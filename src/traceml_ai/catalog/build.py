@@ -15,7 +15,10 @@ Rules, in order:
    not found on disk is still listed (``on_disk`` False) and reported (``session_not_found``); a
    session named by two envelopes is listed in both runs and reported (``session_claimed_twice``).
    The run's attachments: the envelope's (relative paths against its folder; URLs recorded, never
-   fetched; ``storage`` as given), then the local artifacts of its sessions as ``copy``.
+   fetched; ``storage`` as given), then the local artifacts of its sessions as ``copy``. A local
+   path outside every root (``../``, absolute) is reported (``attachment_outside_root``), as is a
+   ``copy`` whose file does not exist (``missing_attachment_file``; also for a sink ledger's
+   segments and rollups) and a ``path`` that looks like a URL (``path_is_url``).
 4. Implicit runs for sessions no accepted envelope covers: sessions sharing a non-null ``job_id`` are
    one run ``job:<job_id>`` (two of them with the same rank are reported: ``ambiguous_rank``); a
    session without ``job_id`` is its own run ``session:<session_id>``. A sink folder holding several
@@ -23,12 +26,16 @@ Rules, in order:
 5. Sidecar items go to the run named by their ``run_id`` (or the sidecar's), else the run(s) holding
    their ``session_id``, else the one run of their ``job_id``, else the run of the nearest envelope
    or TraceML session folder at or above the sidecar. An item that resolves to no run is listed
-   with ``run_id`` None and reported (``unresolved_attachment``).
+   with ``run_id`` None and reported (``unresolved_attachment``). An item whose ``attachment_id``
+   its run already has (from the envelope or an earlier sidecar item) is reported and not indexed
+   (``duplicate_attachment_id``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,14 +49,19 @@ IDENTITY = ("job_id", "rank", "local_rank", "world_size")
 
 
 _Local = tuple[str, dict[str, Any], list[Any]]
-"""A local artifact not yet made a row: (run_id, session record, [attachment_id, kind, path, title])."""
+"""A local artifact not yet made a row: (run_id, session record, [attachment_id, kind, path, title,
+source_path]); source_path is the file that named it (a bundle's ``bundle.json``, not the ledger of
+the session it joined)."""
+
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A ``path`` that starts like this is a URL written in the wrong field."""
 
 
 def _local_row(local: _Local) -> AttachmentRow:
-    run_id, rec, (attachment_id, kind, path, title) = local
+    run_id, rec, (attachment_id, kind, path, title, source) = local
     return AttachmentRow(run_id=run_id, attachment_id=attachment_id, title=title, kind=kind, storage="copy",
                          path=path, url=None, session_id=rec["session_id"], job_id=rec["job_id"], rank=rec["rank"],
-                         source_path=rec["source_path"])
+                         source_path=source)
 
 
 @dataclass
@@ -105,7 +117,9 @@ class _Builder:
             for fld, message in fact.get("problems", []):
                 self.warn(path, fld, message, "invalid_session")
             for rec in fact["sessions"]:
-                rec = {**rec, "artifacts": [list(a) for a in rec["artifacts"]]}
+                rec = {**rec, "artifacts": [[*a, path] for a in rec["artifacts"]]}
+                if rec["kind"] == "sink_session":
+                    self._check_ledger_paths(rec)
                 (secondary if rec["secondary"] else self.records).append(rec)
         primaries = self.records
         self.records = []
@@ -117,6 +131,24 @@ class _Builder:
                 same[0]["artifacts"].extend(rec["artifacts"])
             else:
                 self._append(rec)
+
+    def _check_ledger_paths(self, rec: dict[str, Any]) -> None:
+        """A sink ledger names its segments and rollups; they are listed as ``copy``, so one that
+        does not exist, or lies outside the roots (``../../x``, an absolute path), is reported."""
+        for _id, kind, path, _title, source in rec["artifacts"]:
+            if kind not in ("sink_segment", "rollup"):
+                continue
+            what = f"{kind.replace('_', ' ')} {path} of session {rec['session_id']!r}"
+            if not self._inside_roots(path):
+                self.warn(source, None, f"{what} lies outside the paths searched; listed, but not confined "
+                                              "to them (the viewer will not open it)", "attachment_outside_root")
+            elif not os.path.exists(path):
+                self.warn(source, None, f"{what} does not exist (storage is copy)", "missing_attachment_file")
+
+    def _inside_roots(self, path: str) -> bool:
+        """Whether absolute, normalised ``path`` lies under a root (by name: symlinks are resolved
+        when the viewer opens it)."""
+        return any(inside(path, root) for root in self.found.roots)
 
     def _append(self, rec: dict[str, Any]) -> None:
         self.records.append(rec)
@@ -207,7 +239,13 @@ class _Builder:
         rel = item.get("path")
         local = os.path.normpath(os.path.join(folder, os.path.expanduser(rel))) if rel else None
         storage = item["storage"]
-        if local is not None and storage == "copy" and not os.path.exists(local):
+        if rel and URL_RE.match(rel):
+            self.warn(source, f"{prefix}.path", f"{json.dumps(rel)} looks like a URL; put it in url (recorded, "
+                                                "never fetched): as a path it is read as a local file", "path_is_url")
+        if local is not None and not self._inside_roots(local):
+            self.warn(source, f"{prefix}.path", f"{local} lies outside the paths searched; listed, but the viewer "
+                                                "will not open it", "attachment_outside_root")
+        elif local is not None and storage == "copy" and not os.path.exists(local):
             self.warn(source, f"{prefix}.path", f"{local} does not exist (storage is copy)", "missing_attachment_file")
         return AttachmentRow(
             run_id=run_id, attachment_id=item["attachment_id"], title=item.get("title"), kind=item["kind"],
@@ -234,17 +272,19 @@ class _Builder:
             first = recs[0]
             run = _Run(run_id=run_id, explicit=False, source_path=first["source_path"])
             run.doc = {"title": first["metadata"].get("run_folder"), "job_id": first["job_id"]}
-            by_rank: dict[int, list[str]] = defaultdict(list)
+            by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
             for rec in recs:
                 run.sessions.append(_row(rec, run_id, None))
                 self.runs_of_session[rec["session_id"]].append(run_id)
                 if rec["rank"] is not None:
-                    by_rank[rec["rank"]].append(rec["source_path"])
-            for rank, sources in sorted(by_rank.items()):
-                if len(sources) > 1:
-                    self.warn(sources[0], "rank", f"job {first['job_id']!r} has {len(sources)} sessions with rank "
-                                                  f"{rank} ({', '.join(sources)}); all are listed in run {run_id!r}",
-                              "ambiguous_rank")
+                    by_rank[rec["rank"]].append(rec)
+            for rank, same in sorted(by_rank.items()):
+                if len(same) > 1:
+                    sids = ", ".join(repr(r["session_id"]) for r in same)
+                    sources = ", ".join(dict.fromkeys(r["source_path"] for r in same))  # each file once
+                    self.warn(same[0]["source_path"], "rank",
+                              f"job {first['job_id']!r} has {len(same)} sessions with rank {rank} ({sids}; in "
+                              f"{sources}); all are listed in run {run_id!r}", "ambiguous_rank")
             self.runs[run_id] = run
 
     def local_artifacts(self) -> None:
@@ -272,6 +312,7 @@ class _Builder:
                 runs = self.runs_of_session.get(rec["session_id"])
                 if runs:
                     session_folders.setdefault(folder, runs[0])
+        declared_ids: dict[str, dict[str, str]] = {}  # run → attachment_id → the file that declared it
         for path, fact in self.found.sidecars:
             if fact.get("error"):
                 self.warn(path, None, f"{fact['error']}; sidecar ignored", "unreadable")
@@ -292,7 +333,17 @@ class _Builder:
                                             "listed with no run", "unresolved_attachment")
                     self.orphans.append(self._attachment(item, folder, None, path, prefix))
                 for run_id in targets:
-                    self.runs[run_id].attachments.append(self._attachment(item, folder, run_id, path, prefix))
+                    run = self.runs[run_id]
+                    taken = declared_ids.setdefault(run_id, {
+                        a.attachment_id: a.source_path for a in run.attachments if isinstance(a, AttachmentRow)})
+                    aid = item["attachment_id"]
+                    if aid in taken:
+                        self.warn(path, f"{prefix}.attachment_id",
+                                  f"{json.dumps(aid)} is already an attachment of run {run_id!r} (from {taken[aid]}); "
+                                  "this one is not indexed", "duplicate_attachment_id")
+                        continue
+                    taken[aid] = path
+                    run.attachments.append(self._attachment(item, folder, run_id, path, prefix))
 
     def _targets(self, item: dict[str, Any], header: dict[str, Any], folder: str,
                  envelope_folders: dict[str, str], session_folders: dict[str, str]) -> tuple[list[str], str]:

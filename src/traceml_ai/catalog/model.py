@@ -24,7 +24,8 @@ class CatalogWarning:
         code: a stable short name: ``invalid_envelope``, ``invalid_sidecar``, ``invalid_sidecar_item``,
             ``duplicate_run_id``, ``missing_path``, ``unreadable``, ``outside_root``,
             ``session_not_found``, ``session_claimed_twice``, ``duplicate_session``, ``ambiguous_rank``,
-            ``unresolved_attachment``, ``missing_attachment_file``, ``invalid_session``.
+            ``unresolved_attachment``, ``missing_attachment_file``, ``attachment_outside_root``,
+            ``path_is_url``, ``duplicate_attachment_id``, ``invalid_session``.
     """
 
     path: str

@@ -58,6 +58,10 @@ def _load_json(path: str) -> tuple[Any, str | None]:
     except OSError as exc:
         return None, f"cannot be read: {exc.strerror or exc}"
     except orjson.JSONDecodeError as exc:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, "is not UTF-8 text (a binary file?); not read"
         return None, f"is not valid JSON: {exc}"
 
 
@@ -103,23 +107,29 @@ def _identity(raw: Any, prefix: str, problems: list[list[str]]) -> dict[str, Any
         if ok and key == "world_size" and value == 0:
             ok = False
         if not ok:
-            problems.append([_join(prefix, key), f"has a bad value {value!r}; read as unknown"])
+            problems.append([_join(prefix, key), f"has a bad value {_json(value)}; read as unknown"])
         ident[key] = value if ok else None
     for key in IDENTITY_STRS:
         value = raw.get(key)
         ok = value is None or (isinstance(value, str) and bool(value))
         if not ok:
-            problems.append([_join(prefix, key), f"has a bad value {value!r}; read as unknown"])
+            problems.append([_join(prefix, key), f"has a bad value {_json(value)}; read as unknown"])
         ident[key] = value if ok else None
     status = raw.get("status")
     if status is not None and status not in SESSION_STATUSES:
-        problems.append([_join(prefix, "status"), f"{status!r} is not one of {', '.join(SESSION_STATUSES)}; "
+        problems.append([_join(prefix, "status"), f"{_json(status)} is not one of {', '.join(SESSION_STATUSES)}; "
                                                   "read as unknown"])
         status = None
     ident["status"] = status
     meta = raw.get("metadata")
     ident["metadata"] = meta if isinstance(meta, dict) else {}
     return ident
+
+
+def _json(value: Any) -> str:
+    """A value as messages show it: JSON (``null``, ``"zero"``), cut at 60 characters."""
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _join(prefix: str, key: str) -> str:
@@ -146,7 +156,8 @@ def read_traceml_session(run_dir: str, present: Collection[str] | None = None) -
     ident = _identity(doc, "", problems)
     if ident is None or not isinstance(doc, dict):
         return _sessions_fact([], problems)
-    if ident["role"] is None:
+    if ident["role"] is None and (ident["rank"] is not None or doc.get("rank") is None):
+        # no rank recorded: one aggregator for the whole job; a bad rank leaves the role unknown
         ident["role"] = "rank" if ident["rank"] is not None else "job"
     ident["metadata"] = {k: doc[k] for k in ("run_id", "mode", "node_rank", "nnodes", "nproc_per_node",
                                              "exit_code") if k in doc}
@@ -187,7 +198,7 @@ def read_sink_manifest(path: str) -> Fact:
                 if isinstance(rel, str) and rel:
                     artifacts.append([f"{sid}/{rel}", kind, os.path.normpath(os.path.join(folder, rel)), None])
                 else:
-                    problems.append([f"sessions[{i}].{key}", f"holds {rel!r}, not a relative path; skipped"])
+                    problems.append([f"sessions[{i}].{key}", f"holds {_json(rel)}, not a relative path; skipped"])
         ident.update(kind="sink_session", source_path=path, artifacts=artifacts, secondary=False)
         sessions.append(ident)
     return _sessions_fact(sessions, problems)
@@ -251,6 +262,13 @@ def read_telemetry_jsonl(path: str) -> Fact:
         raw["ended_at_ns"] = last.get("timestamp_ns")
     raw["metadata"] = {}
     ident = _identity(raw, "line 1", problems)
+    # status and end come from the last line, the start may come from line 1's timestamp_ns:
+    # name the field where it was read
+    renamed = {"line 1.status": "last line.status", "line 1.ended_at_ns": "last line.timestamp_ns"}
+    if "started_at_ns" not in first:
+        renamed["line 1.started_at_ns"] = "line 1.timestamp_ns"
+    for problem in problems:
+        problem[0] = renamed.get(problem[0], problem[0])
     if ident is None:
         return _sessions_fact([], problems)
     if ident["role"] is None and ident["rank"] is not None:

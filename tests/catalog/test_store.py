@@ -89,3 +89,14 @@ def test_the_store_keeps_every_warning_however_many(tmp_path: Path) -> None:
     envelope(tmp_path, "big", [f"absent-{i}" for i in range(25)])
     warnings = catalog.open([tmp_path]).warnings
     assert [w.code for w in warnings] == ["session_not_found"] * 25
+
+
+@pytest.mark.parametrize("filters", [{"rank": "0"}, {"rank": [0, "1"]}, {"rank": True}, {"run_id": 42},
+                                     {"job_id": ["a", None]}])
+def test_a_filter_of_the_wrong_type_raises_instead_of_matching_nothing(store: catalog.CatalogStore,
+                                                                       filters: dict[str, object]) -> None:
+    name = next(iter(filters))
+    for method in (store.list_runs, store.list_run_attachments, store.list_sessions):
+        with pytest.raises(TypeError, match=f"{name} must be an? (int|string) or a list of them"):
+            method(**filters)
+    assert ids(store.list_runs(rank=0)) == ids(store.list_runs(rank=[0])) == ["run-a", "job:b"]

@@ -236,6 +236,7 @@ def test_a_file_replaced_by_a_link_leaving_the_root_is_refused(workspace: Path) 
     os.symlink(workspace.parent.parent / "secret.txt", notes)  # after the listing: checked when served
     response = client.get(f"/api/attachments/{items['notes']['token']}")
     assert response.status_code == 403 and SECRET not in response.text
+    assert f"points to {workspace.parent.parent / 'secret.txt'}" in response.json()["error"]
 
 
 def test_an_envelope_written_later_regroups_on_refresh(workspace: Path) -> None:

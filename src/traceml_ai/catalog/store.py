@@ -2,7 +2,8 @@
 DESIGN §5).
 
 Filters are keyword arguments; each takes one value or a list of values (any of them matches), and
-several filters must all match. Rows come back in discovery order (roots in the order given,
+several filters must all match. A value of the wrong type (``rank="0"``, ``run_id=42``) raises
+TypeError rather than matching nothing. Rows come back in discovery order (roots in the order given,
 folders in name order).
 """
 
@@ -35,6 +36,23 @@ def _wanted(value: Text | Rank) -> set[object] | None:
     if isinstance(value, (str, int)):
         return {value}
     return set(value)
+
+
+def _check_filters(rank: Rank, **text: Text) -> None:
+    """Raise TypeError for a filter value of the wrong type: ``rank="0"`` would match nothing and
+    say nothing (ranks are ints), ``run_id=42`` likewise (ids are strings)."""
+    def ok(value: object, want: type) -> bool:
+        if want is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, want)
+
+    for name, value, want, words in (("rank", rank, int, "an int"),
+                                     *((n, v, str, "a string") for n, v in text.items())):
+        if value is None or ok(value, want):
+            continue
+        items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else None
+        if items is None or not all(ok(v, want) for v in items):
+            raise TypeError(f"{name} must be {words} or a list of them, not {value!r}")
 
 
 Check = tuple[Any, Callable[[Any], Any]]
@@ -90,7 +108,12 @@ class CatalogStore:
         Filters: ``run_id``, ``job_id``, ``source_namespace``, ``source_ref`` match the run's own
         values; ``session_id`` and ``rank`` keep runs holding such a session / rank; ``kind`` keeps
         runs holding an attachment of that kind (e.g. ``profiler_trace``).
+
+        Raises:
+            TypeError: a filter value of the wrong type (``rank="0"``; ranks are ints, ids strings).
         """
+        _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
+                       source_namespace=source_namespace, source_ref=source_ref)
         kinds: dict[str | None, set[str]] = {}
         if kind is not None:
             for a in self._catalog.attachments:
@@ -109,7 +132,12 @@ class CatalogStore:
 
         Filters match the attachment's own fields; ``job_id`` also matches an attachment without one
         whose run has that job_id.
+
+        Raises:
+            TypeError: as :meth:`list_runs`.
         """
+        _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
+                       source_namespace=source_namespace, source_ref=source_ref)
         run_jobs = {r.run_id: r.job_id for r in self._catalog.runs}
 
         def job(a: AttachmentRow) -> str | None:
@@ -126,7 +154,13 @@ class CatalogStore:
         kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
     ) -> list[SessionRow]:
         """Sessions, one row per (run, session). ``kind`` is the session's kind (``traceml_session``,
-        ``sink_session``, ...); ``source_namespace`` and ``source_ref`` match the session's run."""
+        ``sink_session``, ...); ``source_namespace`` and ``source_ref`` match the session's run.
+
+        Raises:
+            TypeError: as :meth:`list_runs`.
+        """
+        _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
+                       source_namespace=source_namespace, source_ref=source_ref)
         runs = {r.run_id: r for r in self._catalog.runs}
         return _filter(self._catalog.sessions, [
             (run_id, attrgetter("run_id")), (job_id, attrgetter("job_id")), (session_id, attrgetter("session_id")),

@@ -220,8 +220,10 @@ class CatalogView:
             raise KeyError(f"no attachment {token!r} (the catalog may have changed: refresh the page)")
         real = os.path.realpath(local.path)
         if not any(inside(real, root) for root in snap.roots):
+            # name where it really is: for a link inside a root, its own path says nothing
+            where = real if os.path.normpath(local.path) == real else f"{local.path} points to {real}"
             raise AttachmentRefused(
-                f"attachment {local.attachment_id!r} lies outside the viewer's roots ({local.path}); "
+                f"attachment {local.attachment_id!r} lies outside the viewer's roots ({where}); "
                 "the viewer only opens files inside the folders it was started on"
             )
         try:

@@ -161,14 +161,14 @@ def test_a_file_in_the_way_is_a_clear_os_error(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError, match="taken is a file"):
         add_attachment(tmp_path / "taken" / "deeper", "a", kind="note", path="p")
     (tmp_path / "notes" / "stormlog_attachments.json").mkdir(parents=True)
-    with pytest.raises(IsADirectoryError, match="stormlog_attachments.json is a folder"):
+    with pytest.raises(IsADirectoryError, match=r"stormlog_attachments\.json is a folder"):
         add_attachment(tmp_path / "notes", "a", kind="note", path="p")
 
 
 def test_only_the_catalog_file_names_are_written(tmp_path: Path) -> None:
-    with pytest.raises(EnvelopeError, match="discovery reads only files named stormlog_run.json"):
+    with pytest.raises(EnvelopeError, match=r"discovery reads only files named stormlog_run\.json"):
         write_envelope(tmp_path / "run.json", "r")
-    with pytest.raises(EnvelopeError, match="stormlog_run.json or stormlog_attachments.json"):
+    with pytest.raises(EnvelopeError, match=r"stormlog_run\.json or stormlog_attachments\.json"):
         add_attachment(tmp_path / "notes.json", "a", kind="note", path="p")
     assert list(tmp_path.iterdir()) == []
 

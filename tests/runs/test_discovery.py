@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traceml_ai.runs.discovery import OUTSIDE_ROOT, NoRootError, list_runs, stat_confined
+from traceml_ai.runs.discovery import OUTSIDE_ROOT, NoRootError, catalog_only_folder, list_runs, stat_confined
 
 
 def _run(root: Path, name: str) -> Path:
@@ -105,3 +105,16 @@ def test_stat_confined_follows_only_links_that_stay_inside(tmp_path: Path) -> No
     assert reason is None and st is not None and st.st_size == (run / "run.json").stat().st_size
     assert stat_confined(str(run / "metrics.json"), real_root) == (None, None)
     assert stat_confined(str(run / "logs"), real_root) == (None, "not a regular file")
+
+
+def test_a_folder_holding_only_catalog_files_is_not_a_run(tmp_path: Path) -> None:
+    (tmp_path / "group").mkdir()
+    (tmp_path / "group" / "stormlog_run.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "stormlog_attachments.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "stormlog_run.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0}\n', encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    assert [catalog_only_folder(str(tmp_path / n)) for n in ("group", "notes", "run", "empty")] == [
+        True, True, False, False]

@@ -299,3 +299,14 @@ def test_each_missing_envelope_field_is_its_own_file_problem(tmp_path: Path) -> 
     client, _ = _client(root)
     problems = [w for w in _rows(client)["captured"]["warnings"] if w.startswith("catalog:")]
     assert [p.split(": ")[2] for p in problems] == ["format", "run_id", "metadata"], problems
+
+
+def test_a_folder_holding_only_an_envelope_is_not_a_broken_run_row(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    _run_folder(root, "rank0", "sess-0")
+    (root / "experiment").mkdir()
+    _envelope(root / "experiment", "exp-1", ["sess-0"])
+    client, _ = _client(root)
+    rows = _rows(client)
+    assert set(rows) == {"rank0"}
+    assert client.get(f"/api/runs/{rows['rank0']['key']}/attachments").json()["catalog_run"] == "exp-1"

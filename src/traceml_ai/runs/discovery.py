@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from traceml_ai.runs.layout import CORE_FILES
+
 OUTSIDE_ROOT = "symlink points outside the run folder"
 
 
@@ -109,6 +111,23 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
             found.sort(key=attrgetter("id"))
         listing.runs += found
     return listing
+
+
+CATALOG_FILES = ("stormlog_run.json", "stormlog_attachments.json")
+"""The run catalog's files (``traceml_ai.catalog.schema.ENVELOPE_FILE`` / ``SIDECAR_FILE``; named
+here because runs may not import the catalog, DESIGN §1). A folder of a root holding one of them
+and no run file is a catalog folder (an envelope grouping run folders), not a broken run."""
+
+
+
+def catalog_only_folder(path: str) -> bool:
+    """True when folder ``path`` holds a catalog file (:data:`CATALOG_FILES`) and none of the run
+    files: it is not a run. A few ``stat`` calls; the run store asks only for folders it has not
+    seen before."""
+    join = os.path.join
+    if any(os.path.lexists(join(path, name)) for name in CORE_FILES):
+        return False
+    return any(os.path.lexists(join(path, name)) for name in CATALOG_FILES)
 
 
 def stat_confined(path: str, root: str) -> tuple[os.stat_result | None, str | None]:

@@ -25,7 +25,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceml_ai.runs.discovery import Listing, RunLocation, inside, list_runs, resolve_roots, stat_confined
+from traceml_ai.runs.discovery import (
+    Listing,
+    RunLocation,
+    catalog_only_folder,
+    inside,
+    list_runs,
+    resolve_roots,
+    stat_confined,
+)
 from traceml_ai.runs.layout import (
     CONFIG_JSON,
     DEFAULT_MAX_METRICS_FILE_MB,
@@ -401,7 +409,9 @@ class RunStore:
             listing = list_runs(self.roots)
             changed: list[str] = []
             seen: set[str] = set()
-            runs = listing.runs
+            # A folder holding only the run catalog's files (an envelope beside run folders) is not
+            # a run; only folders not seen before are looked at (a few stats each).
+            runs = [loc for loc in listing.runs if loc.path in self._runs or not catalog_only_folder(loc.path)]
             for start in range(0, len(runs), _POLL_CHUNK):
                 if start:
                     time.sleep(0)  # let a thread waiting for the run table take it

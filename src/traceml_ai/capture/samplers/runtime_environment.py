@@ -3,11 +3,13 @@
 Row keys: ``seq, timestamp_unix_ns, topology, distributed_initialized, distributed_backend,
 training_strategy, strategy_source, strategy_confidence``.
 
-The first row goes out on the first tick. Training scripts call ``dist.init_process_group`` and
-wrap their model after capture started, so the source looks again on ticks 2, 4, 8, … 256, then every
-300 ticks, and once more at close; torch.distributed's state (cheap to read) is checked on every
-tick. A new row goes out only when something changed, at most :data:`MAX_ROWS` rows.
-The aggregator keeps the latest row of a rank.
+One row per rank process, at most once (000 seed: the record's key is ``global_rank``). Training
+scripts call ``dist.init_process_group`` and wrap their model after capture started, so the source
+looks on ticks 1, 2, 4, 8, … and sends its row as soon as the environment is *settled*: one process
+(``single``), or a DDP/FSDP/DeepSpeed model seen by ``trace_step`` with the process group
+initialized. Otherwise it sends what it knows at close, or after :data:`SEND_BY_TICKS` ticks if the
+run is still going (so that a run killed later still has its row); what changes after that is not
+sent. torch.distributed's state (cheap to read) is checked on every tick.
 
 ``training_strategy`` is ``single``, ``DDP``, ``FSDP``, ``DeepSpeed`` or ``unknown``:
 
@@ -43,9 +45,10 @@ from typing import Any
 from traceml_ai.capture.identity import RankIdentity
 from traceml_ai.telemetry.schema import RUNTIME_ENVIRONMENT
 
-MAX_ROWS = 4
-CHECK_TICKS = frozenset({1, 2, 4, 8, 16, 32, 64, 128, 256})
-LATE_CHECK_EVERY = 300
+CHECK_TICKS = frozenset({1, 2, 4, 8, 16, 32, 64})
+SEND_BY_TICKS = 120
+"""Ticks (two minutes at the default 1 s interval) after which an unsettled environment is sent as
+it looks then: the first steps of any training have run by then."""
 """After the early looks, one look every this many ticks (5 minutes at 1 s) until a wrapper is found."""
 _CHEAP_KEYS = ("topology", "distributed_initialized", "distributed_backend")
 
@@ -174,19 +177,21 @@ class RuntimeEnvironmentSampler:
         self._identity = identity
         self._ticks = 0
         self._last: dict[str, Any] | None = None
-        self._rows = 0
-        self._settled = False  # a wrapper instance was found: nothing left to learn
+        self._sent = False
 
-    def _maybe_row(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
-        if self._settled or self._rows >= MAX_ROWS:
-            return []
+    @staticmethod
+    def _settled(fields: dict[str, Any]) -> bool:
+        """Nothing left to learn: one process, or a wrapper model with its process group up."""
+        if fields["training_strategy"] == "single":
+            return True
+        return bool(fields["strategy_confidence"] == "high" and fields["distributed_initialized"] == 1)
+
+    def _look(self, seq: int, now_ns: int, *, send: bool) -> list[dict[str, Any]]:
         fields = self._sticky(detect(self._identity))
-        if fields["strategy_confidence"] == "high" and fields["training_strategy"] != "single":
-            self._settled = True
-        if fields == self._last:
-            return []
         self._last = fields
-        self._rows += 1
+        if not (send or self._settled(fields)):
+            return []
+        self._sent = True
         return [{"seq": seq, "timestamp_unix_ns": now_ns, **fields}]
 
     def _sticky(self, fields: dict[str, Any]) -> dict[str, Any]:
@@ -199,16 +204,20 @@ class RuntimeEnvironmentSampler:
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         self._ticks += 1
-        if self._settled or self._rows >= MAX_ROWS:
+        if self._sent:
             return []
-        due = self._ticks in CHECK_TICKS or self._ticks % LATE_CHECK_EVERY == 0
-        if not due and self._last is not None:
-            # Between scheduled looks only the cheap part is checked, so init_process_group shows at once.
+        if self._ticks >= SEND_BY_TICKS:
+            return self._look(seq, now_ns, send=True)
+        if self._ticks not in CHECK_TICKS and self._last is not None:
+            # Between scheduled looks only the cheap part is checked, so init_process_group shows at once;
+            # the models trace_step saw are looked at again too, as that is one set read.
             cheap = self._sticky(detect(self._identity, scan=False))
-            if all(cheap[k] == self._last[k] for k in _CHEAP_KEYS):
+            if all(cheap[k] == self._last[k] for k in _CHEAP_KEYS) and find_wrapper() is None:
                 return []
-        return self._maybe_row(seq, now_ns)
+        return self._look(seq, now_ns, send=False)
 
     def collect_final(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
-        """The close-time look: the wrapper may have appeared after the last scheduled check."""
-        return self._maybe_row(seq, now_ns)
+        """The close-time look: sends the row if it was not sent yet (the environment as it was)."""
+        if self._sent:
+            return []
+        return self._look(seq, now_ns, send=True)

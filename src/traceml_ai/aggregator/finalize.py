@@ -137,6 +137,10 @@ def loss_report(
     if ingest.sink_errors:
         summary.append(f"payload sinks raised {ingest.sink_errors} times")
 
+    for name, block in (extra or {}).items():
+        if block.get("exporter_failed"):  # the 000 seed's export block: say it in a line too
+            summary.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); "
+                           f"{block.get('failed_records')} records were not exported")
     if not summary and not extra_lost:
         return None
     report: dict[str, Any] = {

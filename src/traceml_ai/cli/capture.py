@@ -91,7 +91,9 @@ def _print_findings(run_dir: Path) -> None:
     try:
         summary = orjson.loads((run_dir / "aggregator" / "final_summary.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
-        err.print("[yellow]no final summary was written[/] (see aggregator/finalization_warning.json)")
+        warning = run_dir / "aggregator" / "finalization_warning.json"
+        where = " (see aggregator/finalization_warning.json)" if warning.exists() else ""
+        err.print(f"[yellow]no final summary was written[/]{where}")
         return
     findings = summary.get("findings") if isinstance(summary, dict) else None
     if not findings:

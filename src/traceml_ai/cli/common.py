@@ -60,7 +60,8 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn user-causable errors into one stderr line and exit code 1 (a traceback with --debug)."""
+    """Turn user-causable errors into one stderr line and exit code 1, or 2 for a bad flag or setting
+    value (DESIGN §7; a traceback with --debug)."""
 
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -72,7 +73,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if DEBUG["on"]:
                 raise
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            raise fail(printable(str(text)), code=2 if isinstance(e, UsageError) else 1) from None
+            raise fail(printable(str(text)), code=2 if isinstance(e, (UsageError, SettingsError)) else 1) from None
         except Exception as e:
             if DEBUG["on"]:
                 raise

@@ -62,6 +62,7 @@ class AggregatorProcess:
             cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
             start_new_session=True,  # Ctrl+C in the terminal reaches the training, not the aggregator
         )
+        self._exporter = exporter
         try:
             self.host, self.port = self._wait_listening()
         except BaseException:  # Ctrl+C while it starts: leave no aggregator behind
@@ -75,8 +76,17 @@ class AggregatorProcess:
         assert stdout is not None
 
         def pump() -> None:
+            # The listening line goes to the launcher; anything else the aggregator process prints
+            # (an exporter's own output) is passed on to stderr, never held, never lost.
             for line in stdout:
-                lines.put(line)
+                if line.startswith(LISTENING):
+                    lines.put(line)
+                else:
+                    try:
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                    except (OSError, ValueError):
+                        pass
             lines.put(None)
 
         threading.Thread(target=pump, name="traceml-aggregator-stdout", daemon=True).start()
@@ -86,7 +96,11 @@ class AggregatorProcess:
                 line = lines.get(timeout=max(0.05, deadline - time.monotonic()))
             except queue.Empty:
                 self.kill()
-                raise AggregatorStartError("the telemetry aggregator did not start within 30 s") from None
+                why = "the telemetry aggregator did not start within 30 s"
+                if self._exporter is not None:
+                    why += (f" (the exporter factory {self._exporter!r} runs before it listens: does it block? "
+                            "Connect in the exporter's open(), not in the factory)")
+                raise AggregatorStartError(why) from None
             if line is None:
                 code = self.proc.wait()
                 raise AggregatorStartError(f"the telemetry aggregator exited with code {code} before listening")

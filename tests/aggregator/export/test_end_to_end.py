@@ -51,6 +51,8 @@ def make(context):
 '''
 
 FAILING_EXPORTER = '''\
+print("failing exporter module loaded")  # an exporter's own stdout reaches the user (on stderr)
+
 class Failing:
     def open(self): pass
     def write(self, records): raise OSError(28, "No space left on device")
@@ -150,6 +152,8 @@ def test_a_failing_exporter_is_reported_and_harms_nothing(tmp_path: Path) -> Non
     rows = sum(len(sqlite_rows(run_dir, s)) for s in RECORD_STREAMS)
     export = warning["export"]
     assert export["exporter_failed"] is True and export["written_records"] == 0
+    assert any("exporter 'failing_exporter:make' failed" in line for line in warning["summary"])
+    assert "failing exporter module loaded" in proc.stderr
     assert export["failed_records"] == export["admitted_records"] == rows
     assert len(sqlite_rows(run_dir, "step_time")) == 23  # telemetry is whole
     summary = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())

@@ -76,3 +76,13 @@ def test_watch_has_no_exporter_and_ignores_the_setting(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert list((tmp_path / "runs").glob("*/aggregator/telemetry.sqlite"))
     assert not list((tmp_path / "runs").glob("*/aggregator/export"))
+
+
+def test_traceml_options_after_the_script_go_to_the_script_with_a_note(tmp_path: Path) -> None:
+    """`traceml run train.py --exporter jsonl` passes --exporter to the script (as python would); the
+    user is told, since nothing is exported."""
+    (tmp_path / "t.py").write_text("import sys\nprint('args', sys.argv[1:])\n")
+    proc = traceml(tmp_path, "run", "--mode", "quiet", "t.py", "--exporter", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert "args ['--exporter', 'jsonl']" in proc.stdout
+    assert "note: --exporter after the script went to the script" in proc.stderr

@@ -106,6 +106,19 @@ def _print_findings(run_dir: Path) -> None:
                   f"{escape(printable(str(f.get('kind', ''))))}: {escape(printable(str(f.get('summary', ''))))}")
 
 
+# Options only TraceML has (a training script is unlikely to take them): seen after SCRIPT, they were
+# probably meant for TraceML, but they go to the script, like any argument after it.
+TRACEML_ONLY_OPTIONS = ("--exporter", "--export-streams", "--exporter-hostname", "--nproc-per-node", "--nnodes",
+                        "--node-rank", "--logs-dir", "--disable-traceml")
+
+
+def _note_misplaced_options(args: list[str] | None) -> None:
+    misplaced = sorted({a.split("=", 1)[0] for a in args or () if a.split("=", 1)[0] in TRACEML_ONLY_OPTIONS})
+    if misplaced:
+        err.print(f"[yellow]note:[/] {', '.join(misplaced)} after the script went to the script; TraceML's own "
+                  "options go before it (traceml run [OPTIONS] SCRIPT [ARGS]...)", soft_wrap=True)
+
+
 def _launch_command(
     mode_name: str,
     script: str,
@@ -126,6 +139,7 @@ def _launch_command(
     export_streams: str | None = None,
     exporter_hostname: bool | None = None,
 ) -> None:
+    _note_misplaced_options(args)
     view_mode = _mode(mode)
     st = settings(logs_dir=logs_dir, run_name=name, interval=interval, exporter=exporter,
                   export_streams=export_streams, exporter_hostname=exporter_hostname)

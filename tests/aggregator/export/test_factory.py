@@ -138,20 +138,33 @@ def test_the_seeds_one_file_example_exporter_works_unchanged(tmp_path: Path, mod
 
 
 FAILURES = {
+    # The module was found; only a package it imports is missing: that package is named, not the module.
     "import error": ("broken_imports", "import not_a_real_package_xyz\n", "broken_imports:make",
-                     "cannot import broken_imports: ModuleNotFoundError: No module named 'not_a_real_package_xyz'"),
+                     "module broken_imports was found but failed to import: it imports 'not_a_real_package_xyz', "
+                     "which is not installed (ModuleNotFoundError: No module named 'not_a_real_package_xyz')"),
     "missing module": (None, None, "no_such_exporter_module:make",
-                       "cannot import no_such_exporter_module: ModuleNotFoundError"),
+                       "cannot import no_such_exporter_module: ModuleNotFoundError: No module named "
+                       "'no_such_exporter_module' (install it, or put its folder on PYTHONPATH)"),
+    "missing package of a dotted path": (None, None, "no_such_pkg_xyz.sinks:make",
+                                         "cannot import no_such_pkg_xyz.sinks: ModuleNotFoundError: No module "
+                                         "named 'no_such_pkg_xyz' (install it, or put its folder on PYTHONPATH)"),
     "missing attribute": ("no_factory", "def other(context):\n    return object()\n", "no_factory:make",
                           "module no_factory has no attribute 'make'"),
     "exception in the module": ("raises_on_import", "raise RuntimeError('no credentials')\n",
-                                "raises_on_import:make", "RuntimeError: no credentials"),
+                                "raises_on_import:make",
+                                "module raises_on_import was found but raised while being imported: "
+                                "RuntimeError: no credentials"),
+    "KeyboardInterrupt in the module": ("interrupts_on_import", "raise KeyboardInterrupt\n",
+                                        "interrupts_on_import:make", "raised while being imported: KeyboardInterrupt"),
     "SystemExit in the module": ("exits_on_import", "import sys\nsys.exit(4)\n", "exits_on_import:make",
                                  "SystemExit: 4"),
     "exception in the factory": ("factory_raises", "def make(context):\n    raise ValueError('bad endpoint')\n",
                                  "factory_raises:make", "factory_raises:make(context) raised ValueError: bad endpoint"),
     "SystemExit in the factory": ("factory_exits", "def make(context):\n    raise SystemExit('bye')\n",
                                   "factory_exits:make", "factory_exits:make(context) raised SystemExit: bye"),
+    "KeyboardInterrupt in the factory": ("factory_interrupts", "def make(context):\n    raise KeyboardInterrupt\n",
+                                         "factory_interrupts:make",
+                                         "factory_interrupts:make(context) raised KeyboardInterrupt"),
     "factory returns None": ("factory_none", "def make(context):\n    return None\n", "factory_none:make",
                              "factory_none:make(context) returned None instead of an exporter"),
 }

@@ -149,6 +149,43 @@ def test_a_factory_that_cannot_be_imported_is_reported_and_the_run_goes_on(tmp_p
     assert export["exporter_failed"] is True and export["failed_records"] == export["admitted_records"] == 4
 
 
+INTERRUPTING = {
+    "factory": ("def make(context):\n    raise KeyboardInterrupt\n",
+                "factory: interrupting:make(context) raised KeyboardInterrupt"),
+    "write": ("class Sink:\n"
+              "    def open(self): pass\n"
+              "    def write(self, records): raise KeyboardInterrupt\n"
+              "    def flush(self): pass\n"
+              "    def close(self, *, dropped_batches=0): pass\n"
+              "def make(context):\n"
+              "    return Sink()\n", "write: KeyboardInterrupt"),
+}
+
+
+@pytest.mark.parametrize("where", list(INTERRUPTING))
+def test_a_keyboard_interrupt_raised_by_the_factory_or_an_exporter_method_is_an_export_failure_not_a_crash(
+    tmp_path: Path, where: str,
+) -> None:
+    """A KeyboardInterrupt the exporter code raises (not the user's Ctrl+C) is treated like any other
+    exception: one [TraceML] line, the aggregator keeps listening, SQLite and the summary are written."""
+    source, failure = INTERRUPTING[where]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "interrupting.py").write_text(source)
+    agg = Aggregator(tmp_path / "run", "--exporter", "interrupting:make", env={"PYTHONPATH": str(site)})
+    agg.feed(1)
+    code, err = agg.stop()
+    assert code == 0 and "Traceback" not in err, err
+    method, message = failure.split(": ", 1)
+    assert [line for line in err.splitlines() if "interrupting:make" in line] == [
+        f"[TraceML] exporter 'interrupting:make' failed in {method}: {message}; export stopped, the run goes on "
+        "(see aggregator/finalization_warning.json)"]
+    assert agg.table_counts()["step_time"] == 4 and agg.file("final_summary.json").exists()
+    export = json.loads(agg.file("finalization_warning.json").read_text())["export"]
+    assert export["exporter_failed"] is True and export["failure"] == failure
+    assert export["failed_records"] == export["admitted_records"] == 4
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--exporter", "jsonl", "--export-streams", "gpu"], f"export_streams 'gpu' has unknown name 'gpu'; {SUPPORTED}"),
     (["--exporter", "jsonl", "--export-streams", ""], f"export_streams '' names no stream; {SUPPORTED}"),

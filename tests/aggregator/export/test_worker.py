@@ -139,6 +139,19 @@ def test_system_exit_from_an_exporter_method_is_a_failure_like_any_other() -> No
     assert worker.failed and "SystemExit: 3" in logged[0] and exporter.calls == ["open", "write"]
 
 
+@pytest.mark.parametrize("method", ["open", "write", "flush", "close"])
+def test_a_keyboard_interrupt_from_an_exporter_method_is_a_failure_like_any_other(method: str) -> None:
+    """On the worker thread a KeyboardInterrupt is the exporter's own (Ctrl+C reaches the main thread):
+    logged once, the exporter no longer used, the loss in the report; the thread does not die with it."""
+    exporter = RecordingExporter(fail_in=method, exc=KeyboardInterrupt())
+    worker, logged = run_worker(exporter, [full_envelope(0)], flush_interval_s=0.01)
+    assert worker.closed and exporter.calls[-1] == method
+    assert logged == [f"[TraceML] exporter 'tests:recording' failed in {method}: KeyboardInterrupt; export stopped, "
+                      "the run goes on (see aggregator/finalization_warning.json)"]
+    assert worker.report()["failure"] == f"{method}: KeyboardInterrupt"
+    assert worker.report()["failed_records"] == PER_ENVELOPE
+
+
 class NoFlush:
     """An object that lacks one of the four methods: export fails when the worker first calls it."""
 
@@ -220,6 +233,39 @@ def test_an_exporter_that_hangs_past_the_close_timeout_is_a_failure_and_its_queu
     exporter.release.set()
     assert worker.failed and "did not finish within 0.5 s" in logged[0]
     assert worker.dropped_batches >= 1 and "close" not in exporter.calls
+
+
+class SlowMethod(RecordingExporter):
+    """Blocks inside ``method`` until released."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def _enter(self, name: str) -> None:
+        super()._enter(name)
+        if name == self.method:
+            self.entered.set()
+            self.release.wait(60)
+
+
+@pytest.mark.parametrize("method", ["open", "write", "flush", "close"])
+def test_the_timeout_message_names_the_method_that_was_running_at_the_deadline(method: str) -> None:
+    """An exporter stuck in write is reported as failing in write, not in close (never reached)."""
+    exporter = SlowMethod(method)
+    logged: list[str] = []
+    worker = ExportWorker(exporter, name="slow", streams=ALL, log=logged.append, flush_interval_s=0.01)
+    worker.start()
+    worker.submit(full_envelope(0))
+    if method != "close":
+        assert exporter.entered.wait(30)
+    worker.close(timeout_s=0.5)
+    exporter.release.set()
+    assert logged == [f"[TraceML] exporter 'slow' failed in {method}: did not finish within 0.5 s; export stopped, "
+                      "the run goes on (see aggregator/finalization_warning.json)"]
+    assert worker.report()["failure"] == f"{method}: did not finish within 0.5 s"
 
 
 def test_a_payload_submitted_after_close_is_a_dropped_batch() -> None:

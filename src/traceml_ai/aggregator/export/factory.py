@@ -6,8 +6,9 @@ launcher runs (``traceml run``, ``traceml serve``) before it starts the aggregat
 thread exists: it imports the module, reads the attribute and calls ``factory(context)``.
 :func:`make_export_worker` puts both together with the stream selection.
 
-Every way a factory can fail (import error, missing attribute, an exception or ``SystemExit`` in
-the module or the factory, a factory returning None) becomes an :class:`ExporterLoadError`, which
+Every way a factory can fail (the module not found, or found but raising while imported, a missing
+attribute, any exception from the module or the factory, ``SystemExit`` and ``KeyboardInterrupt``
+included, a factory returning None) becomes an :class:`ExporterLoadError`, which
 the worker treats like an exporter whose ``open`` raised: logged once, recorded in
 ``finalization_warning.json``, and the run goes on.
 """
@@ -55,6 +56,34 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _is_the_module(missing: str | None, module_name: str) -> bool:
+    """Whether a ModuleNotFoundError for ``missing`` means ``module_name`` itself (or a package on its
+    path) was not found, rather than something the module imports."""
+    return missing is not None and (missing == module_name or module_name.startswith(missing + "."))
+
+
+def _import(module_name: str) -> Any:
+    """``importlib.import_module(module_name)``, every failure as one :class:`ExporterLoadError` line.
+
+    A module that is not found is told apart from a module that was found but raised while being
+    imported (its own error, or a package it imports that is missing, named as such).
+    """
+    try:
+        return importlib.import_module(module_name)
+    except GeneratorExit:
+        raise
+    except ModuleNotFoundError as exc:
+        if _is_the_module(exc.name, module_name):
+            raise ExporterLoadError(f"cannot import {module_name}: {_describe(exc)} "
+                                    "(install it, or put its folder on PYTHONPATH)") from None
+        needed = f"{exc.name!r}, which is not installed" if exc.name else "a module that is not installed"
+        raise ExporterLoadError(f"module {module_name} was found but failed to import: it imports {needed} "
+                                f"({_describe(exc)})") from None
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit too: the module's, not the user's
+        raise ExporterLoadError(f"module {module_name} was found but raised while being imported: "
+                                f"{_describe(exc)}") from None
+
+
 def load_exporter(value: str, context: ExporterContext) -> Exporter:
     """The exporter named by ``value``, made for ``context``.
 
@@ -65,8 +94,10 @@ def load_exporter(value: str, context: ExporterContext) -> Exporter:
 
     Raises:
         ValueError: ``value`` is not of one of these forms (:func:`check_exporter_form`).
-        ExporterLoadError: the module cannot be imported, has no such attribute, the module or the
-            factory raised (``SystemExit`` included), or the factory returned None.
+        ExporterLoadError: the module is not found, or raised while being imported (a missing
+            package it imports is named), has no such attribute, the factory raised (any
+            ``BaseException`` but ``GeneratorExit``: ``SystemExit`` and ``KeyboardInterrupt`` included),
+            or the factory returned None.
     """
     check_exporter_form(value)
     if value == "jsonl":
@@ -81,18 +112,20 @@ def load_exporter(value: str, context: ExporterContext) -> Exporter:
                                     f"({_describe(exc)})") from None
         return OtlpExporter.from_context(context)
     module_name, _, attr = value.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:
-        hint = " (install it, or put its folder on PYTHONPATH)" if isinstance(exc, ModuleNotFoundError) else ""
-        raise ExporterLoadError(f"cannot import {module_name}: {_describe(exc)}{hint}") from None
+    module = _import(module_name)
     try:
         factory: Any = getattr(module, attr)
     except AttributeError:
         raise ExporterLoadError(f"module {module_name} has no attribute {attr!r}") from None
+    except GeneratorExit:
+        raise
+    except BaseException as exc:  # a module __getattr__ may raise anything
+        raise ExporterLoadError(f"reading {value} raised {_describe(exc)}") from None
     try:
         exporter = factory(context)
-    except (Exception, SystemExit) as exc:
+    except GeneratorExit:
+        raise
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit too: the factory's, not the user's
         raise ExporterLoadError(f"{value}(context) raised {_describe(exc)}") from None
     if exporter is None:
         raise ExporterLoadError(f"{value}(context) returned None instead of an exporter")

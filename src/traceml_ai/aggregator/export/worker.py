@@ -63,6 +63,11 @@ _STOP = object()
 _EMPTY = RecordBatch([], 0)
 
 
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -128,6 +133,7 @@ class ExportWorker:
         self.dropped_batches = 0
         self.closed = False
         self._stopping = False
+        self._running: str | None = None  # the exporter method being called, for the timeout message
 
     # -- the aggregator's side ------------------------------------------------------------------------
 
@@ -182,7 +188,9 @@ class ExportWorker:
             pass
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            self._fail("close", f"did not finish within {timeout_s:g} s")
+            # Name the exporter method still running at the deadline (close may never have been
+            # reached); "worker" when the worker was between calls, building records.
+            self._fail(self._running or "worker", f"did not finish within {timeout_s:g} s")
             self.dropped_batches += self._queue.qsize()
 
     @property
@@ -223,22 +231,28 @@ class ExportWorker:
                   "(see aggregator/finalization_warning.json)")
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> bool:
-        """Call the exporter's ``method``; on any exception (SystemExit included, and AttributeError
-        for an exporter that lacks the method) record the failure and return False."""
+        """Call the exporter's ``method``; on any ``BaseException`` (``SystemExit`` and
+        ``KeyboardInterrupt`` included, and AttributeError for an exporter that lacks the method)
+        record the failure and return False.
+
+        A KeyboardInterrupt here is the exporter's own: the user's Ctrl+C (SIGINT) is delivered to
+        the main thread, never to this one.
+        """
+        self._running = method
         try:
             getattr(self.exporter, method)(*args, **kwargs)
         except BaseException as exc:  # an exporter may raise anything; the aggregator must go on
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self._fail(method, f"{type(exc).__name__}: {exc}")
+            self._fail(method, _describe(exc))
             return False
+        finally:
+            self._running = None
         return True
 
     def _run(self) -> None:
         try:
             self._export()
-        except Exception as exc:  # a bug of ours: the export stops, on record; the aggregator goes on
-            self._fail("worker", f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # a bug of ours: the export stops, on record; the aggregator goes on
+            self._fail("worker", _describe(exc))
 
     def _export(self) -> None:
         exporter = self.exporter

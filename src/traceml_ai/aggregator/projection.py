@@ -31,7 +31,9 @@ Losses (000 seed, ``skipped``) are counted in units, never silently:
   :attr:`Projected.skipped`; the other rows of that stream are kept;
 - a projection that raises counts once and that envelope loses all its rows for that
   projection's tables (handled by :func:`project_envelope`);
-- an item that does not normalise to an envelope counts once (:func:`project_payload`).
+- an item that does not normalise to an envelope counts once (:func:`project_payload`); a table
+  whose value is not a list of rows is not such an item: it counts once as its projection's loss
+  and the envelope's other streams are kept (:func:`envelope_of`).
 
 Empty stdout/stderr lines are not recorded and not counted: leaving them out is not a loss.
 Rows of a stream no projection knows are counted per stream name in ``unknown_streams``.
@@ -434,6 +436,32 @@ def in_writer_order(tables: dict[str, _V]) -> dict[str, _V]:
 # -- envelopes and payloads ---------------------------------------------------------------------------
 
 
+def envelope_of(item: Any) -> tuple[Envelope, tuple[str, ...]]:
+    """One payload item as an :class:`Envelope`, and the names of its tables whose value is not a
+    list of rows ("bad tables", left out of the envelope).
+
+    A bad table is a loss of the projection that would read it, not of the whole item (000 seed:
+    "That envelope loses all of its rows for the tables that projection writes"), so
+    :func:`project_envelope` counts it once, like a projection that raised, and the envelope's
+    other streams are kept. Well-formed items cost one :func:`normalise` call, as before.
+
+    Raises:
+        EnvelopeError: the item is not a mapping, ``meta`` is not a mapping, ``tables`` is missing
+            or not a mapping, or a table name is not a str.
+    """
+    try:
+        return normalise(item), ()
+    except EnvelopeError:
+        tables = item.get("tables") if isinstance(item, Mapping) else None
+        if not isinstance(tables, Mapping) or not all(isinstance(name, str) for name in tables):
+            raise
+        bad = tuple(name for name, rows in tables.items() if not isinstance(rows, list))
+        if not bad:
+            raise
+        good = {name: rows for name, rows in tables.items() if isinstance(rows, list)}
+        return normalise({**item, "tables": good}), bad
+
+
 @dataclass
 class EnvelopeRows:
     """The rows of one envelope: per table in the writer's order, plus its losses.
@@ -455,6 +483,7 @@ def project_envelope(
     *,
     projections: Mapping[str, Projection] = PROJECTIONS,
     streams: Collection[str] | None = None,
+    bad_tables: tuple[str, ...] = (),
 ) -> EnvelopeRows:
     """Project every stream of ``envelope`` (DESIGN §3.1).
 
@@ -462,11 +491,21 @@ def project_envelope(
     projected nor counted, because leaving them out is not a loss (000 seed, stream selection).
     ``projections`` lets the export records substitute their own step_time projection.
     A projection that raises counts once in ``skipped`` and its tables get no rows from this
-    envelope. The returned ``tables`` are ordered as ``schema.TABLES``.
+    envelope; so does each of ``bad_tables`` (streams whose value was not a list of rows, from
+    :func:`envelope_of`) that a projection reads, when selected. The returned ``tables`` are
+    ordered as ``schema.TABLES``.
     """
     found: TableRows = {}
     out = EnvelopeRows(found)
     meta = envelope.meta
+    for stream in bad_tables:
+        if streams is not None and stream not in streams:
+            continue
+        if stream in projections:
+            out.skipped += 1  # as if its projection raised: the envelope loses that projection's rows
+            out.failures.append(f"{stream}: the table is not a list of rows")
+        else:
+            out.unknown_streams[stream] = out.unknown_streams.get(stream, 0) + 1
     for stream, rows in envelope.tables.items():
         if streams is not None and stream not in streams:
             continue
@@ -516,13 +555,22 @@ def project_payload(
 
     Each envelope is stamped with ``observed_ns`` when given, else ``time.time_ns()`` once per
     envelope. An item that does not normalise (:func:`~traceml_ai.telemetry.envelope.normalise`)
-    counts once in ``skipped``; see :func:`project_envelope` for the rest. Never raises.
+    counts once in ``skipped``; see :func:`project_envelope` for the rest.
+
+    Raises:
+        TypeError: ``observed_ns`` is neither None nor an int (a bool is refused), before any
+            item is looked at. Nothing else raises: losses are counted in ``skipped``.
     """
+    if observed_ns is not None and (type(observed_ns) is not int):
+        if not isinstance(observed_ns, int) or isinstance(observed_ns, bool):
+            raise TypeError(f"observed_ns must be an int (ns since the Unix epoch) or None, "
+                            f"not {type(observed_ns).__name__} {observed_ns!r}")
+        observed_ns = int(observed_ns)
     tables: TableRows = {}
     out = PayloadRows(tables)
     for item in payload_items(payload):
         try:
-            envelope = normalise(item)
+            envelope, bad_tables = envelope_of(item)
         except EnvelopeError as exc:
             out.skipped += 1
             out.failures.append(f"envelope: {exc}")
@@ -533,6 +581,7 @@ def project_payload(
             time.time_ns() if observed_ns is None else observed_ns,
             projections=projections,
             streams=streams,
+            bad_tables=bad_tables,
         )
         out.skipped += env_rows.skipped
         out.failures.extend(env_rows.failures)

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ai.aggregator.fastpath import FrameRows, project_frame
-from traceml_ai.aggregator.projection import PayloadRows, project_payload, rank_log_lines
+from traceml_ai.aggregator.projection import PayloadRows, envelope_of, project_payload, rank_log_lines
 from traceml_ai.aggregator.stats import IngestStats, RankStats, keep_message
 from traceml_ai.aggregator.store import DB_NAME, LogLine, StoreRows, StoreStats, TelemetryStore, Work
 from traceml_ai.telemetry import frames, schema
-from traceml_ai.telemetry.envelope import EnvelopeError, as_int, normalise, payload_items
+from traceml_ai.telemetry.envelope import EnvelopeError, as_int, payload_items
 
 PayloadSink = Callable[[Any], None]
 """Given every admitted payload (one envelope dict or a list of them), on the store's writer thread.
@@ -352,7 +352,7 @@ def _log_lines(payload: Any) -> list[LogLine]:
             tables = item.get("tables")
             if type(tables) is dict and tables.get(schema.STDOUT_STDERR):
                 with contextlib.suppress(EnvelopeError):
-                    out.extend(rank_log_lines(normalise(item)))
+                    out.extend(rank_log_lines(envelope_of(item)[0]))
     return out
 
 

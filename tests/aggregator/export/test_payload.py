@@ -220,7 +220,7 @@ def test_a_string_an_empty_collection_or_an_unknown_name_in_streams_raises_befor
 
 
 @pytest.mark.parametrize("item", ["text", 42, None, {"meta": {}}, {"meta": [], "tables": {}},
-                                  {"tables": {"step_time": "rows"}}, {"tables": []}])
+                                  {"tables": {3: []}}, {"tables": []}])
 def test_an_item_that_does_not_normalise_to_an_envelope_counts_once(item: Any) -> None:
     batch = records_from_payload([full_envelope(0), item, full_envelope(1)])
     assert batch.skipped == 1
@@ -274,6 +274,77 @@ def test_a_projection_that_raises_counts_once_and_its_envelope_loses_every_row_o
     assert system_of_rank == [("system", 1), ("system_gpu", 1), ("system_gpu", 1)]
     others = [r for r in batch.records if isinstance(r, StepMemoryRecord)]
     assert [r.global_rank for r in others] == [0, 1]  # the envelope keeps its other tables
+
+
+BAD_TABLE = {"meta": {"global_rank": 0},
+             "tables": {"step_time": "notalist", "process": [{"seq": 1, "cpu_percent": 1.0}]}}
+
+
+def test_a_table_that_is_not_a_list_loses_only_its_projections_rows_and_the_other_streams_are_kept() -> None:
+    """A bad table is a loss of the projection that reads it (counted once), not of the envelope."""
+    batch = records_from_payload(BAD_TABLE)
+    assert batch.skipped == 1
+    assert [(r.STREAM, r.global_rank, r.seq, r.cpu_percent) for r in batch.records] == [("process", 0, 1, 1.0)]
+
+
+def test_a_bad_table_of_an_unselected_stream_is_neither_built_nor_counted() -> None:
+    """The repro of the review: a malformed step_time table must not drop the selected process row."""
+    batch = records_from_payload(BAD_TABLE, streams={"process"})
+    assert batch.skipped == 0 and streams_of(batch) == ["process"]
+    batch = records_from_payload(BAD_TABLE, streams={"step_time"})
+    assert batch == RecordBatch([], 1)
+
+
+@pytest.mark.parametrize("selected", [{"system"}, {"system_gpu"}, {"system", "system_gpu"}, None])
+def test_a_bad_system_table_counts_once_for_both_tables_its_projection_writes(selected: Any) -> None:
+    tables: dict[str, Any] = full_tables(0)
+    tables["system"] = {"cpu_percent": 5.0}  # a row where the list of rows belongs
+    batch = records_from_payload({"meta": meta(0), "tables": tables}, streams=selected)
+    assert batch.skipped == 1
+    assert "system" not in streams_of(batch) and "system_gpu" not in streams_of(batch)
+    if selected is None:
+        assert len(batch.records) == sum(RECORDS_PER_FULL_ENVELOPE.values()) - RECORDS_PER_FULL_ENVELOPE["system"] \
+            - RECORDS_PER_FULL_ENVELOPE["system_gpu"]
+
+
+def test_the_sqlite_projection_treats_a_bad_table_the_same_way() -> None:
+    projected = project_payload(BAD_TABLE, observed_ns=OBSERVED)
+    assert projected.skipped == 1 and projected.failures == ["step_time: the table is not a list of rows"]
+    assert list(projected.tables) == ["process_samples"] and projected.rows == 1
+    assert list(projected.tables["process_samples"][0]) == [
+        v for k, v in records_from_payload(BAD_TABLE, observed_timestamp_unix_ns=OBSERVED).records[0].__dict__.items()
+    ]
+
+
+def test_the_real_aggregator_keeps_the_other_streams_of_an_envelope_with_a_bad_table(tmp_path: Path) -> None:
+    """Over a real socket (the server's generic path): the process row and the stdout line reach
+    SQLite and the rank log; the bad step_time table is one projection loss."""
+    envelope = {"meta": {**meta(0), "session_id": SESSION},
+                "tables": {**BAD_TABLE["tables"], "stdout_stderr": [{"line": "epoch 1", "stream": "stdout"}]}}
+    server = AggregatorThread(tmp_path, session_id=SESSION, world_size=1, flush_interval_s=0.05)
+    client = RankClient(server.port, 0, session_id=SESSION, world_size=1)
+    assert client.hello()["control"] == "welcome"
+    client.send_body(envelope)
+    client.finish(sent_batches=1)
+    client.close()
+    server.stop()
+    assert server.agg.stats.projection_skipped == 1
+    conn = open_readonly(tmp_path / "aggregator" / "telemetry.sqlite")
+    try:
+        assert conn.execute("SELECT global_rank, seq, cpu_percent FROM process_samples").fetchall() == [(0, 1, 1.0)]
+        assert conn.execute("SELECT line FROM stdout_stderr_samples").fetchall() == [("epoch 1",)]
+        assert conn.execute("SELECT COUNT(*) FROM step_time_samples").fetchone() == (0,)
+    finally:
+        conn.close()
+    assert "stdout | epoch 1" in (tmp_path / "aggregator" / "rank_0.log").read_text()
+
+
+@pytest.mark.parametrize("observed", ["x", 1.5, True, False, b"1", [1]])
+def test_an_observed_stamp_that_is_not_an_int_raises_type_error_before_the_payload_is_read(observed: Any) -> None:
+    with pytest.raises(TypeError, match="observed_timestamp_unix_ns must be an int"):
+        records_from_payload(ExplodingPayload([full_envelope(0)]), observed_timestamp_unix_ns=observed)
+    with pytest.raises(TypeError, match="observed_ns must be an int"):
+        project_payload(ExplodingPayload([full_envelope(0)]), observed_ns=observed)
 
 
 @pytest.mark.parametrize(("stream", "bad_rows", "kept"), [

@@ -20,9 +20,15 @@ from traceml_ai.aggregator.export.records import (
     RECORD_TYPE_BY_TABLE,
     ExportRecord,
 )
-from traceml_ai.aggregator.projection import PROJECTIONS, Projection, project_envelope, project_step_time
+from traceml_ai.aggregator.projection import (
+    PROJECTIONS,
+    Projection,
+    envelope_of,
+    project_envelope,
+    project_step_time,
+)
 from traceml_ai.telemetry import schema
-from traceml_ai.telemetry.envelope import normalise, payload_items
+from traceml_ai.telemetry.envelope import payload_items
 
 
 class RecordBatch(NamedTuple):
@@ -92,11 +98,28 @@ def records_from_payload(
         A :class:`RecordBatch`. Duplicate rows are passed through; records are not sorted.
 
     Raises:
-        ValueError: ``streams`` is a string, an empty collection or names an unknown stream; raised
-            before the payload is looked at. Nothing else raises: losses are counted in ``skipped``.
+        TypeError: ``observed_timestamp_unix_ns`` is neither None nor an int (a bool is refused).
+        ValueError: ``streams`` is a string, an empty collection or names an unknown stream.
+        Both are raised before the payload is looked at. Nothing else raises: losses are counted
+        in ``skipped``.
     """
+    observed = check_observed_ns(observed_timestamp_unix_ns)
     selected = None if streams is None else check_record_streams(streams)
-    return build_records(payload, observed_timestamp_unix_ns, selected)
+    return build_records(payload, observed, selected)
+
+
+def check_observed_ns(value: Any) -> int | None:
+    """``value`` as ns since the Unix epoch (an int; an int subclass becomes a plain int), or None.
+
+    Raises:
+        TypeError: ``value`` is not None and not an int, or is a bool (True is no timestamp).
+    """
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"observed_timestamp_unix_ns must be an int (ns since the Unix epoch) or None, "
+                    f"not {type(value).__name__} {value!r}")
 
 
 def build_records(
@@ -121,12 +144,13 @@ def build_records(
     skipped = 0
     for item in payload_items(payload):
         try:
-            envelope = normalise(item)
+            envelope, bad_tables = envelope_of(item)
             projected = project_envelope(
                 envelope,
                 time.time_ns() if observed_ns is None else observed_ns,
                 projections=projections,
                 streams=rank_streams,
+                bad_tables=bad_tables,
             )
             lost = projected.skipped
             built: list[ExportRecord] = []

@@ -210,3 +210,27 @@ def test_a_collector_that_refuses_the_data_is_an_exporter_failure_recorded_by_th
     worker.close()
     assert worker.failed and len(logged) == 1 and "OtlpExportError: OTLP logs" in logged[0]
     assert worker.report()["failed_records"] == RECORDS_PER_FULL_ENVELOPE["step_time"]
+
+
+@pytest.mark.parametrize("status", [500, 400])
+def test_records_a_collector_refused_are_not_counted_as_written_and_opentelemetry_prints_nothing_itself(
+    receiver: Receiver, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    status: int,
+) -> None:
+    """written_records counts only what a flush confirmed delivered, so it agrees with the failure
+    ("N logs not delivered"); OpenTelemetry's own warnings do not reach stderr beside the one line."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")  # bounds the retries of a 500
+    receiver.status = status
+    logged: list[str] = []
+    worker = make_export_worker("otlp", tmp_path, export_streams="step_time", log=logged.append)
+    worker.start()
+    worker.submit(full_envelope(0))
+    worker.close()
+    report = worker.report()
+    admitted = RECORDS_PER_FULL_ENVELOPE["step_time"]
+    assert report["exporter_failed"] is True and report["written_records"] == 0
+    assert report["failed_records"] == report["admitted_records"] == admitted
+    assert f"OTLP logs: {admitted} logs not delivered" in report["failure"]
+    assert len(logged) == 1
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""

@@ -38,11 +38,16 @@ name                                   kind       unit    from
 Nothing is dropped quietly: logs are handed to OpenTelemetry's batch processor in chunks it can
 hold and flushed after each chunk, and an export the collector refuses (or that cannot reach it
 after OpenTelemetry's own retries) makes ``write``/``flush`` raise, which ends the export and is
-reported in ``finalization_warning.json``.
+reported in ``finalization_warning.json``. Records count as written there only once a flush has
+confirmed their delivery, so a refused batch is never counted as written. OpenTelemetry's own
+warnings about it are kept off stderr (the ``opentelemetry`` loggers are routed to the exporter
+from ``open`` on); the first of them, when OpenTelemetry logged one (it leaves out a repeat within
+20 s), ends the one ``[TraceML]`` failure line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -75,6 +80,38 @@ _FLUSH_TIMEOUT_MS = 30_000
 
 class OtlpExportError(RuntimeError):
     """The collector refused or could not be reached for a batch of logs or metrics."""
+
+
+class _OtelMessages(logging.Handler):
+    """Keeps OpenTelemetry's own warnings ("Failed to export logs batch code: 500", "Transient
+    error ... retrying") instead of letting them reach stderr: the user gets one ``[TraceML]`` line
+    from the worker, and the first message becomes part of that line (:meth:`OtlpExporter.flush`)."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.messages) < self.KEEP:
+            try:
+                text = record.getMessage()
+            except Exception:  # a message that cannot be formatted is not worth a traceback
+                text = str(record.msg)
+            self.messages.append(text.strip().splitlines()[0] if text.strip() else record.levelname)
+
+
+def _route_otel_logs() -> _OtelMessages:
+    """Route the ``opentelemetry`` loggers to a new :class:`_OtelMessages`, in place of the one of an
+    exporter opened before (one export per aggregator; tests open several)."""
+    otel = logging.getLogger("opentelemetry")
+    for old in [h for h in otel.handlers if isinstance(h, _OtelMessages)]:
+        otel.removeHandler(old)
+    handler = _OtelMessages()
+    otel.addHandler(handler)
+    otel.propagate = False  # not to the root logger, nor to logging's last-resort stderr handler
+    return handler
 
 
 class _CheckedLogExporter(OTLPLogExporter):
@@ -123,12 +160,14 @@ class OtlpExporter:
         self._logger: Any = None
         self._instruments: dict[str, Any] = {}
         self._pending = 0
+        self._otel_messages: _OtelMessages | None = None
 
     @classmethod
     def from_context(cls, context: ExporterContext) -> OtlpExporter:
         return cls(include_hostname=context.include_hostname, session_root=str(context.session_root))
 
     def open(self) -> None:
+        self._otel_messages = _route_otel_logs()
         attributes: dict[str, Any] = {}
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attributes["service.name"] = "traceml"
@@ -209,14 +248,18 @@ class OtlpExporter:
         self._pending = 0
         if self._log_exporter.failures:
             raise OtlpExportError(f"OTLP logs: {self._log_exporter.failures[0]} "
-                                  f"({len(self._log_exporter.failures)} failed exports)")
+                                  f"({len(self._log_exporter.failures)} failed exports){self._otel_said()}")
+
+    def _otel_said(self) -> str:
+        messages = self._otel_messages.messages if self._otel_messages is not None else []
+        return f"; OpenTelemetry: {messages[0]}" if messages else ""
 
     def flush(self) -> None:
         assert self._metrics is not None and self._metric_exporter is not None
         self._flush_logs()
         self._metrics.force_flush(_FLUSH_TIMEOUT_MS)
         if self._metric_exporter.failures:
-            raise OtlpExportError(f"OTLP metrics: {self._metric_exporter.failures[0]}")
+            raise OtlpExportError(f"OTLP metrics: {self._metric_exporter.failures[0]}{self._otel_said()}")
 
     def close(self, *, dropped_batches: int = 0) -> None:
         assert self._logger is not None and self._logs is not None and self._metrics is not None

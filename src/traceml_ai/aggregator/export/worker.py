@@ -134,6 +134,7 @@ class ExportWorker:
         self.closed = False
         self._stopping = False
         self._running: str | None = None  # the exporter method being called, for the timeout message
+        self._unflushed = 0  # records write() took that no flush has confirmed yet
 
     # -- the aggregator's side ------------------------------------------------------------------------
 
@@ -201,8 +202,11 @@ class ExportWorker:
         """The ``export`` block of ``finalization_warning.json``.
 
         ``{"exporter", "streams", "exporter_failed", "failure", "admitted_records", "written_records",
-        "failed_records", "dropped_batches", "skipped"}``: ``failed_records`` is every admitted
-        record when the exporter failed, else 0; ``skipped`` the records_from_payload units lost.
+        "failed_records", "dropped_batches", "skipped"}``: ``written_records`` counts the records
+        handed to ``write`` whose delivery a later ``flush`` (or ``close``) confirmed by returning,
+        so records an exporter only queued (otlp) and then failed to deliver are not written;
+        ``failed_records`` is every admitted record when the exporter failed, else 0; ``skipped``
+        the records_from_payload units lost.
         """
         return {
             "exporter": self.name,
@@ -276,20 +280,29 @@ class ExportWorker:
                 stop = self._gather(first, records)
             if records and not self.failed and exporter is not None:
                 if self._call("write", records):
-                    self.written_records += len(records)
+                    self._unflushed += len(records)
                     dirty = True
             now = time.monotonic()
             due = stop or now - last_flush >= self.flush_interval_s
             if dirty and due and not self.failed and exporter is not None:
-                self._call("flush")
+                self._flush()
                 last_flush = now
                 dirty = False
         if not self.failed and exporter is not None:
             if dirty:
-                self._call("flush")
-            if not self.failed:
-                self._call("close", dropped_batches=self.dropped_batches)
+                self._flush()
+            if not self.failed and self._call("close", dropped_batches=self.dropped_batches):
+                self._confirm()
         self.closed = True
+
+    def _flush(self) -> None:
+        if self._call("flush"):
+            self._confirm()
+
+    def _confirm(self) -> None:
+        """The records written since the last flush are delivered: a flush (or close) returned."""
+        self.written_records += self._unflushed
+        self._unflushed = 0
 
     def _should_wait(self) -> bool:
         """Whether ingest had a backlog within :data:`BUSY_GRACE_S` while the worker is not stopping

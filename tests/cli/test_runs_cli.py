@@ -158,7 +158,7 @@ def test_one_unreadable_number_never_hides_other_runs(fake_root: Path, tmp_path:
 
 def test_infinite_setting_is_a_one_line_error(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_MAX_METRICS_FILE_MB": "inf"})
-    assert proc.returncode == 1 and "finite" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "finite" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_show_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_demo_never_deletes_runs_it_did_not_write(tmp_path: Path) -> None:
 
 def test_bad_setting_names_its_source(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_STALE_AFTER_SECONDS": "soon"})
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a bad setting is bad usage, like a bad flag (DESIGN §7)
     assert "TRACEML_STALE_AFTER_SECONDS" in proc.stderr and "stale_after_seconds" in proc.stderr
 
 

@@ -3,6 +3,7 @@ DESIGN §5). Each test builds a small artifact root in tmp_path and reads it as 
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from pathlib import Path
@@ -150,6 +151,10 @@ def test_one_session_id_from_two_sources_is_reported_and_both_are_kept(tmp_path:
     store = catalog.open([tmp_path])
     assert [r.run_id for r in store.list_runs()] == ["session:same", "session:same#2"]
     assert codes(store) == ["duplicate_session"]
+    # each run lists its own folder's artifacts, not the copy's (seen in the viewer after copying a run)
+    for run_id, folder in (("session:same", "copy-1"), ("session:same#2", "copy-2")):
+        paths = [a.path for a in store.list_run_attachments(run_id=run_id)]
+        assert paths and all(f"{os.sep}{folder}{os.sep}" in str(p) for p in paths), paths
 
 
 def test_rotated_jsonl_files_of_one_session_are_one_session(tmp_path: Path) -> None:

@@ -292,7 +292,12 @@ class _Builder:
             declared = {a.path for a in run.attachments if isinstance(a, AttachmentRow) and a.path is not None}
             done: set[int] = set()
             for s in run.sessions:
-                for rec in self.by_session.get(s.session_id, []):
+                recs = self.by_session.get(s.session_id, [])
+                if len(recs) > 1 and not run.explicit:
+                    # One session id from several sources (a copied run folder): each implicit run
+                    # lists the artifacts of its own source only, never the copy's.
+                    recs = [r for r in recs if r["source_path"] == s.source_path] or recs
+                for rec in recs:
                     if id(rec) in done:
                         continue
                     done.add(id(rec))

@@ -225,6 +225,10 @@ def test_log_tail_and_cache_follow_the_files(tmp_path: Path) -> None:
     _log(run_dir, 0, ["stderr | Traceback (most recent call last):"])
     again = views.payload(run)
     assert views.reads == 2 and again["logs"][0]["lines"][-1] == ["stderr", "Traceback (most recent call last):"]
+    # colour codes a script printed are shown as text without them (the file keeps them)
+    _log(run_dir, 0, ["stdout | \x1b[31mred\x1b[0m and \x1b[1;32mgreen\x1b[m"])
+    assert views.payload(run)["logs"][0]["lines"][-1] == ["stdout", "red and green"]
+    assert "\x1b[31m" in (run_dir / "aggregator" / "rank_0.log").read_text()
 
 
 def test_reading_leaves_the_run_folder_byte_for_byte_unchanged(root: Path) -> None:

@@ -555,7 +555,8 @@ def memory_creep(ctx: Context) -> RuleResult:
         elif not rss_series:
             rss_note = "none"
         else:
-            rss_note = f"at most {max(rss_counts)} per rank; sample more often with --interval, or train longer"
+            rss_note = (f"at most {max(rss_counts)} per rank between the end of warm-up and the last step; "
+                        "sample more often with --interval, or train longer")
         return Abstention(
             rule,
             f"no series with {th.MIN_CREEP_SAMPLES} post-warm-up points: per-step peak GPU memory ({gpu_note}), "

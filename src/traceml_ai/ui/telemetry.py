@@ -70,6 +70,9 @@ LIVE_STATUSES = ("running", "running?")
 
 _RANK_LOG = re.compile(r"^rank_(\d+|unknown)\.log$")
 _STREAM_PREFIXES = (("stdout | ", "stdout"), ("stderr | ", "stderr"))
+# Terminal control sequences (colours, cursor moves) a script printed: shown raw they read as
+# "[31mred[0m"; the page shows the text without them (the rank log on disk keeps them).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 Stamp = tuple[str, int, int]
 
@@ -503,6 +506,8 @@ def _log_tail(path: str, name: str, tail_lines: int, warnings: list[str]) -> dic
             if line.startswith(prefix):
                 stream, line = which, line[len(prefix):]
                 break
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + f" … [{len(line) - MAX_LINE_CHARS:,} more characters]"
         out.append([stream, line])

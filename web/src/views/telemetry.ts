@@ -382,9 +382,19 @@ export class TelemetryPanel {
         h("td", { class: "num" }, h("div", { text: fmtMs(x.median_ms), title: `p90 ${fmtMs(x.p90_ms)} over ${x.steps ?? "?"} steps` }), h("div", { class: "skew-local-v", text: fmtMs(x.outside_backward_median_ms) })),
       );
     });
+    // Under DDP the iterations are equal (fast ranks wait in backward's all-reduce), so the work
+    // outside backward is what tells a straggler: say both, the way the straggler rule reads them.
+    const local = r.per_rank.filter((x) => x.outside_backward_median_ms !== null);
+    let localText = "";
+    if (local.length > 1) {
+      const worstLocal = local.reduce((a, b) => ((b.outside_backward_median_ms ?? 0) > (a.outside_backward_median_ms ?? 0) ? b : a));
+      const others = local.filter((x) => x !== worstLocal).map((x) => x.outside_backward_median_ms ?? 0).sort((a, b) => a - b);
+      const mid = others[Math.floor((others.length - 1) / 2)];
+      localText = ` Outside backward, rank ${worstLocal.rank ?? "?"} works ${fmtMs(worstLocal.outside_backward_median_ms)} per step against ${fmtMs(mid)} on the others.`;
+    }
     const skewText =
       r.skew !== null && r.worst_rank !== null
-        ? `Rank ${r.worst_rank}'s median step is ${(r.skew * 100).toFixed(1)}% above the median of the others.`
+        ? `Rank ${r.worst_rank}'s median step is ${(r.skew * 100).toFixed(1)}% above the median of the others.${localText}`
         : r.per_rank.length === 1
           ? "One rank: nothing to compare."
           : "";
@@ -461,7 +471,8 @@ export class TelemetryPanel {
             values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.yFmt(v))),
           },
         ],
-        series: [{}, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: l.width, dash: l.dash, spanGaps: !!o.spanGaps, points: { show: false } }))],
+        // A short run has a few samples per line: draw them as points too, or a lone sample is invisible.
+        series: [{}, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: l.width, dash: l.dash, spanGaps: !!o.spanGaps, points: { show: x.length <= 60, size: 5, fill: l.color } }))],
         hooks: {
           drawClear: band
             ? [

@@ -24,6 +24,15 @@ let UPlot: typeof uPlot | null = null;
 let uPlotLoading: Promise<typeof uPlot> | null = null;
 
 /** Load uPlot (once); resolves when charts can be drawn. */
+/** Puts a chart's hover tooltip beside the cursor, on its left when it would overflow the plot. */
+export function placePlotTip(el: HTMLElement, u: uPlot): void {
+  const left = (u.cursor.left ?? 0) + 14;
+  const w = el.offsetWidth;
+  const plotW = u.over.clientWidth;
+  el.style.left = `${(left + w > plotW ? (u.cursor.left ?? 0) - w - 14 : left) + u.over.offsetLeft}px`;
+  el.style.top = `${u.over.offsetTop + 8}px`;
+}
+
 export function loadUPlot(): Promise<typeof uPlot> {
   uPlotLoading ??= import("uplot").then((m) => (UPlot = m.default));
   return uPlotLoading;
@@ -622,11 +631,7 @@ export class LineCharts {
       rows.length > 10 ? h("div", { class: "muted", text: `+${rows.length - 10} more` }) : null,
     );
     el.hidden = false;
-    const left = u.cursor.left + 14;
-    const w = el.offsetWidth;
-    const plotW = u.over.clientWidth;
-    el.style.left = `${(left + w > plotW ? u.cursor.left - w - 14 : left) + u.over.offsetLeft}px`;
-    el.style.top = `${u.over.offsetTop + 8}px`;
+    placePlotTip(el, u);
   }
 
   private resize(): void {

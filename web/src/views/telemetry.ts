@@ -10,7 +10,7 @@ import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
 import { icon } from "../icons";
 import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
 import { errorText, paletteColor, segmented, select, swatch, toggle, token, withAlpha } from "../ui";
-import { loadUPlot } from "./lineChart";
+import { loadUPlot, placePlotTip } from "./lineChart";
 
 const PLOT_H = 200;
 const PHASE_PREFIX = "traceml:";
@@ -534,11 +534,7 @@ export class TelemetryPanel {
     }
     replace(el, h("div", { class: "plot-tip-x", text: `${o.xLabel} ${o.xFmt(xv)}` }), ...rows);
     el.hidden = false;
-    const left = u.cursor.left + 14;
-    const w = el.offsetWidth;
-    const plotW = u.over.clientWidth;
-    el.style.left = `${(left + w > plotW ? u.cursor.left - w - 14 : left) + u.over.offsetLeft}px`;
-    el.style.top = `${u.over.offsetTop + 8}px`;
+    placePlotTip(el, u);
   }
 
   private destroyPlots(): void {

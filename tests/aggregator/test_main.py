@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.aggregator.wire import SESSION, RankClient, step_memory_rows, step_time_rows
+from tests.aggregator.wire import SECRET, SESSION, RankClient, step_memory_rows, step_time_rows
 from traceml_ai.aggregator.store import open_readonly
 
 LISTENING = re.compile(r"^TRACEML_AGGREGATOR_LISTENING 127\.0\.0\.1 (\d+)$")
@@ -27,7 +28,7 @@ class AggregatorProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir), "--session-id", SESSION,
              *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TRACEML_JOB_SECRET": SECRET},
         )
         assert self.proc.stdout is not None
         self.first_line = self.proc.stdout.readline().rstrip("\n")
@@ -156,7 +157,7 @@ def test_a_taken_port_is_one_error_line_and_exit_1(started: Any, tmp_path: Path)
         proc = subprocess.run(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(tmp_path), "--session-id", "s",
              "--port", str(port)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=60, env={**os.environ, "TRACEML_JOB_SECRET": SECRET},
         )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("[TraceML] aggregator: cannot listen on 127.0.0.1:") and proc.stderr.count("\n") == 1

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.aggregator.wire import (
+    SECRET,
     SESSION,
     AggregatorThread,
     RankClient,
@@ -40,7 +41,9 @@ def db_rows(run_dir: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def test_welcome_for_the_right_session_and_protocol(agg: AggregatorThread) -> None:
     client = agg.client(0)
-    assert client.hello() == frames.welcome()
+    answer = client.hello()
+    assert answer == frames.welcome(SECRET, SESSION, client.nonce)
+    assert frames.welcome_is_genuine(answer, SECRET, SESSION, client.nonce)
     client.close()
 
 
@@ -56,8 +59,9 @@ def test_a_bad_hello_is_refused_with_a_reason_and_closed(agg: AggregatorThread, 
     assert answer["control"] == frames.REFUSED and reason in answer["reason"]
     assert client.receive() is None  # the aggregator closed the connection
     agg.stop()
-    assert agg.agg.stats.rejected_frames == 1
-    assert agg.agg.stats.ranks[1].rejected_frames == 1 and agg.agg.stats.ranks[1].hellos == 0
+    # Refused before it proved anything: counted as a refused connection, never as a rank.
+    assert agg.agg.stats.refused_connections == 1 and reason in agg.agg.stats.refusal_reasons[0]
+    assert 1 not in agg.agg.stats.ranks
 
 
 def test_a_payload_before_any_hello_is_refused(agg: AggregatorThread) -> None:

@@ -11,6 +11,7 @@ from traceml_ai.telemetry import frames, schema
 from traceml_ai.telemetry.envelope import make_envelope
 
 SESSION = "sess-test-1"
+SECRET = "test-job-secret-0123456789abcdef"
 
 
 def identity(global_rank: int, world_size: int = 2, hostname: str = "node-a") -> dict[str, Any]:
@@ -31,7 +32,8 @@ class RankClient:
     """One rank's connection: ``hello()`` then ``send(payload)`` ... ``finish()``."""
 
     def __init__(self, port: int, global_rank: int, *, world_size: int = 2, session_id: str = SESSION,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", secret: str = SECRET) -> None:
+        self.secret = secret
         self.global_rank = global_rank
         self.meta = {**identity(global_rank, world_size), "session_id": session_id}
         self.sock = socket.create_connection((host, port), timeout=10)
@@ -55,7 +57,9 @@ class RankClient:
             self.reader.feed(chunk)
 
     def hello(self, **overrides: Any) -> Any:
-        body = frames.hello(self.meta["session_id"], {k: v for k, v in self.meta.items() if k != "session_id"})
+        body = frames.hello(self.meta["session_id"], {k: v for k, v in self.meta.items() if k != "session_id"},
+                            self.secret)
+        self.nonce = body["nonce"]
         body.update(overrides)
         self.send_body(body)
         return self.receive()
@@ -101,7 +105,7 @@ class AggregatorThread:
 
         from traceml_ai.aggregator.server import Aggregator
 
-        self.agg = Aggregator(run_dir, kwargs.pop("session_id", SESSION), **kwargs)
+        self.agg = Aggregator(run_dir, kwargs.pop("session_id", SESSION), secret=kwargs.pop("secret", SECRET), **kwargs)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

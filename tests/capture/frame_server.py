@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traceml_ai.telemetry import frames
+from traceml_ai.telemetry import frames, jobsecret
+
+TEST_SECRET = "test-job-secret-0123456789abcdef"
 
 
 class FrameServer:
@@ -27,8 +29,9 @@ class FrameServer:
     """
 
     def __init__(self, session_id: str = "sess-test", *, refuse: str | None = None, port: int = 0,
-                 recv_buffer: int | None = None) -> None:
+                 recv_buffer: int | None = None, secret: str = TEST_SECRET) -> None:
         self.session_id = session_id
+        self.secret = secret
         self.refuse = refuse
         self.hellos: list[dict[str, Any]] = []
         self.payloads: list[Any] = []
@@ -128,10 +131,14 @@ class FrameServer:
                         reason = self.refuse
                         if reason is None and body.get("session_id") != self.session_id:
                             reason = f"wrong session {body.get('session_id')!r}"
+                        nonce = str(body.get("nonce"))
+                        if reason is None and not jobsecret.proof_matches(
+                                jobsecret.rank_proof(self.secret, self.session_id, nonce), body.get("proof")):
+                            reason = "no valid job secret proof"
                         if reason is not None:
                             conn.sendall(frames.encode_frame(frames.refused(reason)))
                             return
-                        conn.sendall(frames.encode_frame(frames.welcome()))
+                        conn.sendall(frames.encode_frame(frames.welcome(self.secret, self.session_id, nonce)))
                         welcomed = True
                     elif kind == frames.RANK_FINISHED:
                         with self._lock:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 
 BOOTSTRAP = [sys.executable, "-m", "traceml_ai.capture.bootstrap"]
 
@@ -55,7 +55,8 @@ def server() -> Iterator[FrameServer]:
 def capture_env(server_address: tuple[str, int] | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
     if server_address is not None:
-        env.update(TRACEML_SESSION_ID="sess-test", TRACEML_AGGREGATOR=f"{server_address[0]}:{server_address[1]}",
+        env.update(TRACEML_SESSION_ID="sess-test", TRACEML_JOB_SECRET=TEST_SECRET,
+                   TRACEML_AGGREGATOR=f"{server_address[0]}:{server_address[1]}",
                    TRACEML_INTERVAL="0.05")
     env.update(extra)
     return env

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.client import TransportClient
 
 IDENTITY = {"global_rank": 3, "local_rank": 1, "world_size": 4, "local_world_size": 2, "node_rank": 1,
@@ -35,6 +35,7 @@ def server() -> Any:
 
 
 def make_client(address: tuple[str, int], **kwargs: Any) -> TransportClient:
+    kwargs.setdefault("secret", TEST_SECRET)
     client = TransportClient(address, "sess-test", IDENTITY, **kwargs)
     client.start()
     return client

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.identity import detect_identity
 from traceml_ai.capture.session import CaptureConfig, CaptureSession, current_session, start_session
 
@@ -52,7 +52,7 @@ def server() -> Iterator[FrameServer]:
 
 def config(server: FrameServer, **kw: Any) -> CaptureConfig:
     values: dict[str, Any] = {"interval": 0.05, "capture_output": False, **kw}
-    return CaptureConfig(session_id="sess-test", aggregator=server.address, **values)
+    return CaptureConfig(session_id="sess-test", aggregator=server.address, secret=TEST_SECRET, **values)
 
 
 def test_one_envelope_per_tick_with_identity_meta_and_every_sources_rows(server: FrameServer) -> None:
@@ -171,11 +171,14 @@ def test_config_from_env() -> None:
         session_id="abc", aggregator=("127.0.0.1", 7071), run_dir="/tmp/r", interval=0.5, mode="watch")
     assert CaptureConfig.from_env({**env, "TRACEML_AGGREGATOR": "[::1]:9"}).aggregator == ("::1", 9)  # type: ignore[union-attr]
     assert CaptureConfig.from_env({**env, "TRACEML_CAPTURE_OUTPUT": "0"}).capture_output is False  # type: ignore[union-attr]
+    assert CaptureConfig.from_env({**env, "TRACEML_JOB_SECRET": " s" * 10}).secret == "s s s s s s s s s s"  # type: ignore[union-attr]
+    assert "secret" not in repr(CaptureConfig.from_env({**env, "TRACEML_JOB_SECRET": "x" * 20}))
     assert CaptureConfig.from_env({"TRACEML_SESSION_ID": "abc"}) is None
     assert CaptureConfig.from_env({**env, "TRACEML_DISABLE": "1"}) is None
     assert CaptureConfig.from_env({}) is None
     for name, bad in (("TRACEML_AGGREGATOR", "localhost"), ("TRACEML_AGGREGATOR", "h:99999"),
-                      ("TRACEML_INTERVAL", "0"), ("TRACEML_INTERVAL", "fast"), ("TRACEML_CAPTURE", "train")):
+                      ("TRACEML_INTERVAL", "0"), ("TRACEML_INTERVAL", "fast"), ("TRACEML_CAPTURE", "train"),
+                      ("TRACEML_JOB_SECRET", "short")):
         with pytest.raises(ValueError, match=name):
             CaptureConfig.from_env({**env, name: bad})
 
@@ -185,7 +188,7 @@ FORK_SCRIPT = textwrap.dedent("""
     warnings.simplefilter("ignore", DeprecationWarning)  # python 3.12 warns on fork() with threads running
     from traceml_ai.capture.session import CaptureConfig, current_session, start_session
     host, port = sys.argv[1], int(sys.argv[2])
-    session = start_session(CaptureConfig("sess-test", (host, port), interval=0.05))
+    session = start_session(CaptureConfig("sess-test", (host, port), interval=0.05, secret=sys.argv[3]))
     print("parent before fork", flush=True)
     pid = os.fork()
     if pid == 0:
@@ -201,7 +204,8 @@ FORK_SCRIPT = textwrap.dedent("""
 def test_forked_child_does_not_inherit_the_session(server: FrameServer, tmp_path: Path) -> None:
     script = tmp_path / "forks.py"
     script.write_text(FORK_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), server.host, str(server.port)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script), server.host, str(server.port), TEST_SECRET],
+                          capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "child sees session: False" in proc.stdout

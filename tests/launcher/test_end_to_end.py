@@ -154,7 +154,7 @@ def test_serve_collects_a_script_that_calls_init(tmp_path: Path) -> None:
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(ln) for ln in server.stdout], daemon=True).start()  # type: ignore[union-attr]
         deadline = time.monotonic() + 60
-        while len(env) < 3 and time.monotonic() < deadline:
+        while len(env) < 4 and time.monotonic() < deadline:
             try:
                 line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
@@ -162,7 +162,7 @@ def test_serve_collects_a_script_that_calls_init(tmp_path: Path) -> None:
             if line.strip().startswith("export "):
                 key, value = line.strip()[len("export "):].split("=", 1)
                 env[key] = value
-        assert set(env) == {"TRACEML_AGGREGATOR", "TRACEML_SESSION_ID", "TRACEML_RUN_DIR"}
+        assert set(env) == {"TRACEML_AGGREGATOR", "TRACEML_SESSION_ID", "TRACEML_JOB_SECRET", "TRACEML_RUN_DIR"}
         script = tmp_path / "own.py"
         script.write_text(
             "import traceml_ai\n"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import traceml_ai
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.session import current_session
 
 ENV = ("TRACEML_SESSION_ID", "TRACEML_AGGREGATOR", "TRACEML_INTERVAL", "TRACEML_CAPTURE", "TRACEML_DISABLE",
-       "TRACEML_CAPTURE_OUTPUT")
+       "TRACEML_CAPTURE_OUTPUT", "TRACEML_JOB_SECRET")
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,9 @@ def test_aggregator_without_session_id_is_off(capfd: pytest.CaptureFixture[str])
     assert "no session id" in traceml_lines(capfd)[0]
 
 
-def test_explicit_arguments_start_a_session_and_a_second_init_returns_it(server: FrameServer) -> None:
+def test_explicit_arguments_start_a_session_and_a_second_init_returns_it(
+        server: FrameServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEML_JOB_SECRET", TEST_SECRET)
     session = traceml_ai.init(aggregator=f"127.0.0.1:{server.port}", session_id="sess-test", interval=0.05,
                               run_dir="/tmp/some-run")
     assert session is not None and session is current_session()
@@ -67,6 +69,7 @@ def test_explicit_arguments_start_a_session_and_a_second_init_returns_it(server:
 def test_environment_fills_in_and_arguments_win(server: FrameServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEML_AGGREGATOR", f"127.0.0.1:{server.port}")
     monkeypatch.setenv("TRACEML_SESSION_ID", "sess-test")
+    monkeypatch.setenv("TRACEML_JOB_SECRET", TEST_SECRET)
     monkeypatch.setenv("TRACEML_INTERVAL", "30")
     session = traceml_ai.init(interval=0.05)
     assert session is not None
@@ -78,6 +81,8 @@ def test_environment_fills_in_and_arguments_win(server: FrameServer, monkeypatch
     ({"TRACEML_DISABLE": "1", "TRACEML_AGGREGATOR": "127.0.0.1:9", "TRACEML_SESSION_ID": "s"}, {}, "TRACEML_DISABLE"),
     ({}, {"aggregator": "no-port-here", "session_id": "s"}, "not host:port"),
     ({"TRACEML_INTERVAL": "-1"}, {"aggregator": "127.0.0.1:9", "session_id": "s"}, "TRACEML_INTERVAL"),
+    ({}, {"aggregator": "127.0.0.1:9", "session_id": "s"}, "no job secret"),
+    ({"TRACEML_JOB_SECRET": "short"}, {"aggregator": "127.0.0.1:9", "session_id": "s"}, "TRACEML_JOB_SECRET"),
 ])
 def test_bad_or_disabled_configuration_is_off_not_an_error(
         capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
@@ -97,7 +102,8 @@ def test_under_the_bootstrap_init_returns_the_running_session(server: FrameServe
         print(running is not None and traceml_ai.init(aggregator="127.0.0.1:1") is running)
     """))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
-    env.update(TRACEML_SESSION_ID="sess-test", TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}")
+    env.update(TRACEML_SESSION_ID="sess-test", TRACEML_JOB_SECRET=TEST_SECRET,
+               TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}")
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.capture.bootstrap", "job.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "True\n" and proc.stderr == ""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.identity import detect_identity
 from traceml_ai.capture.session import CaptureConfig, CaptureSession
 from traceml_ai.capture.steps import tracer_for
@@ -71,7 +71,7 @@ def test_steps_reach_the_aggregator_through_the_session(server: FrameServer, mon
     from torch.utils.data import DataLoader, TensorDataset
 
     session = CaptureSession(
-        CaptureConfig("sess-test", server.address, interval=0.05, capture_output=False),
+        CaptureConfig("sess-test", server.address, interval=0.05, capture_output=False, secret=TEST_SECRET),
         identity=detect_identity({}),
     )
     from traceml_ai.capture import session as session_module

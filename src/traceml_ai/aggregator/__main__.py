@@ -4,11 +4,16 @@
                                     [--world-size N] [--exporter jsonl|otlp|module:factory]
                                     [--export-streams step_time,...] [--exporter-hostname]
 
+The job secret comes only from the environment, ``TRACEML_JOB_SECRET`` (never from the command
+line, which every local user can read with ``ps``); without it the aggregator does not start
+(exit 2). Every rank's hello must prove it holds the same secret.
+
 Once listening it prints exactly one line ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` on stdout
 (the launcher reads it). It runs until SIGTERM or SIGINT, then stops accepting, gives connected
 ranks up to 2 s to finish sending, flushes the store, writes ``finalization_warning.json`` when
 something was lost, and exits 0. Errors are one ``[TraceML]`` line on stderr: exit 1 for a failure
-(e.g. the port is taken), 2 for bad usage (including an ``--exporter`` of the wrong form or an
+(e.g. the port is taken), 2 for bad usage (including a missing or too short
+``TRACEML_JOB_SECRET``, an ``--exporter`` of the wrong form or an
 unknown ``--export-streams`` name when an exporter is set).
 
 With ``--exporter`` the exporter is made on the main thread before the export worker thread starts
@@ -20,17 +25,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from traceml_ai.aggregator.export.factory import make_export_worker
 from traceml_ai.aggregator.export.worker import ExportWorker
 from traceml_ai.aggregator.finalize import finalize
 from traceml_ai.aggregator.server import Aggregator, PayloadSink
+from traceml_ai.telemetry import jobsecret
 
 LISTENING = "TRACEML_AGGREGATOR_LISTENING"
 GRACE_S = 2.0
@@ -85,6 +93,7 @@ async def serve(
     run_dir: Path,
     session_id: str,
     *,
+    secret: str,
     host: str = "127.0.0.1",
     port: int = 0,
     world_size: int | None = None,
@@ -103,8 +112,8 @@ async def serve(
     Raises:
         OSError: ``aggregator/`` cannot be created or the address cannot be bound.
     """
-    agg = Aggregator(run_dir, session_id, host=host, port=port, world_size=world_size, payload_sinks=payload_sinks,
-                     frame_sinks=[export.submit_frame] if export is not None else [])
+    agg = Aggregator(run_dir, session_id, secret=secret, host=host, port=port, world_size=world_size,
+                     payload_sinks=payload_sinks, frame_sinks=[export.submit_frame] if export is not None else [])
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -120,13 +129,22 @@ async def serve(
             await asyncio.to_thread(export.close)
         raise
     print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
-    watcher = asyncio.ensure_future(_stop_when_orphaned(stop))
+    orphan: dict[str, Any] = {}
+    watcher = asyncio.ensure_future(_stop_when_orphaned(stop, agg, orphan))
     await stop.wait()
     watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
     await agg.stop(grace_s=grace_s)
     if export is not None:
         await asyncio.to_thread(export.close)  # after the store: every admitted payload was submitted
     source = "argument" if world_size is not None else ("hello" if agg.expected_world_size is not None else None)
+    extra: dict[str, dict[str, Any]] = {}
+    if export is not None:
+        extra["export"] = export.report()
+    if orphan:
+        orphan["finalized_at_unix_ns"] = time.time_ns()
+        extra["launcher"] = orphan
     return finalize(
         run_dir,
         agg.stats,
@@ -134,30 +152,59 @@ async def serve(
         session_id=session_id,
         world_size=agg.expected_world_size,
         world_size_source=source,
-        extra={"export": export.report()} if export is not None else None,
-        extra_lost=export is not None and export.lost,
+        extra=extra or None,
+        extra_lost=(export is not None and export.lost) or bool(orphan),
         on_finalized=on_finalized,
     )
 
 
 ORPHAN_CHECK_S = 1.0
+ORPHAN_IDLE_S = 5.0
+"""After the launcher died: how long no rank may be connected before the aggregator finalizes
+(a rank between two connections reconnects well within it)."""
+ORPHAN_NO_RANK_S = 60.0
+"""After the launcher died: how long to wait for a first rank when none has connected yet."""
 
 
-async def _stop_when_orphaned(stop: asyncio.Event) -> None:
-    """Stop (and finalize) when the process that started this aggregator is gone.
+async def _stop_when_orphaned(stop: asyncio.Event, agg: Aggregator, record: dict[str, Any]) -> None:
+    """Once the process that started this aggregator is gone, stop (and finalize) when its ranks
+    are done: no rank connected for :data:`ORPHAN_IDLE_S` seconds (all finished or disconnected).
 
     The launcher starts the aggregator in its own session so that Ctrl+C reaches the training
-    only; if the launcher itself is killed (SIGKILL, OOM, a scheduler), nobody would send SIGTERM
-    and the aggregator would run forever. Its parent changing (re-parented to init or a subreaper)
-    means the launcher died.
+    only; if the launcher itself is killed (SIGKILL, OOM, a scheduler), nobody would send SIGTERM.
+    Its parent changing (re-parented to init or a subreaper) means the launcher died; the training
+    it started usually goes on, so the aggregator keeps collecting until the ranks end, and
+    ``record`` (the ``launcher`` block of ``finalization_warning.json``) says what happened.
     """
     parent = os.getppid()
     while not stop.is_set():
         await asyncio.sleep(ORPHAN_CHECK_S)
         if os.getppid() != parent:
-            print("[TraceML] aggregator: the launcher is gone; finishing the run's telemetry", file=sys.stderr,
-                  flush=True)
-            stop.set()
+            break
+    else:
+        return
+    gone = time.monotonic()
+    connected_then = agg.open_ranks
+    record.update(launcher_gone_at_unix_ns=time.time_ns(), ranks_connected_then=connected_then,
+                  summary_line="the launcher died during the run; the aggregator collected telemetry until "
+                               "the ranks finished, but run.json and the manifest were not closed by it")
+    print("[TraceML] aggregator: the launcher is gone; collecting telemetry until the ranks finish", file=sys.stderr,
+          flush=True)
+    idle_since: float | None = None
+    while not stop.is_set():
+        now = time.monotonic()
+        if agg.open_ranks > 0:
+            idle_since = None
+        elif not any(r.hellos for r in agg.stats.ranks.values()):
+            if now - gone >= ORPHAN_NO_RANK_S:
+                break  # no rank ever came
+        else:
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since >= ORPHAN_IDLE_S:
+                break
+        await asyncio.sleep(ORPHAN_CHECK_S / 4)
+    record["waited_for_ranks_s"] = round(time.monotonic() - gone, 3)
+    stop.set()
 
 
 def _write_final_summary(run_dir: Path) -> None:
@@ -178,6 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("[TraceML] aggregator: --session-id is empty", file=sys.stderr, flush=True)
         return 2
     try:
+        secret = jobsecret.check_secret(os.environ.get(jobsecret.ENV_JOB_SECRET, ""))
+    except ValueError as exc:
+        print(f"[TraceML] aggregator: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
         (run_dir / "aggregator").mkdir(exist_ok=True)
     except OSError as exc:
         print(f"[TraceML] aggregator: cannot create {run_dir / 'aggregator'}: {exc.strerror or exc}",
@@ -194,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     try:
         asyncio.run(
-            serve(run_dir, args.session_id, host=args.host, port=args.port, world_size=args.world_size,
+            serve(run_dir, args.session_id, secret=secret, host=args.host, port=args.port, world_size=args.world_size,
                   export=export, on_finalized=_write_final_summary)
         )
     except OSError as exc:

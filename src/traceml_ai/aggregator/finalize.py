@@ -23,6 +23,8 @@ connection that never named its rank)::
       "lost_rows": {rank: {stream: int}},            # rows a rank's sources dropped before sending
       "undelivered_batches": {rank: int},            # sent_batches − received, only > 0
       "rejected_frames": {"total": int, "by_rank": {rank: int}, "reasons": [str]},
+      "refused_connections": {"total": int, "reasons": [str]},   # before a valid hello
+      "dropped_connections": int,                    # admitted ranks cut off (frame over the limit)
       "projection": {"skipped": int, "unknown_streams": {stream: rows}, "failures": [str]},
       "sqlite": {"errors": int, "lost_rows": int, "messages": [str]},
       "rank_logs": {"errors": int, "lost_lines": int, "messages": [str]},
@@ -136,8 +138,16 @@ def loss_report(
         summary.append(f"rank logs: {store.log_errors} errors, {store.lost_log_lines} lines lost")
     if ingest.sink_errors:
         summary.append(f"payload sinks raised {ingest.sink_errors} times")
+    if ingest.refused_connections:
+        first = ingest.refusal_reasons[0] if ingest.refusal_reasons else "unknown"
+        summary.append(f"{ingest.refused_connections} connections were refused before a valid hello "
+                       f"(telemetry that is not from this job's ranks is never stored); first: {first}")
+    if ingest.dropped_connections:
+        summary.append(f"{ingest.dropped_connections} rank connections were closed for a frame over the size limit")
 
     for name, block in (extra or {}).items():
+        if isinstance(block.get("summary_line"), str):
+            summary.append(str(block["summary_line"]))
         if block.get("exporter_failed"):  # the 000 seed's export block: say it in a line too
             summary.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); "
                            f"{block.get('failed_records')} records were not exported")
@@ -175,6 +185,8 @@ def loss_report(
             "messages": list(store.log_messages),
         },
         "payload_sinks": {"errors": ingest.sink_errors, "messages": list(ingest.sink_messages)},
+        "refused_connections": {"total": ingest.refused_connections, "reasons": list(ingest.refusal_reasons)},
+        "dropped_connections": ingest.dropped_connections,
         "ranks": {
             _key(r): {
                 "hostname": s.hostname,

@@ -1,8 +1,18 @@
 """The aggregator's TCP server: frames from the training ranks → projection → SQLite (DESIGN §3.1, §3.2).
 
 One asyncio server, one coroutine per connection (no thread per connection). A connection must
-open with a hello for protocol 1 and this aggregator's session id; anything else is answered with
-a *refused* frame and closed. After the welcome, each frame's bytes go, in arrival order, into the
+open with a hello for protocol 1, this aggregator's session id and the proof that the rank holds
+the job secret (:mod:`~traceml_ai.telemetry.jobsecret`); anything else is answered with a *refused*
+frame, closed, and counted in ``refused_connections``. The welcome carries the aggregator's own
+proof, so a rank can tell its aggregator from a listener squatting on the port.
+
+What an unauthenticated peer can make the aggregator hold is bounded (issue 12 point 3): at most
+:data:`MAX_PENDING` connections wait for a hello, each reads one frame of at most
+``frames.MAX_HELLO_BYTES``, within ``hello_timeout_s``; refusal reasons quote at most a few dozen
+characters of what the peer sent. After the welcome, frames are at most ``frames.MAX_FRAME_BYTES``
+and the inbound queue holds at most ``inbound_max`` frames and ``inbound_max_bytes`` bytes.
+
+After the welcome, each frame's bytes go, in arrival order, into the
 store's bounded inbound queue as a unit of work; when the queue is full the connection's coroutine
 stops reading, so TCP pushes back on the rank (whose own queue drops its oldest batch and counts
 it, DESIGN §3.2). The store's writer thread runs the work: decode (the typed hot path of
@@ -18,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -27,7 +38,7 @@ from traceml_ai.aggregator.fastpath import FrameRows, project_frame
 from traceml_ai.aggregator.projection import PayloadRows, envelope_of, project_payload, rank_log_lines
 from traceml_ai.aggregator.stats import IngestStats, RankStats, keep_message
 from traceml_ai.aggregator.store import DB_NAME, LogLine, StoreRows, StoreStats, TelemetryStore, Work
-from traceml_ai.telemetry import frames, schema
+from traceml_ai.telemetry import frames, jobsecret, schema
 from traceml_ai.telemetry.envelope import EnvelopeError, as_int, payload_items
 
 PayloadSink = Callable[[Any], None]
@@ -47,8 +58,23 @@ ingest path) does no work for the export but this call. Same rules as :data:`Pay
 AGGREGATOR_DIR = "aggregator"
 
 # StreamReader buffer limit: large enough that a typical batch frame arrives without pausing
-# and resuming the transport several times.
-_READ_LIMIT = 1 << 20
+# and resuming the transport several times; small enough that a peer that never says hello
+# makes the aggregator buffer little (the transport pauses at twice this).
+_READ_LIMIT = 256 * 1024
+
+MAX_PENDING = 64
+"""Connections that may wait for their hello at once; more are closed at once and counted."""
+
+INBOUND_MAX_BYTES = 256 * 1024 * 1024
+"""Bytes of frames the inbound queue holds before connections stop being read (backpressure)."""
+
+_MAX_NONCES = 65_536  # accepted hello nonces remembered against replays (only the job's ranks add any)
+
+
+def _quote(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a peer's bytes in a reason stay short."""
+    text = repr(value) if not isinstance(value, str | bytes) or len(value) <= 4 * limit else repr(value[:4 * limit])
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 class _ConnectionDone(Exception):
@@ -65,6 +91,7 @@ class Aggregator:
     Args:
         run_dir: the run folder (DESIGN §2.1); ``aggregator/`` is created inside it.
         session_id: the session every hello (and every envelope that names one) must carry.
+        secret: the job secret (``TRACEML_JOB_SECRET``); a hello must prove it holds it.
         host: address to bind; 127.0.0.1 unless the job spans nodes (DESIGN §3.2).
         port: TCP port; 0 picks a free one (see :attr:`address` after :meth:`start`).
         world_size: expected number of ranks, for the missing-rank report; None takes the largest
@@ -72,12 +99,14 @@ class Aggregator:
         payload_sinks: callables given every admitted payload (the exporter seam).
         frame_sinks: callables given the body bytes of every admitted payload frame.
         inbound_max: frames the inbound queue holds before connections stop being read.
+        inbound_max_bytes: bytes of frames it holds before connections stop being read.
+        max_pending: connections that may wait for their hello at once.
         hello_timeout_s: a connection that sends no hello within this many seconds is closed.
         flush_interval_s, flush_rows: the store's flush rule (DESIGN §3.3).
 
     Example::
 
-        agg = Aggregator(run_dir, "3f2a", world_size=2)
+        agg = Aggregator(run_dir, "3f2a", secret=os.environ["TRACEML_JOB_SECRET"], world_size=2)
         host, port = await agg.start()
         ...
         await agg.stop(grace_s=2.0)      # then agg.stats / agg.store_stats
@@ -88,25 +117,36 @@ class Aggregator:
         run_dir: str | Path,
         session_id: str,
         *,
+        secret: str,
         host: str = "127.0.0.1",
         port: int = 0,
         world_size: int | None = None,
         payload_sinks: Sequence[PayloadSink] = (),
         frame_sinks: Sequence[FrameSink] = (),
         inbound_max: int = 256,
-        hello_timeout_s: float = 30.0,
+        inbound_max_bytes: int = INBOUND_MAX_BYTES,
+        max_pending: int = MAX_PENDING,
+        hello_timeout_s: float = 10.0,
         flush_interval_s: float = 0.5,
         flush_rows: int = 50_000,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.folder = self.run_dir / AGGREGATOR_DIR
         self.session_id = session_id
+        self.secret = secret
         self.host = host
         self.port = port
         self.world_size = world_size
         self.payload_sinks = list(payload_sinks)
         self.frame_sinks = list(frame_sinks)
         self.hello_timeout_s = hello_timeout_s
+        self.inbound_max_bytes = inbound_max_bytes
+        self.max_pending = max_pending
+        self._pending = 0
+        self._open_ranks = 0
+        self._queued_bytes = 0
+        self._bytes_lock = threading.Lock()
+        self._nonces: dict[str, None] = {}
         self.stats = IngestStats()
         self.store = TelemetryStore(
             self.folder / DB_NAME,
@@ -146,12 +186,22 @@ class Aggregator:
         self.address = (str(sockname[0]), int(sockname[1]))
         return self.address
 
+    @property
+    def open_ranks(self) -> int:
+        """Connections of admitted ranks open now."""
+        return self._open_ranks
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of frames waiting in the inbound queue."""
+        return self._queued_bytes
+
     async def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting, give open connections up to ``grace_s`` seconds to finish, then flush.
 
-        Connections still open after the grace period are closed; whatever they had not sent is
-        the rank's loss and shows up as a missing ``rank_finished``. Every admitted payload is
-        projected and written before this returns.
+        Connections still open after the grace period are closed (quietly: no traceback per
+        connection); whatever they had not sent is the rank's loss and shows up as a missing
+        ``rank_finished``. Every admitted payload is projected and written before this returns.
         """
         if self._server is not None:
             self._server.close()
@@ -172,44 +222,63 @@ class Aggregator:
             self._connections.add(task)
         self.stats.connections += 1
         try:
-            rank = await self._admit(reader, writer)
+            if self._pending >= self.max_pending:
+                self.stats.refuse(f"more than {self.max_pending} connections waiting for their hello")
+                return
+            self._pending += 1
+            try:
+                rank = await self._admit(reader, writer)
+            finally:
+                self._pending -= 1
             if rank is not None:
-                await self._receive(reader, rank)
+                self._open_ranks += 1
+                try:
+                    await self._receive(reader, rank)
+                finally:
+                    self._open_ranks -= 1
         except (_ConnectionDone, ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            pass  # stop() closing a connection after its grace period: expected, not a traceback
         except Exception as exc:  # a bug must cost this connection only, and be on record
             self.stats.reject(None, f"connection dropped: {type(exc).__name__}: {exc}", known=False)
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
             if task is not None:
                 self._connections.discard(task)
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> RankStats | None:
         """Read the hello; answer welcome and return the rank's stats, or refuse and return None."""
+        peer = _peer(writer)
         try:
-            data = await asyncio.wait_for(_read_frame(reader), self.hello_timeout_s)
+            data = await asyncio.wait_for(_read_frame(reader, frames.MAX_HELLO_BYTES), self.hello_timeout_s)
         except asyncio.TimeoutError:
-            self.stats.reject(None, f"no hello within {self.hello_timeout_s:g} s", known=False)
+            self.stats.refuse(f"{peer}: no hello within {self.hello_timeout_s:g} s")
             await _send(writer, frames.refused(f"no hello within {self.hello_timeout_s:g} s"))
             return None
         except _FrameTooLarge as exc:
-            self.stats.reject(None, f"first frame: {exc}", known=False)
+            self.stats.refuse(f"{peer}: first frame: {exc}")
             await _send(writer, frames.refused(str(exc)))
             return None
         try:
             body = frames.decode_body(data)
         except frames.FrameError as exc:
-            self.stats.reject(None, f"first frame: {exc}", known=False)
+            self.stats.refuse(f"{peer}: first frame: {exc}")
             await _send(writer, frames.refused("first frame is not msgpack"))
             return None
-        reason, global_rank, known = self._hello_problem(body)
+        reason = self._hello_problem(body)
         if reason is not None:
-            self.stats.reject(global_rank, reason, known=known)
+            self.stats.refuse(f"{peer}: {reason}")
             await _send(writer, frames.refused(reason))
             return None
         assert isinstance(body, dict)
+        nonce = body["nonce"]
+        self._nonces[nonce] = None
+        if len(self._nonces) > _MAX_NONCES:
+            del self._nonces[next(iter(self._nonces))]
+        global_rank = as_int(body.get("global_rank", body.get("rank")))
         rank = self.stats.rank(global_rank)
         rank.hellos += 1
         hostname = body.get("hostname")
@@ -218,49 +287,77 @@ class Aggregator:
         world_size = as_int(body.get("world_size"))
         if world_size is not None and world_size > 0:
             self._announced_world_size = max(self._announced_world_size or 0, world_size)
-        await _send(writer, frames.welcome())
+        await _send(writer, frames.welcome(self.secret, self.session_id, nonce))
         return rank
 
-    def _hello_problem(self, body: Any) -> tuple[str | None, int | None, bool]:
-        """``(reason to refuse or None, the global_rank the frame names, whether it names one)``."""
-        global_rank = as_int(body.get("global_rank", body.get("rank"))) if isinstance(body, dict) else None
-        known = global_rank is not None
+    def _hello_problem(self, body: Any) -> str | None:
+        """Why the first frame ``body`` is not an acceptable hello (one short line), or None."""
         if frames.control_kind(body) != frames.HELLO:
-            return "the first frame must be a hello", global_rank, known
+            return "the first frame must be a hello"
         assert isinstance(body, dict)
         protocol = body.get("protocol")
         if as_int(protocol) != frames.PROTOCOL_VERSION:
-            return (
-                f"protocol {protocol!r} is not supported; this aggregator speaks protocol {frames.PROTOCOL_VERSION}",
-                global_rank,
-                known,
-            )
+            return (f"protocol {_quote(protocol)} is not supported; "
+                    f"this aggregator speaks protocol {frames.PROTOCOL_VERSION}")
+        for key, value in body.items():
+            if not isinstance(key, str) or len(key) > 64:
+                return f"hello field {_quote(key)} is not a short name"
+            if isinstance(value, dict | list):
+                return f"hello field {key!r} is not a plain value"
+            if isinstance(value, str | bytes) and len(value) > frames.MAX_HELLO_FIELD_CHARS:
+                return f"hello field {key!r} is longer than {frames.MAX_HELLO_FIELD_CHARS} characters"
         session = body.get("session_id")
         if session != self.session_id:
-            return f"session {session!r} is not this aggregator's session", global_rank, known
-        return None, global_rank, True
+            return f"session {_quote(session)} is not this aggregator's session"
+        nonce = body.get("nonce")
+        if not jobsecret.is_nonce(nonce):
+            return "the hello carries no nonce (a rank of an older TraceML, or not a rank of this job)"
+        assert isinstance(nonce, str)
+        if not jobsecret.proof_matches(jobsecret.rank_proof(self.secret, self.session_id, nonce), body.get("proof")):
+            return "the hello does not prove it holds this job's secret (TRACEML_JOB_SECRET)"
+        if nonce in self._nonces:
+            return "a replayed hello (its nonce was already used)"
+        return None
 
     async def _receive(self, reader: asyncio.StreamReader, rank: RankStats) -> None:
         """Read frames until the rank closes; queue each for the writer thread, in order."""
         while True:
             try:
-                data = await _read_frame(reader)
+                data = await _read_frame(reader, frames.MAX_FRAME_BYTES)
             except _FrameTooLarge as exc:
                 self.stats.reject(rank.global_rank, f"rank {rank.global_rank}: {exc}", batch=True)
+                self.stats.dropped_connections += 1
                 return
-            await self._submit(partial(self._process, rank, data))
+            await self._submit(partial(self._process_counted, rank, data), len(data))
 
-    async def _submit(self, work: Work) -> None:
-        """Queue ``work`` for the writer thread; while the queue is full, wait without reading."""
+    def _process_counted(self, rank: RankStats, data: bytes) -> tuple[StoreRows, list[LogLine]]:
+        try:
+            return self._process(rank, data)
+        finally:
+            with self._bytes_lock:
+                self._queued_bytes -= len(data)
+
+    async def _submit(self, work: Work, size: int = 0) -> None:
+        """Queue ``work`` (a frame of ``size`` bytes) for the writer thread; while the queue is full
+        (frames or bytes), wait without reading."""
         delay = 0.001
         while True:
+            with self._bytes_lock:
+                room = self._queued_bytes == 0 or self._queued_bytes + size <= self.inbound_max_bytes
+                if room:
+                    self._queued_bytes += size
             try:
-                if self.store.put_work(work, block=False):
+                if room and self.store.put_work(work, block=False):
                     return
             except RuntimeError as exc:  # the writer thread is gone: count, never crash ingestion
+                with self._bytes_lock:
+                    self._queued_bytes -= size
                 self.store.stats.errors += 1
                 keep_message(self.store.stats.messages, f"store not running: {exc}")
                 return
+            if room:  # the frame count was the limit: give the bytes back until it fits
+                with self._bytes_lock:
+                    self._queued_bytes -= size
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -356,21 +453,29 @@ def _log_lines(payload: Any) -> list[LogLine]:
     return out
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+def _peer(writer: asyncio.StreamWriter) -> str:
+    """``host:port`` of the connection's peer, for refusal reasons."""
+    name = writer.get_extra_info("peername")
+    if isinstance(name, tuple) and len(name) >= 2:
+        return f"{name[0]}:{name[1]}"
+    return "a peer"
+
+
+async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     """The body bytes of the next frame.
 
     Raises:
         _ConnectionDone: the peer closed (between or inside frames).
-        _FrameTooLarge: a length above ``frames.MAX_FRAME_BYTES`` (the stream cannot be
-            resynchronised after that).
+        _FrameTooLarge: a length above ``limit`` bytes (the stream cannot be resynchronised
+            after that, and nothing of the body is read).
     """
     try:
         header = await reader.readexactly(frames.HEADER.size)
     except asyncio.IncompleteReadError as exc:
         raise _ConnectionDone("closed") from exc
     (length,) = frames.HEADER.unpack(header)
-    if length > frames.MAX_FRAME_BYTES:
-        raise _FrameTooLarge(f"frame length {length} exceeds {frames.MAX_FRAME_BYTES}")
+    if length > limit:
+        raise _FrameTooLarge(f"frame length {length} exceeds {limit}")
     try:
         return await reader.readexactly(length)
     except asyncio.IncompleteReadError as exc:

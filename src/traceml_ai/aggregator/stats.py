@@ -11,12 +11,18 @@ from dataclasses import dataclass, field
 
 # How many loss messages are kept per kind: enough to see what went wrong, bounded for a long run.
 MAX_MESSAGES = 20
+# Characters kept of one message: a peer's bytes quoted in a reason never make a report large.
+MAX_MESSAGE_CHARS = 300
 
 
 def keep_message(messages: list[str], message: str) -> None:
-    """Append ``message`` (one line) unless :data:`MAX_MESSAGES` are already kept."""
+    """Append ``message`` (one line, at most :data:`MAX_MESSAGE_CHARS`) unless :data:`MAX_MESSAGES`
+    are already kept."""
     if len(messages) < MAX_MESSAGES:
-        messages.append(" ".join(message.split()))
+        line = " ".join(message[:4 * MAX_MESSAGE_CHARS].split())
+        if len(line) > MAX_MESSAGE_CHARS:
+            line = line[:MAX_MESSAGE_CHARS - 1] + "…"
+        messages.append(line)
 
 
 @dataclass
@@ -60,7 +66,10 @@ class IngestStats:
     ``rejected_frames`` is the job total (the per-rank counts plus connections refused before
     they named a rank); ``projection_skipped`` the 000 seed's ``skipped`` units summed over every
     admitted payload; ``unknown_streams`` rows per stream name no projection knows;
-    ``sink_errors`` payload sinks (exporter seam) that raised.
+    ``sink_errors`` payload sinks (exporter seam) that raised; ``refused_connections`` connections
+    closed before a valid hello (wrong or missing job-secret proof, replayed or oversized hello, too
+    many waiting connections), with ``refusal_reasons``; ``dropped_connections`` connections of
+    admitted ranks closed by the aggregator (a frame over the size limit).
     """
 
     ranks: dict[int | None, RankStats] = field(default_factory=dict)
@@ -72,6 +81,9 @@ class IngestStats:
     unknown_streams: dict[str, int] = field(default_factory=dict)
     sink_errors: int = 0
     sink_messages: list[str] = field(default_factory=list)
+    refused_connections: int = 0
+    refusal_reasons: list[str] = field(default_factory=list)
+    dropped_connections: int = 0
     # The event loop (hellos) and the writer thread (frames) both count; these two are shared.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -93,6 +105,13 @@ class IngestStats:
                 stats.rejected_frames += 1
                 if batch:
                     stats.rejected_batches += 1
+
+    def refuse(self, reason: str) -> None:
+        """Count one connection refused before it proved it belongs to the job (never per rank: an
+        unauthenticated peer's claims are not recorded as a rank)."""
+        with self._lock:
+            self.refused_connections += 1
+            keep_message(self.refusal_reasons, reason)
 
     @property
     def rows(self) -> int:

@@ -10,7 +10,13 @@ backoff) happens on the client's own daemon thread. Losses are counted, never si
   never saw all of it, so this cannot duplicate it); batches still queued when ``close`` runs out
   of time are dropped;
 - the aggregator refuses the hello → one ``[TraceML]`` line on stderr, nothing more is sent, every
-  queued and later batch counts as dropped.
+  queued and later batch counts as dropped;
+- the listener answers with something other than a welcome that proves it holds the job secret
+  (a process squatting on the aggregator's port) → the same: one line, nothing is sent to it,
+  every batch counts as dropped (:attr:`TransportClient.unverified`).
+
+The hello proves this rank holds the job secret (:mod:`~traceml_ai.telemetry.jobsecret`); the
+secret itself never goes on the wire.
 
 On :meth:`TransportClient.close` the queue is flushed and the last frame is ``rank_finished`` with
 ``sent_batches`` and ``dropped_batches``; after close, ``sent + dropped == submitted``.
@@ -31,7 +37,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from traceml_ai.telemetry import frames
+from traceml_ai.telemetry import frames, jobsecret
 
 DEFAULT_MAX_QUEUE = 256
 """Batches held while the aggregator is slow or away; at 1 envelope per second that is ~4 minutes."""
@@ -56,6 +62,8 @@ class TransportClient:
     Args:
         address: ``(host, port)`` of the aggregator.
         session_id: the session of this run; the aggregator refuses any other.
+        secret: the job secret (``TRACEML_JOB_SECRET``); the hello proves this rank holds it and
+            the welcome must prove the aggregator does.
         identity: the rank's identity fields (envelope ``meta`` without ``sampler``) sent in the
             hello and rank_finished frames.
         max_queue: batches held before the oldest is dropped (>= 1).
@@ -66,7 +74,7 @@ class TransportClient:
 
     Example::
 
-        client = TransportClient(("127.0.0.1", 7000), "sess-1", identity.meta())
+        client = TransportClient(("127.0.0.1", 7000), "sess-1", identity.meta(), secret=job_secret)
         client.start()
         client.submit(envelope)          # O(1), never blocks, never raises
         client.close(timeout_s=2.0)      # flush, rank_finished, stop the thread
@@ -79,6 +87,7 @@ class TransportClient:
         session_id: str,
         identity: Mapping[str, Any],
         *,
+        secret: str,
         max_queue: int = DEFAULT_MAX_QUEUE,
         connect_timeout_s: float = 2.0,
         welcome_timeout_s: float = 5.0,
@@ -89,6 +98,7 @@ class TransportClient:
             raise ValueError("max_queue must be at least 1")
         self.address = address
         self.session_id = session_id
+        self._secret = secret
         self.identity = dict(identity)
         self._max_queue = max_queue
         self._connect_timeout_s = connect_timeout_s
@@ -107,6 +117,7 @@ class TransportClient:
         self._closing = False
         self._deadline = float("inf")
         self._refused_reason: str | None = None
+        self._unverified = False
         self._last_error: str | None = None
         self._finished_delivered = False
         self._connected = False
@@ -174,6 +185,11 @@ class TransportClient:
     def refused_reason(self) -> str | None:
         """The aggregator's reason when it refused this rank, else None."""
         return self._refused_reason
+
+    @property
+    def unverified(self) -> bool:
+        """True when the listener at the address could not prove it is this job's aggregator."""
+        return self._unverified
 
     @property
     def last_error(self) -> str | None:
@@ -339,7 +355,8 @@ class TransportClient:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self._timeout(self._connect_timeout_s))
-            sock.sendall(frames.encode_frame(frames.hello(self.session_id, self.identity)))
+            nonce = jobsecret.new_nonce()
+            sock.sendall(frames.encode_frame(frames.hello(self.session_id, self.identity, self._secret, nonce)))
             answer = self._read_control(sock, self._timeout(self._welcome_timeout_s))
         except (OSError, frames.FrameError) as exc:
             self._last_error = f"hello to {host}:{port} failed: {exc}"
@@ -347,15 +364,22 @@ class TransportClient:
             return None
         kind = frames.control_kind(answer)
         if kind == frames.WELCOME and isinstance(answer, dict) and answer.get("protocol") == frames.PROTOCOL_VERSION:
-            sock.settimeout(_SEND_SLICE_S)
-            self._connected = True
-            self._connections += 1
-            return sock
+            if frames.welcome_is_genuine(answer, self._secret, self.session_id, nonce):
+                sock.settimeout(_SEND_SLICE_S)
+                self._connected = True
+                self._connections += 1
+                return sock
+            sock.close()
+            self._unverified = True
+            self._refuse("its welcome does not prove it holds this job's secret: it may be another process on "
+                         "that port, or a job started with a different TRACEML_JOB_SECRET",
+                         what="could not be verified as this job's aggregator")
+            return None
         sock.close()
         if kind == frames.REFUSED or kind == frames.WELCOME:
-            reason = answer.get("reason") if isinstance(answer, dict) else None
+            reason = _short(answer.get("reason")) if isinstance(answer, dict) else None
             if kind == frames.WELCOME:
-                reason = f"protocol {answer.get('protocol')!r}, this rank speaks {frames.PROTOCOL_VERSION}"
+                reason = f"protocol {_short(answer.get('protocol'))}, this rank speaks {frames.PROTOCOL_VERSION}"
             self._refuse(str(reason or "no reason given"))
         else:
             self._last_error = f"no welcome from {host}:{port}"
@@ -364,7 +388,7 @@ class TransportClient:
     @staticmethod
     def _read_control(sock: socket.socket, timeout_s: float) -> Any:
         """The first frame the aggregator sends, or None when it closes or stays silent for ``timeout_s``."""
-        reader = frames.FrameReader()
+        reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
         end = time.monotonic() + timeout_s
         while True:
             left = end - time.monotonic()
@@ -381,13 +405,13 @@ class TransportClient:
             for body in reader.bodies():
                 return body
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str, what: str = "refused this rank") -> None:
         with self._cond:
             self._refused_reason = reason
             self._dropped += len(self._queue)
             self._queue.clear()
         host, port = self.address
-        warn(f"the telemetry aggregator at {host}:{port} refused this rank ({reason}); its telemetry is dropped")
+        warn(f"the telemetry aggregator at {host}:{port} {what} ({reason}); its telemetry is dropped")
 
     def _peer_gone(self, sock: socket.socket) -> bool:
         """True when the aggregator has closed its side (readable with EOF) or sent a refusal."""
@@ -406,12 +430,12 @@ class TransportClient:
             return True
         if not data:
             return True
-        reader = frames.FrameReader()
+        reader = frames.FrameReader(frames.MAX_HELLO_BYTES)
         reader.feed(data)
         try:
             for body in reader.bodies():
                 if frames.control_kind(body) == frames.REFUSED:
-                    self._refuse(str(body.get("reason") or "no reason given"))
+                    self._refuse(_short(body.get("reason")) or "no reason given")
                     return True
         except frames.FrameError:
             return True
@@ -443,3 +467,10 @@ class TransportClient:
         except (OSError, ValueError) as exc:
             if not self._finished_delivered:
                 self._last_error = f"rank_finished not delivered: {exc}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """A peer's text for a one-line message: a string cut to ``limit`` characters, else its repr."""
+    text = value if isinstance(value, str) else ("" if value is None else repr(value))
+    text = " ".join(text[:limit * 2].split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -20,6 +20,7 @@ Environment (read by :meth:`CaptureConfig.from_env`, set by the launcher):
 
 ========================  ==========================================================
 ``TRACEML_SESSION_ID``    the session id the aggregator accepts
+``TRACEML_JOB_SECRET``    the job secret the hello proves this rank holds (never on a command line)
 ``TRACEML_AGGREGATOR``    ``host:port`` of the aggregator (``[v6addr]:port`` works too)
 ``TRACEML_RUN_DIR``       the run folder (carried for the SDK; capture writes nothing)
 ``TRACEML_INTERVAL``      sampler interval in seconds, > 0 (default 1.0)
@@ -36,7 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from traceml_ai.capture.client import TransportClient, warn
@@ -46,6 +47,7 @@ from traceml_ai.capture.samplers.runtime_environment import RuntimeEnvironmentSa
 from traceml_ai.capture.samplers.stdout_stderr import OutputCapture
 from traceml_ai.capture.samplers.system import SystemSampler
 from traceml_ai.capture.sources import RowSource
+from traceml_ai.telemetry import jobsecret
 from traceml_ai.telemetry.envelope import make_envelope
 
 Mode = Literal["run", "watch"]
@@ -118,6 +120,8 @@ def capture_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get(ENV_SESSION_ID):
         out["session_id"] = env[ENV_SESSION_ID]
+    if env.get(jobsecret.ENV_JOB_SECRET):
+        out["secret"] = jobsecret.check_secret(env[jobsecret.ENV_JOB_SECRET])
     if env.get(ENV_AGGREGATOR):
         try:
             out["aggregator"] = parse_address(env[ENV_AGGREGATOR])
@@ -154,6 +158,7 @@ class CaptureConfig:
         interval: seconds between sampler ticks (> 0).
         mode: ``"run"`` or ``"watch"`` (the launcher's command; carried for the other sources).
         capture_output: copy the rank's stdout/stderr lines into the ``stdout_stderr`` stream.
+        secret: the job secret (``TRACEML_JOB_SECRET``); without it the aggregator refuses the rank.
 
     Raises (on construction):
         ValueError: an interval that is not > 0, or an unknown mode.
@@ -165,6 +170,7 @@ class CaptureConfig:
     interval: float = DEFAULT_INTERVAL_S
     mode: Mode = "run"
     capture_output: bool = True
+    secret: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         parse_interval(self.interval)
@@ -281,7 +287,8 @@ class CaptureSession:
         _watch_forks()
         self._builtin = self._make_builtin_sources()
         if self.config.aggregator is not None:
-            self.client = TransportClient(self.config.aggregator, self.config.session_id, self.identity.meta())
+            self.client = TransportClient(self.config.aggregator, self.config.session_id, self.identity.meta(),
+                                          secret=self.config.secret)
             self.client.start()
         self._thread = threading.Thread(target=self._run, name="traceml-sampler", daemon=True)
         self._thread.start()

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from traceml_ai.telemetry import jobsecret
+
 LISTENING = "TRACEML_AGGREGATOR_LISTENING"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -32,6 +34,8 @@ class AggregatorProcess:
     Args:
         run_dir: the run folder; the aggregator writes ``aggregator/`` inside it.
         session_id: frames of any other session are refused.
+        secret: the job secret; given to the process in its environment (``TRACEML_JOB_SECRET``),
+            never on its command line (which every local user can read).
         host: the address to bind (127.0.0.1 unless the job spans nodes).
         port: 0 picks a free port.
         world_size: ranks expected; a rank that never reports is listed as missing.
@@ -42,7 +46,7 @@ class AggregatorProcess:
         AggregatorStartError: the process did not report a listening address within 30 s.
     """
 
-    def __init__(self, run_dir: Path, session_id: str, *, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, run_dir: Path, session_id: str, *, secret: str, host: str = "127.0.0.1", port: int = 0,
                  world_size: int | None = None, exporter: str | None = None, export_streams: str = "step_time",
                  exporter_hostname: bool = False) -> None:
         # -P (Python 3.11+): the working directory is not on the aggregator's import path, so an
@@ -58,6 +62,7 @@ class AggregatorProcess:
                 cmd.append("--exporter-hostname")
         env = dict(os.environ)
         env.pop("TRACEML_RUN_DIR", None)
+        env[jobsecret.ENV_JOB_SECRET] = secret
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
             start_new_session=True,  # Ctrl+C in the terminal reaches the training, not the aggregator

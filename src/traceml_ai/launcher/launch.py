@@ -7,6 +7,7 @@ environment that tells each rank where the aggregator listens:
 
 ==========================  ===========================================================
 ``TRACEML_SESSION_ID``      frames of any other session are refused by the aggregator
+``TRACEML_JOB_SECRET``      the job secret every rank's hello proves it holds (:func:`job_secret_for`)
 ``TRACEML_AGGREGATOR``      ``host:port`` of the aggregator
 ``TRACEML_RUN_DIR``         the run folder (``traceml_ai.Run`` attaches to it; node 0 only)
 ``TRACEML_INTERVAL``        sampling interval in seconds
@@ -20,6 +21,7 @@ training still runs to its own end and exit code, and the run says telemetry was
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import signal
 import subprocess
@@ -43,6 +45,7 @@ from traceml_ai.launcher.runfolder import (
     create_run_folder,
     write_manifest,
 )
+from traceml_ai.telemetry import jobsecret
 
 Mode = Literal["run", "watch"]
 
@@ -188,6 +191,81 @@ def session_id_for(options: LaunchOptions) -> str:
     return uuid.uuid4().hex
 
 
+USER_KEY_NAME = "job.key"
+
+
+def user_key_path(environ: dict[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/traceml/job.key`` (default ``~/.config/traceml/job.key``): the user's
+    own key from which a multi-node job's secret is derived when ``TRACEML_JOB_SECRET`` is unset."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "traceml" / USER_KEY_NAME
+
+
+def _user_key(path: Path) -> bytes:
+    """The user key at ``path``, created (mode 0600, in a 0700 folder) when missing.
+
+    Raises:
+        LaunchError: the key cannot be read or created, or others can read it (a key any local
+            user can read proves nothing).
+    """
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(jobsecret.new_secret() + "\n")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat_is_private(info):
+                raise LaunchError(f"{path} can be read by other users or is not a regular file of yours; "
+                                  "run `chmod 600` on it, or set TRACEML_JOB_SECRET")
+            key = handle.read(4096).strip()
+    except OSError as exc:
+        raise LaunchError(f"cannot use the job key {path}: {exc.strerror or exc}; set TRACEML_JOB_SECRET") from None
+    if len(key) < jobsecret.MIN_SECRET_CHARS:
+        raise LaunchError(f"the job key {path} is too short; delete it (a new one is made) or set TRACEML_JOB_SECRET")
+    return key
+
+
+def stat_is_private(info: os.stat_result) -> bool:
+    """True for a regular file owned by this user that neither group nor others can read or write."""
+    import stat
+
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def job_secret_for(options: LaunchOptions, session_id: str, environ: dict[str, str] | None = None) -> str:
+    """The job secret (DESIGN §3.1; :mod:`traceml_ai.telemetry.jobsecret`), in this order:
+
+    1. ``TRACEML_JOB_SECRET`` from the environment (set by the user or the scheduler; every node
+       of a multi-node job must get the same value);
+    2. one node: a fresh random secret;
+    3. several nodes: ``HMAC-SHA256(user key, session id)`` with the user's own key file
+       (:func:`user_key_path`, mode 0600): every node that shares the home folder (as cluster
+       nodes usually do) derives the same secret, and no other user can.
+
+    Raises:
+        LaunchUsageError: ``TRACEML_JOB_SECRET`` is set but too short.
+        LaunchError: the user key cannot be used (multi-node without ``TRACEML_JOB_SECRET``).
+    """
+    env = os.environ if environ is None else environ
+    given = env.get(jobsecret.ENV_JOB_SECRET)
+    if given:
+        try:
+            return jobsecret.check_secret(given)
+        except ValueError as exc:
+            raise LaunchUsageError(str(exc)) from None
+    if options.nnodes == 1:
+        return jobsecret.new_secret()
+    key = _user_key(user_key_path(dict(env)))
+    return hmac.new(key, b"traceml-job-secret\0" + session_id.encode(), hashlib.sha256).hexdigest()
+
+
 def training_command(options: LaunchOptions) -> list[str]:
     """The command line of the training (under the capture bootstrap unless ``disable``)."""
     target = [options.script, *options.args]
@@ -231,13 +309,14 @@ def launch(
         return LaunchResult(code, None, None, {})
 
     session_id = session_id_for(options)
+    secret = job_secret_for(options, session_id)
     identity = RunIdentity(
         mode=options.mode, command=[sys.executable, options.script, *options.args], session_id=session_id,
         job_id=session_id if options.nnodes > 1 else None, nnodes=options.nnodes, node_rank=options.node_rank,
         nproc_per_node=options.nproc_per_node,
     )
     env = dict(os.environ)
-    env.update(TRACEML_SESSION_ID=session_id, TRACEML_INTERVAL=repr(float(options.interval)),
+    env.update(TRACEML_SESSION_ID=session_id, TRACEML_JOB_SECRET=secret, TRACEML_INTERVAL=repr(float(options.interval)),
                TRACEML_CAPTURE=options.mode)
     env.pop("TRACEML_DISABLE", None)
     agg_port = options.aggregator_port if options.aggregator_port is not None else options.master_port + 1
@@ -267,7 +346,7 @@ def launch(
     try:
         try:
             export = options.mode == "run" and options.exporter is not None
-            aggregator = AggregatorProcess(run_dir, session_id, host=host,
+            aggregator = AggregatorProcess(run_dir, session_id, secret=secret, host=host,
                                            port=0 if options.nnodes == 1 else agg_port,
                                            world_size=identity.world_size,
                                            exporter=options.exporter if export else None,

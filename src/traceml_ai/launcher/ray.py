@@ -76,6 +76,7 @@ from traceml_ai.launcher.launch import (
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
 from traceml_ai.runs.writer import make_run_id
 from traceml_ai.settings import SettingsError, load_settings
+from traceml_ai.telemetry import jobsecret
 
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 120.0
@@ -177,6 +178,8 @@ class WorkerPlan:
         run_dir: the run folder; given only to workers on ``node_id`` (the folder's file system).
         node_id: the Ray node id of the aggregator actor.
         interval: sampling interval, seconds.
+        secret: the job secret; it reaches the workers inside this plan (Ray's own channels) and
+            goes into their environment, never onto a command line.
     """
 
     session_id: str
@@ -184,6 +187,7 @@ class WorkerPlan:
     run_dir: str
     node_id: str | None
     interval: float
+    secret: str = field(default="", repr=False)
 
 
 class RayAggregatorHost:
@@ -219,6 +223,7 @@ class RayAggregatorHost:
             LaunchError: the run folder cannot be created.
         """
         session_id = uuid.uuid4().hex
+        secret = jobsecret.new_secret()
         workers = world_size or 1
         identity = RunIdentity(mode="run", command=command, session_id=session_id, nproc_per_node=workers)
         try:
@@ -236,7 +241,7 @@ class RayAggregatorHost:
         address: str | None = None
         try:
             self._aggregator = AggregatorProcess(
-                run_dir, session_id, host=host, port=0, world_size=world_size, exporter=config.exporter,
+                run_dir, session_id, secret=secret, host=host, port=0, world_size=world_size, exporter=config.exporter,
                 export_streams=config.export_streams, exporter_hostname=config.exporter_hostname,
             )
             address = self._aggregator.address
@@ -244,7 +249,7 @@ class RayAggregatorHost:
             self._telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
             warn(self._telemetry["reason"] + "; training without telemetry")
         return WorkerPlan(session_id=session_id, aggregator=address, run_dir=str(run_dir), node_id=_node_id(),
-                          interval=config.interval)
+                          interval=config.interval, secret=secret)
 
     def finish(self, exit_code: int, interrupted: bool = False, error: str | None = None) -> LaunchResult:
         """Stop the aggregator and write the final status of ``run.json`` and the manifest.
@@ -439,7 +444,7 @@ class TraceMLRayRun:
 # The variables a worker gets: the capture contract (traceml_ai.capture.session) and the rank
 # identity that capture.identity reads for torchrun-style ranks.
 _RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-_CAPTURE_VARS = (ENV_SESSION_ID, ENV_AGGREGATOR, ENV_RUN_DIR, ENV_INTERVAL, ENV_CAPTURE)
+_CAPTURE_VARS = (ENV_SESSION_ID, jobsecret.ENV_JOB_SECRET, ENV_AGGREGATOR, ENV_RUN_DIR, ENV_INTERVAL, ENV_CAPTURE)
 
 
 class TracedTrainLoop:
@@ -481,8 +486,8 @@ def _start_worker_capture(plan: WorkerPlan) -> dict[str, str | None] | None:
         return None
     saved: dict[str, str | None] = {}
     try:
-        values = {ENV_SESSION_ID: plan.session_id, ENV_AGGREGATOR: plan.aggregator,
-                  ENV_INTERVAL: repr(float(plan.interval)), ENV_CAPTURE: "run"}
+        values = {ENV_SESSION_ID: plan.session_id, jobsecret.ENV_JOB_SECRET: plan.secret,
+                  ENV_AGGREGATOR: plan.aggregator, ENV_INTERVAL: repr(float(plan.interval)), ENV_CAPTURE: "run"}
         if plan.node_id is not None and _node_id() == plan.node_id:
             values[ENV_RUN_DIR] = plan.run_dir  # traceml_ai.Run attaches to it; other nodes cannot see it
         try:

@@ -1,7 +1,7 @@
 """``traceml serve``: an aggregator and a run folder for trainings started by the user (DESIGN §7).
 
-The user's processes call ``traceml_ai.init()`` with ``TRACEML_AGGREGATOR``, ``TRACEML_SESSION_ID``
-and ``TRACEML_RUN_DIR`` set to what :meth:`ServedRun.environment` returns. The served run is
+The user's processes call ``traceml_ai.init()`` with ``TRACEML_AGGREGATOR``, ``TRACEML_SESSION_ID``,
+``TRACEML_JOB_SECRET`` and ``TRACEML_RUN_DIR`` set to what :meth:`ServedRun.environment` returns. The served run is
 ``running`` until :meth:`ServedRun.finish` (Ctrl+C in the command), then ``completed``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS
@@ -18,6 +18,24 @@ from traceml_ai.aggregator.finalize import write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.launch import LaunchError, LaunchResult, LaunchUsageError, check_export
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
+from traceml_ai.telemetry import jobsecret
+
+
+def _served_secret() -> str:
+    """``TRACEML_JOB_SECRET`` when the user set one, else a fresh random secret.
+
+    Raises:
+        LaunchUsageError: the variable is set but too short.
+    """
+    import os
+
+    given = os.environ.get(jobsecret.ENV_JOB_SECRET)
+    if not given:
+        return jobsecret.new_secret()
+    try:
+        return jobsecret.check_secret(given)
+    except ValueError as exc:
+        raise LaunchUsageError(str(exc)) from None
 
 
 @dataclass
@@ -29,6 +47,7 @@ class ServedRun:
     keeper: RunJsonKeeper
     aggregator: AggregatorProcess
     started_ns: int
+    secret: str = field(default="", repr=False)
 
     @classmethod
     def start(
@@ -55,6 +74,7 @@ class ServedRun:
         """
         check_export(exporter, export_streams)
         session_id = uuid.uuid4().hex
+        secret = _served_secret()
         identity = RunIdentity(mode="serve", command=[sys.executable, "-m", "traceml_ai", "serve"],
                                session_id=session_id, nproc_per_node=world_size or 1)
         try:
@@ -68,15 +88,15 @@ class ServedRun:
         started = time.time_ns()
         write_manifest(run_dir, identity, status="running", started_at_ns=started)
         try:
-            aggregator = AggregatorProcess(run_dir, session_id, host=host, port=port, world_size=world_size,
-                                           exporter=exporter, export_streams=export_streams,
+            aggregator = AggregatorProcess(run_dir, session_id, secret=secret, host=host, port=port,
+                                           world_size=world_size, exporter=exporter, export_streams=export_streams,
                                            exporter_hostname=exporter_hostname)
         except AggregatorStartError as exc:
             keeper.finish(exit_code=1)
             write_manifest(run_dir, identity, status="incomplete", started_at_ns=started,
                            ended_at_ns=time.time_ns(), exit_code=1)
             raise LaunchError(f"{exc} (is port {port} free?)") from None
-        return cls(run_dir, identity, keeper, aggregator, started)
+        return cls(run_dir, identity, keeper, aggregator, started, secret)
 
     @property
     def address(self) -> str:
@@ -87,6 +107,7 @@ class ServedRun:
         return {
             "TRACEML_AGGREGATOR": self.aggregator.address,
             "TRACEML_SESSION_ID": self.identity.session_id,
+            jobsecret.ENV_JOB_SECRET: self.secret,
             "TRACEML_RUN_DIR": str(self.run_dir),
         }
 

@@ -24,6 +24,7 @@ from traceml_ai.capture.session import (
     parse_interval,
     start_session,
 )
+from traceml_ai.telemetry import jobsecret
 
 
 def _off(reason: str) -> None:
@@ -86,6 +87,10 @@ def init(
         return None
     if not values.get("session_id"):
         _off(f"no session id (pass init(session_id=...) or set {ENV_SESSION_ID})")
+        return None
+    if not values.get("secret"):
+        _off(f"no job secret (set {jobsecret.ENV_JOB_SECRET}; `traceml serve` prints it); the aggregator "
+             "accepts only ranks that hold it")
         return None
     try:
         session = start_session(CaptureConfig(**values))

@@ -16,11 +16,20 @@ from typing import Any
 
 import msgspec
 
+from traceml_ai.telemetry import jobsecret
+
 PROTOCOL_VERSION = 1
 
 # A frame larger than this is refused by both sides: a corrupt length must not make a reader
-# allocate gigabytes. Rank-side batches are far smaller (a few hundred rows).
-MAX_FRAME_BYTES = 64 * 1024 * 1024
+# allocate gigabytes. Rank-side batches are far smaller (a few hundred rows, well under 1 MiB).
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+# Before a valid hello the aggregator reads no frame larger than this (a hello is < 1 KiB): an
+# unauthenticated peer can make it hold this much per connection, no more (issue 12 point 3).
+MAX_HELLO_BYTES = 64 * 1024
+
+# Strings of the hello (session id, hostname, ...) longer than this are refused.
+MAX_HELLO_FIELD_CHARS = 256
 
 HEADER = struct.Struct(">I")
 
@@ -53,13 +62,18 @@ def encode_frame(body: Any) -> bytes:
 def decode_body(data: bytes | memoryview) -> Any:
     """The value of one frame body.
 
+    Nesting is bounded by the decoder (about 1,000 levels, the interpreter's recursion limit): a
+    deeper body is a :class:`FrameError`, never a ``RecursionError`` further on.
+
     Raises:
-        FrameError: the bytes are not valid msgpack.
+        FrameError: the bytes are not valid msgpack, or nest too deep.
     """
     try:
         return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise FrameError(f"frame body is not msgpack: {exc}") from exc
+    except RecursionError:
+        raise FrameError("frame body nests too deep") from None
 
 
 class FrameReader:
@@ -72,12 +86,17 @@ class FrameReader:
         for body in reader.bodies():
             handle(body)
 
+    Args:
+        max_frame_bytes: a frame longer than this is a :class:`FrameError` (a peer that has not
+            proved itself gets :data:`MAX_HELLO_BYTES`).
+
     Raises (from :meth:`bodies`):
-        FrameError: a length above :data:`MAX_FRAME_BYTES` or a body that is not msgpack.
+        FrameError: a length above ``max_frame_bytes`` or a body that is not msgpack.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
+        self.max_frame_bytes = max_frame_bytes
 
     def feed(self, chunk: bytes) -> None:
         self._buf += chunk
@@ -90,8 +109,8 @@ class FrameReader:
     def bodies(self) -> Iterator[Any]:
         while len(self._buf) >= HEADER.size:
             (length,) = HEADER.unpack_from(self._buf)
-            if length > MAX_FRAME_BYTES:
-                raise FrameError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
+            if length > self.max_frame_bytes:
+                raise FrameError(f"frame length {length} exceeds {self.max_frame_bytes}")
             end = HEADER.size + length
             if len(self._buf) < end:
                 return
@@ -103,14 +122,25 @@ class FrameReader:
 # -- control frames -----------------------------------------------------------------------------------
 
 
-def hello(session_id: str, identity: dict[str, Any]) -> dict[str, Any]:
-    """The first frame of a rank: protocol version, session id and its identity (``meta`` fields)."""
-    return {"control": HELLO, "protocol": PROTOCOL_VERSION, "session_id": session_id, **identity}
+def hello(session_id: str, identity: dict[str, Any], secret: str, nonce: str | None = None) -> dict[str, Any]:
+    """The first frame of a rank: protocol version, session id, its identity (``meta`` fields), a
+    fresh ``nonce`` and the ``proof`` that it holds the job secret (:mod:`~traceml_ai.telemetry.jobsecret`)."""
+    nonce = jobsecret.new_nonce() if nonce is None else nonce
+    return {**identity, "control": HELLO, "protocol": PROTOCOL_VERSION, "session_id": session_id, "nonce": nonce,
+            "proof": jobsecret.rank_proof(secret, session_id, nonce)}
 
 
-def welcome() -> dict[str, Any]:
-    """The aggregator's answer to an accepted hello."""
-    return {"control": WELCOME, "protocol": PROTOCOL_VERSION}
+def welcome(secret: str, session_id: str, nonce: str) -> dict[str, Any]:
+    """The aggregator's answer to an accepted hello, with its own ``proof`` for the hello's ``nonce``."""
+    return {"control": WELCOME, "protocol": PROTOCOL_VERSION,
+            "proof": jobsecret.aggregator_proof(secret, session_id, nonce)}
+
+
+def welcome_is_genuine(body: Any, secret: str, session_id: str, nonce: str) -> bool:
+    """True when ``body`` is a welcome whose proof only a holder of ``secret`` could make."""
+    if control_kind(body) != WELCOME or not isinstance(body, dict):
+        return False
+    return jobsecret.proof_matches(jobsecret.aggregator_proof(secret, session_id, nonce), body.get("proof"))
 
 
 def refused(reason: str) -> dict[str, Any]:

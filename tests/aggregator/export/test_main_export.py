@@ -15,7 +15,7 @@ import pytest
 
 from tests.aggregator.export.sample import SESSION, full_tables
 from tests.aggregator.test_main import LISTENING
-from tests.aggregator.wire import RankClient
+from tests.aggregator.wire import SECRET, RankClient
 from traceml_ai.aggregator.store import open_readonly
 from traceml_ai.telemetry import schema
 
@@ -29,7 +29,8 @@ class Aggregator:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir), "--session-id", SESSION,
              "--world-size", "2", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TRACEML_JOB_SECRET": SECRET, **(env or {})},
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().rstrip("\n")
@@ -195,7 +196,8 @@ def test_with_an_exporter_a_bad_value_stops_the_aggregator_with_exit_2_and_one_l
     tmp_path: Path, args: list[str], message: str,
 ) -> None:
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(tmp_path),
-                           "--session-id", SESSION, *args], capture_output=True, text=True, timeout=60)
+                           "--session-id", SESSION, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TRACEML_JOB_SECRET": SECRET})
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"[TraceML] aggregator: {message}") and proc.stderr.count("\n") == 1
 
@@ -215,10 +217,11 @@ def test_the_launched_aggregator_imports_an_exporter_from_pythonpath_but_not_fro
     (work / "cwd_exporter.py").write_text(source)
     monkeypatch.chdir(work)
     monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("TRACEML_JOB_SECRET", SECRET)
     for name, found in (("site_exporter", True), ("cwd_exporter", False)):
         run_dir = tmp_path / name
         run_dir.mkdir()
-        agg = AggregatorProcess(run_dir, SESSION, exporter=f"{name}:make", export_streams="all")
+        agg = AggregatorProcess(run_dir, SESSION, secret=SECRET, exporter=f"{name}:make", export_streams="all")
         client = RankClient(agg.port, 0, session_id=SESSION, world_size=1)
         assert client.hello()["control"] == "welcome"
         client.send(full_tables(0))

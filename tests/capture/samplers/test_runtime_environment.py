@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.capture.frame_server import FrameServer
+from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.identity import detect_identity
 from traceml_ai.capture.samplers.runtime_environment import RuntimeEnvironmentSampler, detect, topology
 
@@ -109,7 +109,8 @@ def test_two_rank_gloo_ddp_run_is_detected_as_ddp(tmp_path: Path) -> None:
     server = FrameServer()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEML_", "RANK", "WORLD_SIZE"))}
-        env.update(TRACEML_SESSION_ID="sess-test", TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}",
+        env.update(TRACEML_SESSION_ID="sess-test", TRACEML_JOB_SECRET=TEST_SECRET,
+                   TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}",
                    TRACEML_INTERVAL="0.05", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                "--master_addr", "127.0.0.1", "--master_port", str(master_port),

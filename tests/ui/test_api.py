@@ -203,7 +203,10 @@ def test_ui_state_round_trip_and_limits(workspace: Path) -> None:
     assert client.put("/api/ui-state", json=state).json() == {"ok": True}
     assert client.get("/api/ui-state").json() == state
     assert client.put("/api/ui-state", json=[1, 2]).status_code == 400
-    assert client.put("/api/ui-state", content=b"{not json").status_code == 400
+    assert client.put("/api/ui-state", content=b"{not json",
+                      headers={"content-type": "application/json"}).status_code == 400
+    # Not declared as JSON: refused before the handler (a form or a text/plain fetch of another page).
+    assert client.put("/api/ui-state", content=b"{}").status_code == 415
 
 
 def test_details_for_the_inspector(workspace: Path) -> None:

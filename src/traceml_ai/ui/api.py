@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
 from traceml_ai.ui.service import MAX_FILE_BYTES, RequestError, Viewer
@@ -70,6 +71,8 @@ def routes(viewer: Viewer) -> list[Route]:
             except RequestError as err:
                 return _error(400, str(err))
             except CacheError as err:
+                return _error(400, str(err))
+            except ColumnError as err:  # an unknown column in a table export or query: the caller's mistake
                 return _error(400, str(err))
             except KeyError as err:
                 return _error(404, str(err.args[0]) if err.args else "not found")

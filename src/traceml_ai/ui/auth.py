@@ -3,8 +3,19 @@
 
 - Every request needs the random token printed with the URL. The first visit carries it as
   ``?token=...``; the response sets an HttpOnly, SameSite=Strict cookie and redirects to the same
-  path without the token, so it does not linger in the address bar or the history.
-- A Host header other than the viewer's own address is refused (DNS-rebinding guard).
+  path without the token, so it does not linger in the address bar or the history. The redirect
+  goes only to a path on this server (``//evil.example/?token=T`` lands on ``/evil.example/``).
+- The cookie is named per port (``traceml_token_<port>``): browsers send cookies to every port of
+  a host, so two viewers in one browser must not overwrite each other's.
+- A Host header other than the viewer's own address is refused, an empty one too (DNS-rebinding
+  guard).
+- Requests other pages make: a request whose ``Origin`` is not this viewer's, or that the browser
+  marks as coming from another site or another port (``Sec-Fetch-Site: same-site`` or
+  ``cross-site``, other than a top-level navigation) is refused. Every state-changing request
+  (POST, PUT, PATCH, DELETE) must carry ``Content-Type: application/json`` and, when it is
+  authorised by the cookie, an ``Origin`` of this viewer: a form or a page on another local port
+  cannot hide a run or write an export.
+- A request path with a control character (NUL, CR, LF) is answered 400.
 - Every response carries a strict Content-Security-Policy: only the app's own scripts, styles and
   connections; no inline scripts or event handlers, no remote resources, no framing.
 
@@ -17,10 +28,12 @@ import secrets
 from collections.abc import Callable, Iterable
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 COOKIE = "traceml_token"
+"""The cookie's name prefix; the name is ``traceml_token_<port>`` (:func:`cookie_name`)."""
 HEADER = "x-traceml-token"
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -43,6 +56,27 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+def cookie_name(host: str) -> str:
+    """The token cookie's name for a viewer addressed as ``host`` (``name:port``): one per port."""
+    _name, sep, port = host.rpartition(":")
+    return f"{COOKIE}_{port}" if sep and port.isdigit() else COOKIE
+
+
+def _token_matches(given: str | None, token: str) -> bool:
+    """Constant-time: ``given`` is exactly ``token`` (None and empty never match)."""
+    if not given:
+        return False
+    return secrets.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def same_server_location(path: str, query: str) -> str:
+    """A ``Location`` that can only name a path on this server: leading slashes and backslashes
+    are collapsed (``//evil.example/`` would be another host), the path is percent-encoded."""
+    clean = "/" + path.lstrip("/\\")
+    location = quote(clean, safe="/:@-._~!$&'()*+,;=")
+    return location + (f"?{query}" if query else "")
+
+
 class GuardMiddleware:
     """Token, Host and security headers for every HTTP request.
 
@@ -63,40 +97,79 @@ class GuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path", "/")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
+            await _plain(send, 400, "bad request: the path holds a control character")
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        host = headers.get("host", "").lower()  # host names are case-insensitive
-        if host not in {h.lower() for h in self.allowed_hosts()}:
+        host = headers.get("host", "").strip().lower()  # host names are case-insensitive
+        if not host or host not in {h.lower() for h in self.allowed_hosts()}:
             await _plain(send, 403, "forbidden: this viewer only answers requests addressed to itself")
             return
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        given = query.get("token")
-        valid = given is not None and secrets.compare_digest(given.encode(), self.token.encode())
-        if valid and scope.get("path", "/").startswith("/api/"):
-            # A script calling the API with ?token= gets the data, not a redirect.
-            await self.app(scope, receive, _with_security_headers(send))
+        refusal = _foreign_page(scope, headers, host)
+        if refusal is not None:
+            await _plain(send, 403, f"forbidden: {refusal}")
             return
-        if valid:
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        cookie = cookie_name(host)
+        if "token" in query:
+            if not _token_matches(query.get("token"), self.token):
+                await _plain(send, 403, "forbidden: that token is not this viewer's (open the URL of `traceml ui`)")
+                return
+            if path.startswith("/api/"):
+                # A script calling the API with ?token= gets the data, not a redirect.
+                await self._call(scope, receive, send, headers, by_cookie=False)
+                return
             rest = {k: v for k, v in query.items() if k != "token"}
-            location = scope.get("path", "/") + (f"?{urlencode(rest)}" if rest else "")
-            cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
-            await _send(send, 303, b"", [(b"location", location.encode()), (b"set-cookie", cookie.encode())])
+            location = same_server_location(path, urlencode(rest))
+            value = f"{cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+            await _send(send, 303, b"", [(b"location", location.encode("latin-1")), (b"set-cookie", value.encode())])
             return
-        if not self._authorised(headers):
+        way = self._authorised(headers, cookie)
+        if way is None:
             await _plain(send, 403, "forbidden: open the URL printed by `traceml ui` (it carries the token)")
             return
+        await self._call(scope, receive, send, headers, by_cookie=way == "cookie")
 
+    async def _call(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any],
+                    headers: dict[str, str], *, by_cookie: bool) -> None:
+        method = str(scope.get("method", "GET")).upper()
+        if method in STATE_CHANGING:
+            media = headers.get("content-type", "").split(";")[0].strip().lower()
+            if media != "application/json":
+                await _plain(send, 415, "unsupported media type: a request that changes something must be "
+                                        "application/json")
+                return
+            if by_cookie and "origin" not in headers:
+                await _plain(send, 403, "forbidden: a request that changes something must come from this "
+                                        "viewer's page (no Origin header)")
+                return
         await self.app(scope, receive, _with_security_headers(send))
 
-    def _authorised(self, headers: dict[str, str]) -> bool:
-        candidates = [headers.get(HEADER, "")]
+    def _authorised(self, headers: dict[str, str], cookie_key: str) -> str | None:
+        """``"header"`` or ``"cookie"``: how the request proved it holds the token; None: it did not."""
+        if _token_matches(headers.get(HEADER), self.token):
+            return "header"
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))
         except Exception:
-            pass
-        if COOKIE in cookie:
-            candidates.append(cookie[COOKIE].value)
-        return any(c and secrets.compare_digest(c.encode(), self.token.encode()) for c in candidates)
+            return None
+        if cookie_key in cookie and _token_matches(cookie[cookie_key].value, self.token):
+            return "cookie"
+        return None
+
+
+def _foreign_page(scope: dict[str, Any], headers: dict[str, str], host: str) -> str | None:
+    """Why the request comes from a page that is not this viewer's (one line), or None."""
+    origin = headers.get("origin")
+    if origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}"):
+        return f"a request from another origin ({origin[:80]!r}) is not answered"
+    site = headers.get("sec-fetch-site", "").strip().lower()
+    mode = headers.get("sec-fetch-mode", "").strip().lower()
+    if site in ("same-site", "cross-site") and not (mode == "navigate" and scope.get("method", "GET") == "GET"):
+        return "a request made by a page of another site or port is not answered"
+    return None
 
 
 def _with_security_headers(send: Callable[..., Any]) -> Callable[..., Any]:

@@ -110,7 +110,7 @@ def test_a_second_local_user_with_everything_it_can_read_cannot_forge_telemetry(
         seen = json.loads(attack.stdout)
     finally:
         go.write_text("")
-        out, err = launcher.communicate(timeout=300)
+        _out, err = launcher.communicate(timeout=300)
     assert launcher.returncode == 0, err
     assert seen["uid"] != 0
     # What the other user could read: the session id (command line, manifest) but not the secret.

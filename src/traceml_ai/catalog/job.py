@@ -17,6 +17,7 @@ import orjson
 
 from traceml_ai.catalog.sources import TRACEML_ARTIFACTS
 from traceml_ai.catalog.writer import write_envelope
+from traceml_ai.runs.safeio import read_regular
 
 MANIFEST = os.path.join("aggregator", "manifest.json")
 
@@ -36,7 +37,7 @@ def write_job_envelope(run_dir: str | os.PathLike[str]) -> Path | None:
         ValueError: the manifest is not JSON; EnvelopeError (a ValueError) if the result would be invalid.
     """
     folder = Path(run_dir)
-    manifest: Any = orjson.loads((folder / MANIFEST).read_bytes())
+    manifest: Any = orjson.loads(read_regular(folder / MANIFEST))
     if not isinstance(manifest, dict) or (manifest.get("nnodes") or 1) <= 1 or not manifest.get("session_id"):
         return None
     session_id = str(manifest["session_id"])

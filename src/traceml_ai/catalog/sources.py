@@ -24,6 +24,7 @@ import orjson
 
 from traceml_ai.catalog.schema import SESSION_STATUSES, envelope_problems, sidecar_problems
 from traceml_ai.runs.layout import MAX_SMALL_FILE_BYTES
+from traceml_ai.runs.safeio import open_regular
 
 Fact = dict[str, Any]
 
@@ -50,7 +51,7 @@ IDENTITY_STRS: Final = ("job_id", "role", "hostname")
 
 def _load_json(path: str) -> tuple[Any, str | None]:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(MAX_SMALL_FILE_BYTES + 1)
         if len(data) > MAX_SMALL_FILE_BYTES:
             return None, f"is over the {MAX_SMALL_FILE_BYTES}-byte limit for a catalog file; not read"
@@ -230,7 +231,7 @@ def read_telemetry_jsonl(path: str) -> Fact:
     Only the first and last :data:`JSONL_PEEK_BYTES` are read. A JSONL file whose first line has
     no ``session_id`` (e.g. a run's ``metrics.jsonl``) is not a catalog file."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(JSONL_PEEK_BYTES)
             size = f.seek(0, os.SEEK_END)
             if size > JSONL_PEEK_BYTES:

@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from traceml_ai.runs.layout import DEFAULT_MAX_METRICS_FILE_MB, RESERVED_METRIC_KEYS
+from traceml_ai.runs.safeio import open_regular
 
 CHUNK_BYTES = 8 * 1024 * 1024
 _BLOCK_BYTES = 128 * 1024  # parse in blocks of about this size: fastest here, and a bad line costs one block
@@ -193,7 +194,7 @@ class MetricsTail:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 f.seek(self.offset)
                 pending = b""
                 pos = self.offset

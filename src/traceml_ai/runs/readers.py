@@ -24,6 +24,24 @@ from traceml_ai.runs.model import BestValue, MetricValue, Scalar
 MAX_YAML_NODES = 100_000
 """params.yaml may expand to at most this many nodes after aliases (billion-laughs guard)."""
 
+MAX_JSON_DEPTH = 200
+"""Values of a run file nested deeper than this are shown as a short text instead, with a warning:
+JSON encoders refuse deeper nesting (orjson stops at 255 levels, and an answer wraps the value in a
+few levels of its own), so one such file would otherwise fail every answer it is part of."""
+
+MAX_PARAMS_DEPTH = 64
+"""params.yaml mappings nested deeper than this are kept as one text value (a dotted key of 64 parts
+is already far from a parameter name)."""
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+"""Integers outside this range (what SQLite and every JSON encoder here store as integers) are kept
+exactly as text."""
+
+_BIG_INT = re.compile(rb"(?<![\d.eE])-?\d{19,}(?![\d.eE])")
+"""A JSON token that may be an integer above 64 bits (orjson would read it as an inexact float)."""
+
+_DEEP_MARK = "(nested deeper than {0} levels; not shown)"
+
 
 class RunFileError(ValueError):
     """A run file could not be used at all. ``str(err)`` is one line: ``"<file>: <what is wrong>"``."""
@@ -48,23 +66,88 @@ def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
         RunFileError: the text is not JSON.
     """
     warnings: list[str] = []
-    try:
-        return orjson.loads(data), warnings
-    except orjson.JSONDecodeError:
-        pass
+    if not _BIG_INT.search(data):
+        try:
+            return _tamed(orjson.loads(data), file, warnings), warnings
+        except orjson.JSONDecodeError:
+            pass
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         warnings.append(f"{file}: byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; shown as \ufffd")
         text = data.decode("utf-8", errors="replace")
     try:
-        return json.loads(text), warnings
+        return _tamed(json.loads(text), file, warnings), warnings
     except json.JSONDecodeError as err:
         raise RunFileError(file, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except RecursionError:
         raise RunFileError(file, "nested too deeply to parse") from None
     except ValueError as err:  # e.g. an integer of more than 4,300 digits
         raise RunFileError(file, f"not readable JSON ({_first_line(err)})") from None
+
+
+def _fits(value: Any) -> bool:
+    """True when ``value`` encodes as JSON with room for :data:`MAX_JSON_DEPTH` (C speed: orjson
+    refuses integers above 64 bits and nesting above 255 levels, so a wrapper of the levels above
+    the cap makes it refuse the values :func:`tame_json` changes, but for integers between 2**63 and
+    2**64, which the check below finds)."""
+    wrapped: Any = value
+    for _ in range(255 - MAX_JSON_DEPTH):
+        wrapped = [wrapped]
+    try:
+        text = orjson.dumps(wrapped)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return not _BIG_INT.search(text)
+
+
+def _tamed(value: Any, file: str, warnings: list[str]) -> Any:
+    if _fits(value):
+        return value
+    return tame_json(value, file, warnings)
+
+
+def tame_json(value: Any, file: str, warnings: list[str], max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``value`` (parsed JSON or YAML) made safe to encode again: integers outside 64 bits become
+    their exact decimal text, and containers nested deeper than ``max_depth`` become a short text;
+    one warning per kind names ``file``. Iterative: no nesting reaches the recursion limit.
+
+    Returns a new value where something changed (the original objects are not modified).
+    """
+    found = {"int": False, "deep": False}
+
+    def scalar(v: Any) -> Any:
+        if type(v) is int and not INT64_MIN <= v <= INT64_MAX:
+            found["int"] = True
+            return str(v)
+        return v
+
+    if not isinstance(value, (dict, list)):
+        return scalar(value)
+    root: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any, int]] = [(value, root, 1)]
+    while stack:
+        source, target, depth = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, child in items:
+            if isinstance(child, (dict, list)):
+                if depth >= max_depth:
+                    found["deep"] = True
+                    new: Any = _DEEP_MARK.format(max_depth)
+                else:
+                    new = {} if isinstance(child, dict) else []
+                    stack.append((child, new, depth + 1))
+            else:
+                new = scalar(child)
+            if isinstance(target, dict):
+                target[key] = new
+            else:
+                target.append(new)
+    if found["int"]:
+        warnings.append(f"{file}: an integer above 64 bits is kept as text")
+    if found["deep"]:
+        warnings.append(f"{file}: values nested deeper than {max_depth} levels are not shown")
+    return root
 
 
 _INTERN_MAX = 64
@@ -270,7 +353,7 @@ def _fast_params(text: str) -> dict[str, Any] | None:
         if word:
             value = _YAML_WORDS[word]
         elif integer:
-            value = int(integer)
+            value = _param_scalar(int(integer))
         elif number:
             value = float(number)
         elif quoted:
@@ -314,24 +397,37 @@ def _check_expansion(root: Any) -> None:
 def _param_scalar(v: Any) -> Scalar:
     if isinstance(v, str):
         return _shared(v)  # type: ignore[no-any-return]
-    if v is None or isinstance(v, (bool, int)):
+    if v is None or isinstance(v, bool):
         return v
+    if isinstance(v, int):
+        return v if INT64_MIN <= v <= INT64_MAX else str(v)  # exact, and encodable by every JSON writer
     if isinstance(v, float):
         return v
     if isinstance(v, (datetime, date)):
         return v.isoformat()
     if isinstance(v, (list, tuple)):
-        return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
+        try:
+            return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
+        except RecursionError:
+            return _DEEP_MARK.format(MAX_PARAMS_DEPTH)
     return str(v)
 
 
-def _flatten(obj: dict[Any, Any], prefix: str, out: dict[str, Scalar]) -> None:
+def _flatten(obj: dict[Any, Any], prefix: str, out: dict[str, Scalar], depth: int = 1) -> bool:
+    """Flatten ``obj`` into ``out``; False when a mapping deeper than :data:`MAX_PARAMS_DEPTH` was
+    cut (kept as one text value)."""
+    whole = True
     for k, v in obj.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict) and v:
-            _flatten(v, key + ".", out)
+            if depth >= MAX_PARAMS_DEPTH:
+                out[key] = _DEEP_MARK.format(MAX_PARAMS_DEPTH)
+                whole = False
+            else:
+                whole = _flatten(v, key + ".", out, depth + 1) and whole
         else:
             out[key] = _param_scalar(v) if not isinstance(v, dict) else "{}"
+    return whole
 
 
 def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str, Scalar], list[str]]:
@@ -373,7 +469,12 @@ def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str,
     except ValueError as err:
         raise RunFileError(file, f"{err}; not parsed") from None
     out: dict[str, Scalar] = {}
-    _flatten(doc, "", out)
+    try:
+        whole = _flatten(doc, "", out)
+    except RecursionError:
+        raise RunFileError(file, "nested too deeply to parse") from None
+    if not whole:
+        warnings.append(f"{file}: mappings nested deeper than {MAX_PARAMS_DEPTH} levels are kept as one text value")
     return out, warnings
 
 

@@ -65,6 +65,7 @@ import orjson
 
 from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
+from traceml_ai.runs.safeio import open_regular
 
 SCHEMA_VERSION: Final = 2
 """2: ``run_cache.summary`` no longer holds ``run_json``."""
@@ -446,7 +447,7 @@ class _Header(NamedTuple):
 
 
 def _read_header(path: str | os.PathLike[str]) -> tuple[_Header, os.stat_result]:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         st = os.fstat(f.fileno())
         data = f.read(100)
     if len(data) < 100 or not data.startswith(_SQLITE_MAGIC):

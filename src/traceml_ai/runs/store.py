@@ -59,6 +59,7 @@ from traceml_ai.runs.readers import (
     parse_params_yaml,
     parse_run_json,
 )
+from traceml_ai.runs.safeio import NotRegularFile, open_regular
 from traceml_ai.runs.status import display_status
 
 
@@ -302,7 +303,7 @@ class RunStore:
             return state.run_json[1]
         try:
             check_size(RUN_JSON, st.st_size)
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 run, _warnings = parse_run_json(f.read(), RUN_JSON)
         except Exception:
             # Its problem is already a warning on the run (the table's parse saw the same file).
@@ -327,8 +328,11 @@ class RunStore:
             st, reason = self._stat_viewable(state, name)
             if st is None:
                 raise KeyError(f"{name} of {state.loc.id}: {reason or 'not found'}")
-            with open(os.path.realpath(os.path.join(state.loc.path, name)), "rb") as f:
-                return f.read(max_bytes), st.st_size
+            try:
+                with open_regular(os.path.realpath(os.path.join(state.loc.path, name))) as f:
+                    return f.read(max_bytes), st.st_size
+            except NotRegularFile as err:
+                raise KeyError(f"{name} of {state.loc.id}: {err.strerror}") from None
 
     @staticmethod
     def _stat_viewable(state: _RunState, name: str) -> tuple[os.stat_result | None, str | None]:
@@ -492,7 +496,7 @@ class RunStore:
         fs.present = True
         try:
             check_size(name, st.st_size)
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 data = f.read()
             value, warnings = _PARSERS[name](data, name)
         except RunFileError as err:

@@ -154,3 +154,15 @@ def test_traceml_ui_serves_a_root_with_fifos(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def test_a_run_logged_with_a_seed_above_64_bits_is_written_and_shown_exactly(tmp_path: Path) -> None:
+    import traceml_ai
+
+    root = tmp_path / "runs"
+    with traceml_ai.Run(root, "big-seed", params={"seed": BIG, "nested": {"n": -BIG}}) as run:  # was a crash
+        run.log(1, {"loss": 0.5})
+    (folder,) = list(root.iterdir())
+    assert json.loads((folder / "config.json").read_text())["seed"] == BIG  # exact, still a JSON number
+    runs = api(root).get("/api/runs")
+    assert runs.status_code == 200 and str(BIG) in runs.text and f"-{BIG}" in runs.text

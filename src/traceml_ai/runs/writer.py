@@ -64,8 +64,23 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
 
 
 def dump_json(value: Any) -> bytes:
-    """Serialize ``value`` as indented JSON with a trailing newline. Non-JSON values become strings."""
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
+    """Serialize ``value`` as indented JSON with a trailing newline. Non-JSON values become strings.
+
+    An integer above 64 bits (``params={"seed": 2**64}``), which orjson refuses, is written exactly by
+    the standard library instead; nesting too deep even for that is cut to a short text (issue 12
+    point 5): a run's config never fails to be written.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return (json.dumps(value, indent=2, default=str, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    except (RecursionError, ValueError):
+        from traceml_ai.runs.readers import tame_json  # the reader's one walk; imported only here
+
+        tamed = tame_json(value, "config.json", [])
+        return orjson.dumps(tamed, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
 
 
 def metric_value(v: Any) -> float | None:

@@ -193,6 +193,8 @@ def _reference_scalar(v: Any) -> Any:
         return json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=str)
     if v == {}:
         return "{}"  # an empty mapping is a value, shown as text
+    if type(v) is int and not -(1 << 63) <= v < (1 << 63):
+        return str(v)  # an integer beyond 64 bits is kept exactly, as text (issue 12 point 5)
     return v
 
 

@@ -78,3 +78,37 @@ def test_an_aggregator_shutdown_with_many_open_connections_prints_no_traceback(t
     assert "Traceback" not in err and "CancelledError" not in err, err[:2000]
     for sock in idle:
         sock.close()
+
+
+def test_after_an_aggregator_sigkill_the_ranks_undelivered_batches_are_in_the_warning_file(tmp_path: Path) -> None:
+    import psutil
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time\n"
+        f"for n in range({TICKS}):\n"
+        "    print(f'tick {n}', flush=True)\n"
+        "    time.sleep(0.1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--name", "agg-killed", "--logs-dir",
+         str(tmp_path / "runs"), "--interval", "0.05", str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    assert launcher.stdout is not None
+    for line in launcher.stdout:
+        if line.startswith("tick 3"):
+            break
+    (aggregator,) = [p for p in psutil.Process(launcher.pid).children()
+                     if "traceml_ai.aggregator" in (p.cmdline() or [])]
+    aggregator.kill()
+    _out, err = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, err
+    assert "telemetry batches were not delivered" in err  # the rank's own line, as before
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    warning = json.loads((run_dir / "aggregator" / "finalization_warning.json").read_text())
+    assert warning["undelivered_batches"]["0"] > 0
+    assert warning["aggregator_died"]["rank_reports"]["0"]["submitted_batches"] >= warning["undelivered_batches"]["0"]
+    assert any(line.startswith("the telemetry aggregator died") for line in warning["summary"])
+    assert any(line.startswith("rank 0: ") and "not delivered" in line for line in warning["summary"])

@@ -292,3 +292,62 @@ def write_summary_after_crash(run_dir: str | Path, reason: str) -> Path | None:
         print(f"[TraceML] cannot write the final summary of {run_dir}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
         return None
+
+
+RANK_LOSSES_DIR = os.path.join("aggregator", "rank_losses")
+"""Where ranks write the losses their aggregator never heard of (``capture.session.RANK_LOSSES_DIR``)."""
+
+
+def record_losses_after_crash(run_dir: str | Path, reason: str, *, session_id: str | None = None) -> Path | None:
+    """After the aggregator died: put in ``finalization_warning.json`` what only the ranks know (issue
+    12 point 12), the batches each rank could not deliver, from the ``rank_<g>.json`` files they
+    wrote, and ``reason``. Merged into the file when the aggregator wrote one.
+
+    Returns the file's path, or None when there is nothing to add or it cannot be written (one
+    ``[TraceML]`` line on stderr; never raises).
+    """
+    from traceml_ai.runs.safeio import read_regular
+
+    folder = Path(run_dir)
+    reports: dict[str, dict[str, Any]] = {}
+    try:
+        names = sorted(os.listdir(folder / RANK_LOSSES_DIR))
+    except OSError:
+        names = []
+    for name in names[:4096]:
+        if not (name.startswith("rank_") and name.endswith(".json")):
+            continue
+        try:
+            record = json.loads(read_regular(folder / RANK_LOSSES_DIR / name, 64 * 1024))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            reports[name[len("rank_"):-len(".json")]] = record
+    target = folder / "aggregator" / WARNING_NAME
+    report: dict[str, Any]
+    try:
+        existing = json.loads(read_regular(target))
+        report = existing if isinstance(existing, dict) else {}
+    except (OSError, ValueError):
+        report = {}
+    if not report:
+        report = {"schema_version": WARNING_SCHEMA_VERSION, "session_id": session_id, "summary": []}
+    summary = report.setdefault("summary", [])
+    if not isinstance(summary, list):
+        summary = report["summary"] = []
+    summary.append(f"the telemetry aggregator died: {reason}")
+    undelivered = report.setdefault("undelivered_batches", {})
+    for rank, record in reports.items():
+        dropped = record.get("dropped_batches")
+        submitted = record.get("submitted_batches")
+        if isinstance(dropped, int) and dropped > 0 and isinstance(undelivered, dict):
+            undelivered[rank] = dropped
+            summary.append(f"rank {rank}: {dropped} of {submitted} batches were not delivered (the rank's own count)")
+    report["aggregator_died"] = {"reason": reason, "rank_reports": reports}
+    report["written_at_unix_ns"] = time.time_ns()
+    try:
+        write_json_atomic(target, report)
+    except (OSError, ValueError) as exc:
+        print(f"[TraceML] cannot write {target}: {exc}", file=sys.stderr, flush=True)
+        return None
+    return target

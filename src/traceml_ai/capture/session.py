@@ -22,7 +22,8 @@ Environment (read by :meth:`CaptureConfig.from_env`, set by the launcher):
 ``TRACEML_SESSION_ID``    the session id the aggregator accepts
 ``TRACEML_JOB_SECRET``    the job secret the hello proves this rank holds (never on a command line)
 ``TRACEML_AGGREGATOR``    ``host:port`` of the aggregator (``[v6addr]:port`` works too)
-``TRACEML_RUN_DIR``       the run folder (carried for the SDK; capture writes nothing)
+``TRACEML_RUN_DIR``       the run folder (carried for the SDK; capture writes there only the losses
+                          its aggregator never heard of, see :data:`RANK_LOSSES_DIR`)
 ``TRACEML_INTERVAL``      sampler interval in seconds, > 0 (default 1.0)
 ``TRACEML_CAPTURE``       ``run`` (default) or ``watch``
 ``TRACEML_CAPTURE_OUTPUT`` ``0`` turns the stdout/stderr copy off (default on)
@@ -58,6 +59,10 @@ SAMPLER_NAME = "capture"
 
 DEFAULT_INTERVAL_S = 1.0
 CLOSE_TIMEOUT_S = 2.0
+
+RANK_LOSSES_DIR = "aggregator/rank_losses"
+"""Where a rank whose ``rank_finished`` never reached the aggregator (it died) writes its own loss
+counts, ``rank_<global_rank>.json``; the launcher lists them in ``finalization_warning.json``."""
 
 ENV_SESSION_ID = "TRACEML_SESSION_ID"
 ENV_AGGREGATOR = "TRACEML_AGGREGATOR"
@@ -421,6 +426,31 @@ class CaptureSession:
             parts.append(f"{n} {stream} rows were dropped before sending (the hand-off queue was full)")
         if parts:
             warn("; ".join(parts))
+            if client is not None and not client.finished_delivered and client.refused_reason is None:
+                self._record_losses(client, "; ".join(parts))
+
+    def _record_losses(self, client: TransportClient, line: str) -> None:
+        """The counts the aggregator will never report (it did not get ``rank_finished``), as a file of
+        the run folder on this node; nothing when there is no run folder. Never raises."""
+        if not self.config.run_dir:
+            return
+        rank = self.identity.global_rank
+        folder = os.path.join(self.config.run_dir, RANK_LOSSES_DIR)
+        record = {"global_rank": rank, "submitted_batches": client.submitted_batches,
+                  "sent_batches": client.sent_batches, "dropped_batches": client.dropped_batches,
+                  "dropped_output_lines": self.dropped_output_lines, "lost_rows": self.lost_rows(),
+                  "last_error": client.last_error, "message": line}
+        try:
+            import json
+            import tempfile
+
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".rank_", suffix=".tmp", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+            os.replace(tmp, os.path.join(folder, f"rank_{rank if rank is not None else 'unknown'}.json"))
+        except (OSError, ValueError, TypeError):
+            pass
 
     def stats(self) -> dict[str, Any]:
         """Counters: ticks, envelopes, transport batches, dropped output lines, failed sources."""

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from traceml_ai.aggregator.export.factory import check_exporter_form
 from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
-from traceml_ai.aggregator.finalize import write_summary_after_crash
+from traceml_ai.aggregator.finalize import record_losses_after_crash, write_summary_after_crash
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.runfolder import (
     CRASH_SIGNALS,
@@ -373,6 +373,9 @@ def launch(
         if telemetry.get("status") == "degraded" and not (run_dir / "aggregator" / "final_summary.json").exists():
             # The aggregator died before its own summary: diagnose what it committed, marked partial.
             write_summary_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")))
+        if telemetry.get("status") == "degraded":
+            record_losses_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")),
+                                      session_id=session_id)
     signal_name = _signal_name(code)
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,

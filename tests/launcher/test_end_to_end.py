@@ -341,13 +341,16 @@ def test_two_nodes_report_to_the_aggregator_on_node_0(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     common = ["run", "--mode", "quiet", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
               "--interval", "0.2"]
+    # Both nodes derive the job secret from the user's key in the (shared) home folder.
+    home = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
     node1 = subprocess.Popen(
         [sys.executable, "-m", "traceml_ai", *common, "--node-rank", "1", "--logs-dir", str(tmp_path / "node1"),
          str(TRAIN_DIGITS), "--epochs", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in {**os.environ, **home}.items() if k != "TRACEML_JOB_SECRET"},
     )
     node0 = traceml(*common, "--node-rank", "0", "--logs-dir", str(tmp_path / "node0"), str(TRAIN_DIGITS),
-                    "--epochs", "1", cwd=tmp_path)
+                    "--epochs", "1", cwd=tmp_path, env=home)
     _, err1 = node1.communicate(timeout=TIMEOUT_S)
     assert node0.returncode == 0, node0.stderr[-3000:]
     assert node1.returncode == 0, err1[-3000:]

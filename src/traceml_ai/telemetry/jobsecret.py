@@ -38,7 +38,6 @@ NONCE_CHARS = 32
 
 _RANK = b"traceml-rank"
 _AGGREGATOR = b"traceml-aggregator"
-_FINGERPRINT = b"traceml-job-secret-fingerprint"
 
 
 def new_secret() -> str:
@@ -97,8 +96,3 @@ def is_nonce(value: Any) -> bool:
         return False
     return True
 
-
-def fingerprint(secret: str) -> str:
-    """A short one-way fingerprint of ``secret`` (16 hex characters) that a file may record: it
-    shows whether two nodes were given the same secret without revealing it."""
-    return hmac.new(secret.encode("utf-8"), _FINGERPRINT, hashlib.sha256).hexdigest()[:16]

@@ -1,0 +1,69 @@
+"""Where the job secret comes from (issue 12 points 1-2): the environment, a fresh one per
+single-node job, or derived from the user's own key for every node of a multi-node job."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from traceml_ai.launcher.launch import (
+    LaunchError,
+    LaunchOptions,
+    LaunchUsageError,
+    job_secret_for,
+    session_id_for,
+    user_key_path,
+)
+from traceml_ai.telemetry import jobsecret
+
+
+def options(nnodes: int = 1) -> LaunchOptions:
+    return LaunchOptions(script="train.py", nnodes=nnodes, master_addr="10.0.0.1", master_port=29500)
+
+
+def test_a_single_node_job_gets_a_fresh_random_secret() -> None:
+    first = job_secret_for(options(), "s1", {})
+    assert len(first) == 64 and first != job_secret_for(options(), "s1", {})
+
+
+def test_a_secret_from_the_environment_wins_and_must_be_long_enough() -> None:
+    given = "x" * 32
+    assert job_secret_for(options(nnodes=2), "s", {"TRACEML_JOB_SECRET": given}) == given
+    with pytest.raises(LaunchUsageError, match="TRACEML_JOB_SECRET"):
+        job_secret_for(options(), "s", {"TRACEML_JOB_SECRET": "short"})
+
+
+def test_every_node_derives_the_same_secret_from_the_users_key_and_other_users_cannot(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    session = session_id_for(options(nnodes=2))
+    node0 = job_secret_for(options(nnodes=2), session, env)
+    node1 = job_secret_for(options(nnodes=2), session, env)  # another node, the same home folder
+    assert node0 == node1 and len(node0) == 64
+    key = user_key_path(env)
+    assert key.stat().st_mode & 0o777 == 0o600 and key.parent.stat().st_mode & 0o077 == 0
+    assert node0 not in key.read_text()  # the key is not the secret: each job gets its own
+    assert job_secret_for(options(nnodes=2), "another-job", env) != node0
+    # Someone else's key (a different home) derives a different secret: its hellos are refused.
+    assert job_secret_for(options(nnodes=2), session, {"XDG_CONFIG_HOME": str(tmp_path / "other")}) != node0
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    job_secret_for(options(nnodes=2), "s", env)
+    key = user_key_path(env)
+    os.chmod(key, 0o644)
+    with pytest.raises(LaunchError, match="chmod 600"):
+        job_secret_for(options(nnodes=2), "s", env)
+
+
+def test_the_proofs_are_bound_to_secret_session_role_and_nonce() -> None:
+    secret, nonce = jobsecret.new_secret(), jobsecret.new_nonce()
+    proof = jobsecret.rank_proof(secret, "s", nonce)
+    assert jobsecret.proof_matches(proof, proof)
+    assert proof != jobsecret.rank_proof(secret, "t", nonce)
+    assert proof != jobsecret.rank_proof(jobsecret.new_secret(), "s", nonce)
+    assert proof != jobsecret.rank_proof(secret, "s", jobsecret.new_nonce())
+    assert proof != jobsecret.aggregator_proof(secret, "s", nonce)  # a welcome is no hello
+    assert not jobsecret.proof_matches(proof, proof[:-1]) and not jobsecret.proof_matches(proof, None)

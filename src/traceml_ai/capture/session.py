@@ -64,6 +64,13 @@ RANK_LOSSES_DIR = "aggregator/rank_losses"
 """Where a rank whose ``rank_finished`` never reached the aggregator (it died) writes its own loss
 counts, ``rank_<global_rank>.json``; the launcher lists them in ``finalization_warning.json``."""
 
+ENV_JOB_SECRET = jobsecret.ENV_JOB_SECRET
+new_job_secret = jobsecret.new_secret
+"""A fresh random job secret (for the launchers, which reach the wire contract through capture)."""
+MIN_JOB_SECRET_CHARS = jobsecret.MIN_SECRET_CHARS
+check_job_secret = jobsecret.check_secret
+"""A job secret given by the user, checked (raises ValueError naming ``TRACEML_JOB_SECRET``)."""
+
 ENV_SESSION_ID = "TRACEML_SESSION_ID"
 ENV_AGGREGATOR = "TRACEML_AGGREGATOR"
 ENV_RUN_DIR = "TRACEML_RUN_DIR"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import signal
 import subprocess
@@ -36,7 +37,13 @@ from typing import Any, Literal
 
 from traceml_ai.aggregator.export.factory import check_exporter_form
 from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS, parse_export_streams
-from traceml_ai.aggregator.finalize import record_losses_after_crash, write_summary_after_crash
+from traceml_ai.aggregator.finalize import (
+    WARNING_NAME,
+    WARNING_SCHEMA_VERSION,
+    write_json_atomic,
+    write_summary_after_crash,
+)
+from traceml_ai.capture import session as jobsecret  # the job secret helpers (DESIGN §1: via capture)
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.runfolder import (
     CRASH_SIGNALS,
@@ -45,7 +52,7 @@ from traceml_ai.launcher.runfolder import (
     create_run_folder,
     write_manifest,
 )
-from traceml_ai.telemetry import jobsecret
+from traceml_ai.runs.safeio import read_regular
 
 Mode = Literal["run", "watch"]
 
@@ -217,7 +224,7 @@ def _user_key(path: Path) -> bytes:
             pass
         else:
             with os.fdopen(fd, "w") as handle:
-                handle.write(jobsecret.new_secret() + "\n")
+                handle.write(jobsecret.new_job_secret() + "\n")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -227,7 +234,7 @@ def _user_key(path: Path) -> bytes:
             key = handle.read(4096).strip()
     except OSError as exc:
         raise LaunchError(f"cannot use the job key {path}: {exc.strerror or exc}; set TRACEML_JOB_SECRET") from None
-    if len(key) < jobsecret.MIN_SECRET_CHARS:
+    if len(key) < jobsecret.MIN_JOB_SECRET_CHARS:
         raise LaunchError(f"the job key {path} is too short; delete it (a new one is made) or set TRACEML_JOB_SECRET")
     return key
 
@@ -257,11 +264,11 @@ def job_secret_for(options: LaunchOptions, session_id: str, environ: dict[str, s
     given = env.get(jobsecret.ENV_JOB_SECRET)
     if given:
         try:
-            return jobsecret.check_secret(given)
+            return jobsecret.check_job_secret(given)
         except ValueError as exc:
             raise LaunchUsageError(str(exc)) from None
     if options.nnodes == 1:
-        return jobsecret.new_secret()
+        return jobsecret.new_job_secret()
     key = _user_key(user_key_path(dict(env)))
     return hmac.new(key, b"traceml-job-secret\0" + session_id.encode(), hashlib.sha256).hexdigest()
 
@@ -545,3 +552,60 @@ def _stderr_tail(run_dir: Path) -> str | None:
 
 def _warn(message: str) -> None:
     print(f"[TraceML] {message}", file=sys.stderr, flush=True)
+
+
+RANK_LOSSES_DIR = os.path.join("aggregator", "rank_losses")
+"""Where ranks write the losses their aggregator never heard of (``capture.session.RANK_LOSSES_DIR``)."""
+
+
+def record_losses_after_crash(run_dir: str | Path, reason: str, *, session_id: str | None = None) -> Path | None:
+    """After the aggregator died: put in ``finalization_warning.json`` what only the ranks know (issue
+    12 point 12), the batches each rank could not deliver, from the ``rank_<g>.json`` files they
+    wrote, and ``reason``. Merged into the file when the aggregator wrote one.
+
+    Returns the file's path, or None when there is nothing to add or it cannot be written (one
+    ``[TraceML]`` line on stderr; never raises).
+    """
+    folder = Path(run_dir)
+    reports: dict[str, dict[str, Any]] = {}
+    try:
+        names = sorted(os.listdir(folder / RANK_LOSSES_DIR))
+    except OSError:
+        names = []
+    for name in names[:4096]:
+        if not (name.startswith("rank_") and name.endswith(".json")):
+            continue
+        try:
+            record = json.loads(read_regular(folder / RANK_LOSSES_DIR / name, 64 * 1024))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            reports[name[len("rank_"):-len(".json")]] = record
+    target = folder / "aggregator" / WARNING_NAME
+    report: dict[str, Any]
+    try:
+        existing = json.loads(read_regular(target))
+        report = existing if isinstance(existing, dict) else {}
+    except (OSError, ValueError):
+        report = {}
+    if not report:
+        report = {"schema_version": WARNING_SCHEMA_VERSION, "session_id": session_id, "summary": []}
+    summary = report.setdefault("summary", [])
+    if not isinstance(summary, list):
+        summary = report["summary"] = []
+    summary.append(f"the telemetry aggregator died: {reason}")
+    undelivered = report.setdefault("undelivered_batches", {})
+    for rank, record in reports.items():
+        dropped = record.get("dropped_batches")
+        submitted = record.get("submitted_batches")
+        if isinstance(dropped, int) and dropped > 0 and isinstance(undelivered, dict):
+            undelivered[rank] = dropped
+            summary.append(f"rank {rank}: {dropped} of {submitted} batches were not delivered (the rank's own count)")
+    report["aggregator_died"] = {"reason": reason, "rank_reports": reports}
+    report["written_at_unix_ns"] = time.time_ns()
+    try:
+        write_json_atomic(target, report)
+    except (OSError, ValueError) as exc:
+        print(f"[TraceML] cannot write {target}: {exc}", file=sys.stderr, flush=True)
+        return None
+    return target

@@ -53,6 +53,7 @@ from types import TracebackType
 from typing import Any
 
 from traceml_ai.aggregator.finalize import write_summary_after_crash
+from traceml_ai.capture import session as jobsecret  # the job secret helpers (DESIGN §1: via capture)
 from traceml_ai.capture import steps
 from traceml_ai.capture.bootstrap import start_from_env
 from traceml_ai.capture.client import warn
@@ -76,7 +77,6 @@ from traceml_ai.launcher.launch import (
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
 from traceml_ai.runs.writer import make_run_id
 from traceml_ai.settings import SettingsError, load_settings
-from traceml_ai.telemetry import jobsecret
 
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 120.0
@@ -223,7 +223,7 @@ class RayAggregatorHost:
             LaunchError: the run folder cannot be created.
         """
         session_id = uuid.uuid4().hex
-        secret = jobsecret.new_secret()
+        secret = jobsecret.new_job_secret()
         workers = world_size or 1
         identity = RunIdentity(mode="run", command=command, session_id=session_id, nproc_per_node=workers)
         try:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from traceml_ai.aggregator.export.streams import DEFAULT_EXPORT_STREAMS
 from traceml_ai.aggregator.finalize import write_summary_after_crash
+from traceml_ai.capture import session as jobsecret  # the job secret helpers (DESIGN §1: via capture)
 from traceml_ai.launcher.aggregator_process import AggregatorProcess, AggregatorStartError
 from traceml_ai.launcher.launch import LaunchError, LaunchResult, LaunchUsageError, check_export
 from traceml_ai.launcher.runfolder import RunIdentity, RunJsonKeeper, create_run_folder, write_manifest
-from traceml_ai.telemetry import jobsecret
 
 
 def _served_secret() -> str:
@@ -31,9 +31,9 @@ def _served_secret() -> str:
 
     given = os.environ.get(jobsecret.ENV_JOB_SECRET)
     if not given:
-        return jobsecret.new_secret()
+        return jobsecret.new_job_secret()
     try:
-        return jobsecret.check_secret(given)
+        return jobsecret.check_job_secret(given)
     except ValueError as exc:
         raise LaunchUsageError(str(exc)) from None
 

@@ -14,6 +14,7 @@ from typing import Any
 from traceml_ai.capture import steps
 from traceml_ai.capture.session import (
     ENV_AGGREGATOR,
+    ENV_JOB_SECRET,
     ENV_SESSION_ID,
     CaptureConfig,
     CaptureSession,
@@ -24,7 +25,6 @@ from traceml_ai.capture.session import (
     parse_interval,
     start_session,
 )
-from traceml_ai.telemetry import jobsecret
 
 
 def _off(reason: str) -> None:
@@ -89,7 +89,7 @@ def init(
         _off(f"no session id (pass init(session_id=...) or set {ENV_SESSION_ID})")
         return None
     if not values.get("secret"):
-        _off(f"no job secret (set {jobsecret.ENV_JOB_SECRET}; `traceml serve` prints it); the aggregator "
+        _off(f"no job secret (set {ENV_JOB_SECRET}; `traceml serve` prints it); the aggregator "
              "accepts only ranks that hold it")
         return None
     try:

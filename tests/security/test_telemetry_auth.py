@@ -112,6 +112,7 @@ def test_a_second_local_user_with_everything_it_can_read_cannot_forge_telemetry(
         go.write_text("")
         _out, err = launcher.communicate(timeout=300)
     assert launcher.returncode == 0, err
+    assert "refused 3 connections that could not prove they belong to this job" in err  # it warned
     assert seen["uid"] != 0
     # What the other user could read: the session id (command line, manifest) but not the secret.
     assert seen["session_from_cmdline"] in seen["files"]["aggregator/manifest.json"]

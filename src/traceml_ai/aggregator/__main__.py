@@ -145,6 +145,10 @@ async def serve(
     if orphan:
         orphan["finalized_at_unix_ns"] = time.time_ns()
         extra["launcher"] = orphan
+    if agg.stats.refused_connections:
+        # Someone tried to send telemetry without the job secret: say so where the user looks.
+        print(f"[TraceML] aggregator: refused {agg.stats.refused_connections} connections that could not prove they "
+              "belong to this job (see aggregator/finalization_warning.json)", file=sys.stderr, flush=True)
     return finalize(
         run_dir,
         agg.stats,

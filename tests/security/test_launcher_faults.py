@@ -51,6 +51,8 @@ def test_the_aggregator_outlives_a_killed_launcher_until_the_training_ends(tmp_p
     block = warning["launcher"]
     assert block["launcher_gone_at_unix_ns"] > 0 and block["waited_for_ranks_s"] > 0
     assert any("launcher died" in line for line in warning["summary"])
+    manifest = json.loads((run_dir / "aggregator" / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete" and "launcher died" in manifest["telemetry"]["reason"]
 
 
 def test_an_aggregator_shutdown_with_many_open_connections_prints_no_traceback(tmp_path: Path) -> None:

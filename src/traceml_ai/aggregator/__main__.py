@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +38,7 @@ from typing import Any, NoReturn
 
 from traceml_ai.aggregator.export.factory import make_export_worker
 from traceml_ai.aggregator.export.worker import ExportWorker
-from traceml_ai.aggregator.finalize import finalize
+from traceml_ai.aggregator.finalize import finalize, write_json_atomic
 from traceml_ai.aggregator.server import Aggregator, PayloadSink
 from traceml_ai.telemetry import jobsecret
 
@@ -149,7 +151,7 @@ async def serve(
         # Someone tried to send telemetry without the job secret: say so where the user looks.
         print(f"[TraceML] aggregator: refused {agg.stats.refused_connections} connections that could not prove they "
               "belong to this job (see aggregator/finalization_warning.json)", file=sys.stderr, flush=True)
-    return finalize(
+    written = finalize(
         run_dir,
         agg.stats,
         agg.store_stats,
@@ -160,6 +162,29 @@ async def serve(
         extra_lost=(export is not None and export.lost) or bool(orphan),
         on_finalized=on_finalized,
     )
+    if orphan:
+        _close_manifest_of_dead_launcher(run_dir)
+    return written
+
+
+def _close_manifest_of_dead_launcher(run_dir: Path) -> None:
+    """The launcher died, so nobody else will end ``aggregator/manifest.json``: mark a ``running``
+    manifest ``incomplete`` with the time and why (never raises; one line on failure)."""
+    path = run_dir / "aggregator" / "manifest.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return
+            manifest = json.loads(handle.read(1 << 20))
+        if not isinstance(manifest, dict) or manifest.get("status") != "running":
+            return
+        manifest.update(status="incomplete", ended_at_ns=time.time_ns(),
+                        telemetry={"status": "degraded", "reason": "the launcher died during the run; the "
+                                   "aggregator collected telemetry until the ranks finished"})
+        write_json_atomic(path, manifest)
+    except (OSError, ValueError) as exc:
+        print(f"[TraceML] aggregator: cannot close {path}: {exc}", file=sys.stderr, flush=True)
 
 
 ORPHAN_CHECK_S = 1.0

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 import pytest
 
@@ -26,6 +27,7 @@ from tests.aggregator.wire import SECRET, SESSION, AggregatorThread, RankClient,
 from tests.capture.frame_server import TEST_SECRET
 from traceml_ai.capture.client import TransportClient
 from traceml_ai.telemetry import frames, jobsecret
+from traceml_ai.telemetry.envelope import make_envelope
 
 ATTACKER = Path(__file__).with_name("attacker.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -336,14 +338,20 @@ def test_a_deeply_nested_frame_of_a_rank_is_rejected_and_counted(tmp_path: Path)
         client = RankClient(agg.port, 0)
         assert client.hello()["control"] == frames.WELCOME
         client.send_raw(frames.HEADER.pack(100_001) + b"\x91" * 100_000 + b"\x90")
-        client.send({"step_time": step_time_rows(0, 3)})
+        # A step_time envelope the typed fast path takes, with one field nested 5,000 levels deep.
+        row = {**step_time_rows(0, 1)[0], "extra": 0}
+        body = msgspec.msgpack.encode(make_envelope(client.meta, {"step_time": [row]}))
+        cut = body.rindex(msgspec.msgpack.encode("extra")) + len(msgspec.msgpack.encode("extra"))
+        body = body[:cut] + b"\x91" * 5000 + b"\x90" + body[cut + 1:]
+        client.send_raw(frames.HEADER.pack(len(body)) + body)
+        client.send({"step_time": step_time_rows(1, 3)})
         client.finish()
         client.close()
     finally:
         agg.stop()
-    assert agg.agg.stats.ranks[0].rejected_batches == 1
-    assert any("nests too deep" in r for r in agg.agg.stats.rejection_reasons)
-    assert agg.agg.stats.ranks[0].rows == 3
+    assert agg.agg.stats.ranks[0].rejected_batches == 2
+    assert sum("nests too deep" in r for r in agg.agg.stats.rejection_reasons) == 2
+    assert agg.agg.stats.ranks[0].rows == 3 and agg.agg.store_stats.errors == 0
 
 
 def test_the_inbound_queue_holds_at_most_its_byte_budget_and_loses_nothing(tmp_path: Path) -> None:

@@ -261,7 +261,7 @@ def project_frame(data: bytes | memoryview, *, observed_ns: int | None = None) -
         decoded = _frame_decoder.decode(data)
         envelopes = decoded if isinstance(decoded, list) else [decoded]
         return _project(envelopes, observed_ns)
-    except (msgspec.DecodeError, _NotTyped):
+    except (msgspec.DecodeError, _NotTyped, RecursionError):  # too deep: the generic path rejects it
         return None
 
 

@@ -4,8 +4,8 @@ A frame is a 4-byte big-endian unsigned length followed by that many bytes of ms
 frame a rank sends is a *hello* (with a fresh ``nonce`` and the ``proof`` that it holds the job
 secret, :mod:`~traceml_ai.telemetry.jobsecret`); the aggregator answers *welcome* (with its own
 ``proof`` for that nonce) or closes the connection after a *refused* frame that says why. Before a
-welcome each side reads frames of at most :data:`MAX_HELLO_BYTES`. The rank's last frame is *rank_finished* with its sent and dropped
-batch counts. Every other frame is a telemetry payload: one envelope or a list of envelopes.
+welcome each side reads frames of at most :data:`MAX_HELLO_BYTES`. The rank's last frame is
+*rank_finished* with its sent and dropped batch counts. Every other frame is a telemetry payload: one envelope or a list of envelopes.
 
 msgpack encoding and decoding use msgspec (DESIGN §7b).
 """

@@ -5,7 +5,8 @@ frame a rank sends is a *hello* (with a fresh ``nonce`` and the ``proof`` that i
 secret, :mod:`~traceml_ai.telemetry.jobsecret`); the aggregator answers *welcome* (with its own
 ``proof`` for that nonce) or closes the connection after a *refused* frame that says why. Before a
 welcome each side reads frames of at most :data:`MAX_HELLO_BYTES`. The rank's last frame is
-*rank_finished* with its sent and dropped batch counts. Every other frame is a telemetry payload: one envelope or a list of envelopes.
+*rank_finished* with its sent and dropped batch counts. Every other frame is a telemetry payload:
+one envelope or a list of envelopes.
 
 msgpack encoding and decoding use msgspec (DESIGN §7b).
 """

@@ -51,6 +51,7 @@ from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import ITERATION, build_step_table
 from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.safeio import open_regular
 from traceml_ai.runs.series import downsample_indices
 
 MAX_POINTS = 2000
@@ -439,7 +440,7 @@ def _log_order(name: str) -> tuple[bool, int]:
 
 def _read_json(path: str, name: str, warnings: list[str]) -> dict[str, Any] | None:
     try:
-        with open(os.path.realpath(path), "rb") as f:
+        with open_regular(os.path.realpath(path)) as f:
             data = f.read(MAX_JSON_BYTES + 1)
     except OSError as err:
         warnings.append(f"{AGGREGATOR_DIR}/{name}: cannot be read ({err})")
@@ -483,7 +484,7 @@ def _log_tail(path: str, name: str, tail_lines: int, warnings: list[str]) -> dic
     rank = m.group(1) if m else "unknown"
     entry: dict[str, Any] = {"rank": rank, "name": name, "lines": [], "size": None, "truncated": False}
     try:
-        with open(os.path.realpath(path), "rb") as f:
+        with open_regular(os.path.realpath(path)) as f:
             size = os.fstat(f.fileno()).st_size
             entry["size"] = size
             start = max(0, size - LOG_TAIL_MAX_BYTES)

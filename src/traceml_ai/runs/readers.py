@@ -37,8 +37,10 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 """Integers outside this range (what SQLite and every JSON encoder here store as integers) are kept
 exactly as text."""
 
-_BIG_INT = re.compile(rb"(?<![\d.eE])-?\d{19,}(?![\d.eE])")
-"""A JSON token that may be an integer above 64 bits (orjson would read it as an inexact float)."""
+_BIG_INT = re.compile(rb"(?<![\d.eE])-?(?:\d{20,}|9[2-9]\d{17})(?![\d.eE])")
+"""A JSON token that may be an integer outside 64 bits: 20 digits or more, or 19 from 92... on (2**63
+is 9223372036854775808). orjson reads one above 2**64 as an inexact float; the slower exact reader
+takes any file with such a token (a 19-digit nanosecond timestamp does not match)."""
 
 _DEEP_MARK = "(nested deeper than {0} levels; not shown)"
 
@@ -144,7 +146,7 @@ def tame_json(value: Any, file: str, warnings: list[str], max_depth: int = MAX_J
             else:
                 target.append(new)
     if found["int"]:
-        warnings.append(f"{file}: an integer above 64 bits is kept as text")
+        warnings.append(f"{file}: an integer outside the 64-bit range is kept exactly as text")
     if found["deep"]:
         warnings.append(f"{file}: values nested deeper than {max_depth} levels are not shown")
     return root

@@ -68,18 +68,23 @@ def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
         RunFileError: the text is not JSON.
     """
     warnings: list[str] = []
-    if not _BIG_INT.search(data):
+    if _RUN_OF_19_DIGITS not in data.translate(_DIGITS) or not _BIG_INT.search(data):
         try:
-            return _tamed(orjson.loads(data), file, warnings), warnings
+            value = orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
+        else:
+            # Too few brackets to nest deeper than the cap, or orjson says it does not.
+            if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH or _fits(value):
+                return value, warnings
+            return tame_json(value, file, warnings), warnings
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         warnings.append(f"{file}: byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; shown as \ufffd")
         text = data.decode("utf-8", errors="replace")
     try:
-        return _tamed(json.loads(text), file, warnings), warnings
+        return tame_json(json.loads(text), file, warnings), warnings
     except json.JSONDecodeError as err:
         raise RunFileError(file, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except RecursionError:
@@ -88,25 +93,22 @@ def load_json(data: bytes, file: str = "config.json") -> tuple[Any, list[str]]:
         raise RunFileError(file, f"not readable JSON ({_first_line(err)})") from None
 
 
+_DIGITS = bytes(ord("0") if 0x30 <= b <= 0x39 else ord(" ") for b in range(256))
+_RUN_OF_19_DIGITS = b"0" * 19  # in ``data.translate(_DIGITS)``: a C-speed test before the regex
+
+
 def _fits(value: Any) -> bool:
-    """True when ``value`` encodes as JSON with room for :data:`MAX_JSON_DEPTH` (C speed: orjson
-    refuses integers above 64 bits and nesting above 255 levels, so a wrapper of the levels above
-    the cap makes it refuse the values :func:`tame_json` changes, but for integers between 2**63 and
-    2**64, which the check below finds)."""
+    """True when ``value`` nests at most :data:`MAX_JSON_DEPTH` levels (C speed: orjson refuses
+    nesting above 255 levels, so a wrapper of the levels above the cap makes it refuse exactly the
+    values nested deeper than the cap)."""
     wrapped: Any = value
     for _ in range(255 - MAX_JSON_DEPTH):
         wrapped = [wrapped]
     try:
-        text = orjson.dumps(wrapped)
+        orjson.dumps(wrapped)
     except (orjson.JSONEncodeError, TypeError):
         return False
-    return not _BIG_INT.search(text)
-
-
-def _tamed(value: Any, file: str, warnings: list[str]) -> Any:
-    if _fits(value):
-        return value
-    return tame_json(value, file, warnings)
+    return True
 
 
 def tame_json(value: Any, file: str, warnings: list[str], max_depth: int = MAX_JSON_DEPTH) -> Any:

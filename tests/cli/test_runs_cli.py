@@ -208,6 +208,7 @@ def test_show_unknown_run(fake_root: Path) -> None:
     assert proc.returncode == 1 and "no run 'no-such-run'" in proc.stderr
 
 
+@pytest.mark.timeout(900)  # two real demos: three trainings
 def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     proc = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "8", "--no-ui", timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -227,6 +228,7 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     assert (Path(captured.path) / "aggregator" / "telemetry.sqlite").is_file()
     assert (Path(captured.path) / "aggregator" / "final_summary.json").is_file()
     # The demo can run again over its own workspace.
-    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
+    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui",
+                        timeout=300)
     assert again.returncode == 0, again.stderr
 

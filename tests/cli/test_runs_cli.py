@@ -30,6 +30,25 @@ def _ls_json(*args: str) -> dict[str, dict]:
     return {row["name"]: row for row in rows}
 
 
+def test_a_run_linked_from_a_sibling_folder_with_the_roots_name_as_prefix_is_not_listed(tmp_path: Path) -> None:
+    """``runs-private`` sits beside the root ``runs`` and starts with its name: a symlink into it leaves
+    the root as much as one into ``/etc`` does (and one of its files linked into a run is not read)."""
+    root, private = tmp_path / "runs", tmp_path / "runs-private"
+    for folder, name in ((root / "mine", "mine"), (private / "theirs", "their secret run")):
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps({"schema_version": 1, "name": name, "status": "completed"}))
+    (private / "params.yaml").write_text("api_key: their-secret-key\n")
+    (root / "peek").symlink_to(private / "theirs", target_is_directory=True)
+    (root / "mine" / "params.yaml").symlink_to(private / "params.yaml")
+    proc = run_traceml("runs", "ls", str(root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["name"] for line in proc.stdout.splitlines()] == ["mine"]
+    shown = run_traceml("runs", "show", "mine", "--root", str(root), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert "their-secret-key" not in shown.stdout and "api_key" not in shown.stdout
+    assert "their secret run" not in proc.stdout + shown.stdout
+
+
 def test_ls_json_shows_every_special_run_with_its_status(fake_root: Path) -> None:
     rows = _ls_json(str(fake_root))
     assert len(rows) == 24

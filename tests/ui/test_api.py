@@ -237,6 +237,14 @@ def test_file_view_only_serves_the_six_files_of_known_runs(workspace: Path) -> N
     (link_run / "config.json").unlink()
     os.symlink(secret, link_run / "config.json")
     assert client.get("/api/file", params={"key": key, "name": "config.json"}).status_code == 404
+    # So is one into a sibling folder whose name starts with the root's ("runs-private" beside "runs").
+    private = workspace / "traceml" / "runs-private"
+    private.mkdir()
+    (private / "params.yaml").write_text("top secret: 1\n")
+    (link_run / "params.yaml").unlink()
+    os.symlink(private / "params.yaml", link_run / "params.yaml")
+    response = client.get("/api/file", params={"key": key, "name": "params.yaml"})
+    assert response.status_code == 404 and "top secret" not in response.text
 
 
 def test_values_from_run_files_come_back_as_data_not_markup(workspace: Path) -> None:

@@ -208,6 +208,23 @@ def test_settings_file_sets_roots(fake_root: Path, tmp_path: Path) -> None:
     assert len(proc.stdout.splitlines()) == 24
 
 
+def test_the_environment_beats_the_settings_file_and_a_flag_beats_both(fake_root: Path, tmp_path: Path) -> None:
+    """DESIGN §6: flag > TRACEML_<NAME> > traceml.yaml > default, seen as which runs `runs ls` lists."""
+    env_root, flag_root = tmp_path / "env-runs", tmp_path / "flag-runs"
+    generate(env_root, runs=3, seed=1)
+    generate(flag_root, runs=2, seed=2)
+    (tmp_path / "traceml.yaml").write_text(f"roots: [{json.dumps(str(fake_root))}]\n")
+
+    def listed(*args: str, env: dict[str, str] | None = None) -> int:
+        proc = run_traceml("runs", "ls", *args, "--json", cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return len(proc.stdout.splitlines())
+
+    assert listed() == 24  # the file
+    assert listed(env={"TRACEML_ROOTS": str(env_root)}) == 3  # the environment over the file
+    assert listed(str(flag_root), env={"TRACEML_ROOTS": str(env_root)}) == 2  # the flag over both
+
+
 def test_show_failed_run_has_error_callout(fake_root: Path) -> None:
     proc = run_traceml("runs", "show", "failed-run", "--root", str(fake_root))
     assert proc.returncode == 0, proc.stderr

@@ -218,6 +218,36 @@ def test_smoothing_weight_is_how_much_of_the_past_a_point_keeps(tmp_path: Path) 
     assert all(a < b for a, b in itertools.pairwise(hard[10:])) and hard[-1] < 1.0  # still catching up
 
 
+def test_unknown_runs_are_404_but_a_fault_of_the_viewer_is_a_logged_500(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug must not look like a plausible answer: a KeyError from a lookup in our own code once
+    became "404 not found", and any error while building a series a "could not be plotted" warning.
+    (The faults are injected: no real input reaches a bug the suite knows of.)"""
+    client, viewer = _client(workspace)
+    _auth(client)
+    key = _key(viewer, "baseline")
+    for path, params in (("/api/run", {"key": "/nope"}), ("/api/file", {"key": "/nope", "name": "run.json"}),
+                         ("/api/file", {"key": key, "name": "secret.txt"})):
+        response = client.get(path, params=params)
+        assert response.status_code == 404 and response.json()["error"], path
+    assert client.get("/api/runs/%2Fnope/telemetry").status_code == 404
+
+    def lookup_bug(*args: object, **kwargs: object) -> object:
+        return {}["best"]  # a KeyError raised by our own code, not "no such run"
+
+    monkeypatch.setattr(viewer.store, "details", lookup_bug)
+    with caplog.at_level("ERROR", logger="traceml.ui"):
+        response = client.get("/api/run", params={"key": key})
+    assert response.status_code == 500 and "internal error" in response.json()["error"]
+    assert any("/api/run" in r.getMessage() and r.exc_info for r in caplog.records)
+
+    monkeypatch.setattr("traceml_ai.ui.service.line_points", lookup_bug)
+    response = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"]})
+    assert response.status_code == 500 and "internal error" in response.json()["error"]
+    assert client.get("/api/runs").status_code == 200  # the viewer goes on
+
+
 def test_file_view_only_serves_the_six_files_of_known_runs(workspace: Path) -> None:
     client, viewer = _client(workspace)
     _auth(client)

@@ -156,7 +156,7 @@ def test_a_taken_port_is_one_error_line_and_exit_1(started: Any, tmp_path: Path)
         proc = subprocess.run(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(tmp_path), "--session-id", "s",
              "--port", str(port)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=240,
         )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("[TraceML] aggregator: cannot listen on 127.0.0.1:") and proc.stderr.count("\n") == 1

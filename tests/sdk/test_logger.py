@@ -30,7 +30,7 @@ def _run_script(tmp_path: Path, body: str, env: dict[str, str] | None = None) ->
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, str(script), str(tmp_path / "runs")],
-        capture_output=True, text=True, timeout=60, env=full_env,
+        capture_output=True, text=True, timeout=240, env=full_env,
     )
 
 

@@ -113,7 +113,7 @@ def test_ui_refuses_a_cache_folder_inside_any_root(tmp_path: Path) -> None:
     # The default cache of the first root (proj/.cache) lies inside the second root (proj).
     proc = subprocess.run(
         [sys.executable, "-m", "traceml_ai", "ui", str(tmp_path / "proj" / "runs"), str(tmp_path / "proj"),
-         "--no-browser"], capture_output=True, text=True, timeout=60,
+         "--no-browser"], capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 1 and "inside the runs folder" in proc.stderr
     assert not (tmp_path / "proj" / ".cache").exists()

@@ -62,12 +62,11 @@ def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path
     for line in ("training line 0", "training line 20", "training line 40"):
         assert line in screen  # the script's output, printed above the view
     assert "step time" in screen and "median rank (0)" in screen
-    for phase in ("forward", "backward", "optimizer_step"):
+    for phase in ("forward", "backward", "optimizer_step"):  # the steps were read (not "no steps yet")
         assert re.search(rf"{phase}\s*│\s*[\d.]+ ms", screen), phase
     assert "process RSS" in screen and "host CPU" in screen
     assert re.search(r"step \d+", screen)
     assert "run folder:" in screen and "exit code 0" in screen
-    assert "no steps yet" not in screen
     (run_dir,) = (tmp_path / "runs").iterdir()  # nothing else appeared in the runs root
     assert "exp#1" in run_dir.name and run_dir.is_dir()
 

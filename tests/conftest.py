@@ -11,7 +11,7 @@ import pytest
 
 
 def run_traceml(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+                timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``python -m traceml_ai ARGS`` as a user would run ``traceml ARGS``."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     full_env.pop("TRACEML_RUN_DIR", None)

@@ -38,13 +38,13 @@ class AggregatorProcess:
 
     def signal_and_wait(self, signum: int = signal.SIGTERM) -> tuple[int, str, str]:
         self.proc.send_signal(signum)
-        out, err = self.proc.communicate(timeout=60)
+        out, err = self.proc.communicate(timeout=240)
         return self.proc.returncode, out, err
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate(timeout=30)
+            self.proc.communicate(timeout=240)
 
     @property
     def db(self) -> Path:
@@ -157,7 +157,7 @@ def test_a_taken_port_is_one_error_line_and_exit_1(started: Any, tmp_path: Path)
         proc = subprocess.run(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(tmp_path), "--session-id", "s",
              "--port", str(port)],
-            capture_output=True, text=True, timeout=60, env={**os.environ, "TRACEML_JOB_SECRET": SECRET},
+            capture_output=True, text=True, timeout=240, env={**os.environ, "TRACEML_JOB_SECRET": SECRET},
         )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("[TraceML] aggregator: cannot listen on 127.0.0.1:") and proc.stderr.count("\n") == 1
@@ -171,7 +171,7 @@ def test_a_taken_port_is_one_error_line_and_exit_1(started: Any, tmp_path: Path)
 def test_bad_arguments_are_one_line(tmp_path: Path, args: list[str], code: int, message: str) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.aggregator", *argv],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == code and proc.stdout == ""
     assert proc.stderr.startswith("[TraceML] aggregator:") and message in proc.stderr
     assert proc.stderr.count("\n") == 1

@@ -97,10 +97,17 @@ def test_interleaved_frames_of_two_ranks_all_arrive_with_their_identity(agg: Agg
 
 
 def test_a_payload_of_another_session_is_rejected_and_the_connection_goes_on(agg: AggregatorThread) -> None:
+    """A rank still sending for an old session (a restarted job reusing the port): its envelopes are
+    rejected whole, also in payloads the fast projection hands to the generic one (a step of 1.5) and
+    beside an envelope of this session in the same list; nothing of them is stored."""
     client = agg.client(0)
     client.hello()
     foreign = make_envelope({**client.meta, "session_id": "old-run"}, {"step_memory": step_memory_rows(0, 4)})
     client.send_body(foreign)
+    odd = {"step_time": [{"step": 1.5}], "step_memory": step_memory_rows(100, 3)}  # the generic path
+    client.send_body(make_envelope({**client.meta, "session_id": "old-run"}, odd))
+    client.send_body([make_envelope(client.meta, {"step_memory": step_memory_rows(200, 2)}),
+                      make_envelope({**client.meta, "session_id": "old-run"}, odd)])
     client.send_raw(frames.HEADER.pack(3) + b"\xc1\xc1\xc1")          # not msgpack
     client.send_body({"control": "hello", "protocol": 1, "session_id": SESSION})  # a second hello
     client.send({"step_memory": step_memory_rows(10, 2)})
@@ -109,7 +116,7 @@ def test_a_payload_of_another_session_is_rejected_and_the_connection_goes_on(agg
     agg.stop()
     assert db_rows(agg.agg.run_dir, "SELECT step FROM step_memory_samples ORDER BY id") == [(10,), (11,)]
     rank = agg.agg.stats.ranks[0]
-    assert rank.rejected_frames == 3 and rank.rejected_batches == 2 and rank.batches == 1
+    assert rank.rejected_frames == 5 and rank.rejected_batches == 4 and rank.batches == 1
     assert rank.undelivered_batches == 0
     assert any("old-run" in r for r in agg.agg.stats.rejection_reasons)
 

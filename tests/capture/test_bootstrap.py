@@ -63,7 +63,7 @@ def capture_env(server_address: tuple[str, int] | None, **extra: str) -> dict[st
 
 
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, timeout=120)
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, timeout=240)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

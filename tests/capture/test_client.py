@@ -89,6 +89,28 @@ def test_queue_full_drops_oldest_when_aggregator_absent() -> None:
     assert client.last_error is not None and "cannot connect" in client.last_error
 
 
+def test_an_aggregator_that_comes_up_late_gets_the_newest_batches() -> None:
+    """The rank started before its aggregator listened (a slow node 0): when the queue overflowed the
+    oldest batches went, so the aggregator, once up, receives the newest ones, in order."""
+    port = free_port()
+    client = make_client(("127.0.0.1", port), max_queue=4, backoff_max_s=0.1)
+    try:
+        for i in range(10):
+            client.submit(envelope(i))
+        assert client.dropped_batches == 6 and client.pending_batches == 4
+        srv = FrameServer(port=port)
+        try:
+            assert srv.wait_for(lambda: len(srv.payloads) == 4)
+            client.close(timeout_s=5)
+            assert srv.wait_for(lambda: len(srv.finished) == 1)
+            assert [e["tables"]["process"][0]["seq"] for e in srv.envelopes] == [6, 7, 8, 9]
+            assert srv.finished[0]["sent_batches"] == 4 and srv.finished[0]["dropped_batches"] == 6
+        finally:
+            srv.stop()
+    finally:
+        client.close(timeout_s=0.1)
+
+
 def test_drop_oldest_when_server_stops_reading_and_newest_arrive_after_resume() -> None:
     srv = FrameServer(recv_buffer=4096)
     try:

@@ -116,7 +116,7 @@ def test_the_compiling_check_is_asked_once_dynamo_is_imported() -> None:
         print("ok")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 

@@ -205,8 +205,7 @@ def test_forked_child_does_not_inherit_the_session(server: FrameServer, tmp_path
     script = tmp_path / "forks.py"
     script.write_text(FORK_SCRIPT)
     proc = subprocess.run([sys.executable, str(script), server.host, str(server.port), TEST_SECRET],
-                          capture_output=True,
-                          text=True, timeout=60)
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert "child sees session: False" in proc.stdout
     assert server.wait_for(lambda: len(server.finished) >= 1)

@@ -117,9 +117,10 @@ def test_every_phase_is_measured_with_the_planted_sleeps(tracer: StepTracer) -> 
         step = phase(row, schema.STEP)
         assert dl["cpu_ms"] >= SLEEP_S * 1000 and dl["n_calls"] == 1
         assert fwd["cpu_ms"] >= SLEEP_S * 1000 and fwd["n_calls"] == 1
-        assert bwd["cpu_ms"] < fwd["cpu_ms"]  # the sleep is in forward, not in backward
         assert opt_stats["n_calls"] == 1 and opt_stats["cpu_ms"] > 0
-        # traceml:step spans the fetch of its batch and every phase inside the block.
+        # traceml:step spans the fetch of its batch and every phase inside the block, each counted once:
+        # a backward that also counted the forward's sleep would push the sum past the step. (No
+        # wall-time bound on any phase: on a loaded machine any of them may be preempted.)
         assert step["cpu_ms"] >= dl["cpu_ms"] + fwd["cpu_ms"] + bwd["cpu_ms"] + opt_stats["cpu_ms"]
         for stats in row["events"].values():
             (device,) = stats
@@ -623,6 +624,8 @@ def test_forward_and_backward_inside_an_optimizer_closure_are_not_counted_twice(
         opt_stats = phase(row, schema.OPTIMIZER_STEP)
         step = phase(row, schema.STEP)
         assert fwd["cpu_ms"] >= SLEEP_S * 1000
-        assert opt_stats["cpu_ms"] < SLEEP_S * 1000 / 2, (opt_stats, fwd)
+        # The phases add up to no more than the step: an optimizer step that also counted the closure's
+        # forward (and its sleep) would make the sum exceed the step by that forward. This holds at any
+        # machine load, unlike a wall-time bound on the optimizer step.
         parts = fwd["cpu_ms"] + phase(row, schema.BACKWARD)["cpu_ms"] + opt_stats["cpu_ms"]
-        assert parts <= step["cpu_ms"]  # the phases add up to no more than the step
+        assert parts <= step["cpu_ms"], (opt_stats, fwd, step)

@@ -54,6 +54,7 @@ def test_a_single_node_run_gets_no_envelope(tmp_path: Path) -> None:
         "job-abc", None, 2, "job")
 
 
+@pytest.mark.timeout(900)  # two real trainings, each under a 600 s limit
 def test_traceml_run_over_two_nodes_writes_the_envelope(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")

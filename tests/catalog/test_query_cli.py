@@ -24,7 +24,7 @@ def stormlog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     if exe is None:
         pytest.fail("the stormlog console script is not installed: pip install -e .")
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
 @pytest.fixture
@@ -154,12 +154,12 @@ def test_a_folder_that_cannot_be_read_says_permission_denied(tmp_path: Path) -> 
     locked.chmod(0)
     try:
         cmd = [*_without_root_powers(), sys.executable, "-m", "traceml_ai", "query", "runs", "--json", "--no-cache"]
-        alone = subprocess.run([*cmd, str(locked)], capture_output=True, text=True, timeout=120)
+        alone = subprocess.run([*cmd, str(locked)], capture_output=True, text=True, timeout=240)
         assert alone.returncode == 1, alone.stderr
         assert f"warning: {locked}: folder cannot be read: Permission denied; skipped" in alone.stderr
         assert f"error: none of the paths could be read: {locked}" in alone.stderr
         beside = subprocess.run([*cmd, str(locked / "run-a"), str(tmp_path / "root" / "open")],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=240)
         assert beside.returncode == 0, beside.stderr
         assert f"{locked / 'run-a'}: cannot be reached: permission denied on a folder on the way" in beside.stderr
         assert "no such file" not in beside.stderr

@@ -17,7 +17,7 @@ SUPPORTED = "supported names: step_time, step_memory, process, system, all"
 
 def traceml(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "traceml_ai", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+                          timeout=240, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [

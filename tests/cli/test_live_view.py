@@ -32,14 +32,17 @@ for i in range(60):
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+@pytest.mark.timeout(600)  # a real training under `traceml run`, read for up to 300 s
 def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "traceml_ai", "run", "--mode", "cli", "--interval", "0.2", "--logs-dir",
-         str(tmp_path / "runs"), str(script)],
+        # A '#' in the run name (so in the database's path) once cut the SQLite URI short: the view
+        # said "no steps yet" all run long and SQLite created an empty file in the runs root.
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "cli", "--interval", "0.2", "--name", "exp#1",
+         "--logs-dir", str(tmp_path / "runs"), str(script)],
         cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
     )
     os.close(slave)
@@ -54,16 +57,37 @@ def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path
             break
         chunks.append(data)
     os.close(master)
-    assert proc.wait(timeout=60) == 0
+    assert proc.wait(timeout=240) == 0
     screen = ANSI.sub("", b"".join(chunks).decode("utf-8", errors="replace"))
     for line in ("training line 0", "training line 20", "training line 40"):
         assert line in screen  # the script's output, printed above the view
     assert "step time" in screen and "median rank (0)" in screen
-    for phase in ("forward", "backward", "optimizer_step"):
+    for phase in ("forward", "backward", "optimizer_step"):  # the steps were read (not "no steps yet")
         assert re.search(rf"{phase}\s*│\s*[\d.]+ ms", screen), phase
     assert "process RSS" in screen and "host CPU" in screen
     assert re.search(r"step \d+", screen)
     assert "run folder:" in screen and "exit code 0" in screen
+    (run_dir,) = (tmp_path / "runs").iterdir()  # nothing else appeared in the runs root
+    assert "exp#1" in run_dir.name and run_dir.is_dir()
+
+
+@pytest.mark.parametrize("name", ["exp#1", "what?", "50% lr", "a b"])
+def test_a_run_path_with_uri_characters_is_read_and_nothing_is_created(tmp_path: Path, name: str) -> None:
+    """The view reads the database of a run whose folder name holds ``#``, ``?``, ``%`` or a space
+    (``traceml run --name "exp#1"``), and creates no file anywhere but SQLite's own ``-wal``/``-shm``
+    beside the database (which the live writer has anyway)."""
+    from tests.diagnose.telemetry_db import RunSpec, write_run
+    from traceml_ai.cli.live_view import TelemetrySnapshot
+
+    root = tmp_path / "runs"
+    db = write_run(root / f"20261201-101500_{name}_ab12", RunSpec(ranks=2, steps=12, noise=0.0))
+    before = set(tmp_path.rglob("*"))
+    snap = TelemetrySnapshot(db)
+    snap.refresh()
+    snap.close()
+    assert snap.error is None
+    assert sorted(snap.steps) == [0, 1] and all(len(steps) > 0 for steps in snap.steps.values())
+    assert set(tmp_path.rglob("*")) - before <= {Path(f"{db}-wal"), Path(f"{db}-shm")}
 
 
 def test_the_worst_rank_is_the_straggler_even_when_ddp_makes_every_iteration_equal(tmp_path: Path) -> None:

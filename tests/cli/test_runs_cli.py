@@ -30,6 +30,25 @@ def _ls_json(*args: str) -> dict[str, dict]:
     return {row["name"]: row for row in rows}
 
 
+def test_a_run_linked_from_a_sibling_folder_with_the_roots_name_as_prefix_is_not_listed(tmp_path: Path) -> None:
+    """``runs-private`` sits beside the root ``runs`` and starts with its name: a symlink into it leaves
+    the root as much as one into ``/etc`` does (and one of its files linked into a run is not read)."""
+    root, private = tmp_path / "runs", tmp_path / "runs-private"
+    for folder, name in ((root / "mine", "mine"), (private / "theirs", "their secret run")):
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps({"schema_version": 1, "name": name, "status": "completed"}))
+    (private / "params.yaml").write_text("api_key: their-secret-key\n")
+    (root / "peek").symlink_to(private / "theirs", target_is_directory=True)
+    (root / "mine" / "params.yaml").symlink_to(private / "params.yaml")
+    proc = run_traceml("runs", "ls", str(root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["name"] for line in proc.stdout.splitlines()] == ["mine"]
+    shown = run_traceml("runs", "show", "mine", "--root", str(root), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert "their-secret-key" not in shown.stdout and "api_key" not in shown.stdout
+    assert "their secret run" not in proc.stdout + shown.stdout
+
+
 def test_ls_json_shows_every_special_run_with_its_status(fake_root: Path) -> None:
     rows = _ls_json(str(fake_root))
     assert len(rows) == 24
@@ -189,6 +208,23 @@ def test_settings_file_sets_roots(fake_root: Path, tmp_path: Path) -> None:
     assert len(proc.stdout.splitlines()) == 24
 
 
+def test_the_environment_beats_the_settings_file_and_a_flag_beats_both(fake_root: Path, tmp_path: Path) -> None:
+    """DESIGN §6: flag > TRACEML_<NAME> > traceml.yaml > default, seen as which runs `runs ls` lists."""
+    env_root, flag_root = tmp_path / "env-runs", tmp_path / "flag-runs"
+    generate(env_root, runs=3, seed=1)
+    generate(flag_root, runs=2, seed=2)
+    (tmp_path / "traceml.yaml").write_text(f"roots: [{json.dumps(str(fake_root))}]\n")
+
+    def listed(*args: str, env: dict[str, str] | None = None) -> int:
+        proc = run_traceml("runs", "ls", *args, "--json", cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return len(proc.stdout.splitlines())
+
+    assert listed() == 24  # the file
+    assert listed(env={"TRACEML_ROOTS": str(env_root)}) == 3  # the environment over the file
+    assert listed(str(flag_root), env={"TRACEML_ROOTS": str(env_root)}) == 2  # the flag over both
+
+
 def test_show_failed_run_has_error_callout(fake_root: Path) -> None:
     proc = run_traceml("runs", "show", "failed-run", "--root", str(fake_root))
     assert proc.returncode == 0, proc.stderr
@@ -208,6 +244,7 @@ def test_show_unknown_run(fake_root: Path) -> None:
     assert proc.returncode == 1 and "no run 'no-such-run'" in proc.stderr
 
 
+@pytest.mark.timeout(900)  # two real demos: three trainings
 def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     proc = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "8", "--no-ui", timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -227,6 +264,7 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     assert (Path(captured.path) / "aggregator" / "telemetry.sqlite").is_file()
     assert (Path(captured.path) / "aggregator" / "final_summary.json").is_file()
     # The demo can run again over its own workspace.
-    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
+    again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui",
+                        timeout=300)
     assert again.returncode == 0, again.stderr
 

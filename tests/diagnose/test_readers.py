@@ -113,3 +113,20 @@ def test_a_reader_cannot_write(tmp_path: Path) -> None:
             assert "readonly" in str(e)
         else:
             raise AssertionError("a read-only connection created a table")
+
+
+def test_a_run_folder_named_with_uri_characters_is_read_and_nothing_is_created(tmp_path: Path) -> None:
+    """``traceml run --name "exp#1"``: the database path holds ``#`` (and may hold ``?``, ``%``, spaces);
+    both read-only openers (the diagnosis reader, the aggregator store's) read that file and create none."""
+    from tests.diagnose.telemetry_db import RunSpec, write_run
+    from traceml_ai.aggregator.store import open_readonly
+
+    for name in ("exp#1", "why?", "50%", "a b"):
+        db = write_run(tmp_path / "runs" / f"20261201-101500_{name}_ab12", RunSpec(ranks=1, steps=8, noise=0.0))
+        before = set(tmp_path.rglob("*"))
+        tel = read_telemetry(db)
+        assert tel.status == "ok" and len(tel.steps) == 8, (name, tel.status, tel.detail)
+        conn = open_readonly(db)
+        assert conn.execute("SELECT COUNT(*) FROM step_time_samples").fetchone()[0] == 8
+        conn.close()
+        assert set(tmp_path.rglob("*")) - before <= {Path(f"{db}-wal"), Path(f"{db}-shm")}, name

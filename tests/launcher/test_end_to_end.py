@@ -21,11 +21,14 @@ import pytest
 
 from traceml_ai.examples import TRAIN_DIGITS
 from traceml_ai.telemetry.schema import TABLES
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 TIMEOUT_S = 600
+# Each test trains or launches for real, some more than once: past the suite default of 300 s.
+pytestmark = pytest.mark.timeout(1200)
 
 
 def traceml(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = TIMEOUT_S,
@@ -45,7 +48,7 @@ def run_digits(tmp_path: Path, name: str, *script_args: str, nproc: int = 1, int
 
 
 def table_counts(run_dir: Path) -> dict[str, int]:
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     try:
         return {t.name: db.execute(f"SELECT COUNT(*) FROM {t.name}").fetchone()[0] for t in TABLES}
     finally:
@@ -73,7 +76,7 @@ def test_one_process_fills_every_table_but_gpu_and_is_healthy(tmp_path: Path) ->
     assert counts.pop("system_gpu_samples") == 0  # no GPU here
     assert all(n > 0 for n in counts.values()), counts
     assert counts["step_time_samples"] == 2 * 180  # 1,437 training images, batch 8: 180 steps per epoch
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     devices = {r[0] for r in db.execute("SELECT DISTINCT device FROM step_memory_samples")}
     peaks = db.execute("SELECT COUNT(*) FROM step_memory_samples WHERE peak_alloc_bytes IS NOT NULL").fetchone()[0]
     assert devices == {"cpu"} and peaks == 0  # on the CPU: device cpu, null peaks
@@ -93,7 +96,7 @@ def test_two_processes_with_gloo_report_both_ranks(tmp_path: Path) -> None:
     counts = table_counts(run_dir)
     assert counts.pop("system_gpu_samples") == 0
     assert all(n > 0 for n in counts.values()), counts
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     ranks = {r[0] for r in db.execute("SELECT DISTINCT global_rank FROM step_time_samples")}
     strategies = {r[0] for r in db.execute("SELECT training_strategy FROM runtime_environment")}
     assert ranks == {0, 1} and "DDP" in strategies
@@ -171,11 +174,11 @@ def test_serve_collects_a_script_that_calls_init(tmp_path: Path) -> None:
             "print('hello from a served script')\n"
         )
         child = subprocess.run([sys.executable, str(script)], env={**os.environ, **env}, capture_output=True,
-                               text=True, timeout=120)
+                               text=True, timeout=240)
         assert child.returncode == 0, child.stderr
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=120)
+        server.wait(timeout=240)
     assert server.returncode == 0, server.stderr.read() if server.stderr else ""
     run_dir = Path(env["TRACEML_RUN_DIR"])
     assert table_counts(run_dir)["stdout_stderr_samples"] == 1
@@ -229,7 +232,7 @@ def test_training_outlives_a_killed_aggregator_with_its_own_exit_code(tmp_path: 
     assert meta["telemetry"]["status"] == "degraded"
     assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "incomplete"
     # every committed row survived the kill -9
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     # the launcher writes the verdict the dead aggregator could not, marked as partial
     doc = summary(run_dir)
@@ -304,9 +307,9 @@ def test_an_unreachable_aggregator_leaves_training_alone_and_counts_losses(tmp_p
         port = s.getsockname()[1]
     env = {**os.environ, "TRACEML_AGGREGATOR": f"127.0.0.1:{port}", "TRACEML_SESSION_ID": "x",
            "TRACEML_INTERVAL": "0.1"}
-    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.capture.bootstrap", str(script)], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == plain.returncode == 0
     assert proc.stdout == plain.stdout == "trained\n"
     assert re.search(r"\[TraceML\] \d+ of \d+ telemetry batches were not delivered", proc.stderr), proc.stderr
@@ -324,7 +327,7 @@ def test_ctrl_c_stops_the_training_and_marks_the_run_killed(tmp_path: Path) -> N
     assert launcher.stdout is not None
     assert launcher.stdout.readline().strip() == "started"
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl+C in a terminal does
-    launcher.communicate(timeout=120)
+    launcher.communicate(timeout=240)
     assert launcher.returncode == 130
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert read_json(run_dir / "run.json")["status"] == "killed"
@@ -356,7 +359,7 @@ def test_two_nodes_report_to_the_aggregator_on_node_0(tmp_path: Path) -> None:
     assert node1.returncode == 0, err1[-3000:]
     assert not (tmp_path / "node1").exists()
     (run_dir,) = (tmp_path / "node0").iterdir()
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     ranks = dict(db.execute("SELECT global_rank, node_rank FROM step_time_samples GROUP BY global_rank"))
     assert ranks == {0: 0, 1: 1}
     assert read_json(run_dir / "aggregator" / "manifest.json")["world_size"] == 2
@@ -379,8 +382,8 @@ def test_a_killed_launcher_leaves_no_aggregator_behind(tmp_path: Path) -> None:
                    if "traceml_ai.aggregator" in " ".join(p.cmdline())]
     assert len(aggregators) == 1
     launcher.kill()
-    launcher.wait(timeout=30)
-    aggregators[0].wait(timeout=60)  # raises psutil.TimeoutExpired if it lingers
+    launcher.wait(timeout=240)
+    aggregators[0].wait(timeout=240)  # raises psutil.TimeoutExpired if it lingers
     (run_dir,) = (tmp_path / "runs").iterdir()
     deadline = time.monotonic() + 30
     while not (run_dir / "aggregator" / "final_summary.json").exists() and time.monotonic() < deadline:

@@ -21,12 +21,17 @@ import pytest
 from traceml_ai.aggregator.export.records import RECORD_TYPES
 from traceml_ai.launcher.launch import LaunchResult, LaunchUsageError
 from traceml_ai.launcher.ray import TraceMLRayConfig, TraceMLRayRun
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 # On the tests that start a Ray cluster; the settings tests run without Ray.
 requires_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None or importlib.util.find_spec("torch") is None,
     reason="ray[train] and torch are not installed (pip install 'traceml-ai[ray]')",
 )
+
+# The module fixtures start a Ray cluster and run a real TorchTrainer job inside the first test that
+# needs them: past the suite default of 300 s on a busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 STEPS_PER_RANK = 6
 BATCH = 8
@@ -115,7 +120,7 @@ def job(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Job:
 
 
 def query(run_dir: Path, sql: str) -> list[tuple[Any, ...]]:
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     try:
         return db.execute(sql).fetchall()
     finally:

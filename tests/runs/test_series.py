@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traceml_ai.runs.series import bucket_width, downsample_indices, ema, relative_time
+from traceml_ai.runs.series import bucket_width, downsample_indices, ema
 
 
 def test_short_series_is_kept_whole() -> None:
@@ -64,10 +64,3 @@ def test_ema_smooths_a_step() -> None:
     y = np.array([0.0] * 5 + [10.0] * 5)
     out = ema(y, 0.5)
     assert out[4] == pytest.approx(0.0) and 0 < out[5] < 10 and out[9] > out[5]
-
-
-def test_relative_time_starts_at_zero() -> None:
-    t = np.array([np.nan, 100.0, 103.5])
-    assert np.isnan(relative_time(t)[0])
-    assert relative_time(t).tolist()[1:] == [0.0, 3.5]
-    assert relative_time(t, start=90.0).tolist()[1:] == [10.0, 13.5]

@@ -295,7 +295,10 @@ def test_a_running_run_turns_stale_as_its_heartbeat_ages(tmp_path: Path) -> None
     store.poll()
     clock.t += STALE_AFTER - 1
     assert store.poll().changed == []
-    clock.t += 2
+    clock.t += 1  # exactly stale_after_seconds old: not yet stale (003 seed: now - heartbeat_at > it)
+    assert store.poll().changed == []
+    assert store.get(os.path.realpath(live)).display_status == "running"  # type: ignore[union-attr]
+    clock.t += 0.5
     result = store.poll()
     assert result.changed == [os.path.realpath(live)]
     assert store.get(os.path.realpath(live)).display_status == "stale"  # type: ignore[union-attr]

@@ -18,7 +18,6 @@ from traceml_ai.runs.table import (
     available_columns,
     cell,
     column_is_numeric,
-    csv_file_name,
     default_columns,
     differing_config_keys,
     group_runs,
@@ -333,10 +332,6 @@ def test_csv_rows_follow_the_given_order() -> None:
     runs = [make_run("b"), make_run("a")]
     rows = list(csv.reader(io.StringIO(to_csv(runs, ["name"]))))
     assert [r[1] for r in rows[1:]] == ["b", "a"]
-
-
-def test_csv_file_name_is_utc() -> None:
-    assert csv_file_name(1790763630.5) == "table-20260930-102030.csv"
 
 
 def test_row_json_is_json_safe() -> None:

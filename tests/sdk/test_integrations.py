@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from traceml_ai.telemetry.sqlite import read_only_uri
+
+# Each test trains with Lightning or transformers under the real `traceml run` (up to 300 s each).
+pytestmark = pytest.mark.timeout(600)
+
 LIGHTNING_SCRIPT = '''
 import torch, lightning
 from torch.utils.data import DataLoader, TensorDataset
@@ -81,7 +86,7 @@ def _run(tmp_path: Path, script_text: str, *args: str) -> Path:
 
 
 def _phases(run_dir: Path) -> tuple[int, set[str]]:
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     rows = db.execute("SELECT step, events_json FROM step_time_samples").fetchall()
     names = {name for _, events in rows for name in json.loads(events)}
     return len(rows), names

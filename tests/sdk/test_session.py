@@ -105,7 +105,7 @@ def test_under_the_bootstrap_init_returns_the_running_session(server: FrameServe
     env.update(TRACEML_SESSION_ID="sess-test", TRACEML_JOB_SECRET=TEST_SECRET,
                TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}")
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.capture.bootstrap", "job.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0 and proc.stdout == "True\n" and proc.stderr == ""
     assert server.wait_for(lambda: len(server.finished) == 1)
     assert len(server.hellos) == 1

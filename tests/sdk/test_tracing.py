@@ -38,7 +38,7 @@ def test_without_a_session_nothing_is_patched_timed_or_imported() -> None:
         print("ok")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 

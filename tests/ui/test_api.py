@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -151,6 +153,101 @@ def test_series_downsampled_with_gaps_and_a_30_run_limit(workspace: Path) -> Non
     assert client.post("/api/series", json={"keys": [key], "metrics": [], "x": "nope"}).status_code == 400
 
 
+def test_a_live_runs_newest_spike_and_dip_survive_downsampling(tmp_path: Path) -> None:
+    """A running run logs its newest steps into the last, partial min/max bucket; the chart must show
+    a spike (and a dip) there as soon as they are logged, not only once the bucket fills up."""
+    from traceml_ai.sdk.logger import Run
+
+    root = tmp_path / "traceml" / "runs"
+    run = Run(root, name="live", heartbeat_s=3600)
+    for step in range(96):
+        run.log(step, {"train/loss": 1.0})
+    viewer = Viewer(RunStore([root]), None, refresh_interval_seconds=0.2, max_points_per_series=11)
+    viewer.poll()
+    client = _auth(TestClient(create_app(viewer, TOKEN, lambda: {HOST}), base_url=f"http://{HOST}"))
+    key = _key(viewer, "live")
+
+    def shown() -> dict[str, Any]:
+        body = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"], "x": "step"}).json()
+        (series,) = body["series"]
+        return dict(series)
+
+    first = shown()
+    assert first["downsampled"] and first["raw_points"] == 96 and len(first["x"]) <= 11
+    # 20 more steps: 11 points allow 3 buckets, now 64 steps wide, so steps 64..115 are a partial bucket
+    for step in range(96, 116):
+        run.log(step, {"train/loss": 50.0 if step == 101 else -20.0 if step == 108 else 1.0})
+    viewer.poll()
+    series = shown()
+    assert series["raw_points"] == 116 and len(series["x"]) <= 11
+    points = dict(zip(series["x"], series["y"], strict=True))
+    assert points[101] == 50.0 and points[108] == -20.0  # the spike and the dip, at their steps
+    assert points[115] == 1.0  # and the newest point
+    run.finish()
+
+
+def test_smoothing_weight_is_how_much_of_the_past_a_point_keeps(tmp_path: Path) -> None:
+    """The chart's EMA slider at 0.9 smooths hard: after the loss jumps from 0 to 1 the smoothed line
+    rises slowly (TensorBoard's debiased EMA), at 0.1 it follows the jump almost at once."""
+    from traceml_ai.sdk.logger import Run
+
+    root = tmp_path / "traceml" / "runs"
+    run = Run(root, name="jump", heartbeat_s=3600)
+    for step in range(20):
+        run.log(step, {"train/loss": 0.0 if step < 10 else 1.0})
+    run.finish()
+    viewer = Viewer(RunStore([root]), None, refresh_interval_seconds=0.2)
+    viewer.poll()
+    client = _auth(TestClient(create_app(viewer, TOKEN, lambda: {HOST}), base_url=f"http://{HOST}"))
+    key = _key(viewer, "jump")
+
+    def smoothed(weight: float) -> list[float]:
+        body = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"], "x": "step",
+                                                 "ema": weight}).json()
+        return list(body["series"][0]["smoothed"])
+
+    def expected(weight: float, k: int) -> float:  # the debiased EMA written out, over steps 0..k
+        num = sum((1 - weight) * weight ** (k - i) * (0.0 if i < 10 else 1.0) for i in range(k + 1))
+        return num / (1 - weight ** (k + 1))
+
+    hard, light = smoothed(0.9), smoothed(0.1)
+    assert hard[:10] == [0.0] * 10 and light[:10] == [0.0] * 10
+    assert hard[10] == pytest.approx(expected(0.9, 10)) and hard[10] < 0.2  # barely moved at the jump
+    assert light[10] == pytest.approx(expected(0.1, 10)) and light[10] > 0.85  # nearly followed it
+    assert hard == pytest.approx([expected(0.9, k) for k in range(20)])
+    assert all(a < b for a, b in itertools.pairwise(hard[10:])) and hard[-1] < 1.0  # still catching up
+
+
+def test_unknown_runs_are_404_but_a_fault_of_the_viewer_is_a_logged_500(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug must not look like a plausible answer: a KeyError from a lookup in our own code once
+    became "404 not found", and any error while building a series a "could not be plotted" warning.
+    (The faults are injected: no real input reaches a bug the suite knows of.)"""
+    client, viewer = _client(workspace)
+    _auth(client)
+    key = _key(viewer, "baseline")
+    for path, params in (("/api/run", {"key": "/nope"}), ("/api/file", {"key": "/nope", "name": "run.json"}),
+                         ("/api/file", {"key": key, "name": "secret.txt"})):
+        response = client.get(path, params=params)
+        assert response.status_code == 404 and response.json()["error"], path
+    assert client.get("/api/runs/%2Fnope/telemetry").status_code == 404
+
+    def lookup_bug(*args: object, **kwargs: object) -> object:
+        return {}["best"]  # a KeyError raised by our own code, not "no such run"
+
+    monkeypatch.setattr(viewer.store, "details", lookup_bug)
+    with caplog.at_level("ERROR", logger="traceml.ui"):
+        response = client.get("/api/run", params={"key": key})
+    assert response.status_code == 500 and "internal error" in response.json()["error"]
+    assert any("/api/run" in r.getMessage() and r.exc_info for r in caplog.records)
+
+    monkeypatch.setattr("traceml_ai.ui.service.line_points", lookup_bug)
+    response = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"]})
+    assert response.status_code == 500 and "internal error" in response.json()["error"]
+    assert client.get("/api/runs").status_code == 200  # the viewer goes on
+
+
 def test_file_view_only_serves_the_six_files_of_known_runs(workspace: Path) -> None:
     client, viewer = _client(workspace)
     _auth(client)
@@ -170,6 +267,14 @@ def test_file_view_only_serves_the_six_files_of_known_runs(workspace: Path) -> N
     (link_run / "config.json").unlink()
     os.symlink(secret, link_run / "config.json")
     assert client.get("/api/file", params={"key": key, "name": "config.json"}).status_code == 404
+    # So is one into a sibling folder whose name starts with the root's ("runs-private" beside "runs").
+    private = workspace / "traceml" / "runs-private"
+    private.mkdir()
+    (private / "params.yaml").write_text("top secret: 1\n")
+    (link_run / "params.yaml").unlink()
+    os.symlink(private / "params.yaml", link_run / "params.yaml")
+    response = client.get("/api/file", params={"key": key, "name": "params.yaml"})
+    assert response.status_code == 404 and "top secret" not in response.text
 
 
 def test_values_from_run_files_come_back_as_data_not_markup(workspace: Path) -> None:

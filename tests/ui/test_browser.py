@@ -128,7 +128,7 @@ def serve(root: Path, **env: str) -> Iterator[Viewer]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=240)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -889,6 +889,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.timeout(600)  # the module fixture runs a real 2-rank training first
 def test_the_inspector_shows_the_telemetry_of_a_captured_run(browser: Browser, captured: Path) -> None:
     run_dir = next(captured.iterdir())
     final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())

@@ -22,6 +22,7 @@ from traceml_ai.diagnose import write_final_summary
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.store import RunStore
 from traceml_ai.telemetry import schema
+from traceml_ai.telemetry.sqlite import read_only_uri
 from traceml_ai.ui.app import create_app
 from traceml_ai.ui.service import Viewer
 from traceml_ai.ui.telemetry import LOG_TAIL_LINES, MAX_POINTS, TelemetryViews
@@ -104,7 +105,7 @@ def test_a_captured_run_answers_phases_ranks_memory_system_diagnoses_and_logs(ro
     assert names[0] == "iteration" and {"traceml:forward", "traceml:backward", "other"} <= set(names)
     assert steps["x"] == list(range(80)) and steps["warmup_steps"] == 5 and steps["ranks"] == 2
     # The job's forward time of a step is its slowest rank's, read here straight from events_json.
-    db = sqlite3.connect(f"file:{_run_dir(root, 'baseline') / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(_run_dir(root, 'baseline') / 'aggregator' / 'telemetry.sqlite'), uri=True)
     rows = db.execute("SELECT events_json FROM step_time_samples WHERE step = 40").fetchall()
     db.close()
     expected = max(json.loads(r[0])[schema.FORWARD]["cuda:0"]["gpu_ms"] for r in rows)

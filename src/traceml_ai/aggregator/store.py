@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeAlias
-from urllib.parse import quote
 
 from traceml_ai.aggregator.stats import keep_message
 from traceml_ai.telemetry import schema
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 DB_NAME = "telemetry.sqlite"
 
@@ -135,8 +135,7 @@ def open_readonly(path: str | Path, *, timeout_s: float = 5.0) -> sqlite3.Connec
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no telemetry database at {file}")
-    uri = f"file:{quote(str(file.resolve()))}?mode=ro"
-    return sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+    return sqlite3.connect(read_only_uri(file.resolve()), uri=True, timeout=timeout_s, check_same_thread=False)
 
 
 @dataclass

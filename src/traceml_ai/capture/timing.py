@@ -84,15 +84,13 @@ class EventPool:
         self._free.append(event)
 
 
-PhaseEntry = list  # [n_calls: int, cpu_ns: int, pairs: list[(start, end)] | None]
-"""One phase's calls within one step, as a 3-item list (the training thread's hot path makes one
-per phase per step, and a list costs less than an object): ``n_calls``, the summed CPU ns, and the
-GPU event pairs (None until a call brings one). ``gpu_ms`` is measured only when every call brought
-a pair, that is ``len(pairs) == n_calls`` (000 seed, StepTimeRecord)."""
-
-
 def add_call(phases: dict[str, list[Any]], name: str, cpu_ns: int, pair: tuple[Any, Any] | None) -> None:
-    """Adds one call of phase ``name`` to ``phases`` (see :data:`PhaseEntry`)."""
+    """Adds one call of phase ``name`` to ``phases``.
+
+    A phase's calls within one step are a 3-item list (the training thread's hot path makes one per
+    phase per step, and a list costs less than an object): ``[n_calls, cpu_ns, pairs]``, the GPU event
+    pairs being None until a call brings one. ``gpu_ms`` is measured only when every call brought a
+    pair, that is ``len(pairs) == n_calls`` (000 seed, StepTimeRecord)."""
     entry = phases.get(name)
     if entry is None:
         phases[name] = [1, cpu_ns, None if pair is None else [pair]]
@@ -150,7 +148,7 @@ class Step:
         self.pool = pool
         self.info = info
         self.thread = thread_id()
-        self.phases: dict[str, list[Any]] = {}  # name -> PhaseEntry
+        self.phases: dict[str, list[Any]] = {}  # name -> [n_calls, cpu_ns, pairs] (add_call)
 
     # -- training thread, while open ---------------------------------------------------------------
 
@@ -264,7 +262,7 @@ class PreStep:
     def __init__(self) -> None:
         self.generation = 0
         self.fetch: tuple[int, int, Any, EventPool | None] | None = None
-        self.regions: dict[str, list[Any]] = {}  # name -> PhaseEntry
+        self.regions: dict[str, list[Any]] = {}  # name -> [n_calls, cpu_ns, pairs] (add_call)
         self.open_regions: set[str] = set()
 
 

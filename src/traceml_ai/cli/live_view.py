@@ -34,6 +34,7 @@ from traceml_ai.cli.common import fmt_duration, printable
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, iteration_ms
 from traceml_ai.launcher.launch import Tick
 from traceml_ai.telemetry.schema import BACKWARD, BUILTIN_PHASES, PHASE_PREFIX, STEP
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 RECENT_STEPS = 50
 """Steps per rank the breakdown is computed over."""
@@ -81,7 +82,7 @@ class TelemetrySnapshot:
         if self._conn is None:
             if not self.db_path.exists():
                 return None
-            self._conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=0.2)
+            self._conn = sqlite3.connect(read_only_uri(self.db_path), uri=True, timeout=0.2)
         return self._conn
 
     def refresh(self) -> None:

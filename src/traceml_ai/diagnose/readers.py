@@ -30,6 +30,7 @@ import orjson
 
 from traceml_ai.diagnose import thresholds as th
 from traceml_ai.telemetry import schema
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 # "degraded": readable, but the aggregator died before the run ended, so the rows stop early
 # (set by write_final_summary(degraded=...), never by the reader).
@@ -203,11 +204,6 @@ def event_ms(by_device: Any) -> float | None:
     return best
 
 
-def _uri(path: Path, immutable: bool) -> str:
-    # as_uri() percent-encodes spaces, '?' and '#', which would otherwise end the file name.
-    return path.resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
-
-
 @contextmanager
 def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
     """A read-only connection to a telemetry database that never creates files beside it.
@@ -220,7 +216,7 @@ def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connectio
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     immutable = not Path(str(path) + "-wal").exists()
-    with closing(sqlite3.connect(_uri(path, immutable), uri=True, timeout=5.0)) as conn:
+    with closing(sqlite3.connect(read_only_uri(path.resolve(), immutable=immutable), uri=True, timeout=5.0)) as conn:
         yield conn
 
 

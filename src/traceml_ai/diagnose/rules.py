@@ -294,8 +294,11 @@ def local_work(tl: RankTimeline) -> FloatArray:
 def straggler(ctx: Context) -> RuleResult:
     """Straggler: one rank's median iteration (or its work outside backward, see :func:`local_work`)
     exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time, and
-    by more than the other ranks' own step-to-step spread (interquartile range): a gap the ranks'
-    noise covers, such as ranks jostling for the cores of a busy host, is no evidence."""
+    by more than the step-to-step spread (interquartile range) of the iteration, the larger of the
+    suspect rank's own and the other ranks' median (and, for the work outside backward, of that work's
+    spread too): a gap the steps' noise covers, such as ranks jostling for the cores of a busy host,
+    is no evidence. Both measures face the iteration's spread, because the skew is a share of the
+    iteration either way and the work outside backward is less noisy than the whole step."""
     rule = "straggler"
     usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
     if len(ctx.table.ranks) < 2:
@@ -311,13 +314,19 @@ def straggler(ctx: Context) -> RuleResult:
     candidates: list[tuple[float, int | None, str, float, float]] = []
     worst = max(it_med, key=lambda r: it_med[r])
     others = float(np.median([v for r, v in it_med.items() if r != worst]))
-    noise = float(np.median([v for r, v in it_iqr.items() if r != worst]))
-    if others > 0 and it_med[worst] - others > noise:
+
+    def step_noise(rank: int | None) -> float:
+        # The spread a gap must clear: the suspect's own (a rank starved of CPU jitters too) or the
+        # other ranks' median, whichever is larger.
+        return max(it_iqr[rank], float(np.median([v for r, v in it_iqr.items() if r != rank])))
+
+    if others > 0 and it_med[worst] - others > step_noise(worst):
         candidates.append(((it_med[worst] - others) / others, worst, "total", it_med[worst], others))
     if len(local_med) >= 2:
         lworst = max(local_med, key=lambda r: local_med[r])
         lothers = float(np.median([v for r, v in local_med.items() if r != lworst]))
-        lnoise = float(np.median([v for r, v in local_iqr.items() if r != lworst]))
+        lnoise = max(local_iqr[lworst], float(np.median([v for r, v in local_iqr.items() if r != lworst])),
+                     step_noise(lworst))
         base = float(np.median([v for r, v in it_med.items() if r != lworst]))
         if base > 0 and local_med[lworst] - lothers > lnoise:
             candidates.append(((local_med[lworst] - lothers) / base, lworst, "local", local_med[lworst], lothers))

@@ -8,7 +8,6 @@ parse and shows the message as a warning on that run. Parsing never executes any
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -553,8 +552,3 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
         shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
         warnings.append(f"{file}: {len(skipped)} non-numeric metric value(s) ignored ({shown})")
     return out, warnings
-
-
-def is_finite(v: float | None) -> bool:
-    """True for a real, finite number."""
-    return v is not None and math.isfinite(v)

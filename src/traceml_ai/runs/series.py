@@ -1,5 +1,5 @@
 """Series math for plots (003 seed, "Architecture decisions": min/max-preserving downsampling;
-DESIGN §4): downsampling, debiased EMA, relative wall time. Pure numpy functions.
+DESIGN §4): min/max downsampling and the debiased EMA. Pure numpy functions.
 """
 
 from __future__ import annotations
@@ -94,11 +94,3 @@ def ema(y: FloatArray, weight: float) -> FloatArray:
         else:
             out.append(nan)
     return np.array(out, dtype=np.float64)
-
-
-def relative_time(t: FloatArray, start: float | None = None) -> FloatArray:
-    """Wall time in seconds since ``start`` (default: the first finite time of the series)."""
-    if start is None:
-        finite = t[np.isfinite(t)]
-        start = float(finite[0]) if finite.size else 0.0
-    return t - start

@@ -77,6 +77,13 @@ _PARSERS: dict[str, Callable[[bytes, str], tuple[Any, list[str]]]] = {
     CONFIG_JSON: load_json,
 }
 _TABLE_FILES = (RUN_JSON, PARAMS_YAML, METRICS_JSON)
+
+
+class NotFoundError(KeyError):
+    """No such run (or viewable file of a run): what the user asked for is not there (the viewer
+    answers HTTP 404, the CLI one line). A ``KeyError``, so callers that catch that keep working;
+    a bare ``KeyError`` from a lookup in our own code is a bug, not this."""
+
 _CLOCK_SKEW_S = 300.0
 _NO_WARNINGS: tuple[str, ...] = ()
 _FINISHED = frozenset(("completed", "failed", "killed"))
@@ -225,7 +232,7 @@ class RunStore:
         """Find a run by folder path, id, unique id prefix, or unique name.
 
         Raises:
-            KeyError: no run matches, or several do (the message lists them).
+            NotFoundError: no run matches, or several do (the message lists them).
         """
         with self._lock:
             real = os.path.realpath(ref)
@@ -244,18 +251,18 @@ class RunStore:
                     return hits[0]
                 if len(hits) > 1:
                     shown = ", ".join(r.id for r in hits[:5])
-                    raise KeyError(f"{ref!r} matches {len(hits)} runs ({shown}); give the full id")
-            raise KeyError(f"no run {ref!r} under {', '.join(self.roots)}")
+                    raise NotFoundError(f"{ref!r} matches {len(hits)} runs ({shown}); give the full id")
+            raise NotFoundError(f"no run {ref!r} under {', '.join(self.roots)}")
 
     def history(self, key: str) -> MetricsTail:
         """The run's metrics.jsonl reader, loaded on first request and advanced by the appended
         bytes on each later call. Its warnings are added to the run's summary.
 
         Raises:
-            KeyError: unknown run.
+            NotFoundError: unknown run.
         """
         with self._lock:
-            state = self._runs[key]
+            state = self._known(key)
             path = os.path.join(state.loc.path, METRICS_JSONL)
             _st, reason = stat_confined(path, state.loc.root)
             if state.tail is None:
@@ -276,10 +283,10 @@ class RunStore:
         version last read, or nothing).
 
         Raises:
-            KeyError: unknown run.
+            NotFoundError: unknown run.
         """
         with self._lock:
-            state = self._runs[key]
+            state = self._known(key)
             if self._update_file(state, CONFIG_JSON):
                 self._build_summary(state)
             sizes: dict[str, int | None] = {}
@@ -289,6 +296,12 @@ class RunStore:
             assert state.summary is not None
             summary = dataclasses.replace(state.summary, run_json=self._run_json(state))
             return RunDetails(summary, state.files[CONFIG_JSON].value, sizes)
+
+    def _known(self, key: str) -> _RunState:
+        state = self._runs.get(key)
+        if state is None:
+            raise NotFoundError(f"no run {key!r}")
+        return state
 
     @staticmethod
     def _run_json(state: _RunState) -> dict[str, Any]:
@@ -316,23 +329,21 @@ class RunStore:
         file's size (003 seed, security: "a known run plus one of six fixed file names").
 
         Raises:
-            KeyError: unknown run, a name outside :data:`VIEWABLE_FILES` (such as ``../../secret``),
+            NotFoundError: unknown run, a name outside :data:`VIEWABLE_FILES` (such as ``../../secret``),
                 or a file that is absent or refused (a symlink leaving the root).
         """
         if name not in VIEWABLE_FILES:
-            raise KeyError(f"{name!r} is not one of the viewable files ({', '.join(VIEWABLE_FILES)})")
+            raise NotFoundError(f"{name!r} is not one of the viewable files ({', '.join(VIEWABLE_FILES)})")
         with self._lock:
-            state = self._runs.get(key)
-            if state is None:
-                raise KeyError(f"no run {key!r}")
+            state = self._known(key)
             st, reason = self._stat_viewable(state, name)
             if st is None:
-                raise KeyError(f"{name} of {state.loc.id}: {reason or 'not found'}")
+                raise NotFoundError(f"{name} of {state.loc.id}: {reason or 'not found'}")
             try:
                 with open_regular(os.path.realpath(os.path.join(state.loc.path, name))) as f:
                     return f.read(max_bytes), st.st_size
             except NotRegularFile as err:
-                raise KeyError(f"{name} of {state.loc.id}: {err.strerror}") from None
+                raise NotFoundError(f"{name} of {state.loc.id}: {err.strerror}") from None
 
     @staticmethod
     def _stat_viewable(state: _RunState, name: str) -> tuple[os.stat_result | None, str | None]:

@@ -21,7 +21,6 @@ import csv
 import difflib
 import io
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -587,12 +586,6 @@ def to_csv(
              for column in header]
         )
     return buffer.getvalue()
-
-
-def csv_file_name(t: float) -> str:
-    """The name of a table export written at ``t`` (seconds since the Unix epoch):
-    ``table-YYYYMMDD-HHMMSS.csv`` in UTC (003 seed, "Exporting the table for an agent")."""
-    return time.strftime("table-%Y%m%d-%H%M%S.csv", time.gmtime(t))
 
 
 def row_json(run: RunSummary, columns: Sequence[str]) -> dict[str, Any]:

@@ -104,11 +104,6 @@ class FrameReader:
     def feed(self, chunk: bytes) -> None:
         self._buf += chunk
 
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes received that do not yet form a whole frame."""
-        return len(self._buf)
-
     def bodies(self) -> Iterator[Any]:
         while len(self._buf) >= HEADER.size:
             (length,) = HEADER.unpack_from(self._buf)

@@ -37,9 +37,6 @@ OPTIMIZER_STEP = "traceml:optimizer_step"
 STEP = "traceml:step"
 BUILTIN_PHASES: tuple[str, ...] = (DATALOADER_NEXT, H2D, FORWARD, BACKWARD, OPTIMIZER_STEP, STEP)
 
-# Keys of one events[name][device] entry (000 seed, StepTimeRecord).
-EVENT_STAT_KEYS: tuple[str, ...] = ("is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls")
-
 # -- identity fields of envelope "meta" ---------------------------------------------------------------
 
 META_FIELDS: tuple[str, ...] = (

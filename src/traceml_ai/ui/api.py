@@ -7,6 +7,7 @@ the event loop that streams events to the page.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
@@ -22,6 +24,7 @@ from traceml_ai.ui.service import MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
+log = logging.getLogger("traceml.ui")
 PING_EVERY_S = 15.0
 
 
@@ -74,10 +77,14 @@ def routes(viewer: Viewer) -> list[Route]:
                 return _error(400, str(err))
             except ColumnError as err:  # an unknown column in a table export or query: the caller's mistake
                 return _error(400, str(err))
-            except KeyError as err:
+            except NotFoundError as err:  # our own "no such run/file"; a bare KeyError is a bug: 500
                 return _error(404, str(err.args[0]) if err.args else "not found")
             except AttachmentRefused as err:
                 return _error(403, str(err))
+            except Exception:
+                log.exception("[TraceML] %s %s failed", request.method, request.url.path)
+                return _error(500, f"internal error in the TraceML viewer while answering {request.url.path} "
+                                   "(its traceback is in the server's log)")
 
         return handler
 
@@ -137,7 +144,7 @@ def routes(viewer: Viewer) -> list[Route]:
         key = request.path_params["key"]
         run = viewer.store.get(key)
         if run is None:
-            raise KeyError(f"no run {key!r}")
+            raise NotFoundError(f"no run {key!r}")
         payload = await asyncio.to_thread(telemetry.payload, run)
         return JSONResponse(payload, headers={"cache-control": "no-store"})
 
@@ -150,7 +157,7 @@ def routes(viewer: Viewer) -> list[Route]:
         # The key is a known run's key; the answer names local files by token, never by path.
         key = request.path_params["key"]
         if viewer.store.get(key) is None:
-            raise KeyError(f"no run {key!r}")
+            raise NotFoundError(f"no run {key!r}")
         payload = await asyncio.to_thread(viewer.catalog.attachments_payload, key)  # stats each local file
         return JSONResponse(payload, headers={"cache-control": "no-store"})
 

@@ -31,6 +31,7 @@ from traceml_ai.catalog import open as open_catalog
 from traceml_ai.runs.discovery import inside, resolve_roots
 from traceml_ai.runs.filters import ColumnFilter, FilterError, parse_filter
 from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import NONE_GROUP_LABEL, Group, SortKey, sort_runs
 
 log = logging.getLogger("traceml.ui")
@@ -211,13 +212,13 @@ class CatalogView:
         line when it is binary. A folder: its entries, one level, not their content.
 
         Raises:
-            KeyError: no attachment has this token, or it does not exist (HTTP 404).
+            NotFoundError: no attachment has this token, or it does not exist (HTTP 404).
             AttachmentRefused: its real path (symlinks resolved) lies outside every root (HTTP 403).
         """
         snap = self._snap
         local = snap.tokens.get(token)
         if local is None:
-            raise KeyError(f"no attachment {token!r} (the catalog may have changed: refresh the page)")
+            raise NotFoundError(f"no attachment {token!r} (the catalog may have changed: refresh the page)")
         real = os.path.realpath(local.path)
         if not any(inside(real, root) for root in snap.roots):
             # name where it really is: for a link inside a root, its own path says nothing
@@ -229,16 +230,16 @@ class CatalogView:
         try:
             st = os.stat(real)
         except OSError:
-            raise KeyError(f"attachment {local.attachment_id!r}: {local.path} does not exist") from None
+            raise NotFoundError(f"attachment {local.attachment_id!r}: {local.path} does not exist") from None
         if stat.S_ISDIR(st.st_mode):
             return _listing(real, local.attachment_id)
         if not stat.S_ISREG(st.st_mode):
-            raise KeyError(f"attachment {local.attachment_id!r}: {local.path} is not a regular file")
+            raise NotFoundError(f"attachment {local.attachment_id!r}: {local.path} is not a regular file")
         # O_NOFOLLOW: the checked real path is what is opened, not a link put there since.
         try:
             fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError as err:
-            raise KeyError(f"attachment {local.attachment_id!r}: cannot be read ({err.strerror})") from None
+            raise NotFoundError(f"attachment {local.attachment_id!r}: cannot be read ({err.strerror})") from None
         with os.fdopen(fd, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(max_bytes)
@@ -431,7 +432,7 @@ def _listing(folder: str, attachment_id: str) -> str:
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as err:
-        raise KeyError(f"attachment {attachment_id!r}: cannot be listed ({err.strerror})") from None
+        raise NotFoundError(f"attachment {attachment_id!r}: cannot be listed ({err.strerror})") from None
     lines = [f"[TraceML: folder {os.path.basename(folder)}/, {len(entries):,} entries; listed, not opened]"]
     for e in entries[:MAX_LISTED_ENTRIES]:
         try:

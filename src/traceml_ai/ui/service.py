@@ -22,7 +22,7 @@ from traceml_ai.runs.analysis import first_time, line_points
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import VIEWABLE_FILES
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
-from traceml_ai.runs.store import PollResult, RunStore
+from traceml_ai.runs.store import NotFoundError, PollResult, RunStore
 from traceml_ai.runs.table import (
     ColumnError,
     ColumnFacts,
@@ -380,11 +380,11 @@ class Viewer:
                 continue
             try:
                 tail = self.store.history(key)
-                points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
-            except Exception as err:
-                log.warning("[TraceML] series of %s: %s", key, err)
-                warnings[key] = [f"metrics.jsonl: could not be plotted ({type(err).__name__}: {err})"]
-                continue
+            except NotFoundError:
+                continue  # removed since the check above: like an unknown key
+            # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
+            # "could not be plotted" (the tail reader already turns bad files into warnings).
+            points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
             if tail.warnings:
                 warnings[key] = tail.warnings
             out.extend(points)
@@ -413,9 +413,9 @@ class Viewer:
         return item
 
     def details_payload(self, key: str) -> dict[str, Any]:
-        """``GET /api/run``: the inspector's data. Raises KeyError for an unknown run."""
+        """``GET /api/run``: the inspector's data. Raises NotFoundError for an unknown run."""
         if self.store.get(key) is None:
-            raise KeyError(f"no run {key!r}")
+            raise NotFoundError(f"no run {key!r}")
         self.store.history(key)  # so history warnings (corrupt lines) are part of the summary
         details = self.store.details(key)
         error = details.summary.error
@@ -428,10 +428,10 @@ class Viewer:
         }
 
     def file_text(self, key: str, name: str) -> str:
-        """``GET /api/file``: one of the six viewable files as text (at most 2 MB). KeyError when
+        """``GET /api/file``: one of the six viewable files as text (at most 2 MB). NotFoundError when
         the run or the name is not known."""
         if name not in VIEWABLE_FILES:
-            raise KeyError(f"{name!r} is not a viewable file")
+            raise NotFoundError(f"{name!r} is not a viewable file")
         data, size = self.store.read_file(key, name, MAX_FILE_BYTES)
         text = data.decode("utf-8", errors="replace")
         if size > len(data):

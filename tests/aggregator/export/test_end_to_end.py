@@ -17,11 +17,14 @@ import pytest
 from traceml_ai.aggregator.export.records import RECORD_STREAMS, RECORD_TYPE_BY_STREAM
 from traceml_ai.examples import TRAIN_DIGITS
 from traceml_ai.telemetry import schema
+from traceml_ai.telemetry.sqlite import read_only_uri
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 TIMEOUT_S = 600
+# Each test trains the digits example for real: past the suite default of 300 s.
+pytestmark = pytest.mark.timeout(900)
 TABLE_OF = {t.record_stream: t for t in schema.TABLES}
 
 RECORDING_EXPORTER = '''\
@@ -78,7 +81,7 @@ def run_digits(tmp_path: Path, name: str, *flags: str, env: dict[str, str] | Non
 
 def sqlite_rows(run_dir: Path, stream: str) -> list[dict[str, Any]]:
     table = TABLE_OF[stream]
-    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     try:
         rows = db.execute(f"SELECT {', '.join(table.column_names)} FROM {table.name} ORDER BY id").fetchall()
     finally:

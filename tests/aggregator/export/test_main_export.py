@@ -35,7 +35,7 @@ class Aggregator:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().rstrip("\n")
         match = LISTENING.match(line)
-        assert match, (line, self.proc.communicate(timeout=30) if self.proc.poll() is not None else "")
+        assert match, (line, self.proc.communicate(timeout=240) if self.proc.poll() is not None else "")
         self.port = int(match.group(1))
 
     def feed(self, frames_per_rank: int = 3) -> None:
@@ -50,7 +50,7 @@ class Aggregator:
 
     def stop(self) -> tuple[int, str]:
         self.proc.send_signal(signal.SIGTERM)
-        _out, err = self.proc.communicate(timeout=90)
+        _out, err = self.proc.communicate(timeout=240)
         return self.proc.returncode, err
 
     def file(self, name: str) -> Path:
@@ -196,7 +196,7 @@ def test_with_an_exporter_a_bad_value_stops_the_aggregator_with_exit_2_and_one_l
     tmp_path: Path, args: list[str], message: str,
 ) -> None:
     proc = subprocess.run([sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(tmp_path),
-                           "--session-id", SESSION, *args], capture_output=True, text=True, timeout=60,
+                           "--session-id", SESSION, *args], capture_output=True, text=True, timeout=240,
                           env={**os.environ, "TRACEML_JOB_SECRET": SECRET})
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"[TraceML] aggregator: {message}") and proc.stderr.count("\n") == 1

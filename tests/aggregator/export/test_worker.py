@@ -216,8 +216,10 @@ class HangingExporter(RecordingExporter):
     def __init__(self) -> None:
         super().__init__()
         self.release = threading.Event()
+        self.entered = threading.Event()
 
     def write(self, records: Sequence[ExportRecord]) -> None:
+        self.entered.set()
         self.release.wait(60)
 
 
@@ -228,7 +230,7 @@ def test_an_exporter_that_hangs_past_the_close_timeout_is_a_failure_and_its_queu
     worker.start()
     worker.submit(full_envelope(0))
     worker.submit(full_envelope(1))
-    time.sleep(0.2)  # the first payload reaches write, the second waits in the queue
+    assert exporter.entered.wait(30)  # the first payload is in write, the second waits in the queue
     worker.close(timeout_s=0.5)
     exporter.release.set()
     assert worker.failed and "did not finish within 0.5 s" in logged[0]

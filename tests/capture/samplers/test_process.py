@@ -39,7 +39,7 @@ PROBE = textwrap.dedent("""
 
 def probe(import_torch: bool) -> dict[str, object]:
     code = PROBE.replace("IMPORT_TORCH", "import torch" if import_torch else "")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     row: dict[str, object] = json.loads(proc.stdout)
     return row
 
@@ -55,10 +55,10 @@ def test_row_without_torch_never_imports_it_and_leaves_gpu_unknown() -> None:
                 "gpu_mem_total_bytes"):
         assert row[key] is None, key
     assert row["cpu_logical_core_count"] == cores
-    # in percent of ONE core: what the process's own CPU clock says over the same window (a busy
-    # loop, so near 100 unless the machine is loaded)
+    # in percent of ONE core: what the process's own CPU clock says over the same window. How much CPU
+    # the busy loop got depends on the machine's load, so only the agreement and "some" are asserted.
     assert isinstance(row["cpu_percent"], float) and isinstance(expected, float)
-    assert abs(row["cpu_percent"] - expected) <= 15.0 and row["cpu_percent"] > 10.0
+    assert abs(row["cpu_percent"] - expected) <= 15.0 and row["cpu_percent"] > 0.0
     assert isinstance(rss, int) and isinstance(row["ram_used_bytes"], float)
     assert 200 * 1024 * 1024 <= row["ram_used_bytes"] <= rss * 1.1
     assert row["ram_used_bytes"] < row["ram_total_bytes"]  # type: ignore[operator]

@@ -109,9 +109,11 @@ def test_two_rank_gloo_ddp_run_is_detected_as_ddp(tmp_path: Path) -> None:
     server = FrameServer()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEML_", "RANK", "WORLD_SIZE"))}
+        # The default 1 s interval: the sampler sends an unsettled environment after SEND_BY_TICKS (120)
+        # ticks, and at 0.05 s those 6 s ran out on a busy machine before the ranks had imported torch.
         env.update(TRACEML_SESSION_ID="sess-test", TRACEML_JOB_SECRET=TEST_SECRET,
                    TRACEML_AGGREGATOR=f"127.0.0.1:{server.port}",
-                   TRACEML_INTERVAL="0.05", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+                   TRACEML_INTERVAL="1.0", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                "--master_addr", "127.0.0.1", "--master_port", str(master_port),
                "-m", "traceml_ai.capture.bootstrap", "ddp.py"]

@@ -230,3 +230,45 @@ def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path,
     assert "1 incomplete update of 2 micro-batch(es) at the end was dropped" in proc.stderr
     assert "1 step(s) raised inside trace_step and were discarded" in proc.stderr
     assert "micro-batches per step: 5 of 4" in proc.stderr
+
+
+SLOW_DATA_SCRIPT = """
+import sys, time, torch
+from sklearn.datasets import load_digits
+from transformers import Trainer, TrainingArguments
+
+digits = load_digits()
+X = torch.tensor(digits.data[:512] / 16.0, dtype=torch.float32)
+Y = torch.tensor(digits.target[:512], dtype=torch.long)
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+class SlowDigits(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(X)
+    def __getitem__(self, i):
+        time.sleep(0.001)  # a slow disk or decoder
+        return {"x": X[i], "labels": Y[i]}
+
+torch.set_num_threads(1)
+args = TrainingArguments(output_dir=sys.argv[1], num_train_epochs=1, per_device_train_batch_size=16,
+                         report_to=[], save_strategy="no", use_cpu=True, logging_strategy="no", disable_tqdm=True)
+Trainer(model=Model(), args=args, train_dataset=SlowDigits()).train()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_hugging_face_run_waiting_for_its_data_is_reported_input_bound(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    _, logs = _launch(tmp_path, SLOW_DATA_SCRIPT, str(tmp_path / "out"))
+    (run_dir,) = logs.iterdir()
+    doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    first = doc["findings"][0]
+    assert first["kind"] == "input_bound" and first["severity"] in ("warning", "critical"), doc["findings"]
+    assert "ms per step" in first["summary"] and "of every hour of training" in first["summary"]

@@ -135,6 +135,9 @@ def test_hugging_face_trainer_without_callback_gets_one_step_per_update(tmp_path
     assert sum(fetches) == 24, fetches
     if accum > 1:
         assert f"micro-batches per step: {updates} of {accum}" in proc.stderr
+    (run_dir,) = logs.iterdir()
+    doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    assert doc["step_time"]["micro_batches_per_step"] == accum  # the summary says what a step held
 
 
 @pytest.mark.timeout(120)

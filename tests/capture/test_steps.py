@@ -632,3 +632,42 @@ def test_forward_and_backward_inside_an_optimizer_closure_are_not_counted_twice(
         assert opt_stats["cpu_ms"] < SLEEP_S * 1000 / 2, (opt_stats, fwd)
         parts = fwd["cpu_ms"] + phase(row, schema.BACKWARD)["cpu_ms"] + opt_stats["cpu_ms"]
         assert parts <= step["cpu_ms"]  # the phases add up to no more than the step
+
+
+def test_steps_without_any_optimizer_step_are_each_a_step_after_a_bound(tracer: StepTracer) -> None:
+    """A loop that updates its parameters by hand (no torch.optim) has no update to group micro-batches
+    by: after MAX_UNCONFIRMED_MICRO_BATCHES steps every traced block is a step, with a note."""
+    from traceml_ai.capture.steps import MAX_UNCONFIRMED_MICRO_BATCHES
+
+    model = mlp()
+    x = torch.randn(2, 8)
+    for _ in range(MAX_UNCONFIRMED_MICRO_BATCHES + 3):
+        with tracer.step(model):
+            model(x).sum().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+    rows = tracer.time_source.collect(1, time.time_ns())
+    assert [r["step"] for r in rows] == list(range(MAX_UNCONFIRMED_MICRO_BATCHES + 3))
+    assert all(phase(r, schema.STEP)["n_calls"] == 1 for r in rows)
+    assert any("no optimizer step was seen" in n for n in tracer.notes)
+
+
+def test_a_grad_scaler_step_that_skips_the_update_still_ends_the_step(tracer: StepTracer) -> None:
+    """Mixed precision: GradScaler.step skips optimizer.step when the gradients are not finite (often
+    in the first steps of a run); that is still an optimizer update, so the step is not held."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    x = torch.randn(2, 8)
+    for poison in (True, False, False):
+        with tracer.step(model):
+            loss = model(x).sum() * (float("inf") if poison else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    rows = tracer.time_source.collect(1, time.time_ns())  # no finish(): the rows are out at once
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert schema.OPTIMIZER_STEP not in rows[0]["events"]  # skipped: no optimizer time, still a step
+    assert phase(rows[1], schema.OPTIMIZER_STEP)["n_calls"] == 1

@@ -175,18 +175,53 @@ def _row_map(row: Any) -> Mapping[str, Any]:
 # -- events map (step_time) ---------------------------------------------------------------------------
 
 
+_STATS_KEYS = frozenset(("is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"))
+
+
+def _in_normal_form(events: dict[Any, Any]) -> bool:
+    """True when ``events`` is already a normalised events map: plain dicts, str names and devices,
+    exactly the five stats keys, each value None or of its type (floats as float)."""
+    keys = _STATS_KEYS
+    for name, by_device in events.items():
+        if type(name) is not str or type(by_device) is not dict:
+            return False
+        for device, stats in by_device.items():
+            if type(device) is not str or type(stats) is not dict or stats.keys() != keys:
+                return False
+            value = stats["is_gpu"]
+            if not (value is None or value is True or value is False):
+                return False
+            value = stats["duration_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["cpu_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["gpu_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["n_calls"]
+            if not (value is None or type(value) is int):
+                return False
+    return True
+
+
 def normalise_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """The events map of a step_time row in its normalised form (000 seed, StepTimeRecord).
 
     ``events[name][device]`` becomes ``{"is_gpu": bool|None, "duration_ms": float|None,
     "cpu_ms": float|None, "gpu_ms": float|None, "n_calls": int|None}`` (ms; None when not sent;
-    other keys dropped). A missing or None ``events`` gives ``{}``.
+    other keys dropped). A missing or None ``events`` gives ``{}``. A map already in that form (plain
+    dicts, exactly the five keys, each value of its type: what a rank sends) is checked and returned
+    as it is, not copied.
 
     Raises:
         RowMismatch: ``events`` is not a mapping of str → mapping of str → mapping.
     """
     if events is None:
         return {}
+    if type(events) is dict and _in_normal_form(events):
+        return events  # what ranks send: checked, not copied
     if type(events) is not dict and not isinstance(events, Mapping):
         raise RowMismatch("step_time 'events' is not a mapping")
     out: dict[str, dict[str, dict[str, Any]]] = {}

@@ -12,8 +12,18 @@ that the capture session's sampler thread collects (DESIGN §3.1):
 
 ``timestamp_unix_ns`` is when the step closed; ``seq`` is the tick of the collect that sent the row
 (one tick can carry many steps, so rows are keyed on ``step``, 000 seed). Steps are numbered 0, 1,
-2, … in the order they open, unless ``trace_step(..., step=N)`` sets the number (later steps then
-continue from N + 1).
+2, … in the order they are handed over, unless ``trace_step(..., step=N)`` sets the number (later
+steps then continue from N + 1).
+
+One step per optimizer update (:class:`StepTracer`): a traced block that ran backward but no
+optimizer update (``optimizer.step`` or ``GradScaler.step``) is a micro-batch of gradient
+accumulation and waits; the block with the update, or an update right after the block outside any
+step, ends the group, whose micro-batches become one step (phases summed: calls, CPU time, GPU
+event pairs; peaks the highest; ``traceml:step``'s ``n_calls`` = micro-batches). Micro-batches still
+waiting at the session's end are an incomplete update: dropped and counted. A block that raised is
+discarded whole (no row; its number, or its update's, is not reused) and counted. Until a first
+update is seen at most :data:`MAX_UNCONFIRMED_MICRO_BATCHES` blocks wait; a loop with no optimizer
+update then has every block as a step. The counts go in one ``[TraceML]`` note at the end.
 
 Hand-off: each source holds a bounded deque that the training thread appends to without a lock
 (``deque.append``/``popleft`` are atomic); when it is full the oldest step is dropped and counted

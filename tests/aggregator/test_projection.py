@@ -141,10 +141,15 @@ def test_ints_are_ints_not_bools_and_step_must_be_an_integer() -> None:
         {"seq": 3, "timestamp_unix_ns": 11, "step": False},
     ]})
     rows = rows_of(env, "step_time_samples")
-    assert [r["step"] for r in rows] == [None, None, None]
-    assert rows[0]["seq"] is None and rows[0]["timestamp_unix_ns"] is None
+    # A bool seq is a value the record cannot hold: that row is skipped and counted once. step and
+    # timestamp_unix_ns are None when not integers (000 seed), and so is unusable identity.
+    assert [r["seq"] for r in rows] == [2, 3]
+    assert [r["step"] for r in rows] == [None, None]
     assert rows[0]["global_rank"] is None and rows[0]["rank"] is None and rows[0]["world_size"] is None
-    assert project_payload(env, observed_ns=OBSERVED).skipped == 0  # odd values are None, not losses
+    assert project_payload(env, observed_ns=OBSERVED).skipped == 1
+    floats = make_envelope(META, {"step_time": [{"seq": 1, "timestamp_unix_ns": 1.5e18, "step": 3.0}]})
+    (row,) = rows_of(floats, "step_time_samples")
+    assert row["step"] is None and row["timestamp_unix_ns"] is None
 
 
 def test_integer_booleans_become_one_and_zero() -> None:
@@ -179,15 +184,16 @@ def test_system_gives_one_gpu_row_per_gpu_with_its_position() -> None:
     assert list(project_payload(env).tables) == ["system_samples", "system_gpu_samples"]
 
 
-def test_a_gpu_item_that_is_not_a_mapping_counts_once_and_the_host_row_stays() -> None:
+def test_a_gpu_list_or_item_of_the_wrong_type_skips_its_whole_snapshot_once() -> None:
     env = make_envelope(META, {"system": [{"seq": 1, "gpus": [{"util": 5.0}, "broken", {"util": 6.0}]},
-                                          {"seq": 2, "gpus": "not a list"}]})
+                                          {"seq": 2, "gpus": "not a list"},
+                                          {"seq": 3, "gpus": [{"util": {"not": "a number"}}]},
+                                          {"seq": 4, "gpus": [{"util": 5.0}, {"util": 6.0}]}]})
     result = project_payload(env, observed_ns=OBSERVED)
-    assert result.skipped == 2
-    assert len(result.tables["system_samples"]) == 2
-    assert [r[-6] for r in result.tables["system_gpu_samples"]] == [5.0, 6.0]
+    assert result.skipped == 3  # one per snapshot that does not fit, never half kept
+    assert [r[8] for r in result.tables["system_samples"]] == [4]
     assert [dict(zip(schema.SYSTEM_GPU_SAMPLES.column_names, r, strict=True))["gpu_idx"]
-            for r in result.tables["system_gpu_samples"]] == [0, 2]
+            for r in result.tables["system_gpu_samples"]] == [0, 1]
 
 
 def test_runtime_environment_takes_pid_from_meta() -> None:

@@ -83,6 +83,9 @@ class _Null:
 
 
 def rows_of(tracer: StepTracer) -> list[dict[str, Any]]:
+    # finish(): steps that ran backward without an optimizer step wait for an update that may
+    # group them (gradient accumulation); at the end of a run they are steps of their own.
+    tracer.finish()
     return tracer.time_source.collect(1, time.time_ns())
 
 
@@ -211,9 +214,11 @@ def test_exception_in_a_step_propagates_unchanged_and_the_step_is_closed(tracer:
     with tracer.step(model):
         model(torch.randn(2, 8))
     rows = rows_of(tracer)
-    assert [r["step"] for r in rows] == [0, 1, 2]
-    assert phase(rows[0], schema.STEP)["n_calls"] == 1
-    assert phase(rows[1], schema.FORWARD)["n_calls"] == 1  # the call that raised is still a call
+    # The two steps that raised are discarded whole: no row, and their numbers are not reused.
+    assert [r["step"] for r in rows] == [2]
+    assert phase(rows[0], schema.FORWARD)["n_calls"] == 1
+    assert tracer.discarded_steps == 2
+    assert any("2 step(s) raised inside trace_step and were discarded" in n for n in tracer.notes)
 
 
 def test_exception_in_backward_and_optimizer_propagates_unchanged(tracer: StepTracer) -> None:
@@ -231,9 +236,9 @@ def test_exception_in_backward_and_optimizer_propagates_unchanged(tracer: StepTr
         opt.step(closure_that_fails)
     with tracer.step(model):
         opt.step()  # the optimizer timer left open by the failed step does not leak into this one
-    rows = rows_of(tracer)
-    assert schema.OPTIMIZER_STEP not in rows[1]["events"]
-    assert phase(rows[2], schema.OPTIMIZER_STEP)["n_calls"] == 1
+    (row,) = rows_of(tracer)
+    assert row["step"] == 2
+    assert phase(row, schema.OPTIMIZER_STEP)["n_calls"] == 1
 
 
 def test_the_forward_timer_lives_only_while_the_step_is_open(tracer: StepTracer) -> None:
@@ -416,8 +421,9 @@ def test_a_region_after_the_last_step_is_reported_not_dropped_silently(tracer: S
 
 
 def test_a_region_that_raises_propagates_and_still_counts(tracer: StepTracer) -> None:
-    with pytest.raises(ZeroDivisionError), tracer.step(None), tracer.region("risky"):
-        _ = 1 / 0
+    with tracer.step(None):
+        with pytest.raises(ZeroDivisionError), tracer.region("risky"):
+            _ = 1 / 0
     assert phase(rows_of(tracer)[0], "risky")["n_calls"] == 1
 
 
@@ -629,3 +635,42 @@ def test_forward_and_backward_inside_an_optimizer_closure_are_not_counted_twice(
         # machine load, unlike a wall-time bound on the optimizer step.
         parts = fwd["cpu_ms"] + phase(row, schema.BACKWARD)["cpu_ms"] + opt_stats["cpu_ms"]
         assert parts <= step["cpu_ms"], (opt_stats, fwd, step)
+
+
+def test_steps_without_any_optimizer_step_are_each_a_step_after_a_bound(tracer: StepTracer) -> None:
+    """A loop that updates its parameters by hand (no torch.optim) has no update to group micro-batches
+    by: after MAX_UNCONFIRMED_MICRO_BATCHES steps every traced block is a step, with a note."""
+    from traceml_ai.capture.steps import MAX_UNCONFIRMED_MICRO_BATCHES
+
+    model = mlp()
+    x = torch.randn(2, 8)
+    for _ in range(MAX_UNCONFIRMED_MICRO_BATCHES + 3):
+        with tracer.step(model):
+            model(x).sum().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+    rows = tracer.time_source.collect(1, time.time_ns())
+    assert [r["step"] for r in rows] == list(range(MAX_UNCONFIRMED_MICRO_BATCHES + 3))
+    assert all(phase(r, schema.STEP)["n_calls"] == 1 for r in rows)
+    assert any("no optimizer step was seen" in n for n in tracer.notes)
+
+
+def test_a_grad_scaler_step_that_skips_the_update_still_ends_the_step(tracer: StepTracer) -> None:
+    """Mixed precision: GradScaler.step skips optimizer.step when the gradients are not finite (often
+    in the first steps of a run); that is still an optimizer update, so the step is not held."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    x = torch.randn(2, 8)
+    for poison in (True, False, False):
+        with tracer.step(model):
+            loss = model(x).sum() * (float("inf") if poison else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    rows = tracer.time_source.collect(1, time.time_ns())  # no finish(): the rows are out at once
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert schema.OPTIMIZER_STEP not in rows[0]["events"]  # skipped: no optimizer time, still a step
+    assert phase(rows[1], schema.OPTIMIZER_STEP)["n_calls"] == 1

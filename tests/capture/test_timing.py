@@ -146,7 +146,7 @@ def test_pending_fetch_keeps_only_the_last_one_and_a_new_generation_forgets_it()
     timing.GENERATION += 1
     timing.set_pending_fetch(10, 5, first, pool)  # type: ignore[arg-type]
     timing.set_pending_fetch(20, 7, second, pool)  # type: ignore[arg-type]
-    assert timing.pending().fetch == (20, 7, second, pool)
+    assert timing.pending().fetch == (20, 7, second, pool, 0, 1)
     assert pool.returned == [first]
     timing.GENERATION += 1
     assert timing.pending().fetch is None
@@ -161,7 +161,7 @@ def test_pending_work_is_per_thread() -> None:
     thread.start()
     thread.join()
     assert seen == [None]
-    assert timing.pending().fetch == (1, 2, None, None)
+    assert timing.pending().fetch == (1, 2, None, None, 0, 1)
 
 
 @pytest.mark.skipif(not (pytest.importorskip("torch").cuda.is_available()), reason="needs a CUDA device")

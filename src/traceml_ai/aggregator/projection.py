@@ -14,21 +14,26 @@ the Unix epoch). Each row tuple holds the table's columns in order (``telemetry.
 
 Value rules (000 seed, "Common fields" and per-record tables):
 
-- a missing or None value stays None; a measured 0 stays 0 (``0.0`` in a REAL column);
-- INTEGER columns take ints, never bools (a bool there is None), except the integer booleans
-  ``gpu_available`` and ``distributed_initialized`` where True/False become 1/0;
-- REAL columns take ints and floats (as float); TEXT columns take str; any other value is None:
-  "not measured / not reported", as :func:`~traceml_ai.telemetry.envelope.as_int` reads identity;
-- ``timestamp_unix_ns`` is None unless the row carries an integer ``timestamp_unix_ns`` (a legacy
-  float ``timestamp`` alone gives None); ``step`` is None unless it is an integer;
+- only a missing key or None is None; a measured 0 stays 0 (``0.0`` in a REAL column);
+- INTEGER fields take ints, never bools, except the integer booleans ``gpu_available`` and
+  ``distributed_initialized`` where True/False become 1/0; REAL fields take ints and floats (as
+  float); TEXT fields take str; ``is_gpu`` takes a bool (or 0/1). A value of any other type (an
+  object or list where a number belongs, a number where text belongs) is one the record cannot
+  hold: the row does not fit and is skipped, counted once (never coerced to None);
+- the two exceptions the 000 seed names: ``timestamp_unix_ns`` is None unless the row carries an
+  integer (a legacy float ``timestamp`` alone gives None), and ``step`` is None unless it is an
+  integer;
+- the identity fields come from the envelope's ``meta`` (None when a value is not usable, as
+  :func:`~traceml_ai.telemetry.envelope.as_int` reads identity);
 - ``events`` stats always hold the five keys ``is_gpu, duration_ms, cpu_ms, gpu_ms, n_calls``,
   each None when the rank did not send it.
 
 Losses (000 seed, ``skipped``) are counted in units, never silently:
 
-- a row that does not fit (not a mapping; an ``events`` map of the wrong shape; a ``gpus`` item
-  that is not a mapping; a stdout/stderr ``line`` that is not a str) counts once, in
-  :attr:`Projected.skipped`; the other rows of that stream are kept;
+- a row that does not fit (not a mapping; a field of the wrong type; an ``events`` map of the
+  wrong shape; a ``gpus`` value or item of the wrong type, which drops its whole system row; a
+  stdout/stderr ``line`` that is not a str) counts once, in :attr:`Projected.skipped`; the other
+  rows of that stream are kept;
 - a projection that raises counts once and that envelope loses all its rows for that
   projection's tables (handled by :func:`project_envelope`);
 - an item that does not normalise to an envelope counts once (:func:`project_payload`); a table
@@ -90,27 +95,7 @@ def _int(value: Any) -> int | None:
 
 
 int_or_none = _int
-"""``value`` when it is an int (not a bool), else None: how INTEGER columns are read."""
-
-
-def _flag(value: Any) -> int | None:
-    """An integer boolean column (``gpu_available``, ``distributed_initialized``): 1/0 or None."""
-    if type(value) is int:
-        return value
-    if isinstance(value, bool):
-        return 1 if value else 0
-    return _int(value)
-
-
-def _real(value: Any) -> float | None:
-    kind = type(value)
-    if kind is float:
-        return value  # type: ignore[no-any-return]
-    if kind is int:
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+"""``value`` when it is an int (not a bool), else None: how ``step``, ``timestamp_unix_ns`` and identity are read."""
 
 
 def _text(value: Any) -> str | None:
@@ -119,12 +104,53 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def _bool(value: Any) -> bool | None:
-    if value is True or value is False:
-        return bool(value)
+def _mismatch(column: str, value: Any) -> RowMismatch:
+    return RowMismatch(f"{column!r} holds a {type(value).__name__}, which its record cannot hold")
+
+
+def _int_field(value: Any, column: str) -> int | None:
+    """An INTEGER field of a row: None when missing or null, the int, else the row does not fit."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise _mismatch(column, value)
+
+
+def _real_field(value: Any, column: str) -> float | None:
+    """A REAL field of a row: None when missing or null, an int or float as float, else the row does not fit."""
+    kind = type(value)
+    if kind is float or value is None:
+        return value  # type: ignore[no-any-return]
+    if kind is int or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return float(value)
+    raise _mismatch(column, value)
+
+
+def _text_field(value: Any, column: str) -> str | None:
+    """A TEXT field of a row: None when missing or null, the str, else the row does not fit."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise _mismatch(column, value)
+
+
+def _flag_field(value: Any, column: str) -> int | None:
+    """An integer-boolean field: None when missing or null, True/False as 1/0, an int, else the row does not fit."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, bool):
+        return 1 if value else 0
+    return _int_field(value, column)
+
+
+def _bool_field(value: Any, column: str) -> bool | None:
+    if value is None or value is True or value is False:
+        return value
     if type(value) is int and value in (0, 1):
         return bool(value)
-    return None
+    raise _mismatch(column, value)
 
 
 def identity_columns(meta: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -149,18 +175,53 @@ def _row_map(row: Any) -> Mapping[str, Any]:
 # -- events map (step_time) ---------------------------------------------------------------------------
 
 
+_STATS_KEYS = frozenset(("is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"))
+
+
+def _in_normal_form(events: dict[Any, Any]) -> bool:
+    """True when ``events`` is already a normalised events map: plain dicts, str names and devices,
+    exactly the five stats keys, each value None or of its type (floats as float)."""
+    keys = _STATS_KEYS
+    for name, by_device in events.items():
+        if type(name) is not str or type(by_device) is not dict:
+            return False
+        for device, stats in by_device.items():
+            if type(device) is not str or type(stats) is not dict or stats.keys() != keys:
+                return False
+            value = stats["is_gpu"]
+            if not (value is None or value is True or value is False):
+                return False
+            value = stats["duration_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["cpu_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["gpu_ms"]
+            if not (value is None or type(value) is float):
+                return False
+            value = stats["n_calls"]
+            if not (value is None or type(value) is int):
+                return False
+    return True
+
+
 def normalise_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """The events map of a step_time row in its normalised form (000 seed, StepTimeRecord).
 
     ``events[name][device]`` becomes ``{"is_gpu": bool|None, "duration_ms": float|None,
     "cpu_ms": float|None, "gpu_ms": float|None, "n_calls": int|None}`` (ms; None when not sent;
-    other keys dropped). A missing or None ``events`` gives ``{}``.
+    other keys dropped). A missing or None ``events`` gives ``{}``. A map already in that form (plain
+    dicts, exactly the five keys, each value of its type: what a rank sends) is checked and returned
+    as it is, not copied.
 
     Raises:
         RowMismatch: ``events`` is not a mapping of str → mapping of str → mapping.
     """
     if events is None:
         return {}
+    if type(events) is dict and _in_normal_form(events):
+        return events  # what ranks send: checked, not copied
     if type(events) is not dict and not isinstance(events, Mapping):
         raise RowMismatch("step_time 'events' is not a mapping")
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -180,11 +241,13 @@ def normalise_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
             gpu = get("gpu_ms")
             calls = get("n_calls")
             devices[device] = {
-                "is_gpu": is_gpu if (is_gpu is None or is_gpu is True or is_gpu is False) else _bool(is_gpu),
-                "duration_ms": duration if (duration is None or type(duration) is float) else _real(duration),
-                "cpu_ms": cpu if (cpu is None or type(cpu) is float) else _real(cpu),
-                "gpu_ms": gpu if (gpu is None or type(gpu) is float) else _real(gpu),
-                "n_calls": calls if (calls is None or type(calls) is int) else _int(calls),
+                "is_gpu": is_gpu if (is_gpu is None or is_gpu is True or is_gpu is False)
+                else _bool_field(is_gpu, "is_gpu"),
+                "duration_ms": duration if (duration is None or type(duration) is float)
+                else _real_field(duration, "duration_ms"),
+                "cpu_ms": cpu if (cpu is None or type(cpu) is float) else _real_field(cpu, "cpu_ms"),
+                "gpu_ms": gpu if (gpu is None or type(gpu) is float) else _real_field(gpu, "gpu_ms"),
+                "n_calls": calls if (calls is None or type(calls) is int) else _int_field(calls, "n_calls"),
             }
         out[name] = devices
     return out
@@ -229,7 +292,7 @@ def project_step_time(
                 (
                     *head,
                     _int(get("timestamp_unix_ns")),
-                    _int(get("seq")),
+                    _int_field(get("seq"), "seq"),
                     _int(get("step")),
                     events_json(events) if encode_events else events,
                 )
@@ -247,28 +310,28 @@ def project_step_memory(meta: Mapping[str, Any], rows: list[Any], observed_ns: i
     for raw in rows:
         try:
             get = _row_map(raw).get
+            out.append(
+                (
+                    *head,
+                    _int(get("timestamp_unix_ns")),
+                    _int_field(get("seq"), "seq"),
+                    _text_field(get("device"), "device"),
+                    _int(get("step")),
+                    _real_field(get("peak_alloc_bytes"), "peak_alloc_bytes"),
+                    _real_field(get("peak_reserved_bytes"), "peak_reserved_bytes"),
+                )
+            )
         except RowMismatch:
             skipped += 1
-            continue
-        out.append(
-            (
-                *head,
-                _int(get("timestamp_unix_ns")),
-                _int(get("seq")),
-                _text(get("device")),
-                _int(get("step")),
-                _real(get("peak_alloc_bytes")),
-                _real(get("peak_reserved_bytes")),
-            )
-        )
     return Projected({schema.STEP_MEMORY_SAMPLES.name: out}, skipped)
 
 
 def project_system(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -> Projected:
     """``system`` rows → ``system_samples`` plus one ``system_gpu_samples`` row per ``gpus`` item.
 
-    ``gpu_idx`` is the item's position in ``gpus``. A ``gpus`` value that is not a list, or an item
-    that is not a mapping, counts once in ``skipped`` and the host row is still kept.
+    ``gpu_idx`` is the item's position in ``gpus``. The GPUs are part of their snapshot's row: a
+    ``gpus`` value that is not a list, an item that is not a mapping or an item field of the wrong
+    type makes the whole row not fit (host and GPUs left out, counted once in ``skipped``).
     """
     head = (observed_ns, *identity_columns(meta))
     hosts: list[Row] = []
@@ -277,48 +340,46 @@ def project_system(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) -
     for raw in rows:
         try:
             get = _row_map(raw).get
-        except RowMismatch:
-            skipped += 1
-            continue
-        ts = _int(get("timestamp_unix_ns"))
-        seq = _int(get("seq"))
-        hosts.append(
-            (
+            ts = _int(get("timestamp_unix_ns"))
+            seq = _int_field(get("seq"), "seq")
+            host = (
                 *head,
                 ts,
                 seq,
-                _real(get("cpu_percent")),
-                _real(get("ram_used_bytes")),
-                _real(get("ram_total_bytes")),
-                _flag(get("gpu_available")),
-                _int(get("gpu_count")),
+                _real_field(get("cpu_percent"), "cpu_percent"),
+                _real_field(get("ram_used_bytes"), "ram_used_bytes"),
+                _real_field(get("ram_total_bytes"), "ram_total_bytes"),
+                _flag_field(get("gpu_available"), "gpu_available"),
+                _int_field(get("gpu_count"), "gpu_count"),
             )
-        )
-        items = get("gpus")
-        if items is None:
-            continue
-        if not isinstance(items, list):
+            items = get("gpus")
+            row_gpus: list[Row] = []
+            if items is not None:
+                if type(items) is not list:
+                    raise _mismatch("gpus", items)
+                for idx, item in enumerate(items):
+                    if not isinstance(item, Mapping):
+                        raise _mismatch(f"gpus[{idx}]", item)
+                    gget = item.get
+                    row_gpus.append(
+                        (
+                            *head,
+                            ts,
+                            seq,
+                            idx,
+                            _real_field(gget("util"), "util"),
+                            _real_field(gget("mem_used_bytes"), "mem_used_bytes"),
+                            _real_field(gget("mem_total_bytes"), "mem_total_bytes"),
+                            _real_field(gget("temperature_c"), "temperature_c"),
+                            _real_field(gget("power_usage_w"), "power_usage_w"),
+                            _real_field(gget("power_limit_w"), "power_limit_w"),
+                        )
+                    )
+        except RowMismatch:
             skipped += 1
             continue
-        for idx, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                skipped += 1
-                continue
-            gget = item.get
-            gpus.append(
-                (
-                    *head,
-                    ts,
-                    seq,
-                    idx,
-                    _real(gget("util")),
-                    _real(gget("mem_used_bytes")),
-                    _real(gget("mem_total_bytes")),
-                    _real(gget("temperature_c")),
-                    _real(gget("power_usage_w")),
-                    _real(gget("power_limit_w")),
-                )
-            )
+        hosts.append(host)
+        gpus.extend(row_gpus)
     return Projected({schema.SYSTEM_SAMPLES.name: hosts, schema.SYSTEM_GPU_SAMPLES.name: gpus}, skipped)
 
 
@@ -330,26 +391,25 @@ def project_process(meta: Mapping[str, Any], rows: list[Any], observed_ns: int) 
     for raw in rows:
         try:
             get = _row_map(raw).get
+            out.append(
+                (
+                    *head,
+                    _int(get("timestamp_unix_ns")),
+                    _int_field(get("seq"), "seq"),
+                    _real_field(get("cpu_percent"), "cpu_percent"),
+                    _int_field(get("cpu_logical_core_count"), "cpu_logical_core_count"),
+                    _real_field(get("ram_used_bytes"), "ram_used_bytes"),
+                    _real_field(get("ram_total_bytes"), "ram_total_bytes"),
+                    _flag_field(get("gpu_available"), "gpu_available"),
+                    _int_field(get("gpu_count"), "gpu_count"),
+                    _int_field(get("gpu_device_index"), "gpu_device_index"),
+                    _real_field(get("gpu_mem_used_bytes"), "gpu_mem_used_bytes"),
+                    _real_field(get("gpu_mem_reserved_bytes"), "gpu_mem_reserved_bytes"),
+                    _real_field(get("gpu_mem_total_bytes"), "gpu_mem_total_bytes"),
+                )
+            )
         except RowMismatch:
             skipped += 1
-            continue
-        out.append(
-            (
-                *head,
-                _int(get("timestamp_unix_ns")),
-                _int(get("seq")),
-                _real(get("cpu_percent")),
-                _int(get("cpu_logical_core_count")),
-                _real(get("ram_used_bytes")),
-                _real(get("ram_total_bytes")),
-                _flag(get("gpu_available")),
-                _int(get("gpu_count")),
-                _int(get("gpu_device_index")),
-                _real(get("gpu_mem_used_bytes")),
-                _real(get("gpu_mem_reserved_bytes")),
-                _real(get("gpu_mem_total_bytes")),
-            )
-        )
     return Projected({schema.PROCESS_SAMPLES.name: out}, skipped)
 
 
@@ -361,22 +421,21 @@ def project_runtime_environment(meta: Mapping[str, Any], rows: list[Any], observ
     for raw in rows:
         try:
             get = _row_map(raw).get
+            out.append(
+                (
+                    *head,
+                    _int(get("timestamp_unix_ns")),
+                    _int_field(get("seq"), "seq"),
+                    _text_field(get("topology"), "topology"),
+                    _flag_field(get("distributed_initialized"), "distributed_initialized"),
+                    _text_field(get("distributed_backend"), "distributed_backend"),
+                    _text_field(get("training_strategy"), "training_strategy"),
+                    _text_field(get("strategy_source"), "strategy_source"),
+                    _text_field(get("strategy_confidence"), "strategy_confidence"),
+                )
+            )
         except RowMismatch:
             skipped += 1
-            continue
-        out.append(
-            (
-                *head,
-                _int(get("timestamp_unix_ns")),
-                _int(get("seq")),
-                _text(get("topology")),
-                _flag(get("distributed_initialized")),
-                _text(get("distributed_backend")),
-                _text(get("training_strategy")),
-                _text(get("strategy_source")),
-                _text(get("strategy_confidence")),
-            )
-        )
     return Projected({schema.RUNTIME_ENVIRONMENT_TABLE.name: out}, skipped)
 
 

@@ -14,6 +14,9 @@ ARGS`` would:
   module's frames) and gives 1, an uncaught ``KeyboardInterrupt`` ends the process by SIGINT like
   python does (status 130 in a shell); a missing script gives python's message and 2.
 
+Under ``traceml run`` (capture mode ``run``) a Hugging Face or Lightning ``Trainer`` that the script
+builds without TraceML's callback gets it, with a one-line note (:mod:`traceml_ai.capture.frameworks`).
+
 The session closes at interpreter exit (its :mod:`atexit` hook was registered before the script's
 own hooks, so it runs after them and still captures what they print). A telemetry fault never
 changes the script's result: it is one ``[TraceML]`` line on stderr at most.
@@ -34,6 +37,7 @@ from importlib.machinery import SourceFileLoader
 from typing import NoReturn
 
 from traceml_ai.capture.client import warn
+from traceml_ai.capture.frameworks import install_auto_attach
 from traceml_ai.capture.session import CaptureConfig, start_session
 
 USAGE = "usage: python -m traceml_ai.capture.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]"
@@ -54,6 +58,14 @@ def start_from_env() -> None:
         start_session(config)
     except Exception as exc:
         warn(f"telemetry capture is off: it could not start ({exc!r})")
+        return
+    if config.mode == "run":
+        # Step timing for Hugging Face and Lightning Trainers built without TraceML's callback
+        # (capture.frameworks); `traceml watch` times no steps.
+        try:
+            install_auto_attach()
+        except Exception as exc:
+            warn(f"automatic step timing for training frameworks is off: {exc!r}")
 
 
 def _run_path(script: str) -> None:

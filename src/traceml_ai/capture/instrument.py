@@ -8,7 +8,8 @@ phase                       how
 ==========================  ============================================================================
 ``traceml:dataloader_next`` ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` (both the
                             single- and multi-process iterators). A fetch made while no step is open
-                            is attributed to the next step on the same thread (see ``timing``).
+                            is attributed to the next step on the same thread (see ``timing``);
+                            several fetches of one iterator before that step all count in it.
 ``traceml:h2d``             ``torch.Tensor.to`` / ``torch.Tensor.cuda`` calls that turn a CPU tensor
                             into a CUDA one, on CUDA steps only (on CPU the phase is absent).
 ``traceml:forward``         the *outermost* calls of the model given to ``trace_step`` (see
@@ -33,7 +34,11 @@ phase                       how
                             gets the hooks.
 ``traceml:backward``        ``torch.autograd.backward``, which ``Tensor.backward`` calls (the outermost
                             call when one backward runs inside another).
-``traceml:optimizer_step``  the global optimizer step pre/post hooks of ``torch.optim.optimizer``.
+``traceml:optimizer_step``  the global optimizer step pre/post hooks of ``torch.optim.optimizer``. A
+                            call marks the step as an *update* (so does ``GradScaler.step``, which
+                            may skip ``optimizer.step``); one that runs while no step is open is
+                            handed to the tracer (``timing.UPDATE_OUTSIDE``), which closes the
+                            accumulation group it ends (see ``steps.StepTracer``).
 ==========================  ============================================================================
 
 Every patch is transparent: it calls the original with the same arguments and returns its result
@@ -181,6 +186,7 @@ def install() -> None:
 
         _optimizer_hooks.append(optimizer.register_optimizer_step_pre_hook(_optimizer_pre))
         _optimizer_hooks.append(optimizer.register_optimizer_step_post_hook(_optimizer_post))
+        _patch_grad_scaler()
         global _fork_hook
         if not _fork_hook and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_forget_in_child)
@@ -205,6 +211,7 @@ def uninstall() -> None:
             setattr(owner, name, original)
         while _optimizer_hooks:
             _optimizer_hooks.pop().remove()
+        _outside.clear()
         PEAKS.forget()
         _is_compiling = _never_compiling
         DYNAMO = False
@@ -224,6 +231,7 @@ def _forget_in_child() -> None:
     T.OPEN = None
     T.TRACING = False
     T.FETCH_POOL = None
+    _outside.clear()
 
 
 def install_cuda() -> None:
@@ -301,9 +309,16 @@ def _patch_dataloader() -> None:
             if pre.generation != T.GENERATION:
                 pre = T.pending()
             old = pre.fetch
-            if old is not None and old[2] is not None and old[3] is not None:
-                old[3].put(old[2])
-            pre.fetch = (t0, cpu, ev, pool)
+            if old is not None and old[4] == id(self):
+                # More batches of the same iterator before the next step (the micro-batches of a
+                # Hugging Face update are all fetched before it begins): the step waited for each.
+                if ev is not None and pool is not None:
+                    pool.put(ev)
+                pre.fetch = (old[0], old[1] + cpu, old[2], old[3], old[4], old[5] + 1)
+            else:
+                if old is not None and old[2] is not None and old[3] is not None:
+                    old[3].put(old[2])
+                pre.fetch = (t0, cpu, ev, pool, id(self), 1)
         except Exception:
             fault()
         return batch
@@ -354,11 +369,21 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
 # -- optimizer step (global hooks) -------------------------------------------------------------------
 
 
+_outside: dict[int, list[int]] = {}  # thread -> [depth, t0_ns] of an optimizer step running outside any step
+
+
 def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
     if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
-    if st is None or st.thread != thread_id():
+    if st is None:
+        if T.TRACING and T.UPDATE_OUTSIDE is not None:
+            state = _outside.setdefault(thread_id(), [0, 0])
+            state[0] += 1
+            if state[0] == 1:
+                state[1] = perf_ns()
+        return None
+    if st.thread != thread_id():
         return None
     depth = st.optimizer_depth
     st.optimizer_depth = depth + 1
@@ -377,7 +402,10 @@ def _optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
     if DYNAMO and _is_compiling():
         return None
     st = T.OPEN
-    if st is None or st.thread != thread_id():
+    if st is None:
+        _update_outside()
+        return None
+    if st.thread != thread_id():
         return None
     depth = st.optimizer_depth - 1
     if depth < 0:
@@ -385,6 +413,7 @@ def _optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
     st.optimizer_depth = depth
     if depth:
         return None
+    st.updated = True
     # forward/backward run by a closure inside this step count as themselves, not as optimizer time
     cpu = perf_ns() - st.optimizer_t0 - (st.nested_ns - st.optimizer_nested0)
     if cpu < 0:
@@ -409,6 +438,57 @@ def _optimizer_post(optimizer: Any, args: Any, kwargs: Any) -> None:
     except Exception:
         fault()
     return None
+
+
+def _update_outside() -> None:
+    """An optimizer step ended while no step is open: hand its CPU time to the tracer (timing.UPDATE_OUTSIDE)."""
+    hook = T.UPDATE_OUTSIDE
+    if hook is None or not T.TRACING:
+        return
+    tid = thread_id()
+    state = _outside.get(tid)
+    if state is None or state[0] <= 0:
+        return
+    state[0] -= 1
+    if state[0]:
+        return
+    cpu = perf_ns() - state[1]
+    try:
+        hook(cpu, tid)
+    except Exception:
+        fault()
+
+
+def _patch_grad_scaler() -> None:
+    """``GradScaler.step`` marks an update even when it skips ``optimizer.step`` (inf/NaN gradients):
+    with mixed precision the first steps of a run are often skipped, and they are still updates."""
+    try:
+        from torch.amp import grad_scaler
+    except ImportError:  # pragma: no cover - torch without torch.amp
+        return
+    cls: Any = grad_scaler.GradScaler
+    orig = cls.step
+    if _is_patch(orig):
+        return
+
+    @functools.wraps(orig)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = orig(self, *args, **kwargs)
+        if not T.TRACING:
+            return result
+        st = T.OPEN
+        if st is not None:
+            if st.thread == thread_id():
+                st.updated = True
+        elif T.UPDATE_OUTSIDE is not None:
+            try:
+                T.UPDATE_OUTSIDE(0, thread_id())  # a no-op when the optimizer's own hook already closed the group
+            except Exception:
+                fault()
+        return result
+
+    step.__traceml_patch__ = True  # type: ignore[attr-defined]
+    _replace(cls, "step", step)
 
 
 # -- forward (a wrapper or hooks on the traced model while its step is open) ----------------------

@@ -12,8 +12,18 @@ that the capture session's sampler thread collects (DESIGN §3.1):
 
 ``timestamp_unix_ns`` is when the step closed; ``seq`` is the tick of the collect that sent the row
 (one tick can carry many steps, so rows are keyed on ``step``, 000 seed). Steps are numbered 0, 1,
-2, … in the order they open, unless ``trace_step(..., step=N)`` sets the number (later steps then
-continue from N + 1).
+2, … in the order they are handed over, unless ``trace_step(..., step=N)`` sets the number (later
+steps then continue from N + 1).
+
+One step per optimizer update (:class:`StepTracer`): a traced block that ran backward but no
+optimizer update (``optimizer.step`` or ``GradScaler.step``) is a micro-batch of gradient
+accumulation and waits; the block with the update, or an update right after the block outside any
+step, ends the group, whose micro-batches become one step (phases summed: calls, CPU time, GPU
+event pairs; peaks the highest; ``traceml:step``'s ``n_calls`` = micro-batches). Micro-batches still
+waiting at the session's end are an incomplete update: dropped and counted. A block that raised is
+discarded whole (no row; its number, or its update's, is not reused) and counted. Until a first
+update is seen at most :data:`MAX_UNCONFIRMED_MICRO_BATCHES` blocks wait; a loop with no optimizer
+update then has every block as a step. The counts go in one ``[TraceML]`` note at the end.
 
 Hand-off: each source holds a bounded deque that the training thread appends to without a lock
 (``deque.append``/``popleft`` are atomic); when it is full the oldest step is dropped and counted
@@ -53,6 +63,10 @@ from traceml_ai.telemetry import schema
 DEFAULT_MAX_STEPS = 4096
 """Closed steps a source holds between two collects; at 1 ms a step that is 4 s of steps."""
 
+MAX_UNCONFIRMED_MICRO_BATCHES = 64
+"""Steps with backward and no optimizer update held before the first update is seen; beyond it the
+tracer stops grouping (a loop that updates parameters without ``torch.optim``)."""
+
 DEFAULT_GPU_WAIT_S = 60.0
 """How long a step waits for its GPU events before it is sent with ``gpu_ms`` None."""
 
@@ -86,6 +100,7 @@ class StepTimeSource:
         self._dropped_waiting = 0  # written by the sampler thread only
         self._queue: deque[Step] = deque()
         self._waiting: deque[Step] = deque()  # sampler thread only
+        self.before_final: Callable[[], None] | None = None  # the tracer's finish, run first by collect_final
 
     @property
     def dropped_steps(self) -> int:
@@ -122,6 +137,13 @@ class StepTimeSource:
         soon. Polls ``event.query()`` (the sampler thread waits; the GPU is never synchronized);
         steps whose events are still pending at the deadline get ``gpu_ms`` None.
         """
+        finisher = self.before_final
+        if finisher is not None:
+            self.before_final = None
+            try:
+                finisher()
+            except Exception as exc:
+                warn(f"step grouping at shutdown failed: {exc!r}")
         deadline = time.monotonic() + max(0.0, timeout_s)
         rows = self._rows(seq, give_up=False)
         while self._pending() and time.monotonic() < deadline:
@@ -341,6 +363,15 @@ class StepTracer:
         self.time_source = StepTimeSource(max_steps=max_steps, gpu_wait_s=gpu_wait_s, notes=self.notes)
         self.memory_source = StepMemorySource(max_rows=max_steps, notes=self.notes)
         self.steps_closed = 0
+        self.discarded_steps = 0
+        self.dropped_groups = 0
+        self.dropped_micro_batches = 0
+        self.micro_batches: dict[int, int] = {}  # micro-batches per update -> updates
+        self._group: list[Step] = []  # micro-batches waiting for their optimizer update
+        self._group_tainted = False
+        self._updates_seen = False
+        self._plain = False
+        self._grouping_noted = False
         self._next_step = 0
         self._lock = threading.Lock()
         self._note_keys: set[str] = set()
@@ -351,6 +382,8 @@ class StepTracer:
         self._faults_noted = 0
         self._torch: Any = None
         T.GENERATION += 1
+        T.UPDATE_OUTSIDE = self.update_outside
+        self.time_source.before_final = self.finish
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -404,9 +437,9 @@ class StepTracer:
             else:
                 pool, device = self._cuda_pool(param)
             T.FETCH_POOL = pool
-            number = self._next_step if step is None else int(step)
-            self._next_step = number + 1
-            st = Step(number, device, pool, info)
+            requested = None if step is None else int(step)
+            st = Step(-1 if requested is None else requested, device, pool, info)
+            st.requested = requested
             try:
                 self._begin(st, info, pool)
             except BaseException:
@@ -419,8 +452,12 @@ class StepTracer:
             self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
             return None
 
-    def close(self, st: Step) -> None:
-        """Closes ``st`` (opened by :meth:`open` on this thread) and hands it to the sources."""
+    def close(self, st: Step, raised: bool = False) -> None:
+        """Closes ``st`` (opened by :meth:`open` on this thread) and hands it to the sources.
+
+        ``raised``: the step's block ended by an exception; the step is discarded whole (no row, its
+        number not reused) and counted in :attr:`discarded_steps` (class docstring).
+        """
         t_end = perf_ns()
         if T.OPEN is st:
             T.OPEN = None
@@ -445,27 +482,192 @@ class StepTracer:
                 st.release(st.optimizer_ev)
                 st.phases[T.STEP] = [1, t_end - st.t0, [(st.ev0, ev_end)]]
                 alloc, reserved = instrument.PEAKS.end(pool.device_index)
-            st.end_unix_ns = end_unix = time.time_ns()
+            st.end_unix_ns = time.time_ns()
             st.closed_perf_ns = t_end
-            # The two hand-offs; their common case (room in the queue) inline.
-            source = self.time_source
-            queue = source._queue
-            if len(queue) < source.max_steps:
-                queue.append(st)
+            st.alloc = alloc
+            st.reserved = reserved
+            if raised:
+                self._discard(st)
+            elif st.updated:
+                if self._group:
+                    group = self._group
+                    group.append(st)
+                    self._group = []
+                    self._complete(group)
+                else:
+                    self._emit(st)
+                self._updates_seen = True
+            elif T.BACKWARD in st.phases and not self._plain:
+                self._hold(st)
             else:
-                source.put(st)
-            memory = self.memory_source
-            item = (st.step, st.device, end_unix, alloc, reserved)
-            if len(memory._queue) < memory.max_rows:
-                memory._queue.append(item)
-            else:
-                memory.put(*item)
-            self.steps_closed += 1
+                if self._group and not self._updates_seen:
+                    self._release_group()  # no update came before a step without backward: no accumulation
+                self._emit(st)
             if T.FAULTS != self._faults_noted:
                 self._faults_noted = T.FAULTS
                 self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
         except Exception as exc:
             self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
+
+    # -- one step per optimizer update --------------------------------------------------------------
+
+    def _emit(self, st: Step) -> None:
+        """Numbers ``st`` and hands it to both sources (their common case, room in the queue, inline)."""
+        requested = st.requested
+        number = self._next_step if requested is None else requested
+        self._next_step = number + 1
+        st.step = number
+        source = self.time_source
+        queue = source._queue
+        if len(queue) < source.max_steps:
+            queue.append(st)
+        else:
+            source.put(st)
+        memory = self.memory_source
+        item = (number, st.device, st.end_unix_ns, st.alloc, st.reserved)
+        if len(memory._queue) < memory.max_rows:
+            memory._queue.append(item)
+        else:
+            memory.put(*item)
+        self.steps_closed += 1
+
+    def _hold(self, st: Step) -> None:
+        """A micro-batch (backward, no update yet): it waits for the update that ends its group."""
+        group = self._group
+        group.append(st)
+        if not self._updates_seen and len(group) >= MAX_UNCONFIRMED_MICRO_BATCHES:
+            # No optimizer update in sight (a hand-written parameter update, or none at all): every
+            # traced block is a step of its own, from here on.
+            self._plain = True
+            self._release_group()
+            self.note(
+                "plain",
+                f"no optimizer step was seen in the first {len(group)} traced steps that ran backward: each "
+                "trace_step is counted as one step (no gradient-accumulation grouping)",
+            )
+
+    def _release_group(self) -> None:
+        """Emits the held steps one by one (they were not micro-batches of an update)."""
+        group, self._group = self._group, []
+        if self._group_tainted:
+            self._group_tainted = False
+            self.discarded_steps += 1
+            for held in group:
+                held.release_events()
+            return
+        for held in group:
+            self._emit(held)
+
+    def _complete(self, group: list[Step]) -> None:
+        """Merges the micro-batches of one optimizer update into one step and emits it.
+
+        Phases are summed (calls, CPU time, GPU event pairs), the peaks are the highest (None when a
+        micro-batch has none), the end is the last micro-batch's. ``traceml:step``'s ``n_calls`` is
+        then the number of micro-batches the step held.
+        """
+        if self._group_tainted:
+            self._group_tainted = False
+            requested = group[0].requested
+            for held in group:
+                held.release_events()
+            self._next_step = (self._next_step if requested is None else requested) + 1
+            self.discarded_steps += 1
+            return
+        head = group[0]
+        if len(group) > 1:
+            phases = head.phases
+            alloc = head.alloc
+            reserved = head.reserved
+            for other in group[1:]:
+                for name, (n_calls, cpu_ns, pairs) in other.phases.items():
+                    entry = phases.get(name)
+                    if entry is None:
+                        phases[name] = [n_calls, cpu_ns, None if pairs is None else list(pairs)]
+                        continue
+                    entry[0] += n_calls
+                    entry[1] += cpu_ns
+                    if pairs:
+                        entry[2] = [*(entry[2] or ()), *pairs]
+                if other.gpu_exclusions:
+                    head.gpu_exclusions = [*(head.gpu_exclusions or ()), *other.gpu_exclusions]
+                other._released = True  # its events are the head's now
+                alloc = None if alloc is None or other.alloc is None else max(alloc, other.alloc)
+                reserved = None if reserved is None or other.reserved is None else max(reserved, other.reserved)
+            last = group[-1]
+            head.alloc, head.reserved = alloc, reserved
+            head.end_unix_ns = last.end_unix_ns
+            head.closed_perf_ns = last.closed_perf_ns
+            if not self._grouping_noted:
+                self._grouping_noted = True
+                self.note(
+                    "accumulation",
+                    f"gradient accumulation: {len(group)} traced micro-batches ended in one optimizer update; "
+                    "each update is one step (its micro-batches' phases summed)",
+                )
+        head.updated = True
+        self.micro_batches[len(group)] = self.micro_batches.get(len(group), 0) + 1
+        self._emit(head)
+
+    def _discard(self, st: Step) -> None:
+        """A step whose block raised: no row; a group it belonged to is discarded when it completes."""
+        st.release_events()
+        if self._group:
+            # A micro-batch of an update in progress: the whole update is discarded (and counted)
+            # when it ends.
+            self._group_tainted = True
+            return
+        self._next_step = (self._next_step if st.requested is None else st.requested) + 1
+        self.discarded_steps += 1
+
+    def update_outside(self, cpu_ns: int, thread: int) -> None:
+        """An optimizer update that ran while no step was open (``timing.UPDATE_OUTSIDE``): it ends
+        the micro-batches held on that thread, and its time is added to their step (optimizer step
+        and ``traceml:step``)."""
+        group = self._group
+        if not group or group[-1].thread != thread:
+            return
+        last = group[-1]
+        if cpu_ns > 0:
+            T.add_call(last.phases, T.OPTIMIZER_STEP, cpu_ns, None)
+            entry = last.phases.get(T.STEP)
+            if entry is not None:
+                entry[1] += cpu_ns
+        last.end_unix_ns = time.time_ns()
+        last.updated = True
+        self._group = []
+        self._updates_seen = True
+        self._complete(group)
+
+    def finish(self) -> None:
+        """The session's end: micro-batches still held are an incomplete update (dropped and counted)
+        when updates were seen, else steps of their own; then one note sums up the step grouping."""
+        group, self._group = self._group, []
+        if group:
+            if self._updates_seen or self._group_tainted:
+                for held in group:
+                    held.release_events()
+                if not self._group_tainted:
+                    self.dropped_groups += 1
+                    self.dropped_micro_batches += len(group)
+                else:
+                    self.discarded_steps += 1
+            else:
+                self._group = group
+                self._release_group()
+        self._group_tainted = False
+        parts = []
+        grouped = {size: n for size, n in self.micro_batches.items() if size > 1}
+        if grouped:
+            sizes = ", ".join(f"{n} of {size}" for size, n in sorted(self.micro_batches.items(), key=lambda kv: -kv[1]))
+            parts.append(f"{sum(self.micro_batches.values())} steps, one per optimizer update (micro-batches per "
+                         f"step: {sizes})")
+        if self.dropped_groups:
+            parts.append(f"{self.dropped_groups} incomplete update of {self.dropped_micro_batches} micro-batch(es) at "
+                         "the end was dropped (no optimizer step followed)")
+        if self.discarded_steps:
+            parts.append(f"{self.discarded_steps} step(s) raised inside trace_step and were discarded (no row)")
+        if parts:
+            self.note("finish", "; ".join(parts))
 
     def _refuse(self) -> None:
         open_step = T.OPEN
@@ -514,12 +716,12 @@ class StepTracer:
             return
         # The step began where the fetch of its batch began (module docstring).
         pre.fetch = None
-        t0, cpu_ns, ev0, fetch_pool = fetch
+        t0, cpu_ns, ev0, fetch_pool, _iterator, fetches = fetch
         entry = st.phases.get(T.DATALOADER_NEXT)
         if entry is None:
-            st.phases[T.DATALOADER_NEXT] = [1, cpu_ns, None]
+            st.phases[T.DATALOADER_NEXT] = [fetches, cpu_ns, None]
         else:
-            entry[0] += 1
+            entry[0] += fetches
             entry[1] += cpu_ns
         if ev0 is not None and fetch_pool is pool:
             st.ev0 = ev0
@@ -646,11 +848,11 @@ class StepScope:
     def __enter__(self) -> None:
         self._open = self._tracer.open(self._model, self._step)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
         st = self._open
         if st is not None:
             self._open = None
-            self._tracer.close(st)
+            self._tracer.close(st, exc_type is not None)
 
 
 # -- the tracer of the running capture session -------------------------------------------------------

@@ -141,6 +141,12 @@ class Step:
     end_unix_ns = 0
     closed_perf_ns = 0
     _released = False
+    # An optimizer update ran in the step (optimizer.step returned, or GradScaler.step was called):
+    # a step with backward and no update is one micro-batch of gradient accumulation (steps.StepTracer).
+    updated = False
+    requested: int | None = None  # the step number given to trace_step(..., step=N), else None
+    alloc: float | None = None  # the step's peak allocated / reserved bytes (CUDA), read at close
+    reserved: float | None = None
 
     def __init__(self, step: int, device: str, pool: EventPool | None, info: Any) -> None:
         self.step = step
@@ -249,9 +255,10 @@ class PreStep:
 
     One per thread (:func:`pending`; a plain object reached through one thread-local read, since
     every attribute read of a ``threading.local`` costs a lookup of the thread's dict).
-    ``fetch`` is the last successful DataLoader fetch as ``(t0_ns, cpu_ns, start_event, pool)``;
-    an earlier one is replaced (a validation loop between two steps leaves only its last fetch,
-    which the next training fetch then replaces). ``regions`` sums the ``trace_region`` calls that
+    ``fetch`` is the DataLoader wait since the last step as ``(t0_ns, cpu_ns, start_event, pool,
+    iterator_id, n_fetches)``: consecutive fetches of one iterator add up (from the first one's
+    start); a fetch of another iterator replaces them (a validation loop between two steps leaves
+    only its fetches, which the next training fetch then replaces). ``regions`` sums the ``trace_region`` calls that
     ended outside a step, CPU clock only; ``open_regions`` names the regions open outside a step.
     ``generation`` is the :data:`GENERATION` the pending work belongs to: a new tracer (a new capture
     session) does not inherit what was pending for the previous one.
@@ -261,7 +268,7 @@ class PreStep:
 
     def __init__(self) -> None:
         self.generation = 0
-        self.fetch: tuple[int, int, Any, EventPool | None] | None = None
+        self.fetch: tuple[int, int, Any, EventPool | None, int, int] | None = None
         self.regions: dict[str, list[Any]] = {}  # name -> [n_calls, cpu_ns, pairs] (add_call)
         self.open_regions: set[str] = set()
 
@@ -283,6 +290,11 @@ OPEN: Step | None = None
 
 TRACING: bool = False
 """True while a step tracer is active; the DataLoader patch records pre-step fetches only then."""
+
+UPDATE_OUTSIDE: Any = None
+"""``callable(cpu_ns, thread_id)`` the step tracer sets: an optimizer update (``optimizer.step`` or
+``GradScaler.step``) that ended while no step was open on that thread, so that the micro-batches
+traced before it become its step (gradient accumulation with the update outside ``trace_step``)."""
 
 FETCH_POOL: EventPool | None = None
 """Pool of the last CUDA step's device: a pre-step fetch records its start event there, because
@@ -317,7 +329,7 @@ def set_pending_fetch(t0_ns: int, cpu_ns: int, event: Any, pool: EventPool | Non
     old = pre.fetch
     if old is not None and old[2] is not None and old[3] is not None:
         old[3].put(old[2])
-    pre.fetch = (t0_ns, cpu_ns, event, pool)
+    pre.fetch = (t0_ns, cpu_ns, event, pool, 0, 1)
 
 
 class RegionScope:

@@ -197,6 +197,10 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
         tput = st.get("throughput_steps_per_s")
         if tput is not None:
             out.print(Text(f"throughput {tput:.3g} steps/s (slowest rank per step)", style="dim"))
+        micro = st.get("micro_batches_per_step")
+        if isinstance(micro, int) and micro > 1:
+            out.print(Text(f"{micro} micro-batches per step (gradient accumulation: one step per optimizer update)",
+                           style="dim"))
         per_rank = st.get("per_rank") or []
         if len(per_rank) > 1:
             ranks_table = Table(title="ranks", title_justify="left", box=None, header_style="bold")

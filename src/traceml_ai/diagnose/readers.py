@@ -43,13 +43,15 @@ class StepSample:
 
     ``rank`` is the global rank (None when the rank sent no identity); ``timestamp_ns`` when the rank
     measured the row (ns since the Unix epoch, None for legacy rows); ``phases`` maps event names
-    (``traceml:forward`` ..., user regions) to ms.
+    (``traceml:forward`` ..., user regions) to ms; ``micro_batches`` is ``traceml:step``'s
+    ``n_calls``: how many traced micro-batches the step (one optimizer update) held, None when not sent.
     """
 
     rank: int | None
     step: int
     timestamp_ns: int | None
     phases: Mapping[str, float | None]
+    micro_batches: int | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,14 @@ def _stride(conn: sqlite3.Connection, problems: list[str]) -> tuple[str, tuple[A
     return "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0", (first + th.WARMUP_STEPS, first, k), k, span
 
 
+def _calls(by_device: Any) -> int | None:
+    """``n_calls`` of one event (the most over its devices), None when no device says."""
+    if type(by_device) is not dict:
+        return None
+    calls = [c for stats in by_device.values() if type(stats) is dict and type(c := stats.get("n_calls")) is int]
+    return max(calls) if calls else None
+
+
 def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
     problems: list[str] = []
     world_sizes: set[int] = set()
@@ -311,7 +321,8 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
             continue
         rank = g if type(g) is int else _int(r)
         phases = {name: event_ms(by_device) for name, by_device in events.items()}
-        steps[(rank, step)] = StepSample(rank, step, ts if type(ts) is int else None, phases)
+        steps[(rank, step)] = StepSample(rank, step, ts if type(ts) is int else None, phases,
+                                         _calls(events.get(schema.STEP)))
     if bad_step:
         problems.append(f"{bad_step} step_time row(s) without an integer step left out")
     if bad_events:

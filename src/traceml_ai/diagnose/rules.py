@@ -193,13 +193,42 @@ def _share_rule(
 
 
 def input_bound(ctx: Context) -> RuleResult:
-    """Input-bound: the dataloader wait takes at least ``INPUT_BOUND_WARN`` of the iteration."""
-    return _share_rule(
-        ctx, "input_bound", schema.DATALOADER_NEXT, th.INPUT_BOUND_WARN, th.INPUT_BOUND_CRITICAL,
-        "waiting for the next batch",
-        "Feed the loop faster: raise DataLoader num_workers, set persistent_workers=True and a prefetch_factor, "
-        "cache or pre-decode a slow dataset, and move heavy augmentation off the training process.",
+    """Input-bound: the dataloader wait takes at least ``INPUT_BOUND_INFO`` of the iteration (info),
+    ``INPUT_BOUND_WARN`` (warning), ``INPUT_BOUND_CRITICAL`` (critical). The summary gives the time
+    lost: the median wait per step (ms) and the share as minutes per hour of training."""
+    rule = "input_bound"
+    phase = schema.DATALOADER_NEXT
+    shares = _rank_shares(ctx.table, phase)
+    if not shares:
+        return _share_abstention(ctx.table, rule, phase)
+    job = _lower_median([s for s, _ in shares.values()])
+    severity: Severity | None = _severity(job, th.INPUT_BOUND_WARN, th.INPUT_BOUND_CRITICAL)
+    threshold = th.INPUT_BOUND_WARN
+    if severity is None:
+        if job < th.INPUT_BOUND_INFO:
+            return []
+        severity, threshold = "info", th.INPUT_BOUND_INFO
+    ranks = tuple(r for r, (s, _) in shares.items() if s >= threshold)
+    timelines = [tl for tl in ctx.table.ranks if tl.rank in shares]
+    median_ms = median(np.concatenate([tl.phase(phase) for tl in timelines])) or 0.0
+    scope = "" if len(shares) == 1 else f" on {_ranks_text(ranks)}"
+    summary = (
+        f"{_pct(job)} of each training step is spent waiting for the next batch ({phase}, median "
+        f"{median_ms:.1f} ms per step, {job * 60:.0f} min of every hour of training){scope}."
     )
+    return [
+        Finding(
+            kind=rule,
+            severity=severity,
+            summary=summary,
+            action="Feed the loop faster: raise DataLoader num_workers, set persistent_workers=True and a "
+            "prefetch_factor, cache or pre-decode a slow dataset, and move heavy augmentation off the training "
+            "process.",
+            evidence=Evidence(f"{phase.removeprefix(schema.PHASE_PREFIX)}_share", job, threshold, ranks,
+                              _step_window(timelines)),
+            strength=_strength(job, threshold),
+        )
+    ]
 
 
 def h2d_bound(ctx: Context) -> RuleResult:

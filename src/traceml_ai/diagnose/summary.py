@@ -66,7 +66,9 @@ class StepTimeSummary:
     ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
     the per-step slowest-rank iteration; ``worst_rank`` has the highest median iteration and ``skew``
     is its excess over the median of the other ranks (fraction; None with one rank);
-    ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``.
+    ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
+    ``micro_batches_per_step`` is the median number of micro-batches one step (one optimizer update)
+    held: above 1 with gradient accumulation (None when the rows do not say).
     """
 
     iteration_median_ms: float | None
@@ -77,6 +79,7 @@ class StepTimeSummary:
     worst_rank: int | None
     skew: float | None
     dataloader_outside_step: int
+    micro_batches_per_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class Summary:
                 "iteration_p90_ms": round_sig(st.iteration_p90_ms),
                 "throughput_steps_per_s": round_sig(st.throughput_steps_per_s),
                 "dataloader_outside_step": st.dataloader_outside_step,
+                "micro_batches_per_step": st.micro_batches_per_step,
                 "phases": [
                     {"name": p.name, "median_ms": round_sig(p.median_ms), "p90_ms": round_sig(p.p90_ms),
                      "share": round_sig(p.share), "steps": p.steps}
@@ -268,7 +272,7 @@ def summarise(telemetry: Telemetry, *, source: str | None = None) -> Summary:
         warmup_steps=table.warmup_steps,
         steps_analysed=sum(int(tl.steps.size) for tl in table.ranks),
         sampled_every=telemetry.sampled_every,
-        step_time=_step_time(table),
+        step_time=_step_time(table, telemetry),
         memory=_memory(ctx),
         system=_system(ctx),
         findings=tuple(order_findings(findings)),
@@ -282,7 +286,7 @@ def _ranks_seen(telemetry: Telemetry) -> tuple[int | None, ...]:
     return tuple(sorted(ranks, key=rank_key))
 
 
-def _step_time(table: StepTable) -> StepTimeSummary | None:
+def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None:
     if not table.ranks or not any(tl.steps.size for tl in table.ranks):
         return None
     iters = np.concatenate([tl.iteration_ms for tl in table.ranks])
@@ -321,7 +325,17 @@ def _step_time(table: StepTable) -> StepTimeSummary | None:
         worst_rank=worst,
         skew=skew,
         dataloader_outside_step=sum(tl.dataloader_outside for tl in table.ranks),
+        micro_batches_per_step=_micro_batches(telemetry),
     )
+
+
+def _micro_batches(telemetry: Telemetry) -> int | None:
+    """The median number of traced micro-batches per step (gradient accumulation), over every step
+    that says; None when none does."""
+    counts = [s.micro_batches for s in telemetry.steps if s.micro_batches is not None]
+    if not counts:
+        return None
+    return int(np.median(counts))
 
 
 def _memory(ctx: Context) -> MemorySummary:

@@ -42,9 +42,10 @@ CONTAINMENT_TOLERANCE: Final = 0.03
 """``traceml:step`` shorter than (1 - this) x the sum of the built-in phases means the dataloader
 wait was timed outside the step region, so the iteration is step + dataloader wait."""
 
-INPUT_BOUND_WARN: Final = 0.40
-INPUT_BOUND_CRITICAL: Final = 0.60
-"""Share of the iteration spent waiting for ``next(dataloader)``."""
+INPUT_BOUND_INFO: Final = 0.10
+INPUT_BOUND_WARN: Final = 0.20
+INPUT_BOUND_CRITICAL: Final = 0.40
+"""Share of the iteration spent waiting for ``next(dataloader)`` (info / warning / critical)."""
 
 H2D_BOUND_WARN: Final = 0.25
 H2D_BOUND_CRITICAL: Final = 0.50

@@ -97,11 +97,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="width of the two hidden layers (default 1024; 128 with --plant optimizer_heavy)")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--plant", choices=PLANTS, default="none")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.hidden is None:
+        # Wide enough that a healthy step's compute dwarfs its batch fetch (data loading a few percent
+        # of the step, as in real pipelines); the optimizer plant keeps a small model, whose update
+        # then costs far more than its forward and backward.
+        args.hidden = 128 if args.plant == "optimizer_heavy" else 1024
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

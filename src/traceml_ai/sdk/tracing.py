@@ -62,7 +62,10 @@ def trace_step(model: Any = None, *, step: int | None = None) -> AbstractContext
     outermost calls of ``model`` (forward), backward and optimizer step; on CUDA also with CUDA
     events, read later on the sampler thread so the training never waits. Records the step's peak
     memory. Results, exceptions and the CUDA peak counters the user reads are what they would be
-    without it; an exception in the block propagates unchanged and the step is still recorded.
+    without it; an exception in the block propagates unchanged and the step is discarded whole (no
+    row, its number not reused; counted in the ``[TraceML]`` note at the end of the run). With
+    gradient accumulation (backward in every block, ``optimizer.step()`` every Nth, inside the block
+    or right after it) the N blocks of one update are one step (``traceml_ai.capture.steps``).
 
     Args:
         model: the ``torch.nn.Module`` being trained (its device is the step's device); a

@@ -3,13 +3,16 @@
 Row keys: ``seq, timestamp_unix_ns, topology, distributed_initialized, distributed_backend,
 training_strategy, strategy_source, strategy_confidence``.
 
-One row per rank process, at most once (000 seed: the record's key is ``global_rank``). Training
-scripts call ``dist.init_process_group`` and wrap their model after capture started, so the source
-looks on ticks 1, 2, 4, 8, … and sends its row as soon as the environment is *settled*: one process
-(``single``), or a DDP/FSDP/DeepSpeed model seen by ``trace_step`` with the process group
-initialized. Otherwise it sends what it knows at close, or after :data:`SEND_BY_TICKS` ticks if the
-run is still going (so that a run killed later still has its row); what changes after that is not
-sent. torch.distributed's state (cheap to read) is checked on every tick.
+One row per rank process, corrected when it changes (000 seed: the record's key is
+``global_rank``, so the latest row per rank wins). Training scripts call ``dist.init_process_group``
+and wrap their model after capture started, so the source looks on ticks 1, 2, 4, 8, … and sends its
+row as soon as the environment is *settled*: one process (``single``), or a DDP/FSDP/DeepSpeed model
+seen by ``trace_step`` with the process group initialized. Otherwise it sends what it knows after
+:data:`SEND_BY_TICKS` ticks if the run is still going (so that a run killed later still has its
+row), or at close. A row sent unsettled is watched from then on (torch.distributed's state and the
+models ``trace_step`` saw, both cheap to read, on every tick and at close): when what it says
+changes (a large model that took minutes to load is wrapped in DDP after the deadline), a corrected
+row is sent, until the environment is settled.
 
 ``training_strategy`` is ``single``, ``DDP``, ``FSDP``, ``DeepSpeed`` or ``unknown``:
 
@@ -177,7 +180,8 @@ class RuntimeEnvironmentSampler:
         self._identity = identity
         self._ticks = 0
         self._last: dict[str, Any] | None = None
-        self._sent = False
+        self._sent = False  # a row went out
+        self._done = False  # a settled row went out: nothing left to correct
 
     @staticmethod
     def _settled(fields: dict[str, Any]) -> bool:
@@ -189,9 +193,11 @@ class RuntimeEnvironmentSampler:
     def _look(self, seq: int, now_ns: int, *, send: bool) -> list[dict[str, Any]]:
         fields = self._sticky(detect(self._identity))
         self._last = fields
-        if not (send or self._settled(fields)):
+        settled = self._settled(fields)
+        if not (send or settled):
             return []
         self._sent = True
+        self._done = settled
         return [{"seq": seq, "timestamp_unix_ns": now_ns, **fields}]
 
     def _sticky(self, fields: dict[str, Any]) -> dict[str, Any]:
@@ -202,10 +208,23 @@ class RuntimeEnvironmentSampler:
             fields = {**fields, **{k: last[k] for k in _CHEAP_KEYS}}
         return fields
 
+    def _correct(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
+        """After an unsettled row: a corrected row when what it says changed, else nothing."""
+        last = self._last
+        fields = self._sticky(detect(self._identity))
+        if last is not None and fields == last:
+            return []
+        self._last = fields
+        if self._settled(fields):
+            self._done = True
+        return [{"seq": seq, "timestamp_unix_ns": now_ns, **fields}]
+
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         self._ticks += 1
-        if self._sent:
+        if self._done:
             return []
+        if self._sent:
+            return self._correct(seq, now_ns)
         if self._ticks >= SEND_BY_TICKS:
             return self._look(seq, now_ns, send=True)
         if self._ticks not in CHECK_TICKS and self._last is not None:
@@ -217,7 +236,10 @@ class RuntimeEnvironmentSampler:
         return self._look(seq, now_ns, send=False)
 
     def collect_final(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
-        """The close-time look: sends the row if it was not sent yet (the environment as it was)."""
-        if self._sent:
+        """The close-time look: sends the row if it was not sent yet (the environment as it was), or
+        a corrected one if an unsettled row went out and the environment changed since."""
+        if self._done:
             return []
+        if self._sent:
+            return self._correct(seq, now_ns)
         return self._look(seq, now_ns, send=True)

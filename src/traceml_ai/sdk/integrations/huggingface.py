@@ -1,7 +1,9 @@
 """Hugging Face ``Trainer`` callback: ``Trainer(..., callbacks=[TraceMLTrainerCallback()])``.
 
-Every optimisation step (``on_step_begin`` to ``on_step_end``, which spans all the micro-batches
-of gradient accumulation) is one ``trace_step`` of the Trainer's model.
+Every optimisation step is one TraceML step of the Trainer's model: with
+``gradient_accumulation_steps=N`` its N micro-batches are merged into that step (their phases summed,
+``traceml:step``'s ``n_calls`` = N). Under ``traceml run`` the callback is attached automatically to
+a Trainer built without it (:mod:`traceml_ai.capture.frameworks`); passing it yourself is the same.
 
 Import this module only where ``transformers`` is installed; it is never imported by
 ``import traceml_ai``.
@@ -9,37 +11,9 @@ Import this module only where ``transformers`` is installed; it is never importe
 
 from __future__ import annotations
 
-from typing import Any
+from traceml_ai.capture.frameworks import huggingface_callback_class
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+TraceMLTrainerCallback = huggingface_callback_class()
+"""A ``transformers.TrainerCallback``; without a capture session it does nothing."""
 
-from traceml_ai.sdk.integrations._step import OpenStep
-
-
-class TraceMLTrainerCallback(TrainerCallback):
-    """Times each optimisation step of a Hugging Face ``Trainer`` as one TraceML step.
-
-    Example::
-
-        trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[TraceMLTrainerCallback()])
-
-    Without a capture session (no ``traceml run``, no ``traceml_ai.init()``) it does nothing.
-    """
-
-    def __init__(self) -> None:
-        self._step = OpenStep()
-
-    def on_step_begin(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> None:
-        self._step.open(kwargs.get("model"))
-
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> None:
-        self._step.close()
-
-    def on_train_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> None:
-        self._step.close()
+__all__ = ["TraceMLTrainerCallback"]

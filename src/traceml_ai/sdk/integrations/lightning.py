@@ -1,9 +1,11 @@
 """PyTorch Lightning callback: ``Trainer(callbacks=[TraceMLCallback()])``.
 
-Every training batch (from ``on_train_batch_start`` to ``on_train_batch_end``) is one
-``trace_step`` of the LightningModule, so the run's step telemetry has forward, backward and
-optimizer step per batch. Lightning runs forward and backward inside ``optimizer.step(closure)``;
-TraceML counts them as forward and backward and only the rest as the optimizer step.
+Every training batch (from ``on_train_batch_start`` to ``on_train_batch_end``) is one ``trace_step``
+of the LightningModule; with ``accumulate_grad_batches=N`` the N batches of one optimizer update are
+merged into one step. Lightning runs forward and backward inside ``optimizer.step(closure)``;
+TraceML counts them as forward and backward and only the rest as the optimizer step. Under
+``traceml run`` the callback is attached automatically to a Trainer built without it
+(:mod:`traceml_ai.capture.frameworks`).
 
 Import this module only where ``lightning`` is installed (it subclasses
 ``lightning.pytorch.Callback``); it is never imported by ``import traceml_ai``.
@@ -11,38 +13,9 @@ Import this module only where ``lightning`` is installed (it subclasses
 
 from __future__ import annotations
 
-from typing import Any
+from traceml_ai.capture.frameworks import lightning_callback_class
 
-from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import Callback
+TraceMLCallback = lightning_callback_class()
+"""A ``lightning.pytorch.Callback``; without a capture session it does nothing."""
 
-from traceml_ai.sdk.integrations._step import OpenStep
-
-
-class TraceMLCallback(Callback):
-    """Times each training batch of a Lightning ``Trainer`` as one TraceML step.
-
-    Example::
-
-        trainer = lightning.Trainer(max_epochs=3, callbacks=[TraceMLCallback()])
-
-    Without a capture session (no ``traceml run``, no ``traceml_ai.init()``) it does nothing.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._step = OpenStep()
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        self._step.open(pl_module)
-
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._step.close()
-
-    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._step.close(exception)
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._step.close()
+__all__ = ["TraceMLCallback"]

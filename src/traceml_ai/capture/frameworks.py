@@ -1,0 +1,281 @@
+"""Step timing for training frameworks that own the loop: Hugging Face ``Trainer`` and Lightning.
+
+Two callbacks open and close TraceML steps from the framework's own hooks (built lazily by
+:func:`huggingface_callback_class` and :func:`lightning_callback_class`, because each subclasses its
+framework's callback base; ``traceml_ai.sdk.integrations`` re-exports them under their public names):
+
+- Hugging Face: a step opens at ``on_step_begin``; every ``on_substep_end`` (a micro-batch of
+  gradient accumulation ended without an update) closes it and opens the next; ``on_step_end``
+  (after the optimizer step) closes the last. The tracer merges the micro-batches of one update
+  into one step (``steps.StepTracer``), so ``traceml:step``'s ``n_calls`` says how many it held.
+- Lightning: one step per training batch (``on_train_batch_start`` to ``on_train_batch_end``); with
+  ``accumulate_grad_batches`` the tracer merges the batches of one update the same way. A batch that
+  raises (``on_exception``) is discarded.
+
+Under ``traceml run`` (capture mode ``run``) :func:`install_auto_attach` makes this automatic, as
+upstream traceml-ai 0.5 does: when the script imports ``transformers.trainer`` or
+``lightning.pytorch.trainer.trainer``, their ``Trainer.__init__`` is wrapped so that a Trainer
+built without TraceML's callback gets one, with a one-line ``[TraceML]`` note saying so. A Trainer
+already given TraceML's callback keeps it (nothing added). ``traceml watch`` and
+``--disable-traceml`` never call it. The standalone ``pytorch_lightning`` package is not patched
+(its callbacks subclass another base class).
+
+Never raises into the training: a failure to attach is one ``[TraceML]`` line and the Trainer
+runs without step timing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from traceml_ai.capture import steps
+from traceml_ai.capture.client import warn
+from traceml_ai.capture.session import current_session
+from traceml_ai.capture.timing import Step
+
+HF_MODULE = "transformers.trainer"
+LIGHTNING_MODULE = "lightning.pytorch.trainer.trainer"
+
+
+class OpenStep:
+    """The one TraceML step a framework opened in one callback and closes in another.
+
+    Without a running capture session every call is a no-op.
+    """
+
+    def __init__(self) -> None:
+        self._tracer: steps.StepTracer | None = None
+        self._step: Step | None = None
+        session = current_session()
+        if session is not None:
+            # Tracing from now on (torch is imported: the framework is), so that the batches the
+            # framework fetches before its first step hook are timed too.
+            self._tracer = steps.prepare(session)
+
+    def open(self, model: Any) -> None:
+        """Opens a step of ``model``; a step still open (the framework skipped its end) is closed first."""
+        self.close()
+        session = current_session()
+        if session is None:
+            return
+        tracer = steps.tracer_for(session)
+        self._tracer = tracer
+        self._step = tracer.open(model)
+
+    def close(self, raised: bool = False) -> None:
+        """Closes the open step, if any; ``raised``: its work ended by an exception (discarded)."""
+        st, self._step = self._step, None
+        tracer = self._tracer
+        if st is not None and tracer is not None:
+            tracer.close(st, raised)
+
+
+_classes: dict[str, type] = {}
+_classes_lock = threading.Lock()
+
+
+def huggingface_callback_class() -> type:
+    """``TraceMLTrainerCallback``, a ``transformers.TrainerCallback`` (imports transformers)."""
+    with _classes_lock:
+        cls = _classes.get("hf")
+        if cls is None:
+            cls = _classes["hf"] = _make_hf_class()
+        return cls
+
+
+def lightning_callback_class() -> type:
+    """``TraceMLCallback``, a ``lightning.pytorch.Callback`` (imports lightning)."""
+    with _classes_lock:
+        cls = _classes.get("lightning")
+        if cls is None:
+            cls = _classes["lightning"] = _make_lightning_class()
+        return cls
+
+
+def _make_hf_class() -> type:
+    from transformers import TrainerCallback
+
+    class TraceMLTrainerCallback(TrainerCallback):
+        """Times each optimisation step of a Hugging Face ``Trainer`` as one TraceML step.
+
+        ``Trainer(model=model, args=args, train_dataset=ds, callbacks=[TraceMLTrainerCallback()])``;
+        under ``traceml run`` it is attached automatically. Without a capture session it does nothing.
+        """
+
+        def __init__(self) -> None:
+            self._step = OpenStep()
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._step.open(kwargs.get("model"))
+
+        def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # A micro-batch ended without an update: the next one is a step of its own, which the
+            # tracer merges with this one when the update comes.
+            self._step.open(kwargs.get("model"))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._step.close()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._step.close()
+
+    TraceMLTrainerCallback.__module__ = "traceml_ai.sdk.integrations.huggingface"
+    return TraceMLTrainerCallback
+
+
+def _make_lightning_class() -> type:
+    from lightning.pytorch.callbacks import Callback
+
+    class TraceMLCallback(Callback):
+        """Times each training batch of a Lightning ``Trainer`` as one TraceML step (the batches of one
+        accumulated update merged into one step).
+
+        ``lightning.Trainer(callbacks=[TraceMLCallback()])``; under ``traceml run`` it is attached
+        automatically. Without a capture session it does nothing.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._step = OpenStep()
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            self._step.open(pl_module)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._step.close()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            self._step.close(raised=True)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self._step.close()
+
+    TraceMLCallback.__module__ = "traceml_ai.sdk.integrations.lightning"
+    return TraceMLCallback
+
+
+# -- automatic attachment under `traceml run` ----------------------------------------------------------
+
+
+def _patch_hf(module: ModuleType) -> None:
+    trainer_cls: Any = getattr(module, "Trainer", None)
+    if trainer_cls is None or getattr(trainer_cls.__init__, "__traceml_patch__", False):
+        return
+    orig = trainer_cls.__init__
+
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        try:
+            cls = huggingface_callback_class()
+            handler = getattr(self, "callback_handler", None)
+            present = getattr(handler, "callbacks", [])
+            if any(isinstance(cb, cls) or cb is cls for cb in present):
+                return
+            self.add_callback(cls())
+            _note_once("hf", "attached TraceML's Hugging Face Trainer callback (one step per optimizer update); "
+                             "pass callbacks=[TraceMLTrainerCallback()] to attach it yourself")
+        except Exception as exc:
+            warn(f"could not attach step timing to the Hugging Face Trainer: {exc!r}")
+
+    __init__.__traceml_patch__ = True  # type: ignore[attr-defined]
+    trainer_cls.__init__ = __init__
+
+
+def _patch_lightning(module: ModuleType) -> None:
+    trainer_cls: Any = getattr(module, "Trainer", None)
+    if trainer_cls is None or getattr(trainer_cls.__init__, "__traceml_patch__", False):
+        return
+    orig = trainer_cls.__init__
+
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        try:
+            cls = lightning_callback_class()
+            present = getattr(self, "callbacks", [])
+            if any(isinstance(cb, cls) for cb in present):
+                return
+            # Lightning reads trainer.callbacks when it calls hooks, so appending is enough.
+            self.callbacks.append(cls())
+            _note_once("lightning", "attached TraceML's Lightning callback (one step per optimizer update); pass "
+                                    "callbacks=[TraceMLCallback()] to attach it yourself")
+        except Exception as exc:
+            warn(f"could not attach step timing to the Lightning Trainer: {exc!r}")
+
+    __init__.__traceml_patch__ = True  # type: ignore[attr-defined]
+    trainer_cls.__init__ = __init__
+
+
+_PATCHES: dict[str, Callable[[ModuleType], None]] = {HF_MODULE: _patch_hf, LIGHTNING_MODULE: _patch_lightning}
+_noted: set[str] = set()
+
+
+def _note_once(key: str, text: str) -> None:
+    if key not in _noted:
+        _noted.add(key)
+        warn(text)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then the patch of the module it loaded."""
+
+    def __init__(self, inner: importlib.abc.Loader, patch: Callable[[ModuleType], None]) -> None:
+        self._inner = inner
+        self._patch = patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        try:
+            self._patch(module)
+        except Exception as exc:
+            warn(f"could not prepare automatic step timing for {module.__name__}: {exc!r}")
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds the framework modules with the other finders and wraps their loader (see module docstring)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        patch = _PATCHES.get(fullname)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, _Finder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+def install_auto_attach() -> None:
+    """Attach the callbacks automatically from now on (idempotent; see the module docstring).
+
+    A framework module imported already is patched at once; the others when they are imported.
+    """
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    for name, patch in _PATCHES.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            try:
+                patch(module)
+            except Exception as exc:
+                warn(f"could not prepare automatic step timing for {name}: {exc!r}")

@@ -1,0 +1,277 @@
+"""Unmodified Hugging Face and Lightning scripts under a real ``traceml run`` get one step per
+optimizer update (issue 11, items 1-3): the callback is attached automatically (a manual one is
+reused), micro-batches of gradient accumulation are merged into their update's step, and
+``traceml watch`` / ``--disable-traceml`` attach nothing. Real transformers and lightning, a tiny
+model on scikit-learn's digits."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_traceml
+
+DATA = '''
+import sys, torch
+from sklearn.datasets import load_digits
+digits = load_digits()
+X = torch.tensor(digits.data[:384] / 16.0, dtype=torch.float32)
+Y = torch.tensor(digits.target[:384], dtype=torch.long)
+ACCUM = int(sys.argv[1])
+MANUAL = sys.argv[2] == "manual"
+'''
+
+HF_SCRIPT = DATA + '''
+from transformers import Trainer, TrainingArguments
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+class Digits(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(X)
+    def __getitem__(self, i):
+        return {"x": X[i], "labels": Y[i]}
+
+callbacks = []
+if MANUAL:
+    from traceml_ai.sdk.integrations.huggingface import TraceMLTrainerCallback
+    callbacks = [TraceMLTrainerCallback()]
+torch.manual_seed(0)
+args = TrainingArguments(output_dir=sys.argv[3], num_train_epochs=1, per_device_train_batch_size=16,
+                         gradient_accumulation_steps=ACCUM, report_to=[], save_strategy="no", use_cpu=True,
+                         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+trainer = Trainer(model=Model(), args=args, train_dataset=Digits(), callbacks=callbacks)
+trainer.train()
+print("updates", trainer.state.global_step)
+'''
+
+LIGHTNING_SCRIPT = DATA + '''
+import lightning
+from torch.utils.data import DataLoader, TensorDataset
+
+class Model(lightning.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+callbacks = []
+if MANUAL:
+    from traceml_ai.sdk.integrations.lightning import TraceMLCallback
+    callbacks = [TraceMLCallback()]
+torch.manual_seed(0)
+trainer = lightning.Trainer(max_epochs=1, accumulate_grad_batches=ACCUM, callbacks=callbacks, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            accelerator="cpu", devices=1)
+trainer.fit(Model(), DataLoader(TensorDataset(X, Y), batch_size=16))
+print("updates", trainer.global_step)
+'''
+
+
+def _launch(tmp_path: Path, script_text: str, *args: str, command: str = "run",
+            extra: tuple[str, ...] = ()) -> tuple[Any, Path]:
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    logs = tmp_path / "runs"
+    proc = run_traceml(command, "--mode", "quiet", "--logs-dir", str(logs), "--interval", "0.2", *extra,
+                       str(script), *args, cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, logs
+
+
+def _steps(logs: Path) -> list[tuple[int, dict[str, Any]]]:
+    (run_dir,) = logs.iterdir()
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT step, events_json FROM step_time_samples ORDER BY step").fetchall()
+    finally:
+        db.close()
+    return [(step, json.loads(events)) for step, events in rows]
+
+
+def _calls(events: dict[str, Any], name: str) -> int:
+    (stats,) = events[name].values()
+    return int(stats["n_calls"])
+
+
+def _updates(stdout: str) -> int:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("updates ")]
+    return int(line.split()[1])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("accum", [1, 4])
+def test_hugging_face_trainer_without_callback_gets_one_step_per_update(tmp_path: Path, accum: int) -> None:
+    pytest.importorskip("transformers")
+    proc, logs = _launch(tmp_path, HF_SCRIPT, str(accum), "auto", str(tmp_path / "out"))
+    updates = _updates(proc.stdout)
+    assert updates == 24 // accum
+    assert "attached TraceML's Hugging Face Trainer callback" in proc.stderr
+    steps = _steps(logs)
+    assert [step for step, _ in steps] == list(range(updates))
+    for _, events in steps:
+        assert _calls(events, "traceml:step") == accum  # micro-batches per step
+        assert _calls(events, "traceml:backward") == accum
+        assert _calls(events, "traceml:forward") == accum
+        assert _calls(events, "traceml:optimizer_step") == 1
+    # Every micro-batch's fetch is in a step (accelerate fetches one batch ahead, so the first
+    # step has one more and the last one fewer).
+    fetches = [_calls(events, "traceml:dataloader_next") if "traceml:dataloader_next" in events else 0
+               for _, events in steps]
+    assert sum(fetches) == 24, fetches
+    if accum > 1:
+        assert f"micro-batches per step: {updates} of {accum}" in proc.stderr
+    (run_dir,) = logs.iterdir()
+    doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    assert doc["step_time"]["micro_batches_per_step"] == accum  # the summary says what a step held
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("accum", [1, 4])
+def test_lightning_trainer_without_callback_gets_one_step_per_update(tmp_path: Path, accum: int) -> None:
+    pytest.importorskip("lightning")
+    proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, str(accum), "auto")
+    updates = _updates(proc.stdout)
+    assert updates == 24 // accum
+    assert "attached TraceML's Lightning callback" in proc.stderr
+    steps = _steps(logs)
+    assert [step for step, _ in steps] == list(range(updates))
+    for _, events in steps:
+        assert _calls(events, "traceml:step") == accum
+        assert _calls(events, "traceml:backward") == accum
+        assert _calls(events, "traceml:optimizer_step") == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_manual_callback_is_reused_not_doubled(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, "4", "manual")
+    assert "attached TraceML" not in proc.stderr
+    assert "nested" not in proc.stderr  # a second callback would open steps inside the first's
+    assert [step for step, _ in _steps(logs)] == list(range(6))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["watch", "disable"])
+def test_watch_and_disable_attach_nothing(tmp_path: Path, how: str) -> None:
+    pytest.importorskip("lightning")
+    if how == "watch":
+        proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, "1", "auto", command="watch")
+        assert _steps(logs) == []
+    else:
+        proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, "1", "auto", extra=("--disable-traceml",))
+    assert _updates(proc.stdout) == 24
+    assert "attached TraceML" not in proc.stderr
+
+
+PLAIN_SCRIPT = DATA + '''
+import traceml_ai
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+where = sys.argv[3]
+updates = 0
+retried = False
+# 416 samples in batches of 16: 26 micro-batches, so 6 updates of 4 and 2 left over at the end.
+loader = DataLoader(TensorDataset(torch.cat([X, X[:32]]), torch.cat([Y, Y[:32]])), batch_size=16)
+for i, (x, y) in enumerate(loader):
+    if i == 5 and not retried:
+        retried = True
+        try:
+            with traceml_ai.trace_step(model):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                raise RuntimeError("CUDA out of memory (planted)")
+        except RuntimeError:
+            opt.zero_grad()  # the user's retry: throw this micro-batch's gradient away, go on
+    with traceml_ai.trace_step(model):
+        loss = torch.nn.functional.cross_entropy(model(x), y) / ACCUM
+        loss.backward()
+        if where == "inside" and (i + 1) % ACCUM == 0:
+            opt.step()
+            opt.zero_grad()
+            updates += 1
+    if where == "outside" and (i + 1) % ACCUM == 0:
+        opt.step()
+        opt.zero_grad()
+        updates += 1
+print("updates", updates)
+'''
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["inside", "outside"])
+def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path, where: str) -> None:
+    proc, logs = _launch(tmp_path, PLAIN_SCRIPT, "4", "auto", where)
+    assert _updates(proc.stdout) == 6
+    steps = _steps(logs)
+    # Six updates. The micro-batch that raised (inside the second update) discards that update
+    # whole, and its number is not reused; the two micro-batches after the last update are dropped.
+    assert [step for step, _ in steps] == [0, 2, 3, 4, 5]
+    for _, events in steps:
+        assert _calls(events, "traceml:step") == 4
+        assert _calls(events, "traceml:backward") == 4
+        assert _calls(events, "traceml:forward") == 4
+        assert _calls(events, "traceml:optimizer_step") == 1
+        (opt_stats,) = events["traceml:optimizer_step"].values()
+        assert opt_stats["cpu_ms"] > 0
+    assert "1 incomplete update of 2 micro-batch(es) at the end was dropped" in proc.stderr
+    assert "1 step(s) raised inside trace_step and were discarded" in proc.stderr
+    assert "micro-batches per step: 5 of 4" in proc.stderr
+
+
+SLOW_DATA_SCRIPT = """
+import sys, time, torch
+from sklearn.datasets import load_digits
+from transformers import Trainer, TrainingArguments
+
+digits = load_digits()
+X = torch.tensor(digits.data[:512] / 16.0, dtype=torch.float32)
+Y = torch.tensor(digits.target[:512], dtype=torch.long)
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+class SlowDigits(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(X)
+    def __getitem__(self, i):
+        time.sleep(0.001)  # a slow disk or decoder
+        return {"x": X[i], "labels": Y[i]}
+
+torch.set_num_threads(1)
+args = TrainingArguments(output_dir=sys.argv[1], num_train_epochs=1, per_device_train_batch_size=16,
+                         report_to=[], save_strategy="no", use_cpu=True, logging_strategy="no", disable_tqdm=True)
+Trainer(model=Model(), args=args, train_dataset=SlowDigits()).train()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_hugging_face_run_waiting_for_its_data_is_reported_input_bound(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    _, logs = _launch(tmp_path, SLOW_DATA_SCRIPT, str(tmp_path / "out"))
+    (run_dir,) = logs.iterdir()
+    doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    first = doc["findings"][0]
+    assert first["kind"] == "input_bound" and first["severity"] in ("warning", "critical"), doc["findings"]
+    assert "ms per step" in first["summary"] and "of every hour of training" in first["summary"]

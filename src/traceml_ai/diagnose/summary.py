@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -386,6 +386,37 @@ def dumps(summary: Summary) -> bytes:
     return orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
 
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a unique dot-prefixed temp file in the same folder, fsync
+    and rename, so a reader sees the old file or the new one, never half of one, and two writers
+    never share a temp file. The mode follows the umask like every other run file (0644 under the
+    usual 022; ``tempfile.mkstemp`` would make it 0600 and a teammate could not read it).
+
+    Raises:
+        OSError: the folder is missing or not writable, or the disk is full (``path`` unchanged).
+    """
+    folder = os.fspath(Path(path).parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{Path(path).name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"cannot create a temp file in {folder}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None = None) -> Path:
     """Diagnose ``<run_dir>/aggregator/telemetry.sqlite`` and write
     ``<run_dir>/aggregator/final_summary.json`` atomically (temporary file in the same folder, fsync,
@@ -404,17 +435,7 @@ def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None
     summary = diagnose(telemetry_path(run_dir), source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
     if degraded is not None and summary.telemetry_status == "ok":
         summary = dataclasses.replace(summary, telemetry_status="degraded", telemetry_detail=degraded)
-    data = dumps(summary)
-    fd, tmp = tempfile.mkstemp(prefix=".final_summary.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, dumps(summary))
     return target
 
 

@@ -27,12 +27,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from traceml_ai.runs.layout import DEFAULT_MAX_METRICS_FILE_MB, RESERVED_METRIC_KEYS
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where arrays are built: listing runs never loads numpy
 
 CHUNK_BYTES = 8 * 1024 * 1024
 _BLOCK_BYTES = 128 * 1024  # parse in blocks of about this size: fastest here, and a bad line costs one block
@@ -350,6 +352,8 @@ class MetricsTail:
         Built with C-level passes (``map``, numpy) and cached: a later call only converts the rows
         appended since, so a live run's series costs what it grew by.
         """
+        import numpy as np
+
         cached = self._series.get(metric)
         done = cached.rows_seen if cached is not None else 0
         rows = self.rows
@@ -382,6 +386,8 @@ class MetricsTail:
     def _axis(self, name: str) -> np.ndarray:
         """``step`` (int64) or ``epoch``/``time`` (float64, NaN when missing) of every row, built on
         first use and extended by the rows appended since."""
+        import numpy as np
+
         array = self._axes_cache.get(name)
         done = 0 if array is None else array.shape[0]
         if array is None or done < len(self.rows):
@@ -406,6 +412,8 @@ _NUMERIC_TYPES = frozenset({float, int, type(None)})
 
 def _numbers(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     """``row[key]`` for each row as float64; NaN where it is missing or not a number."""
+    import numpy as np
+
     values: list[Any] = list(map(dict.get, rows, repeat(key)))
     if not _NUMERIC_TYPES.issuperset(map(type, values)):
         values = [v if type(v) in _NUMERIC_TYPES else None for v in values]

@@ -159,6 +159,7 @@ class MetricsTail:
         self.corrupt_lines = 0
         self.corrupt_examples: list[str] = []
         self.backward_steps: list[str] = []
+        self.backward_count = 0
         self.resets = 0
         self.truncated_at: int | None = None
         self.read_error: str | None = None
@@ -310,6 +311,7 @@ class MetricsTail:
             self.corrupt_examples.append(f"line {line_no}: {reason}")
 
     def _note_backwards(self, line_no: int, prev: int, step: int) -> None:
+        self.backward_count += 1
         if len(self.backward_steps) < _MAX_EXAMPLES:
             self.backward_steps.append(f"line {line_no}: step {prev} → {step}")
         else:
@@ -325,7 +327,14 @@ class MetricsTail:
             out.append(
                 f"metrics.jsonl: {self.corrupt_lines} corrupt line(s) skipped ({'; '.join(self.corrupt_examples)})"
             )
-        if self.backward_steps:
+        if self.backward_count >= _MIXED_WRITERS_AT:
+            # A resume goes back once or twice; rows of several processes interleaved go back and forth.
+            out.append(
+                f"metrics.jsonl: steps go back and forth {self.backward_count} times: several processes "
+                "write this file (a traceml_ai.Run in every DDP rank? only global rank 0 logs by default, "
+                "README 'Logging a run'); every row kept: " + "; ".join(self.backward_steps)
+            )
+        elif self.backward_steps:
             out.append(
                 "metrics.jsonl: steps go backwards (a resumed run?); both segments kept: "
                 + "; ".join(self.backward_steps)
@@ -406,6 +415,9 @@ class _CachedSeries:
     index: np.ndarray  # row index of each point
     value: np.ndarray
 
+
+_MIXED_WRITERS_AT = 3
+"""Backward steps from which a file is taken for rows of several writers, not a resumed run."""
 
 _NUMERIC_TYPES = frozenset({float, int, type(None)})
 

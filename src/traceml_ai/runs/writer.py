@@ -27,7 +27,10 @@ def iso_utc(t: float) -> str:
 
 
 def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
-    """Return ``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` for Unix seconds ``t`` (UTC).
+    """Return ``<YYYYMMDD-HHMMSS>_<slug>_<hex4>`` for Unix seconds ``t`` (UTC).
+
+    The slug is :func:`folder_slug` of ``name`` (``"lr sweep 1"`` → ``lr-sweep-1``): folder names
+    never hold spaces or shell characters; the name itself is kept unchanged in run.json.
 
     Raises:
         ValueError: ``name`` is empty, longer than 100 characters, or holds a path separator or a
@@ -39,13 +42,21 @@ def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
             "control characters"
         )
     stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_id = f"{stamp}_{name}_{hex4 or secrets.token_hex(2)}"
+    run_id = f"{stamp}_{folder_slug(name)}_{hex4 or secrets.token_hex(2)}"
     if not RUN_ID_RE.match(run_id):
         raise ValueError(f"run id {run_id!r} does not have the form <YYYYMMDD-HHMMSS>_<name>_<hex4>")
     return run_id
 
 
 _BAD_NAME_CHARS = re.compile("[/\\\x00-\x1f\x7f-\x9f]")
+_NOT_SLUG = re.compile(r"[^\w.-]+")
+
+
+def folder_slug(name: str) -> str:
+    """``name`` as the middle part of a run folder name: every run of characters other than
+    letters, digits, ``_``, ``.`` and ``-`` (spaces, quotes, ``$``, ...) becomes one ``-``;
+    ``run`` when nothing is left. ``"lr sweep (2)"`` → ``lr-sweep-2``."""
+    return _NOT_SLUG.sub("-", name).strip("-.") or "run"
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, durable: bool = True) -> None:

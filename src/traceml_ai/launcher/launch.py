@@ -259,7 +259,7 @@ def launch(
     keeper = RunJsonKeeper(run_dir, options.run_name, options.group, list(options.tags), identity)
     keeper.start()
     started_ns = time.time_ns()
-    write_manifest(run_dir, identity, status="running", started_at_ns=started_ns)
+    keeper.guard(write_manifest, run_dir, identity, status="running", started_at_ns=started_ns)
     env["TRACEML_RUN_DIR"] = str(run_dir)
 
     aggregator: AggregatorProcess | None = None
@@ -293,11 +293,17 @@ def launch(
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {agg_code}"}
         if telemetry.get("status") == "degraded" and not (run_dir / "aggregator" / "final_summary.json").exists():
             # The aggregator died before its own summary: diagnose what it committed, marked partial.
-            write_summary_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")))
+            keeper.guard(write_summary_after_crash, run_dir,
+                         str(telemetry.get("reason", "the telemetry aggregator died")))
     signal_name = _signal_name(code)
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,
                            stderr_tail=_stderr_tail(run_dir))
+    if keeper.write_errors:
+        # A full disk or read-only folder: recorded wherever it can still be written, and printed.
+        telemetry.setdefault("status", "degraded")
+        telemetry.setdefault("reason", f"{keeper.write_errors} write(s) to the run folder failed: {keeper.last_error}")
+        telemetry["run_folder_write_errors"] = keeper.write_errors
     # The session's lifecycle (004 seed): stopped from outside → interrupted; telemetry lost →
     # incomplete; a training that failed or crashed did not run to its end either → interrupted.
     stopped = interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS)
@@ -307,8 +313,8 @@ def launch(
         manifest_status = "incomplete"
     else:
         manifest_status = "completed" if code == 0 else "interrupted"
-    write_manifest(run_dir, identity, status=manifest_status, started_at_ns=started_ns, ended_at_ns=time.time_ns(),
-                   exit_code=code, telemetry=telemetry or None)
+    keeper.guard(write_manifest, run_dir, identity, status=manifest_status, started_at_ns=started_ns,
+                 ended_at_ns=time.time_ns(), exit_code=code, telemetry=telemetry or None)
     return LaunchResult(code, run_dir, status, telemetry)
 
 

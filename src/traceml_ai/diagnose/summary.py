@@ -215,6 +215,45 @@ class Summary:
         }
 
 
+STEP_RULES = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
+"""The rules that judge where the step time goes: "no bottleneck found" needs one of them to have judged."""
+
+
+def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
+    """The one-line verdict of a final_summary.json document (shape: :meth:`Summary.to_dict`).
+
+    Returns ``(kind, text)``: ``findings`` (a warning or critical finding; the text says how
+    many), ``healthy`` ("no bottleneck found": a step-time rule judged and found nothing),
+    ``not_judged`` ("not judged: <why>": no step-time rule could judge, e.g. 0 steps, a watch run,
+    a script without ``trace_step``; never shown as a green verdict) or ``no_verdict`` (the
+    telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason.
+    A partial (degraded) telemetry still gets one of the first three; the caller says it is partial.
+    """
+    telemetry = doc.get("telemetry") if isinstance(doc.get("telemetry"), dict) else {}
+    status = telemetry.get("status") if isinstance(telemetry, dict) else None
+    if status not in (None, "ok", "degraded"):
+        return "no_verdict", "no verdict: the telemetry could not be read"
+    findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+    serious = [f for f in findings if f.get("severity") in ("warning", "critical")]
+    if serious:
+        return "findings", f"{len(serious)} finding{'s' if len(serious) != 1 else ''}"
+    checked = [r for r in doc.get("rules_checked") or [] if isinstance(r, str)]
+    if any(r in STEP_RULES for r in checked):
+        return "healthy", "no bottleneck found"
+    steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
+    seen = steps.get("seen") if isinstance(steps, dict) else None
+    if watch:
+        why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
+    elif not seen:
+        why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
+               "or it ended before its first step)")
+    else:
+        reasons = [str(a.get("reason")) for a in doc.get("abstained") or []
+                   if isinstance(a, dict) and a.get("rule") in STEP_RULES and a.get("reason")]
+        why = reasons[0] if reasons else "no step-time rule had the data to judge"
+    return "not_judged", f"not judged: {why}"
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 

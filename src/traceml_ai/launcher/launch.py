@@ -70,6 +70,7 @@ class LaunchOptions:
 
     Args:
         script: the training script's path; ``args`` its arguments.
+        module: run this module instead (``python -m MODULE ARGS``); ``script`` is then ignored.
         mode: ``run`` (full capture) or ``watch`` (no step timing: system, process, environment, output).
         logs_dir: where the run folder is created (``<logs_dir>/<YYYYMMDD-HHMMSS>_<name>_<hex4>``).
         name, group, tags: the run's labels (name defaults to the script's file stem).
@@ -87,6 +88,7 @@ class LaunchOptions:
     script: str
     args: list[str] = field(default_factory=list)
     mode: Mode = "run"
+    module: str | None = None
     logs_dir: str = "traceml/runs"
     name: str | None = None
     group: str | None = None
@@ -110,7 +112,14 @@ class LaunchOptions:
 
     @property
     def run_name(self) -> str:
+        if self.module:
+            return self.name or self.module.rsplit(".", 1)[-1] or "run"
         return self.name or Path(self.script).stem or "run"
+
+    @property
+    def target(self) -> list[str]:
+        """What follows the interpreter: ``[SCRIPT, *ARGS]`` or ``["-m", MODULE, *ARGS]``."""
+        return ["-m", self.module, *self.args] if self.module else [self.script, *self.args]
 
 
 @dataclass
@@ -146,9 +155,12 @@ def validate(options: LaunchOptions) -> None:
         LaunchError: the script is missing, or a count/rank/port/interval is out of range.
     """
     script = Path(options.script)
-    if script.is_dir():
+    if options.module is not None:
+        if not options.module or options.module.startswith("-"):
+            raise LaunchUsageError(f"-m needs a module name, not {options.module!r}")
+    elif script.is_dir():
         raise LaunchError(f"{options.script} is a folder, not a training script")
-    if not script.is_file():
+    elif not script.is_file():
         raise LaunchError(f"no such training script: {options.script}")
     if options.nproc_per_node < 1 or options.nnodes < 1:
         raise LaunchUsageError("--nproc-per-node and --nnodes must be 1 or more")
@@ -190,7 +202,7 @@ def session_id_for(options: LaunchOptions) -> str:
 
 def training_command(options: LaunchOptions) -> list[str]:
     """The command line of the training (under the capture bootstrap unless ``disable``)."""
-    target = [options.script, *options.args]
+    target = options.target
     if not options.distributed:
         if options.disable:
             return [sys.executable, *target]
@@ -232,7 +244,7 @@ def launch(
 
     session_id = session_id_for(options)
     identity = RunIdentity(
-        mode=options.mode, command=[sys.executable, options.script, *options.args], session_id=session_id,
+        mode=options.mode, command=[sys.executable, *options.target], session_id=session_id,
         job_id=session_id if options.nnodes > 1 else None, nnodes=options.nnodes, node_rank=options.node_rank,
         nproc_per_node=options.nproc_per_node,
     )

@@ -103,7 +103,9 @@ def ls(
         str | None, typer.Option("--status", metavar="S,...", help="Only these statuses (e.g. running,stale).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run (for scripts and agents).")] = False,
-    as_csv: Annotated[bool, typer.Option("--csv", help="CSV with the export's column names.")] = False,
+    as_csv: Annotated[bool, typer.Option(
+        "--csv", help="CSV with the export's column names: id, name, status, group, tags, path and the table's "
+                      "columns, or only the --columns given.")] = False,
     stale_after_seconds: Annotated[float | None, typer.Option(help="Heartbeat age that makes a run stale.")] = None,
 ) -> None:
     """List runs as a table.
@@ -126,7 +128,11 @@ def ls(
         raise UsageError(str(e)) from None
     store = open_store(roots, stale_after_seconds)
     runs = store.runs()
-    shown = sort_runs(filter_runs(runs, filters, search=search, statuses=statuses), keys)
+    try:
+        matched = filter_runs(runs, filters, search=search, statuses=statuses)
+    except FilterError as e:  # a filter that fits the column's values only once they are read
+        raise UsageError(str(e)) from None
+    shown = sort_runs(matched, keys)
     if columns is None:
         # The table model's defaults, with the logged values moved ahead of group and tags: in a
         # terminal the columns that do not fit are the last ones.
@@ -144,7 +150,7 @@ def ls(
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return
     if as_csv:
-        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels))
+        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels, lead=columns is None))
         return
     _print_table(shown, cols, group_by, groups, total=len(runs))
 

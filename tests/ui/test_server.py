@@ -110,10 +110,11 @@ def test_demo_ends_by_serving_the_viewer_on_its_workspace(tmp_path: Path) -> Non
 
 def test_ui_refuses_a_cache_folder_inside_any_root(tmp_path: Path) -> None:
     generate(tmp_path / "proj" / "runs", runs=2, seed=0)
-    # The default cache of the first root (proj/.cache) lies inside the second root (proj).
+    # A cache folder given inside the second root (proj) is refused before anything is written.
     proc = subprocess.run(
         [sys.executable, "-m", "traceml_ai", "ui", str(tmp_path / "proj" / "runs"), str(tmp_path / "proj"),
-         "--no-browser"], capture_output=True, text=True, timeout=60,
+         "--cache-dir", str(tmp_path / "proj" / ".cache"), "--no-browser"], capture_output=True, text=True,
+        timeout=60,
     )
     assert proc.returncode == 1 and "inside the runs folder" in proc.stderr
     assert not (tmp_path / "proj" / ".cache").exists()

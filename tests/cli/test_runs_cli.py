@@ -252,3 +252,13 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
     again = run_traceml("demo", "--workspace", str(tmp_path / "ws"), "--epochs", "2", "--fake-runs", "3", "--no-ui")
     assert again.returncode == 0, again.stderr
 
+
+
+def test_ls_group_headers_are_whole(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "id", "--columns", "name,status",
+                       env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    ids = sorted(p.name for p in fake_root.iterdir() if p.is_dir())
+    headers = [line for line in proc.stdout.splitlines() if line.startswith("id = ")]
+    assert sorted(h.split(" = ", 1)[1].rsplit("  (", 1)[0] for h in headers) == ids
+    assert "…" not in "".join(headers)

@@ -160,21 +160,26 @@ def _print_table(
 ) -> None:
     cells = {run.key: _cells(run, cols) for run in runs}
     fitted, hidden = _fit_columns(cols, cells, out.width)
-    table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None)
-    table.add_column("", no_wrap=True)  # file-problem marker
-    for c in fitted:
-        numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
-        table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
-                         max_width=_MAX_CELL)
-    sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
     indices = [cols.index(c) for c in fitted]
-    for label, members in sections:
+    # One table per group, all with the same column widths, each under its group's header on a line of
+    # its own: a header inside a table row would be cut to the width of that row's first column.
+    widths = [min(_MAX_CELL, max([len(c)] + [cells[r.key][1 + i].cell_len for r in runs]))
+              for c, i in zip(fitted, indices, strict=True)]
+    sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
+    for n, (label, members) in enumerate(sections):
         if label is not None:
-            table.add_row("", Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"))
+            out.print(Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"),
+                      soft_wrap=True)
+        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=n == 0)
+        table.add_column("", no_wrap=True, width=1)  # file-problem marker
+        for c, w in zip(fitted, widths, strict=True):
+            numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
+            table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
+                             width=w)
         for run in members:
             row = cells[run.key]
             table.add_row(row[0], *(row[1 + i] for i in indices))
-    out.print(table)
+        out.print(table)
     counts: dict[str, int] = {}
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1

@@ -118,3 +118,20 @@ def test_ui_refuses_a_cache_folder_inside_any_root(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and "inside the runs folder" in proc.stderr
     assert not (tmp_path / "proj" / ".cache").exists()
+
+
+def test_ctrl_c_stops_the_viewer_while_a_page_holds_its_event_stream(root: Path) -> None:
+    proc, url = _start(root)
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    opener.open(url, timeout=10).read()
+    events = opener.open(url.split("/?")[0] + "/api/events", timeout=30)  # an open page's stream
+    assert events.readline().startswith(b"event: hello")
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=15)  # it used to wait for the page to go away (forever)
+    finally:
+        events.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    assert (root.parent / ".cache" / "runs.sqlite").exists()  # still saved on the way out

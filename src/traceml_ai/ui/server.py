@@ -36,6 +36,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+SHUTDOWN_GRACE_S = 0.25
+"""After Ctrl+C, how long open requests (a page's event stream) get before they are cancelled."""
+
+
 def serve(
     roots: Sequence[str],
     *,
@@ -72,7 +76,9 @@ def serve(
     shown_host = f"[{host.strip('[]')}]" if ":" in host else host
     url = f"http://{shown_host}:{bound}/?token={token}"
     announce(url)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    # Open pages hold a server-sent-events stream that never ends by itself: Ctrl+C must not wait for them.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
     server = uvicorn.Server(config)
     if open_browser:
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()

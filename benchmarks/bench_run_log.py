@@ -39,7 +39,8 @@ def main() -> None:
         lines = sum(1 for _ in open(os.path.join(run.dir, "metrics.jsonl"), "rb"))
     times.sort()
     print(f"{args.calls} log() calls of {args.metrics} metrics, load average {load:.2f} ({os.cpu_count()} CPUs)")
-    print(f"per call: median {times[len(times) // 2] / 1000:.1f} us, p99 {times[int(len(times) * 0.99)] / 1000:.1f} us, "
+    median, p99 = times[len(times) // 2] / 1000, times[int(len(times) * 0.99)] / 1000
+    print(f"per call: median {median:.1f} us, p99 {p99:.1f} us, "
           f"mean {statistics.fmean(times) / 1000:.1f} us, max {times[-1] / 1000:.0f} us (target median <= 50 us)")
     print(f"rows in metrics.jsonl after the run: {lines} of {args.calls}")
 

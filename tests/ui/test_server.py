@@ -134,4 +134,7 @@ def test_ctrl_c_stops_the_viewer_while_a_page_holds_its_event_stream(root: Path)
         if proc.poll() is None:
             proc.kill()
     assert code == 0
+    assert proc.stderr is not None
+    errors = proc.stderr.read()
+    assert "Traceback" not in errors and "ERROR" not in errors  # the stream ended, it was not cancelled
     assert (root.parent / ".cache" / "runs.sqlite").exists()  # still saved on the way out

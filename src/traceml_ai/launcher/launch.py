@@ -207,7 +207,9 @@ def training_command(options: LaunchOptions) -> list[str]:
         if options.disable:
             return [sys.executable, *target]
         return [sys.executable, "-m", "traceml_ai.capture.bootstrap", *target]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(options.nproc_per_node)]
+    # Under TraceML, torchrun through a wrapper whose stop by Ctrl+C is one line, not 70 lines of tracebacks.
+    runner = "torch.distributed.run" if options.disable else "traceml_ai.launcher.torchrun"
+    cmd = [sys.executable, "-m", runner, "--nproc-per-node", str(options.nproc_per_node)]
     if options.nnodes == 1:
         cmd.append("--standalone")  # a free rendezvous port: two jobs on one machine never collide
     else:

@@ -262,3 +262,14 @@ def test_ls_group_headers_are_whole(fake_root: Path) -> None:
     headers = [line for line in proc.stdout.splitlines() if line.startswith("id = ")]
     assert sorted(h.split(" = ", 1)[1].rsplit("  (", 1)[0] for h in headers) == ids
     assert "…" not in "".join(headers)
+
+
+def test_ls_of_an_empty_folder_says_how_to_get_runs(tmp_path: Path, fake_root: Path) -> None:
+    empty = tmp_path / "traceml" / "runs"
+    empty.mkdir(parents=True)
+    proc = run_traceml("runs", "ls", str(empty))
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 0 runs" in proc.stdout and "traceml run SCRIPT" in proc.stdout and "--filter" not in proc.stdout
+    proc = run_traceml("runs", "ls", str(fake_root), "--search", "no-such-run-anywhere")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 24 runs" in proc.stdout and "no run matches" in proc.stdout

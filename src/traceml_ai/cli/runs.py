@@ -185,6 +185,11 @@ def _print_table(
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+    if total == 0:  # an empty folder is not a filter problem
+        out.print(Text("no run in these folders yet: start one with traceml run SCRIPT, or write examples with "
+                       "traceml fake-runs", style="dim"), soft_wrap=True)
+    elif not runs:
+        out.print(Text("no run matches: loosen --filter, --search or --status", style="dim"), soft_wrap=True)
     if hidden:
         out.print(Text(f"{len(hidden)} more column(s) did not fit ({', '.join(hidden[:4])}"
                        f"{', …' if len(hidden) > 4 else ''}); choose with --columns or widen the terminal",

@@ -22,7 +22,9 @@ def run_traceml(*args: str, cwd: Path | None = None, env: dict[str, str] | None 
 
 
 @pytest.fixture(autouse=True)
-def _no_attach_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_attach_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The viewer's cache for roots outside a traceml/ project goes under $XDG_CACHE_HOME: never the real one.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
     # A developer's shell may have these set; tests must not write into a real run.
     for name in ("TRACEML_RUN_DIR", "TRACEML_LOGS_DIR", "TRACEML_ROOTS", "TRACEML_STALE_AFTER_SECONDS"):
         monkeypatch.delenv(name, raising=False)

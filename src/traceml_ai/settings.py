@@ -45,7 +45,10 @@ class Settings(BaseSettings):
     max_metrics_file_mb: float = Field(
         64.0, gt=0, allow_inf_nan=False, description="metrics.jsonl is read up to this many MB"
     )
-    cache_dir: str | None = Field(None, description="viewer cache folder (default: .cache beside the first root)")
+    cache_dir: str | None = Field(
+        None, description="viewer cache folder (default: traceml/.cache for the root traceml/runs, else "
+                          "$XDG_CACHE_HOME/traceml/<root>-<hash of the roots>)"
+    )
     ui_host: str = Field("127.0.0.1", description="address the viewer binds")
     ui_port: int = Field(0, ge=0, le=65535, description="viewer port; 0 picks a free one")
     interval: float = Field(

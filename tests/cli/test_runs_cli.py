@@ -79,13 +79,35 @@ def test_ls_status_and_search(fake_root: Path) -> None:
 
 
 def test_ls_csv_starts_with_the_six_fixed_columns(fake_root: Path) -> None:
-    proc = run_traceml("runs", "ls", str(fake_root), "--csv", "--columns", "config.optim.lr,summary.test/auc")
+    proc = run_traceml("runs", "ls", str(fake_root), "--csv")
     assert proc.returncode == 0, proc.stderr
     reader = csv.reader(io.StringIO(proc.stdout))
     header = next(reader)
-    assert header == ["id", "name", "status", "group", "tags", "path", "config.optim.lr", "summary.test/auc"]
+    assert header[:6] == ["id", "name", "status", "group", "tags", "path"] and len(header) > 6
     rows = list(reader)
     assert len(rows) == 24 and all(os.path.isdir(r[5]) for r in rows)
+
+
+def test_ls_csv_with_columns_has_only_those(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--csv", "--columns", "config.optim.lr,summary.test/auc")
+    assert proc.returncode == 0, proc.stderr
+    reader = csv.reader(io.StringIO(proc.stdout))
+    assert next(reader) == ["config.optim.lr", "summary.test/auc"]
+    assert len(list(reader)) == 24
+    proc = run_traceml("runs", "ls", str(fake_root), "--csv", "--columns", "name,path", "--group-by", "group")
+    assert proc.returncode == 0, proc.stderr
+    assert next(csv.reader(io.StringIO(proc.stdout))) == ["group:group", "name", "path"]
+
+
+def test_ls_non_number_ordering_filter_on_a_number_column_is_bad_usage(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc>=abc")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'run.best.val/auc>=abc': 'abc' is not a number, and "
+                                   "run.best.val/auc holds numbers; write e.g. run.best.val/auc>=0.8")
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc:a..z")
+    assert proc.returncode == 2 and "is not numeric" in proc.stderr
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name>=m", "--json")  # text column: fine
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_ls_table_groups_rows(fake_root: Path) -> None:
@@ -268,3 +290,24 @@ def test_demo_trains_a_real_model_beside_fake_runs(tmp_path: Path) -> None:
                         timeout=300)
     assert again.returncode == 0, again.stderr
 
+
+
+def test_ls_group_headers_are_whole(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "id", "--columns", "name,status",
+                       env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    ids = sorted(p.name for p in fake_root.iterdir() if p.is_dir())
+    headers = [line for line in proc.stdout.splitlines() if line.startswith("id = ")]
+    assert sorted(h.split(" = ", 1)[1].rsplit("  (", 1)[0] for h in headers) == ids
+    assert "…" not in "".join(headers)
+
+
+def test_ls_of_an_empty_folder_says_how_to_get_runs(tmp_path: Path, fake_root: Path) -> None:
+    empty = tmp_path / "traceml" / "runs"
+    empty.mkdir(parents=True)
+    proc = run_traceml("runs", "ls", str(empty))
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 0 runs" in proc.stdout and "traceml run SCRIPT" in proc.stdout and "--filter" not in proc.stdout
+    proc = run_traceml("runs", "ls", str(fake_root), "--search", "no-such-run-anywhere")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 24 runs" in proc.stdout and "no run matches" in proc.stdout

@@ -102,3 +102,20 @@ def test_regressions_filter_by_percent(tmp_path: Path) -> None:
     result = compare(a, b)
     assert "step_time_ms" in {m.metric for m in result.regressions(10.0)}
     assert result.regressions(50.0) == []
+
+
+def test_a_busier_host_makes_time_verdicts_inconclusive(tmp_path: Path) -> None:
+    # Only the loader changed, but B ran on a busier host: every phase slowed; none may be called a regression.
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1, host_cpu=lambda t: 20.0)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(1.5),
+                                          host_cpu=lambda t: 90.0)).parents[1]
+    result = compare(a, b)
+    by = verdicts(result)
+    for name in ("step_time_ms", "throughput_steps_per_s", "backward_ms"):
+        assert by[name].verdict == "inconclusive"
+        assert by[name].reason.startswith("inconclusive: host load differed (host CPU 20% in A vs 90% in B")
+    assert any("host load differed" in p for p in result.problems)
+    assert result.regressions() == []
+    same_load = verdicts(compare(a, write_run(tmp_path / "c", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(
+        1.5), host_cpu=lambda t: 35.0)).parents[1]))
+    assert same_load["step_time_ms"].verdict == "regression"  # 15 points apart: still judged

@@ -113,6 +113,8 @@ def test_table_applies_the_python_table_model(workspace: Path) -> None:
     bad = client.get("/api/table", params={"filter": "name:/([/"}).json()
     assert bad["error"] and bad["shown"] == 24  # a bad filter is reported, the table still shows
     assert "run.best.val/auc" in body["columns"]["default"]
+    not_number = client.get("/api/table", params={"filter": "run.best.val/auc>=abc"}).json()
+    assert "'abc' is not a number" in not_number["error"] and not_number["shown"] == 24  # same error as the CLI
 
 
 def test_the_remembered_view_table_answers_the_question_the_page_will_ask(workspace: Path) -> None:

@@ -1006,3 +1006,26 @@ def test_telemetry_losses_gpu_charts_and_a_corrupt_database_in_the_inspector(bro
         expect(page.get_by_test_id("inspector-params")).to_be_visible()
         expect(page.get_by_test_id("inspector-telemetry")).to_have_count(0)
         s.assert_clean()
+
+
+# -- an empty runs folder ------------------------------------------------------------------------
+
+
+def test_an_empty_folder_says_how_to_get_runs_not_to_clear_filters(browser: Browser, tmp_path: Path) -> None:
+    root = tmp_path / "traceml" / "runs"
+    root.mkdir(parents=True)
+    with serve(root) as empty, open_viewer(browser, empty) as s:
+        placeholder = s.page.get_by_test_id("table-empty")
+        expect(placeholder).to_contain_text("No runs in this folder yet")
+        expect(placeholder).to_contain_text("traceml run")
+        expect(placeholder).not_to_contain_text("filters")
+        s.assert_clean()
+
+
+def test_no_match_says_to_clear_the_filters(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        s.page.get_by_test_id("search").fill("no-run-is-named-like-this")
+        placeholder = s.page.get_by_test_id("table-empty")
+        expect(placeholder).to_contain_text("No runs match")
+        expect(placeholder).to_contain_text("Clear the search, the filters")
+        s.assert_clean()

@@ -22,6 +22,7 @@ from traceml_ai.ui.cache import (
     check_cache_dir,
     default_cache_dir,
     is_png,
+    migrate_cache_dir,
     png_dpi,
     set_png_dpi,
     slugify,
@@ -64,13 +65,44 @@ def _files(folder: Path) -> list[str]:
 # -- where -----------------------------------------------------------------------------------------
 
 
-def test_default_cache_dir_is_beside_the_first_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_cache_dir_is_the_projects_or_keyed_by_the_roots(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert default_cache_dir(["traceml/runs", "/other/runs"], None) == str(tmp_path / "traceml" / ".cache")
-    assert default_cache_dir(["/scratch/me/runs/"], None) == "/scratch/me/.cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir(["traceml/runs"], None) == str(tmp_path / "traceml" / ".cache")
     assert default_cache_dir([], None) == str(tmp_path / "traceml" / ".cache")
+    assert default_cache_dir(["/p/traceml/runs2/"], None) == "/p/traceml/.cache"
+    home_runs = default_cache_dir([str(Path.home() / "runs")], None)
+    assert home_runs.startswith(str(tmp_path / "xdg" / "traceml" / "runs-"))  # never ~/.cache itself
+    a, b = default_cache_dir(["/data/a"], None), default_cache_dir(["/data/b"], None)
+    assert a != b and os.path.dirname(a) == os.path.dirname(b) == str(tmp_path / "xdg" / "traceml")
+    both = default_cache_dir(["traceml/runs", "/other/runs"], None)
+    assert both != default_cache_dir(["traceml/runs"], None) and both == default_cache_dir(
+        ["traceml/runs", "/other/runs"], None)  # keyed by the set of roots, stable
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir(["/data/a"], None).startswith(str(Path.home() / ".cache" / "traceml" / "a-"))
     assert default_cache_dir(["traceml/runs"], "my-cache") == str(tmp_path / "my-cache")
     assert default_cache_dir(["traceml/runs"], "/abs/cache") == "/abs/cache"
+
+
+def test_the_old_cache_folder_is_migrated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root = tmp_path / "home" / "runs"
+    root.mkdir(parents=True)
+    old = tmp_path / "home" / ".cache"  # where a root at ~/runs used to put it
+    old.mkdir()
+    (old / "hidden-runs.json").write_text('["a"]')
+    (old / "ui-state.json").write_text('{"view": "runs"}')
+    (old / "runs.sqlite").write_bytes(b"stale")
+    (old / "other-programs-file").write_text("x")
+    new = default_cache_dir([str(root)], None)
+    assert sorted(migrate_cache_dir([str(root)], new)) == ["hidden-runs.json", "ui-state.json"]
+    assert sorted(os.listdir(new)) == ["hidden-runs.json", "ui-state.json"]  # not the old database
+    assert CacheFolder(new, roots=[root]).hidden_runs() == ["a"]
+    assert (old / "hidden-runs.json").exists() and (old / "other-programs-file").exists()  # nothing removed
+    (old / "hidden-runs.json").write_text('["b"]')
+    assert migrate_cache_dir([str(root)], new) == []  # once
+    assert CacheFolder(new, roots=[root]).hidden_runs() == ["a"]
 
 
 def test_cache_folder_anywhere_inside_a_root_is_refused(fake_root: Path) -> None:

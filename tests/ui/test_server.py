@@ -110,10 +110,31 @@ def test_demo_ends_by_serving_the_viewer_on_its_workspace(tmp_path: Path) -> Non
 
 def test_ui_refuses_a_cache_folder_inside_any_root(tmp_path: Path) -> None:
     generate(tmp_path / "proj" / "runs", runs=2, seed=0)
-    # The default cache of the first root (proj/.cache) lies inside the second root (proj).
+    # A cache folder given inside the second root (proj) is refused before anything is written.
     proc = subprocess.run(
         [sys.executable, "-m", "traceml_ai", "ui", str(tmp_path / "proj" / "runs"), str(tmp_path / "proj"),
-         "--no-browser"], capture_output=True, text=True, timeout=240,
+         "--cache-dir", str(tmp_path / "proj" / ".cache"), "--no-browser"], capture_output=True, text=True,
+        timeout=240,
     )
     assert proc.returncode == 1 and "inside the runs folder" in proc.stderr
     assert not (tmp_path / "proj" / ".cache").exists()
+
+
+def test_ctrl_c_stops_the_viewer_while_a_page_holds_its_event_stream(root: Path) -> None:
+    proc, url = _start(root)
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    opener.open(url, timeout=10).read()
+    events = opener.open(url.split("/?")[0] + "/api/events", timeout=30)  # an open page's stream
+    assert events.readline().startswith(b"event: hello")
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=15)  # it used to wait for the page to go away (forever)
+    finally:
+        events.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    assert proc.stderr is not None
+    errors = proc.stderr.read()
+    assert "Traceback" not in errors and "ERROR" not in errors  # the stream ended, it was not cancelled
+    assert (root.parent / ".cache" / "runs.sqlite").exists()  # still saved on the way out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import shlex
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +22,9 @@ PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True
 
 MODES = ("cli", "summary", "quiet")
 
-ScriptArg = Annotated[str, typer.Argument(metavar="SCRIPT", help="The training script (a .py file).")]
+ScriptArg = Annotated[
+    str, typer.Argument(metavar="SCRIPT", help="The training script (a .py file), or -m MODULE as with python -m.")
+]
 ArgsArg = Annotated[list[str] | None, typer.Argument(metavar="ARGS", help="Arguments for the script.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Run name (default: the script's file name).")]
 GroupOpt = Annotated[str | None, typer.Option("--group", help="Group label shown in the viewer.")]
@@ -74,20 +79,22 @@ def _run_with_view(options: LaunchOptions, mode: str) -> LaunchResult:
         view.stop()
 
 
-def _report(result: LaunchResult, mode: str) -> None:
+def _report(result: LaunchResult, mode: str, *, watch: bool = False) -> None:
     if mode == "quiet":
         return
     if result.telemetry:
         err.print(f"[yellow]telemetry degraded:[/] {escape(printable(str(result.telemetry.get('reason', ''))))}")
     if result.run_dir is None:
         return
-    _print_findings(result.run_dir)
+    _print_findings(result.run_dir, watch=watch)
     out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
               f"exit code {result.exit_code}", soft_wrap=True)
 
 
-def _print_findings(run_dir: Path) -> None:
+def _print_findings(run_dir: Path, *, watch: bool = False) -> None:
     """The verdict of aggregator/final_summary.json, shortly (``traceml summary RUN`` shows all)."""
+    from traceml_ai.diagnose.summary import verdict
+
     try:
         summary = orjson.loads((run_dir / "aggregator" / "final_summary.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -95,11 +102,14 @@ def _print_findings(run_dir: Path) -> None:
         where = " (see aggregator/finalization_warning.json)" if warning.exists() else ""
         err.print(f"[yellow]no final summary was written[/]{where}")
         return
-    findings = summary.get("findings") if isinstance(summary, dict) else None
-    if not findings:
-        out.print("[green]diagnosis:[/] no bottleneck found")
+    if not isinstance(summary, dict):
+        err.print("[yellow]the final summary is not a JSON object[/]")
         return
-    for f in findings:
+    kind, text = verdict(summary, watch=watch)
+    if kind != "findings":
+        style = {"healthy": "green", "not_judged": "yellow"}.get(kind, "bold red")
+        out.print(f"[{style}]diagnosis:[/] {escape(printable(text))}", soft_wrap=True)
+    for f in summary.get("findings") or []:
         if not isinstance(f, dict):
             continue
         out.print(f"[bold]{escape(printable(str(f.get('severity', ''))))}[/] "
@@ -119,9 +129,69 @@ def _note_misplaced_options(args: list[str] | None) -> None:
                   "options go before it (traceml run [OPTIONS] SCRIPT [ARGS]...)", soft_wrap=True)
 
 
+def _script_or_module(ctx: typer.Context, script: str, args: list[str] | None) -> tuple[str, str | None, list[str]]:
+    """``(script, module, args)`` from what followed the options: ``-m MODULE ARGS`` runs a module
+    like ``python -m``; any other word starting with ``-`` is an option TraceML does not have
+    (everything after SCRIPT goes to the script, so a mistyped option would otherwise be taken
+    for the script's name).
+
+    Raises:
+        UsageError: an unknown option (with the closest known one), or ``-m`` without a module.
+    """
+    rest = list(args or [])
+    if script == "-m" or (script.startswith("-m") and not script.startswith("--")):
+        module = script[2:] or (rest.pop(0) if rest else "")
+        if not module or module.startswith("-"):
+            raise UsageError("-m needs a module name: traceml run [OPTIONS] -m package.module [ARGS]...")
+        return module, module, rest
+    if script.startswith("-") and script != "-":
+        name = script.split("=", 1)[0]
+        known = sorted({opt for p in ctx.command.params for opt in (*p.opts, *p.secondary_opts)
+                        if opt.startswith("-")})
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else f" (see traceml {ctx.info_name} --help)"
+        raise UsageError(f"unknown option {name}{hint}")
+    return script, None, rest
+
+
+# TraceML's options that take no value (the others are followed by one).
+_FLAG_OPTIONS = ("--disable-traceml", "--exporter-hostname", "--no-exporter-hostname")
+
+
+def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str, target: list[str]) -> None:
+    """After a failed script that was given TraceML's own options (they came after SCRIPT, so the
+    script got them, and an argument parser refuses them): say so, with the command to run instead."""
+    moved: list[str] = []
+    kept: list[str] = []
+    items = list(args or [])
+    i = 0
+    while i < len(items):
+        word = items[i]
+        option = word.split("=", 1)[0]
+        if option in TRACEML_ONLY_OPTIONS or option in _FLAG_OPTIONS:
+            moved.append(word)
+            if "=" not in word and option not in _FLAG_OPTIONS and i + 1 < len(items):
+                moved.append(items[i + 1])
+                i += 1
+        else:
+            kept.append(word)
+        i += 1
+    if not moved:
+        return
+    names = ", ".join(sorted({w for w in moved if w.startswith("--")}))
+    argv = sys.argv[1:]
+    head = len(argv) - len(items) - len(target)
+    before = argv[:head] if head > 0 and argv[head:] == [*target, *items] else [mode_name]
+    fixed = shlex.join(["traceml", *before, *moved, *target, *kept])
+    err.print(f"[yellow]note:[/] the script exited with code {code} after it was given {escape(names)}, which "
+              f"{'is' if ',' not in names else 'are'} TraceML's; put TraceML's options before the script: "
+              f"{escape(fixed)}", soft_wrap=True)
+
+
 def _launch_command(
     mode_name: str,
     script: str,
+    module: str | None,
     args: list[str] | None,
     name: str | None,
     group: str | None,
@@ -145,7 +215,7 @@ def _launch_command(
                   export_streams=export_streams, exporter_hostname=exporter_hostname)
     watching = mode_name == "watch"  # watch has no exporter and ignores the export settings (000 seed)
     options = LaunchOptions(
-        script=script, args=list(args or []), mode="watch" if watching else "run",
+        script=script, module=module, args=list(args or []), mode="watch" if watching else "run",
         logs_dir=st.logs_dir, name=st.run_name, group=group, tags=list(tag or []), interval=st.interval,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
         master_port=master_port, disable=disable, exporter=None if watching else st.exporter,
@@ -159,7 +229,9 @@ def _launch_command(
         raise UserError(str(exc)) from None
     if result.run_dir is not None and nnodes > 1:
         _write_job_envelope(result.run_dir)
-    _report(result, view_mode)
+    _report(result, view_mode, watch=watching)
+    if result.exit_code != 0 and view_mode != "quiet":
+        _explain_misplaced_options(args, result.exit_code, mode_name, ["-m", module] if module else [script])
     raise typer.Exit(result.exit_code)
 
 
@@ -186,6 +258,7 @@ DisableOpt = Annotated[bool, typer.Option("--disable-traceml", help="Run the scr
 
 @one_line_errors
 def run(
+    ctx: typer.Context,
     script: ScriptArg,
     args: ArgsArg = None,
     name: NameOpt = None,
@@ -212,13 +285,15 @@ def run(
     Example: traceml run examples/train_digits.py --epochs 3   (or --nproc-per-node 2 for two ranks;
     --exporter jsonl --export-streams all also writes every record to <run>/aggregator/export)
     """
-    _launch_command("run", script, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, nnodes,
+    script, module, args = _script_or_module(ctx, script, args)
+    _launch_command("run", script, module, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, nnodes,
                     node_rank, master_addr, master_port, disable_traceml, exporter, export_streams,
                     exporter_hostname)
 
 
 @one_line_errors
 def watch(
+    ctx: typer.Context,
     script: ScriptArg,
     args: ArgsArg = None,
     name: NameOpt = None,
@@ -236,7 +311,8 @@ def watch(
 
     Example: traceml watch train.py --epochs 3
     """
-    _launch_command("watch", script, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, 1, 0,
+    script, module, args = _script_or_module(ctx, script, args)
+    _launch_command("watch", script, module, args, name, group, tag, logs_dir, interval, mode, nproc_per_node, 1, 0,
                     "127.0.0.1", 29500, disable_traceml)
 
 

@@ -1,42 +1,128 @@
-"""The ``traceml`` command (DESIGN §7). Thin: parse, call, print."""
+"""The ``traceml`` command (DESIGN §7). Thin: parse, call, print.
+
+Fast to start: a command's module (and what it needs: the run store, the launcher, the viewer's
+web stack, numpy, ...) is imported only when that command runs. ``traceml --help`` lists the
+commands from :data:`COMMANDS` without importing any of them, and help is plain text (Typer's
+Rich help panels cost more to import than the rest of the command line together).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from traceml_ai import __version__
-from traceml_ai.cli import capture
-from traceml_ai.cli import query as query_cli
-from traceml_ai.cli import runs as runs_cli
-from traceml_ai.cli import summary as summary_cli
-from traceml_ai.cli.bench import bench
-from traceml_ai.cli.common import DEBUG
-from traceml_ai.cli.demo import demo
-from traceml_ai.cli.fake_runs import fake_runs
-from traceml_ai.cli.plot import plot
-from traceml_ai.cli.ui import ui
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """A subcommand imported on first use: ``module:attr`` is a Typer app (a command group) or a
+    command function; ``summary`` is its line in ``traceml --help``."""
+
+    module: str
+    attr: str
+    summary: str
+    context_settings: dict[str, Any] = field(default_factory=dict)
+
+
+_PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+"""Everything after SCRIPT belongs to the script (like ``python SCRIPT ARGS``); kept equal to
+``traceml_ai.cli.capture.PASS_THROUGH``, which a test checks."""
+
+COMMANDS: dict[str, LazyCommand] = {
+    "run": LazyCommand("traceml_ai.cli.capture", "run",
+                       "Run a training script with full capture and print its diagnosis.", _PASS_THROUGH),
+    "watch": LazyCommand("traceml_ai.cli.capture", "watch",
+                         "Run a script unchanged; watch system, process and output.", _PASS_THROUGH),
+    "serve": LazyCommand("traceml_ai.cli.capture", "serve",
+                         "Run only the aggregator, for ranks that call traceml_ai.init()."),
+    "summary": LazyCommand("traceml_ai.cli.summary", "summary",
+                           "Show a captured run's diagnoses and step-time breakdown."),
+    "compare": LazyCommand("traceml_ai.cli.summary", "compare",
+                           "Compare run B against run A, metric by metric."),
+    "runs": LazyCommand("traceml_ai.cli.runs", "app", "List and inspect run folders."),
+    "ui": LazyCommand("traceml_ai.cli.ui", "ui", "Open the run viewer in your browser."),
+    "plot": LazyCommand("traceml_ai.cli.plot", "plot", "Save a chart of metric histories (PNG or CSV)."),
+    "query": LazyCommand("traceml_ai.cli.query", "app", "Query the run catalog: runs, sessions, attachments."),
+    "demo": LazyCommand("traceml_ai.cli.demo", "demo", "Train two small models, capture one, open the viewer."),
+    "fake-runs": LazyCommand("traceml_ai.cli.fake_runs", "fake_runs",
+                             "Write fake runs in the TraceML format, to try the viewer."),
+    "bench": LazyCommand("traceml_ai.cli.bench", "bench", "Measure the run store on this machine."),
+}
+
+
+def load_command(name: str) -> Any:
+    """The Click command of ``traceml NAME``, built from its module (imported now).
+
+    Raises:
+        KeyError: no such command.
+    """
+    spec = COMMANDS[name]
+    target = getattr(importlib.import_module(spec.module), spec.attr)
+    if isinstance(target, typer.Typer):
+        _plain_help(target)
+        command = typer.main.get_command(target)
+    else:
+        single = typer.Typer(rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False)
+        single.command(name, context_settings=spec.context_settings or None)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    command.short_help = spec.summary
+    _whole_short_help(command)
+    return command
+
+
+def _whole_short_help(command: Any) -> None:
+    """Give each subcommand of a group its help's first paragraph as the line in the group's help,
+    so that line wraps instead of being cut with "..." at 45 characters."""
+    for sub in getattr(command, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = " ".join(sub.help.strip().split("\n\n")[0].split())
+        _whole_short_help(sub)
+
+
+def _plain_help(app: typer.Typer) -> None:
+    app.rich_markup_mode = None
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_help(group.typer_instance)
+
+
+class _LazyGroup(TyperGroup):
+    """The top-level group: lists :data:`COMMANDS` without importing them; resolves one on use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = load_command(cmd_name)
+            self.commands[cmd_name] = command
+        return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = [(name, spec.summary) for name, spec in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="traceml",
-    help="TraceML: see inside ML training runs. Run folders, a run table, and (soon) live telemetry.",
+    cls=_LazyGroup,
+    help="TraceML: see inside ML training runs. Capture a training's step time, memory and system load "
+         "with a diagnosis at the end (traceml run), and list, compare and browse run folders "
+         "(traceml runs ls, traceml ui).\n\nExample: traceml run train.py --epochs 3",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
-app.add_typer(runs_cli.app, name="runs")
-app.add_typer(query_cli.app, name="query")
-app.command("fake-runs")(fake_runs)
-app.command("demo")(demo)
-app.command("bench")(bench)
-app.command("ui")(ui)
-app.command("plot")(plot)
-app.command("summary")(summary_cli.summary)
-app.command("compare")(summary_cli.compare)
-app.command("run", context_settings=capture.PASS_THROUGH)(capture.run)
-app.command("watch", context_settings=capture.PASS_THROUGH)(capture.watch)
-app.command("serve")(capture.serve)
 
 
 def _version(value: bool) -> None:
@@ -52,9 +138,11 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    from traceml_ai.cli.common import DEBUG
+
     DEBUG["on"] = debug
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (also ``python -m traceml_ai``)."""
+    app(prog_name="traceml")

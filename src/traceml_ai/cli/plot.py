@@ -15,7 +15,7 @@ from traceml_ai.cli.runs import open_store
 from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.ui.cache import CacheFolder, default_cache_dir
+from traceml_ai.ui.cache import CacheFolder, default_cache_dir, migrate_cache_dir
 
 
 class XAxis(str, Enum):
@@ -88,7 +88,10 @@ def plot(
             shown = ", ".join(logged[:20]) + (" …" if len(logged) > 20 else "")
             raise UserError(f"no given run logged metric {m!r}; logged: {shown or '(none)'}")
     st = settings(cache_dir=cache_dir)
-    folder = CacheFolder(default_cache_dir(store.roots, st.cache_dir), roots=store.roots)
+    cache = default_cache_dir(store.roots, st.cache_dir)
+    if st.cache_dir is None:
+        migrate_cache_dir(store.roots, cache)
+    folder = CacheFolder(cache, roots=store.roots)
     spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=x.value, ema=ema, log_y=log_y)
     path = folder.export_chart(spec, runs, histories, fmt=fmt.value, max_points=st.max_points_per_series)
     out.print(path, markup=False, highlight=False, soft_wrap=True)

@@ -103,7 +103,9 @@ def ls(
         str | None, typer.Option("--status", metavar="S,...", help="Only these statuses (e.g. running,stale).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per run (for scripts and agents).")] = False,
-    as_csv: Annotated[bool, typer.Option("--csv", help="CSV with the export's column names.")] = False,
+    as_csv: Annotated[bool, typer.Option(
+        "--csv", help="CSV with the export's column names: id, name, status, group, tags, path and the table's "
+                      "columns, or only the --columns given.")] = False,
     stale_after_seconds: Annotated[float | None, typer.Option(help="Heartbeat age that makes a run stale.")] = None,
 ) -> None:
     """List runs as a table.
@@ -126,7 +128,11 @@ def ls(
         raise UsageError(str(e)) from None
     store = open_store(roots, stale_after_seconds)
     runs = store.runs()
-    shown = sort_runs(filter_runs(runs, filters, search=search, statuses=statuses), keys)
+    try:
+        matched = filter_runs(runs, filters, search=search, statuses=statuses)
+    except FilterError as e:  # a filter that fits the column's values only once they are read
+        raise UsageError(str(e)) from None
+    shown = sort_runs(matched, keys)
     if columns is None:
         # The table model's defaults, with the logged values moved ahead of group and tags: in a
         # terminal the columns that do not fit are the last ones.
@@ -144,7 +150,7 @@ def ls(
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return
     if as_csv:
-        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels))
+        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels, lead=columns is None))
         return
     _print_table(shown, cols, group_by, groups, total=len(runs))
 
@@ -154,26 +160,36 @@ def _print_table(
 ) -> None:
     cells = {run.key: _cells(run, cols) for run in runs}
     fitted, hidden = _fit_columns(cols, cells, out.width)
-    table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None)
-    table.add_column("", no_wrap=True)  # file-problem marker
-    for c in fitted:
-        numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
-        table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
-                         max_width=_MAX_CELL)
-    sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
     indices = [cols.index(c) for c in fitted]
-    for label, members in sections:
+    # One table per group, all with the same column widths, each under its group's header on a line of
+    # its own: a header inside a table row would be cut to the width of that row's first column.
+    widths = [min(_MAX_CELL, max([len(c)] + [cells[r.key][1 + i].cell_len for r in runs]))
+              for c, i in zip(fitted, indices, strict=True)]
+    sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
+    for n, (label, members) in enumerate(sections):
         if label is not None:
-            table.add_row("", Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"))
+            out.print(Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"),
+                      soft_wrap=True)
+        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=n == 0)
+        table.add_column("", no_wrap=True, width=1)  # file-problem marker
+        for c, w in zip(fitted, widths, strict=True):
+            numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
+            table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
+                             width=w)
         for run in members:
             row = cells[run.key]
             table.add_row(row[0], *(row[1 + i] for i in indices))
-    out.print(table)
+        out.print(table)
     counts: dict[str, int] = {}
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+    if total == 0:  # an empty folder is not a filter problem
+        out.print(Text("no run in these folders yet: start one with traceml run SCRIPT, or write examples with "
+                       "traceml fake-runs", style="dim"), soft_wrap=True)
+    elif not runs:
+        out.print(Text("no run matches: loosen --filter, --search or --status", style="dim"), soft_wrap=True)
     if hidden:
         out.print(Text(f"{len(hidden)} more column(s) did not fit ({', '.join(hidden[:4])}"
                        f"{', …' if len(hidden) > 4 else ''}); choose with --columns or widen the terminal",

@@ -29,6 +29,7 @@ from traceml_ai.diagnose import (
     telemetry_path,
 )
 from traceml_ai.diagnose import compare as compare_runs
+from traceml_ai.diagnose.summary import verdict
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
 VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "equivalent": "", "inconclusive": "dim"}
@@ -156,15 +157,18 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     out.print(Panel.fit(info, title=head, title_align="left"))
 
     findings = [f for f in _get(doc, "findings") or [] if isinstance(f, dict)]
+    kind, text = verdict(doc)
     if status == "degraded":
         # Readable but cut short: the findings stand for the part that was recorded, and say so.
         out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "
                        "stopped", style="bold yellow"))
-        if not any(f.get("severity") in ("warning", "critical") for f in findings):
-            out.print(Text("  no bottleneck found in that part", style="yellow"))
-    elif status not in (None, "ok"):
+        if kind != "findings":
+            out.print(Text(f"  {text} in that part" if kind == "healthy" else f"  {text}", style="yellow"))
+    elif kind == "no_verdict":
         out.print(Text("✗ no verdict: the telemetry could not be read (see above)", style="bold red"))
-    elif not any(f.get("severity") in ("warning", "critical") for f in findings):
+    elif kind == "not_judged":
+        out.print(Text(f"? {text}", style="bold yellow"))
+    elif kind == "healthy":
         out.print(Text("✓ no bottleneck found", style="bold green"))
     for f in findings:
         sev = str(f.get("severity", ""))

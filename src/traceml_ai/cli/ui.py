@@ -34,7 +34,7 @@ def ui(
 
     Example: traceml ui traceml/runs --port 0 --no-browser
     """
-    from traceml_ai.ui.cache import default_cache_dir
+    from traceml_ai.ui.cache import default_cache_dir, migrate_cache_dir
     from traceml_ai.ui.server import serve
 
     st = settings(ui_port=port, ui_host=host, cache_dir=cache_dir, refresh_interval_seconds=refresh_interval_seconds)
@@ -42,6 +42,9 @@ def ui(
     if not resolve_roots(chosen)[0]:
         raise UserError(str(NoRootError(f"no runs folder found (looked for: {', '.join(chosen)}); pass a folder")))
     cache = default_cache_dir(chosen, st.cache_dir)
+    if st.cache_dir is None:
+        for name in migrate_cache_dir(chosen, cache):
+            err.print(f"[dim]cache: {escape(name)} copied into the new cache folder {escape(cache)}[/]")
 
     def announce(url: str) -> None:
         out.print(f"TraceML viewer on [bold]{escape(url)}[/]")

@@ -9,16 +9,20 @@ block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
 - ``equivalent``: the medians differ by less than the metric's floor, or the whole interval lies
   within ``1 ± COMPARE_MARGIN``;
 - ``regression`` / ``improvement``: the whole interval lies on one side of 1 and the ratio is past
-  the margin, in the metric's bad / good direction.
+  the margin, in the metric's bad / good direction;
+- a time verdict (step time, throughput, a phase) of ``regression`` / ``improvement`` becomes
+  ``inconclusive: host load differed (...)`` when the two runs' median host CPU percent differ by
+  more than :data:`HOST_LOAD_DIFF_PERCENT` points.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -222,8 +226,10 @@ def compare(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str]) -> Com
 def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: str) -> Comparison:
     """:func:`compare` over telemetry already read."""
     problems = [f"{label}: {t.detail or t.status}" for label, t in (("A", tel_a), ("B", tel_b)) if t.status != "ok"]
-    samples_a = metric_samples(build_context(tel_a))
-    samples_b = metric_samples(build_context(tel_b))
+    # A verdict on time says little when the host was busier in one run than in the other.
+    ctx_a, ctx_b = build_context(tel_a), build_context(tel_b)
+    samples_a = metric_samples(ctx_a)
+    samples_b = metric_samples(ctx_b)
     names = list(samples_a) + [n for n in samples_b if n not in samples_a]
     empty = np.empty(0, dtype=np.float64)
     metrics = []
@@ -237,8 +243,34 @@ def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: 
             metrics.append(_only_in(spec, a, b, side))
             continue
         metrics.append(compare_metric(name, spec.unit, spec.better, a, b, spec.floor))
+    load_a, load_b = host_cpu_load(ctx_a), host_cpu_load(ctx_b)
+    if load_a is not None and load_b is not None and abs(load_b - load_a) > HOST_LOAD_DIFF_PERCENT:
+        note = f"host load differed (host CPU {load_a:.0f}% in A vs {load_b:.0f}% in B, medians)"
+        problems.append(f"{note}: the step-time verdicts are inconclusive; compare runs made on an equally busy host")
+        metrics = [_host_load_inconclusive(m, note) for m in metrics]
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     return Comparison(run_a, run_b, generated, tuple(metrics), tuple(problems))
+
+
+HOST_LOAD_DIFF_PERCENT: Final = 25.0
+"""Host CPU percent (median after warm-up, of the whole host) by which two runs may differ before
+their time verdicts are not trusted: on a busier host every phase slows down (docs/diagnoses.md,
+"Comparing runs", host load)."""
+
+TIME_UNITS: Final = frozenset({"ms", "steps/s"})
+"""Metrics a busier host slows down: step time, throughput and every phase."""
+
+
+def host_cpu_load(ctx: Context) -> float | None:
+    """The median host CPU percent (0-100, the whole host) after warm-up, or None without samples."""
+    cpu = [s.cpu_percent for s in post_warmup(ctx.telemetry.system, ctx.warmup_end_ns) if s.cpu_percent is not None]
+    return float(np.median(cpu)) if len(cpu) >= th.COMPARE_MIN_SAMPLES // 2 else None
+
+
+def _host_load_inconclusive(m: MetricComparison, note: str) -> MetricComparison:
+    if m.unit not in TIME_UNITS or m.verdict not in ("regression", "improvement"):
+        return m
+    return dataclasses.replace(m, verdict="inconclusive", reason=f"inconclusive: {note}; {m.reason}")
 
 
 def _amount(value: float, unit: str) -> str:

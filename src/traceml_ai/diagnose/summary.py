@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -219,6 +219,45 @@ class Summary:
         }
 
 
+STEP_RULES = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
+"""The rules that judge where the step time goes: "no bottleneck found" needs one of them to have judged."""
+
+
+def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
+    """The one-line verdict of a final_summary.json document (shape: :meth:`Summary.to_dict`).
+
+    Returns ``(kind, text)``: ``findings`` (a warning or critical finding; the text says how
+    many), ``healthy`` ("no bottleneck found": a step-time rule judged and found nothing),
+    ``not_judged`` ("not judged: <why>": no step-time rule could judge, e.g. 0 steps, a watch run,
+    a script without ``trace_step``; never shown as a green verdict) or ``no_verdict`` (the
+    telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason.
+    A partial (degraded) telemetry still gets one of the first three; the caller says it is partial.
+    """
+    telemetry = doc.get("telemetry") if isinstance(doc.get("telemetry"), dict) else {}
+    status = telemetry.get("status") if isinstance(telemetry, dict) else None
+    if status not in (None, "ok", "degraded"):
+        return "no_verdict", "no verdict: the telemetry could not be read"
+    findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+    serious = [f for f in findings if f.get("severity") in ("warning", "critical")]
+    if serious:
+        return "findings", f"{len(serious)} finding{'s' if len(serious) != 1 else ''}"
+    checked = [r for r in doc.get("rules_checked") or [] if isinstance(r, str)]
+    if any(r in STEP_RULES for r in checked):
+        return "healthy", "no bottleneck found"
+    steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
+    seen = steps.get("seen") if isinstance(steps, dict) else None
+    if watch:
+        why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
+    elif not seen:
+        why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
+               "or it ended before its first step)")
+    else:
+        reasons = [str(a.get("reason")) for a in doc.get("abstained") or []
+                   if isinstance(a, dict) and a.get("rule") in STEP_RULES and a.get("reason")]
+        why = reasons[0] if reasons else "no step-time rule had the data to judge"
+    return "not_judged", f"not judged: {why}"
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -400,6 +439,37 @@ def dumps(summary: Summary) -> bytes:
     return orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
 
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a unique dot-prefixed temp file in the same folder, fsync
+    and rename, so a reader sees the old file or the new one, never half of one, and two writers
+    never share a temp file. The mode follows the umask like every other run file (0644 under the
+    usual 022; ``tempfile.mkstemp`` would make it 0600 and a teammate could not read it).
+
+    Raises:
+        OSError: the folder is missing or not writable, or the disk is full (``path`` unchanged).
+    """
+    folder = os.fspath(Path(path).parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{Path(path).name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"cannot create a temp file in {folder}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None = None) -> Path:
     """Diagnose ``<run_dir>/aggregator/telemetry.sqlite`` and write
     ``<run_dir>/aggregator/final_summary.json`` atomically (temporary file in the same folder, fsync,
@@ -418,17 +488,7 @@ def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None
     summary = diagnose(telemetry_path(run_dir), source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
     if degraded is not None and summary.telemetry_status == "ok":
         summary = dataclasses.replace(summary, telemetry_status="degraded", telemetry_detail=degraded)
-    data = dumps(summary)
-    fd, tmp = tempfile.mkstemp(prefix=".final_summary.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, dumps(summary))
     return target
 
 

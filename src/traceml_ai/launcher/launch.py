@@ -80,6 +80,7 @@ class LaunchOptions:
 
     Args:
         script: the training script's path; ``args`` its arguments.
+        module: run this module instead (``python -m MODULE ARGS``); ``script`` is then ignored.
         mode: ``run`` (full capture) or ``watch`` (no step timing: system, process, environment, output).
         logs_dir: where the run folder is created (``<logs_dir>/<YYYYMMDD-HHMMSS>_<name>_<hex4>``).
         name, group, tags: the run's labels (name defaults to the script's file stem).
@@ -97,6 +98,7 @@ class LaunchOptions:
     script: str
     args: list[str] = field(default_factory=list)
     mode: Mode = "run"
+    module: str | None = None
     logs_dir: str = "traceml/runs"
     name: str | None = None
     group: str | None = None
@@ -120,7 +122,14 @@ class LaunchOptions:
 
     @property
     def run_name(self) -> str:
+        if self.module:
+            return self.name or self.module.rsplit(".", 1)[-1] or "run"
         return self.name or Path(self.script).stem or "run"
+
+    @property
+    def target(self) -> list[str]:
+        """What follows the interpreter: ``[SCRIPT, *ARGS]`` or ``["-m", MODULE, *ARGS]``."""
+        return ["-m", self.module, *self.args] if self.module else [self.script, *self.args]
 
 
 @dataclass
@@ -156,9 +165,12 @@ def validate(options: LaunchOptions) -> None:
         LaunchError: the script is missing, or a count/rank/port/interval is out of range.
     """
     script = Path(options.script)
-    if script.is_dir():
+    if options.module is not None:
+        if not options.module or options.module.startswith("-"):
+            raise LaunchUsageError(f"-m needs a module name, not {options.module!r}")
+    elif script.is_dir():
         raise LaunchError(f"{options.script} is a folder, not a training script")
-    if not script.is_file():
+    elif not script.is_file():
         raise LaunchError(f"no such training script: {options.script}")
     if options.nproc_per_node < 1 or options.nnodes < 1:
         raise LaunchUsageError("--nproc-per-node and --nnodes must be 1 or more")
@@ -275,12 +287,14 @@ def job_secret_for(options: LaunchOptions, session_id: str, environ: dict[str, s
 
 def training_command(options: LaunchOptions) -> list[str]:
     """The command line of the training (under the capture bootstrap unless ``disable``)."""
-    target = [options.script, *options.args]
+    target = options.target
     if not options.distributed:
         if options.disable:
             return [sys.executable, *target]
         return [sys.executable, "-m", "traceml_ai.capture.bootstrap", *target]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(options.nproc_per_node)]
+    # Under TraceML, torchrun through a wrapper whose stop by Ctrl+C is one line, not 70 lines of tracebacks.
+    runner = "torch.distributed.run" if options.disable else "traceml_ai.launcher.torchrun"
+    cmd = [sys.executable, "-m", runner, "--nproc-per-node", str(options.nproc_per_node)]
     if options.nnodes == 1:
         cmd.append("--standalone")  # a free rendezvous port: two jobs on one machine never collide
     else:
@@ -318,7 +332,7 @@ def launch(
     session_id = session_id_for(options)
     secret = job_secret_for(options, session_id)
     identity = RunIdentity(
-        mode=options.mode, command=[sys.executable, options.script, *options.args], session_id=session_id,
+        mode=options.mode, command=[sys.executable, *options.target], session_id=session_id,
         job_id=session_id if options.nnodes > 1 else None, nnodes=options.nnodes, node_rank=options.node_rank,
         nproc_per_node=options.nproc_per_node,
     )
@@ -345,7 +359,7 @@ def launch(
     keeper = RunJsonKeeper(run_dir, options.run_name, options.group, list(options.tags), identity)
     keeper.start()
     started_ns = time.time_ns()
-    write_manifest(run_dir, identity, status="running", started_at_ns=started_ns)
+    keeper.guard(write_manifest, run_dir, identity, status="running", started_at_ns=started_ns)
     env["TRACEML_RUN_DIR"] = str(run_dir)
 
     aggregator: AggregatorProcess | None = None
@@ -379,14 +393,20 @@ def launch(
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator exited with code {agg_code}"}
         if telemetry.get("status") == "degraded" and not (run_dir / "aggregator" / "final_summary.json").exists():
             # The aggregator died before its own summary: diagnose what it committed, marked partial.
-            write_summary_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")))
+            keeper.guard(write_summary_after_crash, run_dir,
+                         str(telemetry.get("reason", "the telemetry aggregator died")))
         if telemetry.get("status") == "degraded":
-            record_losses_after_crash(run_dir, str(telemetry.get("reason", "the telemetry aggregator died")),
-                                      session_id=session_id)
+            keeper.guard(record_losses_after_crash, run_dir,
+                         str(telemetry.get("reason", "the telemetry aggregator died")), session_id=session_id)
     signal_name = _signal_name(code)
     keeper.telemetry = telemetry
     status = keeper.finish(exit_code=code, signal_name=signal_name, interrupted=interrupted,
                            stderr_tail=_stderr_tail(run_dir))
+    if keeper.write_errors:
+        # A full disk or read-only folder: recorded wherever it can still be written, and printed.
+        telemetry.setdefault("status", "degraded")
+        telemetry.setdefault("reason", f"{keeper.write_errors} write(s) to the run folder failed: {keeper.last_error}")
+        telemetry["run_folder_write_errors"] = keeper.write_errors
     # The session's lifecycle (004 seed): stopped from outside → interrupted; telemetry lost →
     # incomplete; a training that failed or crashed did not run to its end either → interrupted.
     stopped = interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS)
@@ -396,8 +416,8 @@ def launch(
         manifest_status = "incomplete"
     else:
         manifest_status = "completed" if code == 0 else "interrupted"
-    write_manifest(run_dir, identity, status=manifest_status, started_at_ns=started_ns, ended_at_ns=time.time_ns(),
-                   exit_code=code, telemetry=telemetry or None)
+    keeper.guard(write_manifest, run_dir, identity, status=manifest_status, started_at_ns=started_ns,
+                 ended_at_ns=time.time_ns(), exit_code=code, telemetry=telemetry or None)
     return LaunchResult(code, run_dir, status, telemetry)
 
 

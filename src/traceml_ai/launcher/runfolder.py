@@ -97,6 +97,8 @@ class RunJsonKeeper:
     identity: RunIdentity
     t0: float = field(default_factory=time.time)
     telemetry: dict[str, Any] = field(default_factory=dict)
+    write_errors: int = 0
+    last_error: str | None = None
     _written: tuple[int, int] | None = None
     _taken_over: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -107,18 +109,34 @@ class RunJsonKeeper:
     def path(self) -> Path:
         return self.folder / RUN_JSON
 
+    def guard(self, write: Any, *args: Any, **kwargs: Any) -> bool:
+        """Run one write into the run folder; a failure (disk full, read-only folder) is counted in
+        ``write_errors``, warned once on stderr and never raised: the training's result stands."""
+        try:
+            write(*args, **kwargs)
+            return True
+        except OSError as exc:
+            self.write_errors += 1
+            if self.last_error is None:
+                print(f"[TraceML] cannot write the run folder {self.folder}: {exc.strerror or exc}; the training "
+                      "goes on, its exit code stands", file=sys.stderr, flush=True)
+            self.last_error = str(exc.strerror or exc)
+            return False
+
     def start(self) -> None:
-        """Write the small files of a fresh run and run.json ``running``; start the heartbeat."""
+        """Write the small files of a fresh run and run.json ``running``; start the heartbeat.
+        A write that fails is counted (:meth:`guard`), never raised."""
         for name, content in ((PARAMS_YAML, "{}\n"), (CONFIG_JSON, "{}\n")):
             if not (self.folder / name).exists():
-                atomic_write(self.folder / name, content)
+                self.guard(atomic_write, self.folder / name, content)
         if not (self.folder / METRICS_JSON).exists():
-            atomic_write(
+            self.guard(
+                atomic_write,
                 self.folder / METRICS_JSON,
                 dump_json({"schema_version": SCHEMA_VERSION, "updated_at": iso_utc(self.t0), "step": None,
                            "epoch": None, "last": {}, "best": {}, "summary": {}}),
             )
-        self._write(self._meta("running", time.time()))
+        self.guard(self._write, self._meta("running", time.time()))
         self._thread = threading.Thread(target=self._beat, name="traceml-launcher-heartbeat", daemon=True)
         self._thread.start()
 
@@ -156,7 +174,7 @@ class RunJsonKeeper:
                 if self.telemetry and isinstance(current, dict):
                     current["telemetry"] = self.telemetry
                     current.setdefault("launcher", self._launcher_block())
-                    atomic_write(self.path, dump_json(current))
+                    self.guard(atomic_write, self.path, dump_json(current))
                 return str(status)
             if interrupted or (signal_name is not None and signal_name not in CRASH_SIGNALS):
                 final = "killed"
@@ -185,7 +203,7 @@ class RunJsonKeeper:
             meta.setdefault("launcher", self._launcher_block())
             if self.telemetry:
                 meta["telemetry"] = self.telemetry
-            self._write(meta)
+            self.guard(self._write, meta, final=True)
             return final
 
     # -- internals -----------------------------------------------------------------------------
@@ -221,8 +239,11 @@ class RunJsonKeeper:
             "launcher": self._launcher_block(),
         }
 
-    def _write(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.path, dump_json(meta))
+    def _write(self, meta: dict[str, Any], *, final: bool = False) -> None:
+        if final:
+            write_final(self.path, dump_json(meta))
+        else:
+            atomic_write(self.path, dump_json(meta))
         st = self.path.stat()
         self._written = (st.st_mtime_ns, st.st_size)
 
@@ -246,10 +267,7 @@ class RunJsonKeeper:
                 if not isinstance(meta, dict) or meta.get("status") != "running":
                     return
                 meta["heartbeat_at"] = iso_utc(time.time())
-                try:
-                    self._write(meta)
-                except OSError:
-                    pass  # a full disk must not stop the training; the next beat tries again
+                self.guard(self._write, meta)  # a full disk must not stop the training; the next beat tries again
 
 
 def write_manifest(
@@ -295,7 +313,33 @@ def write_manifest(
     if telemetry:
         body["telemetry"] = telemetry
     (folder / AGGREGATOR_DIR).mkdir(exist_ok=True)
-    atomic_write(folder / MANIFEST_JSON, dump_json(body))
+    if status == "running":
+        atomic_write(folder / MANIFEST_JSON, dump_json(body))
+    else:
+        write_final(folder / MANIFEST_JSON, dump_json(body))
+
+
+def write_final(path: Path, data: bytes) -> None:
+    """Write a run's last word on itself (final run.json, final manifest) atomically; when that
+    fails (a full disk has no room for the temp file) overwrite the old file in place, whose own
+    blocks usually hold the new text, so the run does not stay "running" forever.
+
+    Raises:
+        OSError: the atomic write failed (raised even when the in-place overwrite then worked, so
+            the failure is counted).
+    """
+    try:
+        atomic_write(path, data)
+    except OSError:
+        try:
+            with open(path, "r+b") as f:
+                f.write(data)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass
+        raise
 
 
 _EXCEPTION_LINE = re.compile(

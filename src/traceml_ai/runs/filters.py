@@ -5,7 +5,8 @@ One filter applies to one column (names as in :mod:`traceml_ai.runs.table`):
 
 ==================  ===============================================================================
 ``> x`` ``>= x``    ordering. Numerically when the value and ``x`` are both numbers; a text value is
-``< x`` ``<= x``    compared with ``x`` as text (case-insensitive); a number never matches a text ``x``
+``< x`` ``<= x``    compared with ``x`` as text (case-insensitive); on a column that holds only numbers
+                    a text ``x`` is an error (:class:`FilterError`), not a filter that matches nothing
 ``= x`` ``!= x``    equality: numerically when both are numbers (``0.001`` = ``1e-3``), otherwise as
                     case-insensitive text (``true``/``false`` for booleans). ``==`` is accepted too
 ``a..b``            inclusive range, numeric or (for text values) as text
@@ -281,15 +282,19 @@ def filter_runs(
             None keeps all, an empty collection keeps none.
 
     Raises:
-        FilterError: an unknown column or status.
+        FilterError: an unknown column or status, or an ordering or range filter whose value is
+            not a number on a column that holds numbers (``run.best.val/auc>=abc`` would match no
+            run, silently): one line naming the filter and the fix.
     """
     items = list(runs)
     numeric: dict[str, bool] = {}
-    for column, _ in filters:
+    for column, flt in filters:
         try:
             numeric[column] = column_is_numeric(items, column)
         except ColumnError as exc:
             raise FilterError(str(exc)) from None
+        if numeric[column]:
+            _check_numeric_operand(column, flt)
     wanted = None if statuses is None else parse_statuses(statuses)
     out = []
     for run in items:
@@ -300,6 +305,15 @@ def filter_runs(
         if all(_run_matches(run, column, flt, numeric[column]) for column, flt in filters):
             out.append(run)
     return out
+
+
+def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:
+    if flt.op in ("<", "<=", ">", ">=") and flt.number is None:
+        raise FilterError(f"filter {column + flt.expr!r}: {flt.operand!r} is not a number, and {column} holds "
+                          f"numbers; write e.g. {column}{flt.op}0.8")
+    if flt.op == "range" and (flt.number is None or flt.high_number is None):
+        raise FilterError(f"filter {column + ':' + flt.expr!r}: the range {flt.operand}..{flt.high} is not numeric, "
+                          f"and {column} holds numbers; write e.g. {column}:0.1..0.3")
 
 
 def _run_matches(run: RunSummary, column: str, flt: ColumnFilter, numeric_column: bool) -> bool:

@@ -27,13 +27,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from traceml_ai.runs.layout import DEFAULT_MAX_METRICS_FILE_MB, RESERVED_METRIC_KEYS
 from traceml_ai.runs.safeio import open_regular
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where arrays are built: listing runs never loads numpy
 
 CHUNK_BYTES = 8 * 1024 * 1024
 _BLOCK_BYTES = 128 * 1024  # parse in blocks of about this size: fastest here, and a bad line costs one block
@@ -158,6 +160,7 @@ class MetricsTail:
         self.corrupt_lines = 0
         self.corrupt_examples: list[str] = []
         self.backward_steps: list[str] = []
+        self.backward_count = 0
         self.resets = 0
         self.truncated_at: int | None = None
         self.read_error: str | None = None
@@ -309,6 +312,7 @@ class MetricsTail:
             self.corrupt_examples.append(f"line {line_no}: {reason}")
 
     def _note_backwards(self, line_no: int, prev: int, step: int) -> None:
+        self.backward_count += 1
         if len(self.backward_steps) < _MAX_EXAMPLES:
             self.backward_steps.append(f"line {line_no}: step {prev} → {step}")
         else:
@@ -324,7 +328,14 @@ class MetricsTail:
             out.append(
                 f"metrics.jsonl: {self.corrupt_lines} corrupt line(s) skipped ({'; '.join(self.corrupt_examples)})"
             )
-        if self.backward_steps:
+        if self.backward_count >= _MIXED_WRITERS_AT:
+            # A resume goes back once or twice; rows of several processes interleaved go back and forth.
+            out.append(
+                f"metrics.jsonl: steps go back and forth {self.backward_count} times: several processes "
+                "write this file (a traceml_ai.Run in every DDP rank? only global rank 0 logs by default, "
+                "README 'Logging a run'); every row kept: " + "; ".join(self.backward_steps)
+            )
+        elif self.backward_steps:
             out.append(
                 "metrics.jsonl: steps go backwards (a resumed run?); both segments kept: "
                 + "; ".join(self.backward_steps)
@@ -351,6 +362,8 @@ class MetricsTail:
         Built with C-level passes (``map``, numpy) and cached: a later call only converts the rows
         appended since, so a live run's series costs what it grew by.
         """
+        import numpy as np
+
         cached = self._series.get(metric)
         done = cached.rows_seen if cached is not None else 0
         rows = self.rows
@@ -383,6 +396,8 @@ class MetricsTail:
     def _axis(self, name: str) -> np.ndarray:
         """``step`` (int64) or ``epoch``/``time`` (float64, NaN when missing) of every row, built on
         first use and extended by the rows appended since."""
+        import numpy as np
+
         array = self._axes_cache.get(name)
         done = 0 if array is None else array.shape[0]
         if array is None or done < len(self.rows):
@@ -402,11 +417,16 @@ class _CachedSeries:
     value: np.ndarray
 
 
+_MIXED_WRITERS_AT = 3
+"""Backward steps from which a file is taken for rows of several writers, not a resumed run."""
+
 _NUMERIC_TYPES = frozenset({float, int, type(None)})
 
 
 def _numbers(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     """``row[key]`` for each row as float64; NaN where it is missing or not a number."""
+    import numpy as np
+
     values: list[Any] = list(map(dict.get, rows, repeat(key)))
     if not _NUMERIC_TYPES.issuperset(map(type, values)):
         values = [v if type(v) in _NUMERIC_TYPES else None for v in values]

@@ -362,10 +362,12 @@ def update_db(
         try:
             src.backup(dst)
             _pragmas(dst)
+            # Sets: with 100,000 runs a membership test on a list made this quadratic (hours).
             keep = {_text(r.key) for r in runs}
+            changed_keys = changed if isinstance(changed, (set, frozenset)) else set(changed)
             stored = [row[0] for row in dst.execute("SELECT run_key FROM run_cache")]
             gone = [k for k in stored if k not in keep]
-            rewrite = [r for r in runs if r.key in changed]
+            rewrite = [r for r in runs if r.key in changed_keys]
             dst.execute("BEGIN")
             for key in (*gone, *(_text(r.key) for r in rewrite)):
                 dst.execute("DELETE FROM runs WHERE key = ?", (key,))

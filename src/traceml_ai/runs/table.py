@@ -539,14 +539,15 @@ def _identity(value: Scalar) -> tuple[str, Any]:
 # -- export ----------------------------------------------------------------------------------------
 
 
-def csv_columns(columns: Sequence[str]) -> list[str]:
+def csv_columns(columns: Sequence[str], *, lead: bool = True) -> list[str]:
     """The header of a CSV export: :data:`CSV_LEAD_COLUMNS`, then ``columns`` in order without those
-    six and without repeats.
+    six and without repeats. ``lead=False`` gives ``columns`` alone (without repeats): what
+    ``traceml runs ls --csv --columns a,b`` asked for.
 
     Raises:
         ColumnError: a column name is invalid.
     """
-    out = list(CSV_LEAD_COLUMNS)
+    out = list(CSV_LEAD_COLUMNS) if lead else []
     for column in columns:
         if column not in out:
             out.append(validate_column(column))
@@ -559,6 +560,7 @@ def to_csv(
     *,
     group_by: str | None = None,
     group_labels: Mapping[str, str] | None = None,
+    lead: bool = True,
 ) -> str:
     """The runs as CSV text for an agent or ``pandas.read_csv`` (003 seed, "Exporting the table for an
     agent").
@@ -569,14 +571,16 @@ def to_csv(
     floats are written with ``repr`` (no rounding), NaN as ``NaN``, booleans as ``true``/``false``.
     Encode the text as UTF-8 when writing it. With ``group_by``, a ``group:<column>`` column after the
     first six holds each run's group label (``group_labels[run.key]``, as :func:`group_runs` names it).
+    ``lead=False`` leaves out the first six columns unless ``columns`` names them (the group column
+    then comes first).
 
     Raises:
         ColumnError: a column name is invalid.
     """
-    header = csv_columns(columns)
+    header = csv_columns(columns, lead=lead)
     labels = group_labels or {}
     if group_by is not None:
-        header.insert(len(CSV_LEAD_COLUMNS), f"group:{validate_column(group_by)}")
+        header.insert(len(CSV_LEAD_COLUMNS) if lead else 0, f"group:{validate_column(group_by)}")
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)

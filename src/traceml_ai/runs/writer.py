@@ -27,7 +27,10 @@ def iso_utc(t: float) -> str:
 
 
 def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
-    """Return ``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` for Unix seconds ``t`` (UTC).
+    """Return ``<YYYYMMDD-HHMMSS>_<slug>_<hex4>`` for Unix seconds ``t`` (UTC).
+
+    The slug is :func:`folder_slug` of ``name`` (``"lr sweep 1"`` → ``lr-sweep-1``): folder names
+    never hold spaces or shell characters; the name itself is kept unchanged in run.json.
 
     Raises:
         ValueError: ``name`` is empty, longer than 100 characters, or holds a path separator or a
@@ -39,28 +42,70 @@ def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
             "control characters"
         )
     stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_id = f"{stamp}_{name}_{hex4 or secrets.token_hex(2)}"
+    run_id = f"{stamp}_{folder_slug(name)}_{hex4 or secrets.token_hex(2)}"
     if not RUN_ID_RE.match(run_id):
         raise ValueError(f"run id {run_id!r} does not have the form <YYYYMMDD-HHMMSS>_<name>_<hex4>")
     return run_id
 
 
 _BAD_NAME_CHARS = re.compile("[/\\\x00-\x1f\x7f-\x9f]")
+_NOT_SLUG = re.compile(r"[^\w.-]+")
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
+def folder_slug(name: str) -> str:
+    """``name`` as the middle part of a run folder name: every run of characters other than
+    letters, digits, ``_``, ``.`` and ``-`` (spaces, quotes, ``$``, ...) becomes one ``-``;
+    ``run`` when nothing is left. ``"lr sweep (2)"`` → ``lr-sweep-2``."""
+    return _NOT_SLUG.sub("-", name).strip("-.") or "run"
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` through a dot-prefixed temp file in the same folder and a rename,
     so a reader sees either the old file or the new one, never half of one (003 seed, write rules).
+
+    The temp file ``.<name>.<pid>.<random>.tmp`` is unique to this call, so two writers of one file
+    (two threads, two processes) never write into each other's temp file: the last rename wins
+    whole. The new file's mode follows the umask (0644 under the usual 022), like any file the user
+    writes. ``durable`` fsyncs the data before the rename (the file survives a power loss); without
+    it the rename alone still guarantees a whole file to readers, at a fraction of the cost.
+
+    Raises:
+        OSError: the folder is missing or not writable, or the disk is full (the temp file is
+            removed, ``path`` keeps its old content).
     """
     path = os.fspath(path)
     folder, base = os.path.split(path)
-    tmp = os.path.join(folder, f".{base}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    fd, tmp = _temp_file(folder, base)
+    try:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _temp_file(folder: str, base: str) -> tuple[int, str]:
+    """A new, empty, exclusively created temp file next to ``base`` in ``folder`` (mode 0666 less
+    the umask, unlike ``tempfile.mkstemp``'s 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder or ".", f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temp file for {base} in {folder or '.'}")
 
 
 def dump_json(value: Any) -> bytes:

@@ -21,6 +21,7 @@ it), the logger writes into that folder instead of creating one, and takes over 
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -34,6 +35,11 @@ from types import TracebackType
 from typing import Any, Literal
 
 import orjson
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; the check that two processes share a file is skipped
+    fcntl = None  # type: ignore[assignment]
 
 from traceml_ai.runs.layout import (
     CONFIG_JSON,
@@ -57,6 +63,11 @@ from traceml_ai.runs.writer import (
 
 RUN_DIR_ENV = "TRACEML_RUN_DIR"
 LOGS_DIR_ENV = "TRACEML_LOGS_DIR"
+ALL_RANKS_ENV = "TRACEML_LOG_ALL_RANKS"
+"""``1`` lets every rank's Run write (as ``all_ranks=True``); see :class:`Run`."""
+
+METRICS_JSON_EVERY_S = 1.0
+"""At most this often the background thread rewrites metrics.json (and once at the end)."""
 
 
 class Run:
@@ -65,20 +76,36 @@ class Run:
     Args:
         runs_dir: the runs root to create the run folder in. Default: ``$TRACEML_LOGS_DIR`` or
             ``traceml/runs``. Ignored in attach mode (``$TRACEML_RUN_DIR`` set).
-        name: short human name; part of the folder name ``<YYYYMMDD-HHMMSS>_<name>_<hex4>`` (UTC).
+        name: short human name, kept as is in run.json; the folder is
+            ``<YYYYMMDD-HHMMSS>_<slug>_<hex4>`` (UTC) where the slug keeps letters, digits and
+            ``. _ -`` and turns every other run of characters (spaces, ...) into one ``-``.
         params: hyper-parameters, nested mappings allowed; written flattened to params.yaml.
         config: the full configuration for config.json (default: ``params``).
         group, tags, notes: free-form labels shown in the table.
         best: ``{metric: "max" | "min"}``: metrics whose best value and step are tracked.
         heartbeat_s: seconds between heartbeat refreshes of run.json (a background thread).
+        all_ranks: in a distributed job (``RANK`` set, as torchrun and ``traceml run`` do) only
+            global rank 0 writes by default and the Run of every other rank is a no-op (its
+            ``active`` is False; ``log()`` still checks its arguments). With ``all_ranks=True`` (or
+            ``TRACEML_LOG_ALL_RANKS=1``) rank N > 0 writes too: into ``metrics.rank<N>.jsonl`` of
+            the shared folder in attach mode, else a run folder of its own.
 
     Attributes:
         id, dir: the run's folder name and path.
-        summary: final values without history (e.g. ``test/auc``); written on every log and at the end.
+        summary: final values without history (e.g. ``test/auc``); written with metrics.json.
+        active: False for a no-op Run (a rank other than 0, see ``all_ranks``).
+        write_errors: how many writes to the run folder failed (disk full, folder not writable);
+            the first one is warned on stderr, and writing goes on being tried.
+
+    Cost: ``log()`` appends one complete line to metrics.jsonl (one ``write``, no fsync) and updates
+    the values in memory; the background thread rewrites metrics.json at most every second when
+    something changed and refreshes the heartbeat every ``heartbeat_s`` (with fsync); the end of
+    the run writes and fsyncs everything. Nothing logged is lost on a normal exit, an exception,
+    Ctrl+C or SIGTERM; an interpreter exit without ``finish()`` still writes metrics.json.
 
     Raises:
         ValueError: a ``best`` mode other than "max"/"min", or a name with a path separator.
-        OSError: the run folder cannot be created.
+        (Writing never raises: a failed write is counted in ``write_errors`` and training goes on.)
     """
 
     def __init__(
@@ -92,23 +119,12 @@ class Run:
         notes: str = "",
         best: Mapping[str, str] | None = None,
         heartbeat_s: float = 15.0,
+        all_ranks: bool | None = None,
     ) -> None:
         for metric, mode in (best or {}).items():
             if mode not in ("max", "min"):
                 raise ValueError(f"best mode for {metric!r} must be 'max' or 'min', got {mode!r}")
         self.t0 = time.time()
-        attach = os.environ.get(RUN_DIR_ENV)
-        previous: dict[str, Any] = {}
-        if attach:
-            self.dir = os.path.abspath(attach)
-            self.id = os.path.basename(self.dir.rstrip(os.sep))
-            previous = _read_json(os.path.join(self.dir, RUN_JSON))
-        else:
-            root = os.fspath(runs_dir) if runs_dir is not None else os.environ.get(LOGS_DIR_ENV, DEFAULT_RUNS_ROOT)
-            self.id = make_run_id(name, self.t0)
-            self.dir = os.path.join(root, self.id)
-        for sub in SUBFOLDERS:
-            os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         self.best_modes = dict(best or {})
         self.last: dict[str, float | None] = {}
         self.best: dict[str, dict[str, Any]] = {}
@@ -116,7 +132,36 @@ class Run:
         self.step: int | None = None
         self.epoch: int | None = None
         self.status = "running"
+        self.write_errors = 0
+        self._warned = False
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sigterm_installed = False
+        self._fd: int | None = None
+        self._dirty = False
+        self._written_summary: dict[str, Any] | None = None
+        rank = _global_rank()
+        if all_ranks is None:
+            all_ranks = os.environ.get(ALL_RANKS_ENV, "").strip().lower() in ("1", "true", "yes")
+        attach = os.environ.get(RUN_DIR_ENV)
+        self.rank = rank
+        self.active = rank in (None, 0) or all_ranks
+        self._rank_file = attach is not None and attach != "" and rank not in (None, 0)
+        if not self.active:
+            self.id, self.dir, self.meta = "", "", {}
+            return
+        previous: dict[str, Any] = {}
+        if attach:
+            self.dir = os.path.abspath(attach)
+            self.id = os.path.basename(self.dir.rstrip(os.sep))
+            if not self._rank_file:
+                previous = _read_json(os.path.join(self.dir, RUN_JSON))
+        else:
+            root = os.fspath(runs_dir) if runs_dir is not None else os.environ.get(LOGS_DIR_ENV, DEFAULT_RUNS_ROOT)
+            self.id = make_run_id(name, self.t0)
+            self.dir = os.path.join(root, self.id)
+        self._jsonl_path = os.path.join(self.dir, f"metrics.rank{rank}.jsonl" if self._rank_file else METRICS_JSONL)
         started = previous.get("started_at") if isinstance(previous.get("started_at"), str) else iso_utc(self.t0)
         if attach:
             # The launcher named and labelled the folder it created; its choice stays, so the name in
@@ -130,7 +175,7 @@ class Run:
             old_tags = [str(t) for t in prev_tags] if isinstance(prev_tags, list) else []
             tags = [*old_tags, *(t for t in tags if t not in old_tags)]
             self.t0 = min(self.t0, _parse_iso(str(started)) or self.t0)
-        self.meta: dict[str, Any] = {
+        self.meta = {
             "schema_version": SCHEMA_VERSION,
             "id": self.id,
             "name": name,
@@ -150,22 +195,24 @@ class Run:
         for key in ("git", "launcher"):
             if key in previous:
                 self.meta[key] = previous[key]
-        atomic_write(os.path.join(self.dir, PARAMS_YAML), params_yaml(params or {}))
-        atomic_write(os.path.join(self.dir, CONFIG_JSON), dump_json(config if config is not None else (params or {})))
-        self._jsonl = open(os.path.join(self.dir, METRICS_JSONL), "ab")
-        self._write_meta()
-        self._write_metrics_json()
-        self._stop = threading.Event()
+        self._open_jsonl()
+        if not self._rank_file:
+            self._try(atomic_write, os.path.join(self.dir, PARAMS_YAML), params_yaml(params or {}))
+            self._try(atomic_write, os.path.join(self.dir, CONFIG_JSON),
+                      dump_json(config if config is not None else (params or {})))
+            self._write_meta()
+            self._write_metrics_json(durable=True)
         self._thread = threading.Thread(
-            target=self._heartbeat, args=(heartbeat_s,), name="traceml-heartbeat", daemon=True
+            target=self._background, args=(heartbeat_s,), name="traceml-run-writer", daemon=True
         )
         self._thread.start()
+        atexit.register(self._at_exit)
         self._sigterm_installed = _install_sigterm()
 
     # -- writing -------------------------------------------------------------------------------
 
     def log(self, step: int, metrics: Mapping[str, Any], epoch: int | None = None) -> None:
-        """Append one row to metrics.jsonl and refresh metrics.json and the heartbeat.
+        """Append one row to metrics.jsonl; metrics.json follows within a second (background).
 
         Args:
             step: the epoch-level step (the x axis); ``epoch`` defaults to it.
@@ -189,12 +236,13 @@ class Run:
                 row[str(k)] = metric_value(v)
             except (TypeError, ValueError) as err:
                 raise type(err)(f"metric {k!r}: {err}") from None
+        if not self.active:
+            return
         line = orjson.dumps(row) + b"\n"
         with self._lock:
-            if self._jsonl.closed:
+            if self.status != "running":
                 raise RuntimeError(f"run {self.id} has finished; log() after finish()")
-            self._jsonl.write(line)  # one complete line per write
-            self._jsonl.flush()
+            self._append(line)
             self.step, self.epoch = row["step"], row["epoch"]
             for k, v in row.items():
                 if k in RESERVED_METRIC_KEYS:
@@ -205,9 +253,7 @@ class Run:
                     b = self.best.get(k)
                     if b is None or (v > b["value"] if mode == "max" else v < b["value"]):
                         self.best[k] = {"value": v, "step": row["step"], "epoch": row["epoch"], "mode": mode}
-            self._write_metrics_json()
-            self.meta["heartbeat_at"] = iso_utc(time.time())
-            self._write_meta()
+            self._dirty = True
 
     def finish(
         self,
@@ -217,7 +263,7 @@ class Run:
         exit_code: int | None = None,
         signal_name: str | None = None,
     ) -> None:
-        """Write the final status once: ``completed``, ``failed`` or ``killed``.
+        """Write the final status once: ``completed``, ``failed`` or ``killed``; fsync every file.
 
         Args:
             status: the final status.
@@ -236,13 +282,21 @@ class Run:
             _restore_sigterm()
             self._sigterm_installed = False
         self._stop.set()
+        if not self.active:
+            self.status = status
+            return
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        atexit.unregister(self._at_exit)
         now = time.time()
         with self._lock:
             if self.status != "running":
                 return
             self.status = status
-            if not self._jsonl.closed:
-                self._jsonl.close()
+            self._close_jsonl()
+            if self._rank_file:
+                return
             default_code = {"completed": 0, "killed": 130}.get(status, 1)
             exit_info: dict[str, Any] = {
                 "code": default_code if exit_code is None else exit_code,
@@ -255,7 +309,7 @@ class Run:
                     traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 )
             self.summary = {k: _summary_value(v) for k, v in self.summary.items()}
-            self._write_metrics_json()
+            self._write_metrics_json(durable=True)
             self.meta.update(
                 status=status,
                 ended_at=iso_utc(now),
@@ -264,6 +318,10 @@ class Run:
                 exit=exit_info,
             )
             self._write_meta()
+            if self.write_errors:
+                # Recorded where it can still be: the final run.json says how many writes were lost.
+                self.meta["logger"] = {"write_errors": self.write_errors}
+                self._write_meta()
 
     def __enter__(self) -> Run:
         return self
@@ -288,36 +346,157 @@ class Run:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _try(self, fn: Any, *args: Any, **kwargs: Any) -> bool:
+        """Run one write; a failure is counted and warned once, never raised (training goes on)."""
+        try:
+            fn(*args, **kwargs)
+            return True
+        except OSError as err:
+            self._failed(err)
+            return False
+
+    def _failed(self, err: OSError) -> None:
+        self.write_errors += 1
+        if not self._warned:
+            self._warned = True
+            print(f"[TraceML] cannot write the run folder {self.dir}: {err.strerror or err}; the training goes "
+                  "on, failed writes are counted and retried (see run.json 'logger' at the end)",
+                  file=sys.stderr, flush=True)
+
+    def _open_jsonl(self) -> None:
+        try:
+            for sub in () if self._rank_file else SUBFOLDERS:
+                os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+            os.makedirs(self.dir, exist_ok=True)
+            fd = os.open(self._jsonl_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
+                         0o666)
+        except OSError as err:
+            self._failed(err)
+            return
+        self._fd = fd
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the file is closed
+            except BlockingIOError:
+                print(f"[TraceML] another process is already writing {self._jsonl_path}: its rows and this "
+                      "process's mix in one file (a traceml_ai.Run in every DDP rank with all_ranks=True but "
+                      "no RANK set?); give each process its own run or RANK", file=sys.stderr, flush=True)
+            except OSError:
+                pass  # a file system without locks: nothing to learn
+
+    def _append(self, line: bytes) -> None:
+        """One complete line at the end of metrics.jsonl, or nothing: a write cut short (disk full)
+        is taken back, so a reader never sees half a row."""
+        if self._fd is None:
+            self._open_jsonl()
+            if self._fd is None:
+                return
+        fd = self._fd
+        try:
+            view = memoryview(line)
+            start: int | None = None
+            while view:
+                n = os.write(fd, view)
+                if start is None and n < len(view):
+                    start = os.lseek(fd, 0, os.SEEK_END) - n  # a short write: remember where the row began
+                view = view[n:]
+        except OSError as err:
+            self._failed(err)
+            if start is not None:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+
+    def _close_jsonl(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        self._try(os.fsync, fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
     def _write_meta(self) -> None:
-        atomic_write(os.path.join(self.dir, RUN_JSON), dump_json(self.meta))
+        self._try(atomic_write, os.path.join(self.dir, RUN_JSON), dump_json(self.meta))
 
-    def _write_metrics_json(self) -> None:
-        atomic_write(
-            os.path.join(self.dir, METRICS_JSON),
-            dump_json(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "updated_at": iso_utc(time.time()),
-                    "step": self.step,
-                    "epoch": self.epoch,
-                    "last": self.last,
-                    "best": self.best,
-                    "summary": {k: _summary_value(v) for k, v in self.summary.items()},
-                }
-            ),
-        )
+    def _metrics_doc(self) -> tuple[bytes, dict[str, Any]]:
+        summary = {k: _summary_value(v) for k, v in self.summary.items()}
+        return dump_json(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "updated_at": iso_utc(time.time()),
+                "step": self.step,
+                "epoch": self.epoch,
+                "last": self.last,
+                "best": self.best,
+                "summary": summary,
+            }
+        ), summary
 
-    def _heartbeat(self, every: float) -> None:
-        # Keeps heartbeat_at fresh during long epochs so the run is not shown as stale.
-        while not self._stop.wait(every):
+    def _write_metrics_json(self, *, durable: bool) -> None:
+        data, summary = self._metrics_doc()
+        if self._try(atomic_write, os.path.join(self.dir, METRICS_JSON), data, durable=durable):
+            self._dirty = False
+            self._written_summary = summary
+
+    def _background(self, heartbeat_s: float) -> None:
+        # metrics.json at most every second when something changed; the heartbeat (with fsync, so a
+        # crash of the machine loses at most one beat) every heartbeat_s. The documents are built
+        # under the lock (microseconds) and written outside it, so log() never waits for the disk.
+        next_beat = time.monotonic() + heartbeat_s
+        while not self._stop.wait(min(METRICS_JSON_EVERY_S, heartbeat_s)):
+            if self._rank_file:
+                continue
+            metrics: tuple[bytes, dict[str, Any]] | None = None
+            meta: bytes | None = None
+            fd: int | None = None
             with self._lock:
                 if self._stop.is_set() or self.status != "running":
                     return
-                self.meta["heartbeat_at"] = iso_utc(time.time())
-                try:
-                    self._write_meta()
-                except OSError:
-                    pass  # a full disk must not kill training; the next beat tries again
+                if self._dirty or self._summary_changed():
+                    metrics = self._metrics_doc()
+                    self._dirty = False
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + heartbeat_s
+                    self.meta["heartbeat_at"] = iso_utc(time.time())
+                    meta, fd = dump_json(self.meta), self._fd
+            if metrics is not None:
+                if self._try(atomic_write, os.path.join(self.dir, METRICS_JSON), metrics[0], durable=False):
+                    self._written_summary = metrics[1]
+                else:
+                    self._dirty = True  # tried again next second
+            if meta is not None:
+                if fd is not None:
+                    self._try(os.fsync, fd)
+                self._try(atomic_write, os.path.join(self.dir, RUN_JSON), meta)
+
+    def _summary_changed(self) -> bool:
+        try:
+            return {k: _summary_value(v) for k, v in self.summary.items()} != self._written_summary
+        except Exception:  # the user's summary dict changed size while being read; next second
+            return False
+
+    def _at_exit(self) -> None:
+        # The interpreter is exiting without finish(): what was logged reaches metrics.json; the
+        # status stays running (readers show it stale), as a run that never said it ended.
+        self._stop.set()
+        with self._lock:
+            if self.status != "running" or not self.active:
+                return
+            if self._fd is not None:
+                self._try(os.fsync, self._fd)
+            if not self._rank_file:
+                self._write_metrics_json(durable=True)
+
+
+def _global_rank() -> int | None:
+    """The global rank from ``RANK`` (torchrun, ``traceml run``), or None outside a distributed job."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _parse_iso(text: str) -> float | None:

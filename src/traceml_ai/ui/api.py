@@ -20,7 +20,7 @@ from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
-from traceml_ai.ui.service import MAX_FILE_BYTES, RequestError, Viewer
+from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -225,8 +225,10 @@ def routes(viewer: Viewer) -> list[Route]:
                     except asyncio.TimeoutError:
                         yield ": ping\n\n"
                         continue
-                    while not queue.empty():  # coalesce a burst of versions into one event
+                    while not queue.empty() and version != END_OF_STREAM:  # coalesce a burst into one event
                         version = queue.get_nowait()
+                    if version == END_OF_STREAM:
+                        return  # the server is stopping
                     yield f"event: runs\ndata: {orjson.dumps({'version': version}).decode()}\n\n"
             finally:
                 viewer.unsubscribe(queue)

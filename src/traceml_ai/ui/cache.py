@@ -2,7 +2,8 @@
 "Exporting chart data", "The run database", "Security and resource use"; DESIGN §2.1, §4).
 
 Every file the viewer (and ``traceml plot``) writes goes through :class:`CacheFolder`, into one folder
-(default ``traceml/.cache``, beside the first runs root; see :func:`default_cache_dir`)::
+(default ``traceml/.cache`` for the root ``traceml/runs``, else a folder under
+``$XDG_CACHE_HOME/traceml`` keyed by the roots; see :func:`default_cache_dir`)::
 
     .cache/
     ├── ui-state.json       the remembered view: any JSON object up to 256 KB
@@ -24,6 +25,7 @@ PNG with a ``pHYs`` chunk of 300 DPI before they are written.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -60,7 +62,7 @@ from traceml_ai.runs.rundb import (
 )
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.table import to_csv
-from traceml_ai.runs.writer import iso_utc
+from traceml_ai.runs.writer import atomic_write, iso_utc
 from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png, set_png_dpi
 
 UI_STATE_FILE: Final = "ui-state.json"
@@ -97,15 +99,76 @@ class CacheError(ValueError):
 # -- where -----------------------------------------------------------------------------------------
 
 
+PROJECT_FOLDER: Final = "traceml"
+"""The project folder of the default layout (``traceml/runs``, ``traceml/.cache``)."""
+
+
 def default_cache_dir(roots: Sequence[str | os.PathLike[str]], setting: str | os.PathLike[str] | None) -> str:
-    """The cache folder (absolute): the ``cache_dir`` setting or flag when given (``~`` expanded,
-    relative to the working directory), else ``.cache`` beside the first root, i.e.
-    ``traceml/.cache`` for the default root ``traceml/runs`` (003 seed, "Exporting the table for an
-    agent"; DESIGN §2.1). Without roots the default root is assumed."""
+    """The cache folder (absolute), keyed by the roots it caches:
+
+    - the ``cache_dir`` setting or flag when given (``~`` expanded, relative to the working
+      directory);
+    - ``<project>/.cache`` when the one root's parent is the project folder ``traceml/`` (the
+      default ``traceml/runs`` gives ``traceml/.cache``: 003 seed, "Exporting the table for an
+      agent"; DESIGN §2.1);
+    - else ``$XDG_CACHE_HOME/traceml/<first root's name>-<hash of the roots>`` (``~/.cache`` when
+      the variable is unset): a root at ``~/runs`` no longer puts TraceML's files into ``~/.cache``
+      itself, and sibling roots (``/data/a``, ``/data/b``) or other sets of roots never share a run
+      database.
+
+    Without roots the default root ``traceml/runs`` is assumed.
+    """
     if setting is not None and os.fspath(setting).strip():
         return os.path.abspath(os.path.expanduser(os.fspath(setting)))
+    given = [os.fspath(r) for r in roots] or [DEFAULT_RUNS_ROOT]
+    absolute = [os.path.abspath(os.path.expanduser(r)) for r in given]
+    parent = os.path.dirname(absolute[0])
+    if len(absolute) == 1 and os.path.basename(parent) == PROJECT_FOLDER:
+        return os.path.join(parent, ".cache")
+    key = hashlib.sha256("\n".join(os.path.realpath(r) for r in absolute).encode("utf-8")).hexdigest()[:12]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    name = slugify(os.path.basename(absolute[0].rstrip(os.sep)) or "root", 40)
+    return os.path.join(os.path.abspath(base), "traceml", f"{name}-{key}")
+
+
+def legacy_cache_dir(roots: Sequence[str | os.PathLike[str]]) -> str:
+    """Where the cache folder was before it was keyed by its roots: ``.cache`` beside the first root."""
     first = os.fspath(roots[0]) if roots else DEFAULT_RUNS_ROOT
     return os.path.join(os.path.dirname(os.path.abspath(os.path.expanduser(first))), ".cache")
+
+
+MIGRATED_FILES: Final = (UI_STATE_FILE, HIDDEN_RUNS_FILE)
+"""What moves to a new cache folder: the user's choices. The run database and the exports are
+rebuilt or made again (an old run database is how sibling roots saw each other's runs)."""
+
+
+def migrate_cache_dir(roots: Sequence[str | os.PathLike[str]], new: str | os.PathLike[str]) -> list[str]:
+    """Once, copy the remembered view and the hidden runs from the legacy cache folder
+    (:func:`legacy_cache_dir`) into ``new`` when ``new`` does not exist yet; the old files are
+    left where they are (that folder may be ``~/.cache``, shared with every other program).
+    Returns the names copied; never raises for a file it cannot read or write (nothing is lost:
+    the old file stays).
+    """
+    new_dir = os.path.abspath(os.fspath(new))
+    old_dir = legacy_cache_dir(roots)
+    if os.path.exists(new_dir) or os.path.realpath(old_dir) == os.path.realpath(new_dir):
+        return []
+    copied: list[str] = []
+    for name in MIGRATED_FILES:
+        src = os.path.join(old_dir, name)
+        try:
+            if not os.path.isfile(src) or os.path.islink(src):
+                continue
+            with open(src, "rb") as f:
+                data = f.read(MAX_HIDDEN_BYTES + 1)
+            if len(data) > MAX_HIDDEN_BYTES:
+                continue
+            os.makedirs(new_dir, exist_ok=True)
+            atomic_write(os.path.join(new_dir, name), data)
+            copied.append(name)
+        except OSError:
+            continue
+    return copied
 
 
 def check_cache_dir(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> None:
@@ -361,14 +424,15 @@ class CacheFolder:
         hidden = set(self.hidden_runs())
         shown = [r for r in runs if r.key not in hidden]
         rows: dict[str, Fingerprint] = {}
+        maybe_changed = None if changed is None else set(changed)  # a list made this quadratic
         for r in shown:
-            fp = self._db_rows.get(r.key) if changed is not None and r.key not in changed else None
+            fp = self._db_rows.get(r.key) if maybe_changed is not None and r.key not in maybe_changed else None
             rows[r.key] = fp if fp is not None else fingerprint(r, stamps.get(r.key, {}))
         target = os.path.join(self.path, RUN_DB_FILE)
         base_ok = self._db_file is not None and _same_file(target, self._db_file)
         if base_ok and rows == self._db_rows:
             return None
-        changed = [key for key, fp in rows.items() if self._db_rows.get(key) != fp]
+        changed = {key for key, fp in rows.items() if self._db_rows.get(key) != fp}
         folder = self._folder(None)
         fd, tmp = _temp_file(folder, RUN_DB_FILE)
         os.close(fd)
@@ -643,6 +707,8 @@ __all__ = [
     "check_cache_dir",
     "default_cache_dir",
     "is_png",
+    "legacy_cache_dir",
+    "migrate_cache_dir",
     "plot_name",
     "png_dpi",
     "render_chart_png",

@@ -7,6 +7,7 @@ import socket
 import threading
 import webbrowser
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -34,6 +35,24 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
+
+
+SHUTDOWN_GRACE_S = 2
+"""After Ctrl+C, how long requests still open get before they are cancelled (the pages' event
+streams are ended at once, see :class:`_Server`)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the pages' event streams as soon as it is asked to stop: they never
+    end by themselves, and uvicorn would wait for them."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
 
 
 def serve(
@@ -72,8 +91,10 @@ def serve(
     shown_host = f"[{host.strip('[]')}]" if ":" in host else host
     url = f"http://{shown_host}:{bound}/?token={token}"
     announce(url)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
+    # Open pages hold a server-sent-events stream that never ends by itself: Ctrl+C must not wait for them.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    server = _Server(config, viewer.end_streams)
     if open_browser:
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()
     server.run(sockets=[sock])

@@ -49,9 +49,14 @@ class RequestError(ValueError):
     """A bad request from the page: one line, HTTP 400."""
 
 
+END_OF_STREAM = -1
+"""Put into an events queue: the stream ends (see :meth:`Viewer.end_streams`)."""
+
+
 @dataclass
 class _Listeners:
     queues: set[asyncio.Queue[int]] = field(default_factory=set)
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class Viewer:
@@ -181,8 +186,18 @@ class Viewer:
     def subscribe(self) -> asyncio.Queue[int]:
         """An events stream opened: returns the queue that receives new versions."""
         queue: asyncio.Queue[int] = asyncio.Queue()
+        self._listeners.loop = asyncio.get_running_loop()
         self._listeners.queues.add(queue)
         return queue
+
+    def end_streams(self) -> None:
+        """The server is stopping (Ctrl+C): every open events stream receives ``END_OF_STREAM`` and
+        ends, so the server need not wait for the pages to go away. Safe from a signal handler."""
+        loop = self._listeners.loop
+        if loop is None or loop.is_closed():
+            return
+        for queue in list(self._listeners.queues):
+            loop.call_soon_threadsafe(queue.put_nowait, END_OF_STREAM)
 
     def unsubscribe(self, queue: asyncio.Queue[int]) -> None:
         """An events stream closed."""

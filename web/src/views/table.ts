@@ -188,7 +188,11 @@ export class RunTable {
     this.drawnGroups = p.gids;
     this.dirty.clear();
     const builtFrom = store.table;
-    const placeholder = emptyState("No runs match", "Clear the search, the filters or the status segment.", undefined, "table-empty");
+    // An empty folder is not a filter problem: say how to get runs into it.
+    const placeholder = (): HTMLElement =>
+      (store.table?.total ?? 0) === 0
+        ? emptyState("No runs in this folder yet", "Start one with traceml run SCRIPT, or try the viewer on traceml fake-runs.", undefined, "table-empty")
+        : emptyState("No runs match", "Clear the search, the filters or the status segment.", undefined, "table-empty");
     const rowHeight = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--row-h")) || 32;
     this.cellHeight = `${rowHeight}px`;
     const options: Options = {

@@ -1,0 +1,84 @@
+"""What `traceml run` / `watch` tell the user when the command line is wrong or nothing could be
+judged (issue 14 items 2, 3, 4), run as real commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_traceml
+from traceml_ai.diagnose.summary import verdict
+
+ARGPARSE_SCRIPT = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.parse_args()
+print("trained")
+"""
+
+
+def test_a_mistyped_option_is_named_with_the_closest_one(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "--nproc-per-nod", "2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: unknown option --nproc-per-nod (did you mean --nproc-per-node?)"
+    assert "no such training script" not in proc.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started
+    proc = run_traceml("watch", "--intervall=2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown option --intervall (did you mean --interval?)" in proc.stderr
+
+
+def test_dash_m_runs_a_module_like_python_does(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\nprint('module ran with', sys.argv[1:])\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "-m", "mypkg.train", "--epochs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "module ran with ['--epochs', '2']" in proc.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["name"] == "train" and meta["status"] == "completed"
+    assert meta["command"][1:] == ["-m", "mypkg.train", "--epochs", "2"]
+    proc = run_traceml("run", "-m", cwd=tmp_path)
+    assert proc.returncode == 2 and "-m needs a module name" in proc.stderr
+
+
+def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(ARGPARSE_SCRIPT)
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs", "1",
+                       "--nproc-per-node", "2", cwd=tmp_path)
+    assert proc.returncode == 2  # the script's own exit code (argparse)
+    assert "unrecognized arguments: --nproc-per-node 2" in proc.stderr
+    expected = f"traceml run --logs-dir {tmp_path / 'runs'} --nproc-per-node 2 train.py --epochs 1"
+    assert "--nproc-per-node, which is TraceML's" in proc.stderr and expected in proc.stderr.replace("\n", " ")
+    assert "no bottleneck found" not in proc.stdout
+
+
+def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained without trace_step')\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "diagnosis: not judged: no training step was timed" in proc.stdout
+    assert "no bottleneck found" not in proc.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    shown = run_traceml("summary", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: no training step was timed" in shown.stdout and "no bottleneck found" not in shown.stdout
+
+    watched = run_traceml("watch", "--logs-dir", str(tmp_path / "watched"), "train.py", cwd=tmp_path)
+    assert watched.returncode == 0, watched.stderr
+    assert "diagnosis: not judged: a watch run times no steps" in watched.stdout
+    assert "no bottleneck found" not in watched.stdout
+
+
+def test_verdict_is_green_only_when_a_step_rule_judged() -> None:
+    base = {"telemetry": {"status": "ok"}, "steps": {"seen": 200}, "findings": [], "abstained": []}
+    assert verdict({**base, "rules_checked": ["input_bound", "cpu_pressure"]}) == ("healthy", "no bottleneck found")
+    kind, text = verdict({**base, "rules_checked": ["cpu_pressure"],
+                          "abstained": [{"rule": "input_bound", "reason": "no dataloader events were recorded"}]})
+    assert (kind, text) == ("not_judged", "not judged: no dataloader events were recorded")
+    kind, _ = verdict({**base, "rules_checked": [], "findings": [{"severity": "warning"}]})
+    assert kind == "findings"
+    assert verdict({**base, "telemetry": {"status": "corrupt"}, "rules_checked": []})[0] == "no_verdict"

@@ -1,0 +1,91 @@
+"""The top-level ``traceml`` command: fast start (nothing heavy imported), plain help that fits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_traceml
+from traceml_ai.runs.fake import generate
+
+HEAVY = ("torch", "matplotlib", "starlette", "uvicorn", "opentelemetry", "ray", "numpy", "msgspec", "jsonschema",
+         "psutil")
+
+# Runs the real command (main() as the console script calls it) and then reports which modules it left
+# imported: what `traceml ...` costs at start-up is what it imports.
+RUNNER = """
+import json, sys
+sys.argv = ["traceml", *sys.argv[1:]]
+from traceml_ai.cli.main import main
+try:
+    main()
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
+"""
+
+
+def _modules_after(*args: str) -> tuple[int, set[str]]:
+    env = {**os.environ, "COLUMNS": "120"}
+    env.pop("TRACEML_RUN_DIR", None)
+    proc = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES "))
+    report = json.loads(line[len("MODULES "):])
+    return report["code"], {m.split(".")[0] for m in report["modules"]}
+
+
+@pytest.mark.parametrize("args", [("--help",), ("runs", "ls", "ROOT"), ("runs", "ls", "ROOT", "--json")])
+def test_quick_commands_import_nothing_heavy(tmp_path: Path, args: tuple[str, ...]) -> None:
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=27, seed=0)
+    code, modules = _modules_after(*(str(root) if a == "ROOT" else a for a in args))
+    assert code in (0, None)
+    assert not modules & set(HEAVY), f"traceml {' '.join(args)} imported {sorted(modules & set(HEAVY))}"
+
+
+def test_help_lists_every_command_on_whole_lines() -> None:
+    from traceml_ai.cli.main import COMMANDS
+
+    proc = run_traceml("--help", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert "(soon)" not in proc.stdout and "<bool>" not in proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines())
+    assert proc.stdout.startswith("Usage: traceml ")
+    assert "..." not in proc.stdout.split("Commands:")[1]  # no command's line is cut
+    for name, spec in COMMANDS.items():
+        assert f"  {name} " in proc.stdout and spec.summary.split()[0] in proc.stdout
+
+
+def test_every_listed_command_loads_and_has_help() -> None:
+    from traceml_ai.cli import capture
+    from traceml_ai.cli.main import COMMANDS, load_command
+
+    for name, spec in COMMANDS.items():
+        command = load_command(name)
+        assert command.name == name and command.short_help == spec.summary
+        if spec.module == "traceml_ai.cli.capture" and name != "serve":
+            assert spec.context_settings == capture.PASS_THROUGH
+
+
+def test_subcommand_help_is_plain_and_not_cut() -> None:
+    proc = run_traceml("runs", "--help", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert "..." not in proc.stdout.split("Commands:")[1] and "╭" not in proc.stdout
+    proc = run_traceml("run", "--help", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert "<bool>" not in proc.stdout and "--nproc-per-node" in proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines())
+
+
+def test_unknown_command_is_usage_error() -> None:
+    proc = run_traceml("rnus")
+    assert proc.returncode == 2
+    assert "rnus" in proc.stderr

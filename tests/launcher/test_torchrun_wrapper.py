@@ -1,0 +1,37 @@
+"""The torchrun wrapper of multi-rank runs: a stop by a signal is one line, not torchrun's tracebacks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+RANK = """
+import os, sys, time
+print("rank", os.environ["RANK"], "up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_stopped_torchrun_says_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    proc = subprocess.Popen([sys.executable, "-m", "traceml_ai.launcher.torchrun", "--standalone",
+                             "--nproc-per-node", "2", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    up = {proc.stdout.readline().strip(), proc.stdout.readline().strip()}
+    assert up == {"rank 0 up", "rank 1 up"}
+    proc.send_signal(signal.SIGTERM)  # what the launcher's stop and a scheduler send
+    _, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "[TraceML] the ranks were stopped by SIGTERM" in errors
+    assert "Traceback" not in errors and "SignalException" not in errors
+    assert "Received 15 death signal" not in errors  # torchrun's warnings stay below ERROR

@@ -1,0 +1,277 @@
+"""The Run logger's writes off the training thread, what reaches the disk on every way out, a full or
+read-only disk, and DDP ranks (issue 14 items 6, 11, 12; issue 12 item 9). Real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HEAD = """
+import os, sys, time
+import traceml_ai
+runs_dir = sys.argv[1]
+N = int(sys.argv[2])
+"""
+
+LOG_N = """
+run = traceml_ai.Run(runs_dir, "fast", best={"loss": "min"})
+for i in range(N):
+    run.log(i, {"loss": 1.0 / (i + 1), "acc": i / N})
+"""
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_") and k != "RANK"}
+    env.update(extra or {})
+    return env
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + textwrap.dedent(body))
+    return script
+
+
+def _run(tmp_path: Path, body: str, n: int, env: dict[str, str] | None = None,
+         runs: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(_script(tmp_path, body)), str(runs or tmp_path / "runs"), str(n)],
+                          capture_output=True, text=True, timeout=120, env=_env(env))
+
+
+def _folder(root: Path) -> Path:
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    return run
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _assert_everything_written(run: Path, n: int) -> None:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(n))
+    metrics = _json(run / "metrics.json")
+    assert metrics["step"] == n - 1
+    assert metrics["last"]["loss"] == pytest.approx(1.0 / n)
+    assert metrics["best"]["loss"]["step"] == n - 1
+
+
+@pytest.mark.parametrize("ending, status, code", [
+    ("run.finish()", "completed", 0),
+    ("raise RuntimeError('diverged')", "running", 1),  # no finish(): metrics.json written at exit anyway
+    ("sys.exit(0)", "running", 0),
+])
+def test_every_row_reaches_the_files_on_the_way_out(tmp_path: Path, ending: str, status: str, code: int) -> None:
+    proc = _run(tmp_path, LOG_N + ending + "\n", 3000)
+    assert proc.returncode == code, proc.stderr
+    run = _folder(tmp_path / "runs")
+    _assert_everything_written(run, 3000)
+    assert _json(run / "run.json")["status"] == status
+
+
+def test_every_row_reaches_the_files_when_the_block_fails(tmp_path: Path) -> None:
+    proc = _run(tmp_path, """
+        with traceml_ai.Run(runs_dir, "fast", best={"loss": "min"}) as run:
+            for i in range(N):
+                run.log(i, {"loss": 1.0 / (i + 1)})
+            raise ValueError("diverged")
+    """, 2000)
+    assert proc.returncode == 1 and "diverged" in proc.stderr
+    run = _folder(tmp_path / "runs")
+    _assert_everything_written(run, 2000)
+    assert _json(run / "run.json")["status"] == "failed"
+
+
+def test_every_row_reaches_the_files_on_sigterm(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        with traceml_ai.Run(runs_dir, "fast", best={"loss": "min"}) as run:
+            for i in range(N):
+                run.log(i, {"loss": 1.0 / (i + 1)})
+            print("logged", flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), "2500"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "logged"
+    proc.send_signal(signal.SIGTERM)  # well inside the one second metrics.json may lag behind
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    run = _folder(tmp_path / "runs")
+    _assert_everything_written(run, 2500)
+    assert _json(run / "run.json")["status"] == "killed"
+
+
+def test_metrics_json_follows_a_live_run_within_seconds(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        with traceml_ai.Run(runs_dir, "live", best={"loss": "min"}) as run:
+            for i in range(N):
+                run.log(i, {"loss": 1.0 / (i + 1)})
+            print("logged", flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), "10"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "logged"
+        run = _folder(tmp_path / "runs")
+        deadline = time.time() + 20
+        while time.time() < deadline and _json(run / "metrics.json")["step"] != 9:
+            time.sleep(0.1)
+        assert _json(run / "metrics.json")["step"] == 9
+        assert (run / "metrics.jsonl").read_text().count("\n") == 10  # lines are there at once
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_name_with_spaces_gets_a_slug_folder_and_keeps_its_name(tmp_path: Path) -> None:
+    proc = _run(tmp_path, """
+        with traceml_ai.Run(runs_dir, "lr sweep (2)") as run:
+            run.log(0, {"loss": 1.0})
+    """, 0)
+    assert proc.returncode == 0, proc.stderr
+    run = _folder(tmp_path / "runs")
+    assert "_lr-sweep-2_" in run.name and " " not in run.name
+    assert _json(run / "run.json")["name"] == "lr sweep (2)"
+
+
+# -- a full or read-only disk never stops the training -------------------------------------------
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_counted_and_warned_once_and_training_goes_on(tmp_path: Path, small_disk: Path) -> None:
+    proc = _run(tmp_path, """
+        with traceml_ai.Run(runs_dir, "full") as run:
+            for i in range(N):
+                run.log(i, {f"m{j}": float(i) for j in range(50)})
+        print("training finished", run.write_errors, flush=True)
+    """, 3000, runs=small_disk / "runs")
+    assert proc.returncode == 0, proc.stderr  # the script's own exit code
+    assert proc.stdout.startswith("training finished")
+    assert int(proc.stdout.split()[-1]) > 0
+    assert proc.stderr.count("[TraceML] cannot write the run folder") == 1
+    assert "No space left on device" in proc.stderr
+    run = _folder(small_disk / "runs")
+    lines = (run / "metrics.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line)["m0"] == i for i, line in enumerate(lines[:-1]))  # whole rows
+
+
+def test_a_read_only_run_folder_never_raises(tmp_path: Path, small_disk: Path) -> None:
+    folder = small_disk / "runs" / "20261130-101500_ro_a3f9"
+    folder.mkdir(parents=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    proc = _run(tmp_path, """
+        with traceml_ai.Run(runs_dir, "ro") as run:
+            for i in range(N):
+                run.log(i, {"loss": 1.0})
+        print("done", run.write_errors)
+    """, 100, env={"TRACEML_RUN_DIR": str(folder)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "done" and int(proc.stdout.split()[1]) > 0
+    assert proc.stderr.count("[TraceML]") == 1 and "Read-only file system" in proc.stderr
+
+
+# -- DDP ranks ------------------------------------------------------------------------------------
+
+
+def test_only_global_rank_zero_writes_by_default(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "20261130-101500_ddp_a3f9"
+    folder.mkdir(parents=True)
+    body = """
+        with traceml_ai.Run(runs_dir, "ddp") as run:
+            for i in range(N):
+                run.log(i, {"loss": float(os.environ["RANK"])})
+        print(run.active)
+    """
+    for rank in ("1", "0", "2"):
+        proc = _run(tmp_path, body, 5, env={"TRACEML_RUN_DIR": str(folder), "RANK": rank})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == str(rank == "0")
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in rows] == [0.0] * 5  # rank 0's rows only
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("metrics")) == ["metrics.json",
+                                                                                        "metrics.jsonl"]
+    assert _json(folder / "run.json")["status"] == "completed"
+
+
+def test_a_rank_opts_in_to_its_own_metrics_file(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "20261130-101500_ddp_a3f9"
+    folder.mkdir(parents=True)
+    body = """
+        with traceml_ai.Run(runs_dir, "ddp", all_ranks=True if os.environ.get("OPT") == "arg" else None) as run:
+            for i in range(N):
+                run.log(i, {"loss": float(os.environ["RANK"])})
+    """
+    for rank, how in (("0", ""), ("1", "arg"), ("2", "env")):
+        env = {"TRACEML_RUN_DIR": str(folder), "RANK": rank, "OPT": how}
+        if how == "env":
+            env["TRACEML_LOG_ALL_RANKS"] = "1"
+        proc = _run(tmp_path, body, 3, env=env)
+        assert proc.returncode == 0, proc.stderr
+    for rank in (1, 2):
+        rows = [json.loads(line) for line in (folder / f"metrics.rank{rank}.jsonl").read_text().splitlines()]
+        assert [r["loss"] for r in rows] == [float(rank)] * 3
+    assert {json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()} == {0.0}
+    assert _json(folder / "run.json")["status"] == "completed"
+
+
+def test_a_second_process_writing_the_same_file_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "20261130-101500_ddp_a3f9"
+    folder.mkdir(parents=True)
+    script = _script(tmp_path, """
+        with traceml_ai.Run(runs_dir, "first") as run:
+            run.log(0, {"loss": 1.0})
+            print("open", flush=True)
+            time.sleep(60)
+    """)
+    first = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), "0"], stdout=subprocess.PIPE,
+                             text=True, env=_env({"TRACEML_RUN_DIR": str(folder)}))
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "open"
+        proc = _run(tmp_path, """
+            with traceml_ai.Run(runs_dir, "second") as run:
+                run.log(0, {"loss": 2.0})
+        """, 0, env={"TRACEML_RUN_DIR": str(folder)})
+        assert proc.returncode == 0, proc.stderr
+        assert "another process is already writing" in proc.stderr and "DDP rank" in proc.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_rows_of_several_processes_in_one_file_are_named_as_such(tmp_path: Path) -> None:
+    from traceml_ai.runs.metrics_tail import MetricsTail
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (0, 1, 0, 2, 1, 3, 2, 4, 3)))
+    tail = MetricsTail(path)
+    tail.advance()
+    (warning,) = tail.warnings
+    assert "several processes write this file" in warning and "resumed" not in warning
+    resumed = tmp_path / "resumed.jsonl"
+    resumed.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (0, 1, 2, 3, 1, 2, 3, 4)))
+    tail = MetricsTail(resumed)
+    tail.advance()
+    assert any("a resumed run?" in w for w in tail.warnings)

@@ -53,6 +53,8 @@ export interface RunRow {
   best: Record<string, BestValue>;
   summary: Record<string, Scalar>;
   metric_names: string[];
+  /** The perf.* facts of a captured run ({} when not captured; docs/viewer-api.md, "Performance columns"). */
+  perf: Record<string, Scalar>;
   /** The catalog run holding this run folder's session (docs/catalog.md, "In the viewer"). */
   catalog_run: string | null;
 }

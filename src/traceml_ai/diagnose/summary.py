@@ -66,7 +66,9 @@ class StepTimeSummary:
     ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
     the per-step slowest-rank iteration; ``worst_rank`` has the highest median iteration and ``skew``
     is its excess over the median of the other ranks (fraction; None with one rank);
-    ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``.
+    ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
+    ``iteration_p95_ms`` is the 95th percentile over every rank's steps (the run table's
+    ``perf.step_ms.p95``).
     """
 
     iteration_median_ms: float | None
@@ -77,6 +79,7 @@ class StepTimeSummary:
     worst_rank: int | None
     skew: float | None
     dataloader_outside_step: int
+    iteration_p95_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class MemorySummary:
 @dataclass(frozen=True)
 class SystemSummary:
     """Host and GPU load after warm-up: host CPU percent (median, p90), host RAM used fraction
-    (median, max), the number of GPUs sampled, and their utilisation percent (median, p90)."""
+    (median, max), the number of GPUs sampled, and their utilisation percent (median, p90, mean)."""
 
     samples: int
     cpu_percent_median: float | None
@@ -110,6 +113,7 @@ class SystemSummary:
     gpu_count: int
     gpu_util_median: float | None
     gpu_util_p90: float | None
+    gpu_util_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ class Summary:
             "step_time": None if st is None else {
                 "iteration_median_ms": round_sig(st.iteration_median_ms),
                 "iteration_p90_ms": round_sig(st.iteration_p90_ms),
+                "iteration_p95_ms": round_sig(st.iteration_p95_ms),
                 "throughput_steps_per_s": round_sig(st.throughput_steps_per_s),
                 "dataloader_outside_step": st.dataloader_outside_step,
                 "phases": [
@@ -208,6 +213,7 @@ class Summary:
                 "gpu_count": self.system.gpu_count,
                 "gpu_util_median": round_sig(self.system.gpu_util_median),
                 "gpu_util_p90": round_sig(self.system.gpu_util_p90),
+                "gpu_util_mean": round_sig(self.system.gpu_util_mean),
             },
             "findings": [f.to_dict() for f in self.findings],
             "abstained": [a.to_dict() for a in self.abstained],
@@ -321,6 +327,7 @@ def _step_time(table: StepTable) -> StepTimeSummary | None:
         worst_rank=worst,
         skew=skew,
         dataloader_outside_step=sum(tl.dataloader_outside for tl in table.ranks),
+        iteration_p95_ms=percentile(iters, 95),
     )
 
 
@@ -368,6 +375,7 @@ def _system(ctx: Context) -> SystemSummary:
         gpu_count=sum(len(v) for v in per_host.values()),
         gpu_util_median=median(util),
         gpu_util_p90=percentile(util, 90),
+        gpu_util_mean=sum(util) / len(util) if util else None,
     )
 
 

@@ -13,6 +13,13 @@ Tables (schema version :data:`SCHEMA_VERSION`):
 - ``metrics``: ``run_key, metric, kind, value, step, mode``: ``kind`` is ``start``, ``last``,
   ``best`` or ``summary``; ``step`` and ``mode`` are set for ``best`` only. NaN is stored as NULL;
   in all tables an integer beyond 64 bits is stored as REAL (as SQLite stores such a literal);
+- ``perf``: ``run_key, column, value``: one row per performance fact of a captured run, ``column``
+  the run table's full column name (``perf.verdict``, ``perf.step_ms.p50``, ``perf.share.dataloader``,
+  ...; the list and units in docs/viewer-api.md, "Performance columns"), so
+  ``SELECT run_key FROM perf WHERE column = 'perf.share.dataloader' AND value > 0.3`` finds the
+  input-bound runs. Written from :attr:`RunSummary.perf` (filled by the viewer from each run's
+  ``aggregator/final_summary.json``); not bookkeeping: it is never read back, and a start reads the
+  summaries again (cached by their stamps);
 - ``run_cache`` (bookkeeping): ``run_key``, ``stamps`` (JSON ``{file: [mtime_ns, size]}`` of the core
   files the summary was parsed from) and ``summary`` (JSON of the
   :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``, which the inspector reads
@@ -66,8 +73,8 @@ import orjson
 from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 
-SCHEMA_VERSION: Final = 2
-"""2: ``run_cache.summary`` no longer holds ``run_json``."""
+SCHEMA_VERSION: Final = 3
+"""2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table."""
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
 MAX_DB_BYTES: Final = 1 << 30
@@ -91,6 +98,7 @@ _TABLES: Final[dict[str, tuple[str, ...]]] = {
     ),
     "config": ("run_key", "key", "value"),
     "metrics": ("run_key", "metric", "kind", "value", "step", "mode"),
+    "perf": ("run_key", "column", "value"),
     "run_cache": ("run_key", "stamps", "summary"),
 }
 
@@ -104,14 +112,17 @@ CREATE TABLE runs (
 );
 CREATE TABLE config (run_key TEXT NOT NULL, key TEXT NOT NULL, value);
 CREATE TABLE metrics (run_key TEXT NOT NULL, metric TEXT NOT NULL, kind TEXT NOT NULL, value, step INTEGER, mode TEXT);
+CREATE TABLE perf (run_key TEXT NOT NULL, column TEXT NOT NULL, value);
 CREATE TABLE run_cache (run_key TEXT PRIMARY KEY, stamps TEXT NOT NULL, summary TEXT NOT NULL);
 CREATE INDEX config_by_key ON config (key, run_key);
 CREATE INDEX config_by_run ON config (run_key);
 CREATE INDEX metrics_by_metric ON metrics (metric, kind);
 CREATE INDEX metrics_by_run ON metrics (run_key);
+CREATE INDEX perf_by_column ON perf (column, run_key);
+CREATE INDEX perf_by_run ON perf (run_key);
 """
 
-_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name != "run_json")
+_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name not in ("run_json", "perf"))
 """The fields of a summary the database stores."""
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
@@ -218,6 +229,13 @@ def metrics_rows(summary: RunSummary) -> list[tuple[Scalar, ...]]:
     return rows
 
 
+def perf_rows(summary: RunSummary) -> list[tuple[Scalar, ...]]:
+    """The ``perf`` rows of one run: one per performance fact, the column named in full (``perf.<key>``)."""
+    key = _text(summary.key)
+    return [(key, _text(f"perf.{k}"), _sql_value(int(v) if isinstance(v, bool) else v))
+            for k, v in summary.perf.items()]
+
+
 def _summary_obj(s: RunSummary) -> dict[str, Any]:
     # By hand, not dataclasses.asdict: asdict deep-copies every value, which made serializing
     # 1,000 summaries take seconds. The JSON encoder copies nothing.
@@ -275,7 +293,11 @@ def stamps_json(stamps: Mapping[str, tuple[int, int]]) -> str:
 def fingerprint(summary: RunSummary, stamps: Mapping[str, tuple[int, int]]) -> Fingerprint:
     """What the database stores for ``summary`` and its file ``stamps`` (``run_cache.stamps`` and
     ``run_cache.summary``). Compare it with :attr:`LoadedDb.fingerprints` to find the changed runs."""
-    return _fingerprint(stamps_json(stamps).encode(), summary_json(summary).encode())
+    fp = _fingerprint(stamps_json(stamps).encode(), summary_json(summary).encode())
+    # The perf facts are not in run_cache (not bookkeeping) but in the perf table, which must be
+    # rewritten when they change: they count in the fingerprint of a captured run. (A loaded
+    # database's fingerprints have no perf part, so a viewer rewrites its captured runs once.)
+    return hash((fp, orjson.dumps(summary.perf))) if summary.perf else fp
 
 
 def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
@@ -368,7 +390,7 @@ def update_db(
             dst.execute("BEGIN")
             for key in (*gone, *(_text(r.key) for r in rewrite)):
                 dst.execute("DELETE FROM runs WHERE key = ?", (key,))
-                for table in ("config", "metrics", "run_cache"):
+                for table in ("config", "metrics", "perf", "run_cache"):
                     dst.execute(f"DELETE FROM {table} WHERE run_key = ?", (key,))
             _insert_runs(dst, rewrite, stamps)
             _write_meta(dst, written_at)
@@ -394,6 +416,8 @@ def _insert_runs(
         con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(_TABLES['runs']))})", run_row(summary))
         con.executemany("INSERT INTO config VALUES (?, ?, ?)", config_rows(summary))
         con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?)", metrics_rows(summary))
+        if summary.perf:
+            con.executemany("INSERT INTO perf VALUES (?, ?, ?)", perf_rows(summary))
         con.execute(
             "INSERT INTO run_cache VALUES (?, ?, ?)",
             (_text(summary.key), stamps_json(stamps.get(summary.key, {})), summary_json(summary)),

@@ -1,6 +1,7 @@
 // Compare: the selected runs side by side (run info, params, best/last metrics, summary), rows whose
 // values differ marked, with an only-differences toggle.
 
+import { columnTitle, fmtPerf } from "../columns";
 import { h, replace } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import type { ViewModule } from "../shell";
@@ -160,6 +161,15 @@ export class CompareView implements ViewModule {
       title: "Summary",
       rows: keysOf((r) => r.summary).map((k) => ({ label: k, values: runs.map((r) => r.summary[k] ?? null) })),
     };
-    return [info, params, best, last, summary];
+    const perfKeys = keysOf((r) => r.perf ?? {});
+    const perf: Section = {
+      title: "Performance",
+      rows: perfKeys.map((k) => ({
+        label: columnTitle(`perf.${k}`),
+        values: runs.map((r) => r.perf?.[k] ?? null),
+        display: (v: Scalar) => (typeof v === "number" ? fmtPerf(`perf.${k}`, v) : this.display(v)),
+      })),
+    };
+    return [info, params, best, last, summary, perf];
   }
 }

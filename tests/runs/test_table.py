@@ -445,7 +445,7 @@ def test_perf_columns_are_listed_numeric_and_shown_by_default_only_when_a_run_wa
         "perf.severity", "perf.share.dataloader", "perf.step_ms.p50", "perf.straggler", "perf.telemetry",
         "perf.verdict"]
     assert column_is_numeric(runs, "perf.step_ms.p50") and not column_is_numeric(runs, "perf.verdict")
-    assert default_columns(runs)[-3:] == ["perf.verdict", "perf.step_ms.p50", "perf.share.dataloader"]
+    assert default_columns(runs)[6:9] == ["perf.verdict", "perf.step_ms.p50", "perf.share.dataloader"]
     assert not any(c.startswith("perf.") for c in default_columns([make_run("plain")]))
     with pytest.raises(ColumnError, match=r"perf\.<key>"):
         cell(runs[0], "perf")

@@ -287,8 +287,8 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
         *(f"summary.{k}" for k in sorted(summary)),
         *(f"perf.{k}" for k in sorted(perf)),
     ]
-    default = [*_DEFAULT_LEAD, *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary)),
-               *(f"perf.{k}" for k in PERF_DEFAULT if k in perf)]
+    default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
+               *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
     return ColumnFacts(available, default, numeric)
 
 
@@ -329,9 +329,9 @@ def available_columns(runs: Iterable[RunSummary]) -> list[str]:
 
 def default_columns(runs: Iterable[RunSummary]) -> list[str]:
     """The columns shown before the user picks: ``name, status, group, tags, started, duration_s``,
-    then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed: "the table
-    shows every best and summary metric as a column by default"), then ``perf.verdict``,
-    ``perf.step_ms.p50`` and ``perf.share.dataloader`` when a run has them."""
+    then ``perf.verdict``, ``perf.step_ms.p50`` and ``perf.share.dataloader`` when a run was
+    captured, then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed:
+    "the table shows every best and summary metric as a column by default")."""
     return column_facts(runs).default
 
 

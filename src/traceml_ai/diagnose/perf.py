@@ -45,6 +45,7 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -52,6 +53,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from traceml_ai.diagnose.summary import AGGREGATOR_DIR, FINAL_SUMMARY, SCHEMA_VERSION
@@ -82,97 +84,167 @@ PerfValue = str | int | float | None
 Stamp = tuple[int, int]
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+# -- the typed reader ---------------------------------------------------------------------------
+# Only the fields the columns need, decoded by msgspec straight from the file's bytes into typed
+# structs (unknown fields skipped in C, wrong types refused): a tenth of the cost of parsing the
+# whole document and walking it. A document msgspec refuses (a hand edit) is read section by
+# section instead, and a section of the wrong shape is left out (its cells stay empty).
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+class _Telemetry(msgspec.Struct):
+    status: str | None = None
+    problems: list[Any] = msgspec.field(default_factory=list)
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+class _Steps(msgspec.Struct):
+    seen: int | None = None
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+class _Ranks(msgspec.Struct):
+    seen: list[int | None] = msgspec.field(default_factory=list)
+    missing: list[Any] = msgspec.field(default_factory=list)
 
 
-def telemetry_state(doc: Mapping[str, Any], *, lost: bool = False) -> str:
+class _Phase(msgspec.Struct):
+    name: str | None = None
+    share: float | None = None
+
+
+class _StepTime(msgspec.Struct):
+    iteration_median_ms: float | None = None
+    iteration_p95_ms: float | None = None
+    throughput_steps_per_s: float | None = None
+    phases: list[_Phase] = msgspec.field(default_factory=list)
+    worst_rank: int | None = None
+    skew: float | None = None
+
+
+class _Memory(msgspec.Struct):
+    device: str | None = None
+    peak_alloc_bytes: float | None = None
+    rss_peak_bytes: dict[str, float | None] = msgspec.field(default_factory=dict)
+
+
+class _System(msgspec.Struct):
+    gpu_util_median: float | None = None
+    gpu_util_mean: float | None = None
+
+
+class _Evidence(msgspec.Struct):
+    ranks: list[int | None] = msgspec.field(default_factory=list)
+
+
+class _Finding(msgspec.Struct):
+    kind: str | None = None
+    severity: str | None = None
+    evidence: _Evidence | None = None
+
+
+class SummaryFacts(msgspec.Struct):
+    """The parts of a ``final_summary.json`` document (shape: :meth:`Summary.to_dict
+    <traceml_ai.diagnose.summary.Summary.to_dict>`) that the ``perf.*`` columns come from, typed."""
+
+    schema_version: int | None = None
+    telemetry: _Telemetry = msgspec.field(default_factory=_Telemetry)
+    steps: _Steps = msgspec.field(default_factory=_Steps)
+    ranks: _Ranks = msgspec.field(default_factory=_Ranks)
+    step_time: _StepTime | None = None
+    memory: _Memory = msgspec.field(default_factory=_Memory)
+    system: _System = msgspec.field(default_factory=_System)
+    findings: list[_Finding] = msgspec.field(default_factory=list)
+    rules_checked: list[str] = msgspec.field(default_factory=list)
+
+
+_DECODER: Final = msgspec.json.Decoder(SummaryFacts)
+_SECTIONS: Final = {f: t for f, t in zip(SummaryFacts.__struct_fields__, (
+    int, _Telemetry, _Steps, _Ranks, _StepTime, _Memory, _System, list[_Finding], list[str]), strict=True)}
+
+
+def summary_facts(doc: Mapping[str, Any]) -> SummaryFacts:
+    """The typed parts of a final summary document already parsed (a dict), section by section: a
+    section of the wrong shape is left out, never an error."""
+    kept: dict[str, Any] = {}
+    for name, kind in _SECTIONS.items():
+        value = doc.get(name)
+        if value is None:
+            continue
+        try:
+            kept[name] = msgspec.convert(value, kind)
+        except msgspec.ValidationError:
+            continue
+    return SummaryFacts(**kept)
+
+
+def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
     """``ok`` / ``degraded`` / ``partial`` of a final summary (see the module table). ``lost``: the
     run has a ``finalization_warning.json`` (something was dropped during capture)."""
-    tel = _obj(doc.get("telemetry"))
-    status = tel.get("status")
+    status = doc.telemetry.status
     if status == "degraded":
         return "degraded"
-    if status != "ok" or lost or _list(_obj(doc.get("ranks")).get("missing")) or _list(tel.get("problems")):
+    if status != "ok" or lost or doc.ranks.missing or doc.telemetry.problems:
         return "partial"
     return "ok"
 
 
-def perf_facts(doc: Mapping[str, Any], *, lost: bool = False) -> dict[str, PerfValue]:
-    """The ``perf.*`` cells of one run from its final_summary.json document (``perf.`` left off the
-    keys; see the module table). A field that is missing or of the wrong type is left out, never an
-    error: a hand-edited summary shows empty cells, not a broken table."""
-    out: dict[str, PerfValue] = {"telemetry": telemetry_state(doc, lost=lost)}
-    findings = [f for f in _list(doc.get("findings")) if isinstance(f, dict)]
+def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> dict[str, PerfValue]:
+    """The ``perf.*`` cells of one run from its final_summary.json document (a parsed dict or its
+    :class:`SummaryFacts`; ``perf.`` left off the keys; see the module table). A field that is
+    missing or of the wrong type is left out, never an error: a hand-edited summary shows empty
+    cells, not a broken table."""
+    facts = doc if isinstance(doc, SummaryFacts) else summary_facts(doc)
+    out: dict[str, PerfValue] = {"telemetry": telemetry_state(facts, lost=lost)}
+    findings = facts.findings
     out["findings"] = len(findings)
     if findings:
         top = findings[0]
-        if isinstance(top.get("kind"), str):
-            out["verdict"] = top["kind"]
-        if isinstance(top.get("severity"), str):
-            out["severity"] = top["severity"]
-    elif _list(doc.get("rules_checked")):
+        if top.kind is not None:
+            out["verdict"] = top.kind
+        if top.severity is not None:
+            out["severity"] = top.severity
+    elif facts.rules_checked:
         out["verdict"] = "healthy"
-    stragglers = sorted(
-        {r for f in findings if f.get("kind") == "straggler"
-         for r in _list(_obj(f.get("evidence")).get("ranks")) if _int(r) is not None}
-    )
+    stragglers = sorted({r for f in findings if f.kind == "straggler" and f.evidence is not None
+                         for r in f.evidence.ranks if r is not None})
     if stragglers:
-        out["straggler"] = ";".join(str(r) for r in stragglers)
-    steps = _obj(doc.get("steps"))
-    if (seen := _int(steps.get("seen"))) is not None:
-        out["steps"] = seen
-    ranks = _list(_obj(doc.get("ranks")).get("seen"))
+        out["straggler"] = ";".join(map(str, stragglers))
+    if facts.steps.seen is not None:
+        out["steps"] = facts.steps.seen
+    ranks = facts.ranks.seen
     if ranks:
         out["ranks"] = len(ranks)
-    st = _obj(doc.get("step_time"))
-    for key, field in (("step_ms.p50", "iteration_median_ms"), ("step_ms.p95", "iteration_p95_ms"),
-                       ("steps_per_s", "throughput_steps_per_s")):
-        if (value := _num(st.get(field))) is not None:
-            out[key] = value
-    for phase in _list(st.get("phases")):
-        name = _obj(phase).get("name")
-        share = _num(_obj(phase).get("share"))
-        if isinstance(name, str) and name in PHASE_KEYS and share is not None:
-            out[f"share.{PHASE_KEYS[name]}"] = share
-    if (skew := _num(st.get("skew"))) is not None:
-        out["skew_pct"] = float(f"{skew * 100:.6g}")
-    if len(ranks) > 1 and (worst := _int(st.get("worst_rank"))) is not None:
-        out["worst_rank"] = worst
-    memory = _obj(doc.get("memory"))
-    if memory.get("device") == "gpu" and (gpu := _num(memory.get("peak_alloc_bytes"))) is not None:
-        out["peak_mem.gpu"] = gpu
-    rss = [v for v in map(_num, _obj(memory.get("rss_peak_bytes")).values()) if v is not None]
+    st = facts.step_time
+    if st is not None:
+        if st.iteration_median_ms is not None:
+            out["step_ms.p50"] = st.iteration_median_ms
+        if st.iteration_p95_ms is not None:
+            out["step_ms.p95"] = st.iteration_p95_ms
+        if st.throughput_steps_per_s is not None:
+            out["steps_per_s"] = st.throughput_steps_per_s
+        for phase in st.phases:
+            key = PHASE_KEYS.get(phase.name or "")
+            if key is not None and phase.share is not None:
+                out[f"share.{key}"] = phase.share
+        if st.skew is not None:
+            out["skew_pct"] = float(f"{st.skew * 100:.6g}")
+        if len(ranks) > 1 and st.worst_rank is not None:
+            out["worst_rank"] = st.worst_rank
+    memory = facts.memory
+    if memory.device == "gpu" and memory.peak_alloc_bytes is not None:
+        out["peak_mem.gpu"] = _whole(memory.peak_alloc_bytes)
+    rss = [v for v in memory.rss_peak_bytes.values() if v is not None]
     if rss:
-        out["peak_mem.host"] = max(rss)
-    system = _obj(doc.get("system"))
-    util = _num(system.get("gpu_util_mean"))
+        out["peak_mem.host"] = _whole(max(rss))
+    util = facts.system.gpu_util_mean
     if util is None:
-        util = _num(system.get("gpu_util_median"))
+        util = facts.system.gpu_util_median
     if util is not None:
         out["gpu_util_pct"] = util
-    return {k: _whole(v) for k, v in out.items()}
+    return out
 
 
-def _whole(value: PerfValue) -> PerfValue:
+def _whole(value: float) -> float | int:
     """Byte counts read as floats (JSON numbers rounded to 6 digits) become ints when whole."""
-    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**20:
-        return int(value)
-    return value
+    return int(value) if value.is_integer() else value
 
 
 PENDING: Final[dict[str, PerfValue]] = {"telemetry": "pending"}
@@ -201,11 +273,47 @@ def read_perf_facts(run_dir: str | os.PathLike[str]) -> tuple[dict[str, PerfValu
     return facts, warning
 
 
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes (and one more, to see growth) of an open file."""
+    chunks = []
+    left = size + 1
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp | None, Stamp | None], bool]:
     """(facts, warning, (summary stamp, finalization-warning stamp), aggregator folder present)."""
     agg = os.path.join(run_dir, AGGREGATOR_DIR)
-    summary_path = os.path.join(agg, FINAL_SUMMARY)
-    st = _regular(summary_path)
+    name = f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}"
+    # One open (never through a symlink) and fstat, not lstat + open: this runs for every captured
+    # run at a viewer's start.
+    try:
+        fd = os.open(os.path.join(agg, FINAL_SUMMARY), _OPEN_FLAGS)
+    except OSError as err:
+        if err.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            return {"telemetry": "partial"}, f"{name}: cannot be read ({err.strerror or err})", (None, None), True
+        fd = -1
+    st: os.stat_result | None = None
+    raw = b""
+    if fd >= 0:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                st = None
+            elif st.st_size <= MAX_SUMMARY_BYTES:
+                raw = _read_all(fd, st.st_size)
+        except OSError as err:
+            return {"telemetry": "partial"}, f"{name}: cannot be read ({err.strerror or err})", (None, None), True
+        finally:
+            os.close(fd)
     if st is None:
         try:
             captured = stat.S_ISDIR(os.lstat(agg).st_mode)
@@ -214,24 +322,27 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
         return (dict(PENDING) if captured else {}), None, (None, None), captured
     lost_st = _regular(os.path.join(agg, FINALIZATION_WARNING))
     stamps = ((st.st_mtime_ns, st.st_size), None if lost_st is None else (lost_st.st_mtime_ns, lost_st.st_size))
-    name = f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}"
     if st.st_size > MAX_SUMMARY_BYTES:
         return {"telemetry": "partial"}, f"{name}: {st.st_size:,} bytes, too big to read", stamps, True
+    lost = lost_st is not None
     try:
-        with open(summary_path, "rb") as f:
-            doc = orjson.loads(f.read(MAX_SUMMARY_BYTES + 1))
-    except OSError as err:
-        return {"telemetry": "partial"}, f"{name}: cannot be read ({err.strerror or err})", stamps, True
-    except orjson.JSONDecodeError as err:
+        facts = _DECODER.decode(raw)
+    except msgspec.ValidationError:  # a hand edit: read what has the right shape
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
+        if not isinstance(doc, dict):
+            return {"telemetry": "partial"}, f"{name}: holds {type(doc).__name__}, not an object", stamps, True
+        facts = summary_facts(doc)
+    except msgspec.DecodeError as err:
         return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
-    if not isinstance(doc, dict):
-        return {"telemetry": "partial"}, f"{name}: holds {type(doc).__name__}, not an object", stamps, True
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    version = facts.schema_version
+    if version is None or version > SCHEMA_VERSION:
         return ({"telemetry": "partial"},
-                f"{name}: schema_version {version!r} is newer than this TraceML reads (upgrade traceml-ai)",
-                stamps, True)
-    return perf_facts(doc, lost=lost_st is not None), None, stamps, True
+                f"{name}: schema_version {version!r} is newer than this TraceML reads (upgrade traceml-ai)"
+                if version is not None else f"{name}: no schema_version", stamps, True)
+    return perf_facts(facts, lost=lost), None, stamps, True
 
 
 @dataclass(slots=True)

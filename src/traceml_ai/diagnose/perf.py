@@ -371,8 +371,8 @@ class PerfIndex:
 
     def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False) -> dict[str, dict[str, PerfValue]]:
         """Check ``runs`` (``(run folder, finished)`` pairs) and return the facts of those whose facts
-        changed since the last call (a folder seen for the first time counts as changed when it has
-        any). Folders not listed are forgotten."""
+        changed since the last call; a folder seen for the first time is always returned (``{}`` when
+        it was not captured). Folders not listed are forgotten."""
         changed: dict[str, dict[str, PerfValue]] = {}
         with self._lock:
             seen: set[str] = set()
@@ -384,9 +384,9 @@ class PerfIndex:
                 facts, warning, stamps, captured = self._check(run_dir, entry)
                 frozen = finished and (not captured or stamps[0] is not None)
                 if entry is None:
+                    # Reported even when empty: the caller may hold older facts (from its run database).
                     self._entries[run_dir] = _Entry(stamps, facts, warning, frozen)
-                    if facts:
-                        changed[run_dir] = facts
+                    changed[run_dir] = facts
                     continue
                 entry.frozen = frozen
                 if facts != entry.facts:

@@ -18,8 +18,8 @@ Tables (schema version :data:`SCHEMA_VERSION`):
   ...; the list and units in docs/viewer-api.md, "Performance columns"), so
   ``SELECT run_key FROM perf WHERE column = 'perf.share.dataloader' AND value > 0.3`` finds the
   input-bound runs. Written from :attr:`RunSummary.perf` (filled by the viewer from each run's
-  ``aggregator/final_summary.json``); not bookkeeping: it is never read back, and a start reads the
-  summaries again (cached by their stamps);
+  ``aggregator/final_summary.json``); ``run_cache.summary`` holds the same facts, so a start shows
+  them at once (the viewer then checks each captured run's final summary and updates what changed);
 - ``run_cache`` (bookkeeping): ``run_key``, ``stamps`` (JSON ``{file: [mtime_ns, size]}`` of the core
   files the summary was parsed from) and ``summary`` (JSON of the
   :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``, which the inspector reads
@@ -74,7 +74,8 @@ from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 
 SCHEMA_VERSION: Final = 3
-"""2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table."""
+"""2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
+``run_cache.summary``."""
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
 MAX_DB_BYTES: Final = 1 << 30
@@ -122,7 +123,7 @@ CREATE INDEX perf_by_column ON perf (column, run_key);
 CREATE INDEX perf_by_run ON perf (run_key);
 """
 
-_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name not in ("run_json", "perf"))
+_SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name != "run_json")
 """The fields of a summary the database stores."""
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
@@ -265,6 +266,7 @@ def _summary_obj(s: RunSummary) -> dict[str, Any]:
         "summary": s.summary,
         "metric_names": s.metric_names,
         "warnings": s.warnings,
+        "perf": s.perf,
     }
 
 
@@ -293,11 +295,7 @@ def stamps_json(stamps: Mapping[str, tuple[int, int]]) -> str:
 def fingerprint(summary: RunSummary, stamps: Mapping[str, tuple[int, int]]) -> Fingerprint:
     """What the database stores for ``summary`` and its file ``stamps`` (``run_cache.stamps`` and
     ``run_cache.summary``). Compare it with :attr:`LoadedDb.fingerprints` to find the changed runs."""
-    fp = _fingerprint(stamps_json(stamps).encode(), summary_json(summary).encode())
-    # The perf facts are not in run_cache (not bookkeeping) but in the perf table, which must be
-    # rewritten when they change: they count in the fingerprint of a captured run. (A loaded
-    # database's fingerprints have no perf part, so a viewer rewrites its captured runs once.)
-    return hash((fp, orjson.dumps(summary.perf))) if summary.perf else fp
+    return _fingerprint(stamps_json(stamps).encode(), summary_json(summary).encode())
 
 
 def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
@@ -662,6 +660,7 @@ _FIELD_TYPES: Final[dict[str, frozenset[object]]] = {
     "summary": _DICT,
     "metric_names": _LIST,
     "warnings": _LIST,
+    "perf": _DICT,
 }
 """The types each field of a summary may have."""
 _ITEM_TYPES: Final[dict[str, frozenset[object]]] = {
@@ -672,6 +671,7 @@ _ITEM_TYPES: Final[dict[str, frozenset[object]]] = {
     "summary": _SCALAR_TYPES,
     "start": _METRIC_TYPES,
     "last": _METRIC_TYPES,
+    "perf": _SCALAR_TYPES,
 }
 """The types of the items (a list field) or values (an object field) of a container field."""
 _NOT_EMPTY: Final = ("key", "id", "root")

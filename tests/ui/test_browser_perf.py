@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,3 +203,62 @@ def test_compare_charts_and_csv_carry_the_perf_columns(browser: Browser, viewer:
     assert rows_out["stall"]["perf.verdict"] == "input_bound"
     assert float(rows_out["stall"]["perf.step_ms.p50"]) == stall["step_time"]["iteration_median_ms"]
     assert float(rows_out["steady"]["perf.step_ms.p50"]) == steady["step_time"]["iteration_median_ms"]
+
+
+def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Browser, viewer: Viewer,
+                                                                   perf_root: Path) -> None:
+    steady, stall, lagging = (summary_json(perf_root, n) for n in ("steady", "stall", "lagging"))
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        # From the inspector of one run: its Performance view alone.
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        runs = page.get_by_test_id("perf-run")
+        expect(runs).to_have_count(1)
+        lag = runs.first
+        expect(lag).to_have_attribute("data-name", "lagging")
+        # diagnoses first, as traceml summary --json has them
+        findings = lag.get_by_test_id("finding")
+        expect(findings).to_have_count(len(lagging["findings"]))
+        expect(findings.first.get_by_test_id("finding-summary")).to_have_text(lagging["findings"][0]["summary"])
+        # the ranks x steps heatmap: both ranks, the straggler marked as such
+        named = {str(r) for f in lagging["findings"] if f["kind"] == "straggler" for r in f["evidence"]["ranks"]}
+        heat = lag.get_by_test_id("perf-heatmap")
+        expect(heat.get_by_test_id("heat-row")).to_have_count(2)
+        for rank in named:
+            straggler_row = heat.locator(f"[data-testid=heat-row][data-rank='{rank}']")
+            expect(straggler_row).to_have_attribute("data-straggler", "1")
+            expect(straggler_row).to_contain_text("straggler")
+        # the phase breakdown: a stacked area per phase, the warm-up shaded, ms or share
+        area = lag.get_by_test_id("perf-area")
+        expect(area).to_have_attribute("data-mode", "ms")
+        tel = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/telemetry")
+        phases = [x["y"] for x in tel["steps"]["series"] if x["name"] != "iteration"]
+        if area.get_attribute("data-window") == "1":  # a short run: no smoothing, the tallest step is the top
+            top = max(sum(v or 0 for v in step) for step in zip(*phases, strict=True))
+            assert float(area.get_attribute("data-top") or "nan") == pytest.approx(top)
+        assert lag.get_by_test_id("perf-area-phase").count() >= 4
+        expect(lag.get_by_test_id("perf-warmup")).to_have_count(1)
+        # a CPU run: the panels without data say why
+        expect(lag.get_by_test_id("perf-missing")).to_contain_text("no GPU on this host")
+        heat.scroll_into_view_if_needed()
+        shot(page, "perf-view-straggler")
+        lag.get_by_test_id("perf-mode-share").click()
+        expect(lag.get_by_test_id("perf-area")).to_have_attribute("data-mode", "share")
+
+        # Two selected runs: their phase shares as paired bars, with the difference.
+        page.get_by_test_id("nav-runs").click()
+        select_runs(page, "steady", "stall")
+        page.get_by_test_id("nav-performance").click()
+        expect(page.get_by_test_id("perf-run")).to_have_count(2)
+        pairs = page.get_by_test_id("perf-pairs")
+        expect(pairs).to_be_visible()
+        share_stall = phase_share(stall, "traceml:dataloader_next")
+        share_steady = phase_share(steady, "traceml:dataloader_next")
+        bar = pairs.locator("[data-testid=perf-pair-bar][data-phase=dataloader][data-run=stall]")
+        assert float(bar.get_attribute("data-share") or "nan") == share_stall
+        expect(bar.get_by_test_id("perf-pair-diff")).to_have_text(f"+{(share_stall - share_steady) * 100:.1f} pp")
+        stall_section = page.locator("[data-testid=perf-run][data-name=stall]")
+        expect(stall_section.get_by_test_id("perf-fact-verdict")).to_have_text("input_bound")
+        shot(page, "perf-view-two-runs")
+        s.assert_clean()

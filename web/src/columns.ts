@@ -172,8 +172,8 @@ export function fmtPerf(column: string, v: number): string {
 }
 
 /** Whether a run was captured by `traceml run` (it has perf facts; every captured run has perf.telemetry). */
-export function isCaptured(run: RunRow): boolean {
-  return run.perf?.telemetry !== undefined && run.perf?.telemetry !== null;
+export function isCaptured(run: RunRow | undefined): boolean {
+  return run?.perf?.telemetry !== undefined && run?.perf?.telemetry !== null;
 }
 
 /** Metric name prefix group for the picker: train/ val/ test/ sys/ other. */

@@ -318,6 +318,20 @@ export interface RankLog {
   lines: ["stdout" | "stderr" | null, string][];
 }
 
+/** GET /api/runs/<key>/performance (docs/viewer-api.md). */
+export interface PerformanceResponse {
+  heatmap: {
+    state: string;
+    detail: string | null;
+    ranks: (number | null)[];
+    first_step: number | null;
+    bucket_steps: number;
+    z: (number | null)[][];
+    warmup_steps: number;
+    unit: "ms";
+  };
+}
+
 export interface TelemetryResponse {
   state: "ok" | "none" | "missing" | "empty" | "corrupt" | "unreadable";
   detail: string | null;

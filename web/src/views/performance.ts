@@ -210,7 +210,7 @@ export class PerformanceView implements ViewModule {
     const values = smooth.map((v) => v.map((x, i) => (this.mode === "share" ? (totals[i]! > 0 ? (x ?? 0) / totals[i]! : 0) : x ?? 0)));
     const top = this.mode === "share" ? 1 : Math.max(1e-9, ...totals);
     const H = 220;
-    const pad = { l: 56, r: 10, t: 8, b: 26 };
+    const pad = { l: 78, r: 10, t: 8, b: 26 };
     const x0 = st.x[0]!;
     const x1 = st.x[n - 1]!;
     const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
@@ -246,7 +246,7 @@ export class PerformanceView implements ViewModule {
       },
       (m) => `perf-mode-${m}`,
     );
-    const hint = h("div", { class: "perf-card-hint", text: `Slowest rank's time per step, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
+    const hint = h("div", { class: "perf-card-hint", text: `Each phase's time on its slowest rank per step (so with several ranks the stack can exceed the step), rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
     return block(h("div", {}, hint, svg, legend), toggleMode);
   }
 

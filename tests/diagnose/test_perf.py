@@ -152,3 +152,10 @@ def test_the_index_reads_a_folder_again_only_when_its_summary_changed(tmp_path: 
     summary.write_text(json.dumps(doc))
     assert index.update([(str(done), True)]) == {}
     assert index.update([(str(done), True)], force=True)[str(done)]["verdict"] == "healthy"
+
+
+def test_the_reader_names_the_files_and_schema_as_the_summary_writer_does() -> None:
+    from traceml_ai.diagnose import perf, summary
+
+    assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION) == (
+        summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION)

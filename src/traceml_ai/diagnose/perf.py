@@ -56,8 +56,13 @@ from typing import Any, Final
 import msgspec
 import orjson
 
-from traceml_ai.diagnose.summary import AGGREGATOR_DIR, FINAL_SUMMARY, SCHEMA_VERSION
 from traceml_ai.telemetry import schema
+
+# As in traceml_ai.diagnose.summary (tests/diagnose/test_perf.py checks they agree): that module
+# loads numpy and the rules, which `traceml runs ls` should not pay for.
+AGGREGATOR_DIR: Final = "aggregator"
+FINAL_SUMMARY: Final = "final_summary.json"
+SCHEMA_VERSION: Final = 1
 
 FINALIZATION_WARNING: Final = "finalization_warning.json"
 MAX_SUMMARY_BYTES: Final = 16 * 1024 * 1024

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+import statistics
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,11 +233,18 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         # the phase breakdown: a stacked area per phase, the warm-up shaded, ms or share
         area = lag.get_by_test_id("perf-area")
         expect(area).to_have_attribute("data-mode", "ms")
-        tel = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/telemetry")
-        phases = [x["y"] for x in tel["steps"]["series"] if x["name"] != "iteration"]
+        expect(area).to_have_attribute("data-source", "waited-for rank")
+        perf = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")
+        b = perf["breakdown"]
         if area.get_attribute("data-window") == "1":  # a short run: no smoothing, the tallest step is the top
-            top = max(sum(v or 0 for v in step) for step in zip(*phases, strict=True))
+            top = max(sum(v or 0 for v in step) for step in zip(*(x["y"] for x in b["series"]), strict=True))
             assert float(area.get_attribute("data-top") or "nan") == pytest.approx(top)
+        # the breakdown's steps are the job's: its median after warm-up is traceml summary's throughput
+        after = [v for x, v in zip(b["x"], b["iteration"], strict=True)
+                 if v is not None and x >= b["x"][0] + perf["heatmap"]["warmup_steps"]]
+        assert b["bucket_steps"] == 1
+        throughput = lagging["step_time"]["throughput_steps_per_s"]
+        assert 1000 / statistics.median(after) == pytest.approx(throughput, rel=1e-4)
         assert lag.get_by_test_id("perf-area-phase").count() >= 4
         expect(lag.get_by_test_id("perf-warmup")).to_have_count(1)
         # a CPU run: the panels without data say why

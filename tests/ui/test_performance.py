@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
@@ -50,3 +51,29 @@ def test_answers_are_cached_until_the_database_changes(tmp_path: Path) -> None:
     assert views.payload(run) is first and views.reads == 1
     write_run(run_dir, RunSpec(steps=30, seed=1))  # more rows: the file's size changes
     assert views.payload(run) is not first and views.reads == 2
+
+
+def test_the_breakdown_takes_the_waited_for_rank_so_the_phases_add_up_to_the_step(tmp_path: Path) -> None:
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.timeline import build_step_table
+    from traceml_ai.telemetry import schema
+    from traceml_ai.ui.performance import breakdown
+
+    # rank 1 is slow in forward, rank 0 in the dataloader: per-phase maxima over ranks would
+    # add both slow phases into one step that never happened.
+    def phases(rank: int, step: int) -> dict[str, float]:
+        return {**HEALTHY_CPU, schema.FORWARD: 30.0 if rank else 4.0, schema.DATALOADER_NEXT: 1.0 if rank else 20.0}
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=40, noise=0.0, phases=phases))
+    b = breakdown(str(db), max_points=1000)
+    assert b is not None and b["bucket_steps"] == 1 and b["x"] == list(range(40))
+    table = build_step_table(read_telemetry(str(db)).steps, warmup_steps=0)
+    by_rank = {tl.rank: dict(zip(tl.steps.tolist(), tl.iteration_ms.tolist(), strict=True)) for tl in table.ranks}
+    for i, step in enumerate(b["x"]):
+        total = sum(s["y"][i] or 0.0 for s in b["series"])
+        assert total == pytest.approx(b["iteration"][i], abs=1e-3)
+        assert b["iteration"][i] == pytest.approx(max(by_rank[0][step], by_rank[1][step]), abs=1e-3)
+        assert b["rank"][i] == (1 if by_rank[1][step] >= by_rank[0][step] else 0)
+    assert {s["name"] for s in b["series"]} >= {schema.FORWARD, schema.BACKWARD, "other"}
+    coarse = breakdown(str(db), max_points=7)
+    assert coarse is not None and coarse["bucket_steps"] == 6 and len(coarse["x"]) == len(coarse["iteration"]) == 7

@@ -330,6 +330,13 @@ export interface PerformanceResponse {
     warmup_steps: number;
     unit: "ms";
   };
+  breakdown: {
+    x: number[];
+    bucket_steps: number;
+    series: { name: string; y: (number | null)[] }[];
+    iteration: (number | null)[];
+    rank: (number | null)[];
+  } | null;
 }
 
 export interface TelemetryResponse {

@@ -5,7 +5,9 @@ The rest of the Performance view (diagnoses, the step breakdown by phase, memory
 captured output, what was lost) comes from the inspector's telemetry answer
 (:mod:`traceml_ai.ui.telemetry`), which the page asks for too. This module adds what that answer
 does not hold: each rank's iteration time over the steps, for the ranks × steps heatmap, with the
-steps put into at most :data:`MAX_BUCKETS` buckets (the median of each rank's steps in a bucket).
+steps put into at most :data:`MAX_BUCKETS` buckets (the median of each rank's steps in a bucket),
+and the step broken down by phase on the rank the job waited for at each step (so the phases add up
+to the step, which the inspector's per-phase maxima over ranks do not).
 
 It reads ``aggregator/telemetry.sqlite`` through :func:`traceml_ai.diagnose.read_telemetry`
 (read-only; never creates a file beside it) and the step math of
@@ -23,16 +25,78 @@ from typing import Any
 
 import numpy as np
 
-from traceml_ai.diagnose.readers import read_telemetry
+from traceml_ai.diagnose.readers import Telemetry, read_telemetry
+from traceml_ai.diagnose.stats import FloatArray
 from traceml_ai.diagnose.summary import AGGREGATOR_DIR, TELEMETRY_DB
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
-from traceml_ai.diagnose.timeline import build_step_table
+from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
 from traceml_ai.runs.model import RunSummary
 
 MAX_BUCKETS = 240
 """Columns of the heatmap at most (steps are bucketed beyond that)."""
+MAX_BREAKDOWN_POINTS = 1000
+"""Points of the phase breakdown at most."""
 CACHE_RUNS = 16
+
+
+def performance(db_path: str, max_buckets: int = MAX_BUCKETS,
+                max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any]:
+    """``{"heatmap": heatmap(...), "breakdown": breakdown(...)}`` of one telemetry database, read once."""
+    tel = read_telemetry(db_path)
+    hm = _heatmap(tel, max_buckets)
+    table = build_step_table(tel.steps, warmup_steps=0) if tel.status == "ok" else None
+    return {"heatmap": hm, "breakdown": _breakdown(table, max_points) if table is not None else None}
+
+
+def breakdown(db_path: str, max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any] | None:
+    """The step of the job broken down by phase, per step: the phases of the rank whose iteration
+    was the longest at that step (the one the others waited for), so the phases add up to that
+    step's iteration time (``other`` is the rest). ``{"x": [step, ...], "bucket_steps": int,
+    "series": [{"name": phase, "y": [ms|None, ...]}], "iteration": [ms|None, ...], "rank":
+    [rank|None, ...]}``, the steps put into at most ``max_points`` buckets (the mean of each
+    phase over a bucket's steps). None without step rows or a readable database."""
+    tel = read_telemetry(db_path)
+    if tel.status != "ok":
+        return None
+    return _breakdown(build_step_table(tel.steps, warmup_steps=0), max_points)
+
+
+def _breakdown(table: StepTable, max_points: int) -> dict[str, Any] | None:
+    ranks = [tl for tl in table.ranks if tl.steps.size]
+    if not ranks:
+        return None
+    steps = np.unique(np.concatenate([tl.steps for tl in ranks]))
+    n = steps.size
+    iters = np.full((len(ranks), n), np.nan)
+    where = [np.searchsorted(steps, tl.steps) for tl in ranks]
+    for i, (tl, idx) in enumerate(zip(ranks, where, strict=True)):
+        iters[i, idx] = tl.iteration_ms
+    measured = np.isfinite(iters).any(axis=0)
+    slowest = np.where(np.isfinite(iters), iters, -np.inf).argmax(axis=0)
+    cols = np.arange(n)
+    names = [name for name in table.phase_names if name in INNER_PHASES or name == OTHER]
+    width = max(1, math.ceil(n / max_points))
+
+    def bucketed(values: FloatArray) -> list[float | None]:
+        pad = (-values.size) % width
+        padded = np.concatenate([values, np.full(pad, np.nan)]).reshape(-1, width)
+        counts = np.isfinite(padded).sum(axis=1)
+        sums = np.nansum(padded, axis=1)
+        return [round(float(t / c), 4) if c else None for t, c in zip(sums, counts, strict=True)]
+
+    series = []
+    for name in names:
+        mat = np.full((len(ranks), n), np.nan)
+        for i, (tl, idx) in enumerate(zip(ranks, where, strict=True)):
+            mat[i, idx] = tl.phase(name)
+        y = np.where(measured, mat[slowest, cols], np.nan)
+        if np.isfinite(y).any():
+            series.append({"name": name, "y": bucketed(y)})
+    iteration = np.where(measured, iters[slowest, cols], np.nan)
+    rank_of = [ranks[int(r)].rank if ok else None for r, ok in zip(slowest, measured, strict=True)]
+    return {"x": [int(v) for v in steps[::width]], "bucket_steps": width, "series": series,
+            "iteration": bucketed(iteration), "rank": rank_of[::width]}
 
 
 def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:
@@ -46,7 +110,10 @@ def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:
     diagnosis skips (the page shades them). ``ranks`` holds None for a rank that sent no identity.
     Never raises for what is in the file.
     """
-    tel = read_telemetry(db_path)
+    return _heatmap(read_telemetry(db_path), max_buckets)
+
+
+def _heatmap(tel: Telemetry, max_buckets: int) -> dict[str, Any]:
     out: dict[str, Any] = {"state": tel.status, "detail": tel.detail, "ranks": [], "first_step": None,
                            "bucket_steps": 1, "z": [], "warmup_steps": 0, "unit": "ms"}
     if tel.status != "ok":
@@ -86,8 +153,8 @@ class PerformanceViews:
         self.reads = 0
 
     def payload(self, run: RunSummary) -> dict[str, Any]:
-        """The answer for a known run: ``{"heatmap": ...}`` (see :func:`heatmap`), with state
-        ``none`` for a run that was not captured."""
+        """The answer for a known run: ``{"heatmap": ..., "breakdown": ...}`` (see :func:`heatmap`
+        and :func:`breakdown`); the heatmap's state is ``none`` for a run that was not captured."""
         agg = os.path.join(run.key, AGGREGATOR_DIR)
         db = os.path.join(agg, TELEMETRY_DB)
         st, reason = stat_confined(db, run.root)
@@ -96,14 +163,14 @@ class PerformanceViews:
             detail = reason or ("this run was not captured by TraceML (no aggregator/ folder)" if state == "none"
                                 else f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run")
             return {"heatmap": {"state": state, "detail": detail, "ranks": [], "first_step": None,
-                                "bucket_steps": 1, "z": [], "warmup_steps": 0, "unit": "ms"}}
+                                "bucket_steps": 1, "z": [], "warmup_steps": 0, "unit": "ms"}, "breakdown": None}
         wal, _ = stat_confined(db + "-wal", run.root)
         stamps = (st.st_mtime_ns, st.st_size, None if wal is None else (wal.st_mtime_ns, wal.st_size))
         with self._lock:
             hit = self._cache.get(run.key)
         if hit is not None and hit[0] == stamps:
             return hit[1]
-        answer = {"heatmap": heatmap(os.path.realpath(db), self.max_buckets)}
+        answer = performance(os.path.realpath(db), self.max_buckets)
         self.reads += 1
         with self._lock:
             self._cache[run.key] = (stamps, answer)

@@ -192,14 +192,21 @@ export class PerformanceView implements ViewModule {
 
   /** The blocks this view adds after the diagnoses of a run's telemetry answer. */
   private extra(run: RunRow, d: TelemetryResponse): Child[] {
-    return [this.breakdown(d), this.heatmap(run, d), this.missing(d)];
+    return [this.breakdown(run, d), this.heatmap(run, d), this.missing(d)];
   }
 
   /** The step broken down by phase over the steps: a stacked area of rolling medians. */
-  private breakdown(d: TelemetryResponse): HTMLElement {
+  private breakdown(run: RunRow, d: TelemetryResponse): HTMLElement {
     const block = (body: Child, ...head: Child[]) =>
       h("div", { class: "telem-block perf-block", testid: "perf-breakdown" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time by phase" }), ...head), body);
-    const st = d.steps;
+    // The breakdown on the rank the job waited for at each step (/performance): its phases add up to
+    // the step. Until it has arrived, the inspector's per-phase maxima over ranks.
+    const res = this.heat.get(run.key);
+    const perf = typeof res === "object" ? res : null;
+    const b = perf?.breakdown ?? null;
+    const st = b && perf
+      ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? perf.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 }
+      : d.steps;
     if (!st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
     const phases = PHASES.map(([name, key, label]) => ({ key, label, y: st.series.find((x) => x.name === name)?.y })).filter((p) => p.y) as { key: string; label: string; y: (number | null)[] }[];
     if (!phases.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No phase times in this run's step rows." }));
@@ -215,7 +222,7 @@ export class PerformanceView implements ViewModule {
     const x1 = st.x[n - 1]!;
     const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
     const ys = (v: number) => pad.t + (1 - v / top) * (H - pad.t - pad.b);
-    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window });
+    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-source": b ? "waited-for rank" : "per-phase max" });
     const warmEnd = (st.first_step ?? x0) + st.warmup_steps;
     if (st.warmup_steps > 0 && warmEnd > x0) {
       svg.appendChild(s("rect", { x: xs(x0), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(x0)), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
@@ -246,7 +253,8 @@ export class PerformanceView implements ViewModule {
       },
       (m) => `perf-mode-${m}`,
     );
-    const hint = h("div", { class: "perf-card-hint", text: `Each phase's time on its slowest rank per step (so with several ranks the stack can exceed the step), rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
+    const whose = b ? "The phases of the rank the job waited for (the longest iteration) at each step" : "Each phase's time on its slowest rank per step";
+    const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
     return block(h("div", {}, hint, svg, legend), toggleMode);
   }
 

@@ -4,7 +4,10 @@
 2. series of a 200,000-line run, cold (≤ 0.4 s) and warm (≤ 20 ms);
 3. server RSS with 10,000 runs after the page's first requests (≤ 150 MB);
 4. page usable (table rows and a chart painted) in headless chromium on 1,000 runs (≤ 1.0 s) and
-   10,000 runs (≤ 2.5 s) — needs the built front end, Playwright and /usr/bin/chromium.
+   10,000 runs (≤ 2.5 s) — needs the built front end, Playwright and /usr/bin/chromium;
+5. the perf.* columns of 1,000 captured runs (issue 13 item 5): read cold from their
+   final_summary.json files (≤ 0.2 s; a fresh process, the files in the OS cache), and what a
+   no-change poll adds (nothing read; the time of the join's pass over the runs is printed).
 """
 
 from __future__ import annotations
@@ -22,10 +25,15 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import orjson
+
+from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.perf import join_perf
 from traceml_ai.ui.service import Viewer
 
 ROWS: list[tuple[str, float, float, str]] = []
@@ -159,10 +167,93 @@ def page_usable(root: Path, label: str, target: float) -> None:
         proc.wait(30)
 
 
+def _final_summary(i: int) -> dict[str, Any]:
+    """A final_summary.json document shaped like the diagnosis writes it (docs/diagnoses.md), 2
+    ranks, every phase, its numbers varied per run."""
+    loader = 0.02 + (i % 50) / 100
+    phases = [("traceml:dataloader_next", loader), ("traceml:h2d", 0.01), ("traceml:forward", 0.25),
+              ("traceml:backward", 0.4 - loader / 2), ("traceml:optimizer_step", 0.1), ("other", 0.2 - loader / 2)]
+    step = 20.0 + i % 17
+    return {
+        "schema_version": 1, "generated_at": "2026-11-30T10:20:31Z",
+        "telemetry": {"source": "aggregator/telemetry.sqlite", "status": "ok", "detail": None,
+                      "rows": {"step_time_samples": 4000, "step_memory_samples": 4000, "process_samples": 300,
+                               "system_samples": 150, "system_gpu_samples": 0}, "problems": []},
+        "steps": {"seen": 2000, "first": 0, "last": 1999, "analysed": 3990, "sampled_every": 1},
+        "ranks": {"seen": [0, 1], "world_size": 2, "missing": []},
+        "warmup": {"steps_skipped_per_rank": 5},
+        "step_time": {"iteration_median_ms": step, "iteration_p90_ms": step * 1.2, "iteration_p95_ms": step * 1.3,
+                      "throughput_steps_per_s": 1000 / step, "dataloader_outside_step": 0,
+                      "phases": [{"name": n, "median_ms": step * sh, "p90_ms": step * sh * 1.1, "share": sh,
+                                  "steps": 3990} for n, sh in phases],
+                      "per_rank": [{"rank": r, "steps": 1995, "median_ms": step + r, "p90_ms": step * 1.2,
+                                    "outside_backward_median_ms": step / 2} for r in (0, 1)],
+                      "worst_rank": 1, "skew": 1 / step},
+        "memory": {"device": "cpu", "peak_alloc_bytes": None, "peak_reserved_bytes": None,
+                   "device_total_bytes": None, "rss_peak_bytes": {"0": 943718400, "1": 943718400 + i},
+                   "ram_total_bytes": 68719476736},
+        "system": {"samples": 130, "cpu_percent_median": 98.0, "cpu_percent_p90": 100.0,
+                   "ram_used_fraction_median": 0.31, "ram_used_fraction_max": 0.32, "gpu_count": 0,
+                   "gpu_util_median": None, "gpu_util_p90": None, "gpu_util_mean": None},
+        "findings": [{"kind": "input_bound" if loader > 0.3 else "compute_bound", "severity": "warning",
+                      "summary": "The data loader takes a large share of the step (a sentence with numbers).",
+                      "action": "Use more DataLoader workers, pin memory, or prefetch (a sentence).",
+                      "evidence": {"metric": "dataloader_share", "value": loader, "threshold": 0.3,
+                                   "ranks": [0, 1], "steps": [5, 1999]}}],
+        "abstained": [{"rule": "low_gpu_util", "reason": "no GPU utilisation samples (CPU-only run)"},
+                      {"rule": "gpu_memory_pressure", "reason": "no GPU memory totals (CPU-only run)"}],
+        "rules_checked": ["input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler",
+                          "memory_creep", "host_memory_pressure"],
+    }
+
+
+def perf_columns(root: Path) -> None:
+    """Every run of ``root`` gets an ``aggregator/final_summary.json``; then the perf join is timed
+    cold (a fresh index, as at a viewer's start) and on a no-change poll."""
+    for i, run in enumerate(sorted(p for p in root.iterdir() if p.is_dir())):
+        (run / "aggregator").mkdir(exist_ok=True)
+        doc = orjson.dumps(_final_summary(i), option=orjson.OPT_INDENT_2)
+        (run / "aggregator" / "final_summary.json").write_bytes(doc)
+    store = RunStore([root])
+    store.poll()
+    n = len(store.runs())
+    cold, again = [], []
+    reads_again = 0
+    for _ in range(5):
+        index = PerfIndex()
+        for r in store.runs():  # forget the facts the previous round attached
+            store.set_perf(r.key, {})
+        t = time.perf_counter()
+        changed = join_perf(store, index)
+        cold.append(time.perf_counter() - t)
+        assert len(changed) == n and index.reads == n, (len(changed), index.reads)
+        before = index.reads
+        t = time.perf_counter()
+        assert join_perf(store, index) == []
+        again.append(time.perf_counter() - t)
+        reads_again += index.reads - before
+    record(f"perf.* columns of {n:,} captured runs, cold (final summaries read)", statistics.median(cold), 0.2)
+    print(f"{'  no-change poll: final summaries read':<62} {reads_again:>12}   target 0", flush=True)
+    record("  no-change poll: the join's pass over the runs", statistics.median(again), 0.2)
+    viewer = Viewer(store, None)
+    viewer.poll()
+    t = time.perf_counter()
+    body = viewer.table_payload(sorts=["-perf.share.dataloader"], columns=["name", "perf.share.dataloader"])
+    record("  table sorted by perf.share.dataloader (1,000 runs, uncached)", time.perf_counter() - t, 0.2)
+    assert body["keys"] and "perf.share.dataloader" in body["columns"]["numeric"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-run figures")
+    parser.add_argument("--only-perf", action="store_true", help="only the perf.* column figures (item 5 of issue 13)")
     args = parser.parse_args()
+    if args.only_perf:
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            root = Path(tmp) / "traceml" / "runs"
+            generate(root, runs=1000, seed=0)
+            perf_columns(root)
+        return
     with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
         root = Path(tmp) / "traceml" / "runs"
         t = time.perf_counter()
@@ -171,6 +262,7 @@ def main() -> None:
         first_table_from_db(root, Path(tmp) / "traceml" / ".cache")
         series_cold_warm(root)
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
+        perf_columns(root)
         if not args.skip_10k:
             root10 = Path(tmp) / "big" / "traceml" / "runs"
             t = time.perf_counter()

@@ -237,3 +237,33 @@ def test_the_listing_not_the_cache_decides_which_runs_exist(fake_root: Path, tmp
 def test_seeding_after_a_poll_is_a_programming_error(store: RunStore) -> None:
     with pytest.raises(RuntimeError):
         store.seed({})
+
+
+def test_the_perf_table_holds_the_facts_of_captured_runs(store: RunStore, tmp_path: Path) -> None:
+    runs = store.runs()
+    captured, plain = runs[0], runs[1]
+    assert store.set_perf(captured.key, {"telemetry": "ok", "verdict": "input_bound", "share.dataloader": 0.7})
+    assert not store.set_perf(captured.key, {"telemetry": "ok", "verdict": "input_bound", "share.dataloader": 0.7})
+    path = tmp_path / "runs.sqlite"
+    write_db(path, store.runs(), store.stamps(), written_at=WHEN)
+    con = sqlite3.connect(path)
+    try:
+        got = con.execute("SELECT run_key FROM perf WHERE column = 'perf.share.dataloader' AND value > 0.3").fetchall()
+        assert got == [(captured.key,)]
+        assert con.execute("SELECT COUNT(*) FROM perf WHERE run_key = ?", (plain.key,)).fetchone() == (0,)
+        assert dict(con.execute("SELECT column, value FROM perf WHERE run_key = ?", (captured.key,))) == {
+            "perf.telemetry": "ok", "perf.verdict": "input_bound", "perf.share.dataloader": 0.7}
+    finally:
+        con.close()
+    db, reason = load_db(path)
+    assert reason is None and db is not None  # the perf table does not make the file look edited
+    # A change of the facts alone rewrites the run in an update.
+    store.set_perf(captured.key, {"telemetry": "ok", "verdict": "healthy"})
+    out = tmp_path / "runs2.sqlite"
+    update_db(path, out, store.runs(), store.stamps(), changed={captured.key}, written_at=WHEN)
+    con = sqlite3.connect(out)
+    try:
+        assert dict(con.execute("SELECT column, value FROM perf WHERE run_key = ?", (captured.key,))) == {
+            "perf.telemetry": "ok", "perf.verdict": "healthy"}
+    finally:
+        con.close()

@@ -398,3 +398,49 @@ def test_cell_getter_reads_what_cell_reads_in_every_column() -> None:
                 assert got == expected or (got != got and expected != expected), (column, run.name)  # NaN
     with pytest.raises(ColumnError):
         cell_getter("nope")
+
+
+# -- perf.* columns (issue 13 item 1) ----------------------------------------------------------------
+
+
+def perf_runs() -> list[RunSummary]:
+    return [
+        make_run("fast", perf={"telemetry": "ok", "verdict": "healthy", "step_ms.p50": 12.0, "share.dataloader": 0.05}),
+        make_run("stall", perf={"telemetry": "ok", "verdict": "input_bound", "severity": "critical",
+                                "step_ms.p50": 40.0, "share.dataloader": 0.71}),
+        make_run("lag", perf={"telemetry": "partial", "verdict": "straggler", "step_ms.p50": 25.0,
+                              "share.dataloader": 0.1, "straggler": "1"}),
+        make_run("plain"),  # not captured: every perf.* cell is empty
+    ]
+
+
+def test_perf_columns_sort_filter_group_and_export_like_the_others() -> None:
+    from traceml_ai.runs.filters import filter_runs, parse_filter_arg
+
+    runs = perf_runs()
+    assert cell(runs[1], "perf.share.dataloader") == 0.71 and cell(runs[3], "perf.verdict") is None
+    assert names(sort_runs(runs, [parse_sort_arg("-perf.share.dataloader")])) == ["stall", "lag", "fast", "plain"]
+    column, parsed = parse_filter_arg("perf.share.dataloader>0.3")
+    assert names(filter_runs(runs, [(column, parsed)])) == ["stall"]
+    column, parsed = parse_filter_arg("perf.verdict=straggler")
+    assert names(filter_runs(runs, [(column, parsed)])) == ["lag"]
+    groups = group_runs(runs, "perf.telemetry")
+    assert [(g.label, names(g.runs)) for g in groups] == [("ok", ["fast", "stall"]), ("partial", ["lag"]),
+                                                          ("(none)", ["plain"])]
+    rows = list(csv.DictReader(io.StringIO(to_csv(runs, ["perf.verdict", "perf.step_ms.p50"]))))
+    assert [(r["name"], r["perf.verdict"], r["perf.step_ms.p50"]) for r in rows] == [
+        ("fast", "healthy", "12.0"), ("stall", "input_bound", "40.0"), ("lag", "straggler", "25.0"), ("plain", "", "")]
+    assert row_json(runs[1], ["perf.severity"])["values"] == {"perf.severity": "critical"}
+
+
+def test_perf_columns_are_listed_numeric_and_shown_by_default_only_when_a_run_was_captured() -> None:
+    runs = perf_runs()
+    available = available_columns(runs)
+    assert [c for c in available if c.startswith("perf.")] == [
+        "perf.severity", "perf.share.dataloader", "perf.step_ms.p50", "perf.straggler", "perf.telemetry",
+        "perf.verdict"]
+    assert column_is_numeric(runs, "perf.step_ms.p50") and not column_is_numeric(runs, "perf.verdict")
+    assert default_columns(runs)[6:9] == ["perf.verdict", "perf.step_ms.p50", "perf.share.dataloader"]
+    assert not any(c.startswith("perf.") for c in default_columns([make_run("plain")]))
+    with pytest.raises(ColumnError, match=r"perf\.<key>"):
+        cell(runs[0], "perf")

@@ -84,9 +84,57 @@ def test_run_rows_encode_as_the_documented_run_row(work: Path) -> None:
     assert list(row) == [
         "key", "id", "name", "group", "tags", "notes", "status", "display_status", "legacy", "started_at",
         "ended_at", "heartbeat_at", "duration_s", "step", "epoch", "path", "root", "warnings", "error", "params",
-        "start", "last", "best", "summary", "metric_names", "catalog_run",
+        "start", "last", "best", "summary", "metric_names", "perf", "catalog_run",
     ]
     assert row["path"] == row["key"] == failed.key
     assert set(row["error"]) == {"type", "message", "code", "signal"} and row["error"]["type"]
     best = next(iter(row["best"].values()))
     assert set(best) == {"value", "step", "epoch", "mode"}
+
+
+def test_perf_columns_come_from_the_final_summary_and_a_no_change_poll_reads_nothing(work: Path) -> None:
+    from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+    from traceml_ai.diagnose.summary import write_final_summary
+    from traceml_ai.telemetry import schema
+
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    write_run(baseline, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    write_final_summary(baseline)
+    key = os.path.realpath(baseline)
+    viewer = _viewer(work)
+    viewer.poll()
+    rows = {r.key: r for r in viewer.runs_payload(0)["runs"]}
+    assert rows[key].perf["verdict"] == "input_bound" and rows[key].perf["telemetry"] == "ok"
+    assert sum(1 for r in rows.values() if r.perf) == 1  # the other runs were not captured
+    body = viewer.table_payload(sorts=["-perf.share.dataloader"])
+    assert body["keys"][0] == key
+    assert "perf.verdict" in body["columns"]["default"] and "perf.share.dataloader" in body["columns"]["numeric"]
+    version, reads = viewer.version, viewer.perf.reads
+    viewer.poll()
+    assert viewer.version == version and viewer.perf.reads == reads  # nothing changed, nothing read
+    viewer.close()
+
+    # A start from the run database shows the facts before any poll, and its poll rewrites nothing.
+    db = work.parent / ".cache" / "runs.sqlite"
+    written = os.stat(db)
+    again = _viewer(work)
+    again.start()
+    assert {r.key: r for r in again.runs_payload(0)["runs"]}[key].perf["verdict"] == "input_bound"
+    again.poll()
+    again.close()
+    assert os.stat(db).st_ino == written.st_ino
+
+    # The summary changes on disk (a re-diagnosis): a poll leaves the finished run alone, Refresh
+    # reads it and the version moves.
+    summary = baseline / "aggregator" / "final_summary.json"
+    doc = json.loads(summary.read_text())
+    third = _viewer(work)
+    third.start()
+    third.poll()
+    summary.write_text(json.dumps({**doc, "findings": []}))
+    version = third.version
+    third.poll()
+    assert third.version == version
+    third.poll(refresh=True)
+    assert third.version > version
+    assert third.runs_by_keys([key])[0].perf["verdict"] == "healthy"

@@ -1,7 +1,9 @@
 // Column names of the table model (traceml_ai.runs.table): fixed columns, and logged values named by
-// kind (config.<key>, run.start.<m>, run.last.<m>, run.best.<m>, summary.<key>). The page only reads
+// kind (config.<key>, run.start.<m>, run.last.<m>, run.best.<m>, summary.<key>) and the performance
+// facts of captured runs (perf.<key>, joined on in Python from final_summary.json). The page only reads
 // cells out of RunRows it already holds; filtering, sorting and grouping are done in Python.
 
+import { fmtBytes, fmtNum } from "./format";
 import type { RunRow, Scalar } from "./types";
 
 export const FIXED_COLUMNS = [
@@ -22,7 +24,7 @@ export const FIXED_COLUMNS = [
   "warnings",
 ] as const;
 
-export type Kind = "fixed" | "config" | "run.start" | "run.last" | "run.best" | "summary";
+export type Kind = "fixed" | "config" | "run.start" | "run.last" | "run.best" | "summary" | "perf";
 
 const PREFIXES: [string, Kind][] = [
   ["config.", "config"],
@@ -30,6 +32,7 @@ const PREFIXES: [string, Kind][] = [
   ["run.last.", "run.last"],
   ["run.best.", "run.best"],
   ["summary.", "summary"],
+  ["perf.", "perf"],
 ];
 
 export function splitColumn(column: string): [Kind, string] {
@@ -47,6 +50,7 @@ export const KIND_LABEL: Record<Kind, string> = {
   "run.last": "last",
   "run.best": "best",
   summary: "summary",
+  perf: "perf",
 };
 
 /** The value of one column for one run (mirrors traceml_ai.runs.table.cell). */
@@ -76,6 +80,9 @@ export function cellGetter(column: string): (run: RunRow) => Scalar {
       break;
     case "summary":
       get = (run) => run.summary[key] ?? null;
+      break;
+    case "perf":
+      get = (run) => run.perf?.[key] ?? null;
       break;
     default:
       get = (run) => fixedCell(run, key);
@@ -127,7 +134,46 @@ function fixedCell(run: RunRow, column: string): Scalar {
 export function columnTitle(column: string): string {
   const [kind, key] = splitColumn(column);
   if (kind === "fixed") return column === "duration_s" ? "duration" : column === "catalog_run" ? "Catalog run" : column;
+  if (kind === "perf") return PERF_TITLES[key] ?? key;
   return key;
+}
+
+/** Header text of the perf.* columns (the column name stays the tooltip and the filter name). */
+export const PERF_TITLES: Record<string, string> = {
+  telemetry: "telemetry",
+  verdict: "verdict",
+  severity: "severity",
+  findings: "findings",
+  steps: "perf steps",
+  ranks: "ranks",
+  "step_ms.p50": "step ms p50",
+  "step_ms.p95": "step ms p95",
+  steps_per_s: "steps/s",
+  "share.dataloader": "input share",
+  "share.h2d": "h2d share",
+  "share.forward": "forward share",
+  "share.backward": "backward share",
+  "share.optimizer": "optimizer share",
+  "share.other": "other share",
+  skew_pct: "rank skew %",
+  worst_rank: "slowest rank",
+  straggler: "straggler",
+  "peak_mem.gpu": "peak GPU mem",
+  "peak_mem.host": "peak host RSS",
+  gpu_util_pct: "GPU util %",
+};
+
+/** A perf.* number as the table shows it: shares as percent, memory in bytes units, the rest as numbers. */
+export function fmtPerf(column: string, v: number): string {
+  if (column.startsWith("perf.share.")) return `${(v * 100).toFixed(1)}%`;
+  if (column.startsWith("perf.peak_mem.")) return fmtBytes(v);
+  if (column === "perf.skew_pct" || column === "perf.gpu_util_pct") return `${fmtNum(v)}%`;
+  return fmtNum(v);
+}
+
+/** Whether a run was captured by `traceml run` (it has perf facts; every captured run has perf.telemetry). */
+export function isCaptured(run: RunRow | undefined): boolean {
+  return run?.perf?.telemetry !== undefined && run?.perf?.telemetry !== null;
 }
 
 /** Metric name prefix group for the picker: train/ val/ test/ sys/ other. */

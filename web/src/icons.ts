@@ -7,6 +7,7 @@ const PATHS: Record<string, string[]> = {
   runs: ["M3 5h18", "M3 12h18", "M3 19h18", "M8 3v18"],
   charts: ["M3 3v18h18", "M7 15l4-5 3 3 5-7"],
   compare: ["M4 4h6v16H4z", "M14 4h6v16h-6z"],
+  performance: ["M3 20h18", "M5 20V11", "M10 20V5", "M15 20v-7", "M20 20V9"],
   refresh: ["M21 12a9 9 0 1 1-2.64-6.36", "M21 3v6h-6"],
   close: ["M6 6l12 12", "M18 6L6 18"],
   filter: ["M3 4h18l-7 8.5V19l-4 2v-8.5z"],

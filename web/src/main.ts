@@ -15,6 +15,7 @@ import { CompareView } from "./views/compare";
 import { loadUPlot } from "./views/lineChart";
 import { Inspector } from "./views/inspector";
 import { OverviewView } from "./views/overview";
+import { PerformanceView } from "./views/performance";
 import { RunsView } from "./views/runs";
 
 async function boot(): Promise<void> {
@@ -44,6 +45,7 @@ async function boot(): Promise<void> {
     runs: new RunsView(),
     charts: new ChartsView(),
     compare: new CompareView(),
+    performance: new PerformanceView(),
   });
   new Inspector(shell.inspectorHost);
   await table;

@@ -2,6 +2,7 @@
 // refresh, Refresh), the view area, the inspector panel and the export bar.
 
 import { onExport, queryTable, refreshNow } from "./actions";
+import { isCaptured } from "./columns";
 import { h, replace } from "./dom";
 import { fmtAgo } from "./format";
 import { type IconName, icon } from "./icons";
@@ -22,6 +23,7 @@ const VIEW_META: Record<View, { label: string; icon: IconName; title: string }> 
   runs: { label: "Runs", icon: "runs", title: "Runs" },
   charts: { label: "Charts", icon: "charts", title: "Charts & analysis" },
   compare: { label: "Compare", icon: "compare", title: "Compare runs" },
+  performance: { label: "Performance", icon: "performance", title: "Performance" },
 };
 
 export class Shell {
@@ -203,6 +205,8 @@ export class Shell {
     const sel = store.ui.selection.length;
     this.navCounts.get("charts")!.textContent = sel ? String(Math.min(sel, MAX_SERIES_RUNS)) : "";
     this.navCounts.get("compare")!.textContent = sel ? String(sel) : "";
+    const captured = store.ui.selection.filter((k) => isCaptured(store.runs.get(k))).length;
+    this.navCounts.get("performance")!.textContent = captured ? String(captured) : "";
   }
 
   private renderRoots(): void {

@@ -3,8 +3,8 @@
 
 import type { ChartKind, RunRow, RootInfo, RunsResponse, TableResponse, XAxis } from "./types";
 
-export type View = "overview" | "runs" | "charts" | "compare";
-export const VIEWS: View[] = ["overview", "runs", "charts", "compare"];
+export type View = "overview" | "runs" | "charts" | "compare" | "performance";
+export const VIEWS: View[] = ["overview", "runs", "charts", "compare", "performance"];
 
 export const STATUS_SEGMENTS = ["all", "running", "stale", "completed", "failed", "killed", "legacy"] as const;
 export type StatusSegment = (typeof STATUS_SEGMENTS)[number];

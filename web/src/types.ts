@@ -53,6 +53,8 @@ export interface RunRow {
   best: Record<string, BestValue>;
   summary: Record<string, Scalar>;
   metric_names: string[];
+  /** The perf.* facts of a captured run ({} when not captured; docs/viewer-api.md, "Performance columns"). */
+  perf: Record<string, Scalar>;
   /** The catalog run holding this run folder's session (docs/catalog.md, "In the viewer"). */
   catalog_run: string | null;
 }
@@ -314,6 +316,27 @@ export interface RankLog {
   size: number | null;
   truncated: boolean;
   lines: ["stdout" | "stderr" | null, string][];
+}
+
+/** GET /api/runs/<key>/performance (docs/viewer-api.md). */
+export interface PerformanceResponse {
+  heatmap: {
+    state: string;
+    detail: string | null;
+    ranks: (number | null)[];
+    first_step: number | null;
+    bucket_steps: number;
+    z: (number | null)[][];
+    warmup_steps: number;
+    unit: "ms";
+  };
+  breakdown: {
+    x: number[];
+    bucket_steps: number;
+    series: { name: string; y: (number | null)[] }[];
+    iteration: (number | null)[];
+    rank: (number | null)[];
+  } | null;
 }
 
 export interface TelemetryResponse {

@@ -61,7 +61,8 @@ RootsArg = Annotated[
 
 
 def open_store(roots: list[str] | None, stale_after_seconds: float | None = None) -> RunStore:
-    """A polled run store over the roots (arguments, else settings); warnings go to stderr."""
+    """A polled run store over the roots (arguments, else settings), with the ``perf.*`` facts of
+    captured runs joined on; warnings go to stderr."""
     st = settings(stale_after_seconds=stale_after_seconds)
     store = RunStore(
         roots_or_default(roots, st),
@@ -72,6 +73,12 @@ def open_store(roots: list[str] | None, stale_after_seconds: float | None = None
         store.poll()
     except NoRootError as e:
         raise UserError(str(e)) from None
+    # The perf.* columns of captured runs, from their final summaries (traceml_ai.ui.perf).
+    from traceml_ai.diagnose.perf import PerfIndex
+    from traceml_ai.ui.perf import join_perf
+
+    index = PerfIndex()
+    join_perf(store, index)
     for warning in store.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
     return store

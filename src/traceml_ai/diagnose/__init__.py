@@ -11,24 +11,49 @@ nothing of TraceML but :mod:`traceml_ai.telemetry` (DESIGN §1).
 
 from __future__ import annotations
 
-from traceml_ai.diagnose.compare import Comparison, MetricComparison, compare
-from traceml_ai.diagnose.model import Abstention, Evidence, Finding, Severity
-from traceml_ai.diagnose.readers import Telemetry, read_telemetry
-from traceml_ai.diagnose.summary import (
-    SCHEMA_VERSION,
-    MemorySummary,
-    PhaseStats,
-    RankStats,
-    StepTimeSummary,
-    Summary,
-    SummaryFileError,
-    SystemSummary,
-    diagnose,
-    final_summary_path,
-    load_final_summary,
-    telemetry_path,
-    write_final_summary,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceml_ai.diagnose.compare import Comparison, MetricComparison, compare
+    from traceml_ai.diagnose.model import Abstention, Evidence, Finding, Severity
+    from traceml_ai.diagnose.readers import Telemetry, read_telemetry
+    from traceml_ai.diagnose.summary import (
+        SCHEMA_VERSION,
+        MemorySummary,
+        PhaseStats,
+        RankStats,
+        StepTimeSummary,
+        Summary,
+        SummaryFileError,
+        SystemSummary,
+        diagnose,
+        final_summary_path,
+        load_final_summary,
+        telemetry_path,
+        write_final_summary,
+    )
+
+# The names below are imported on first use (PEP 562), so that importing a light submodule
+# (traceml_ai.diagnose.perf, for `traceml runs ls`) does not load numpy and the rules.
+_HOME: dict[str, str] = {
+    **dict.fromkeys(("Comparison", "MetricComparison", "compare"), "compare"),
+    **dict.fromkeys(("Abstention", "Evidence", "Finding", "Severity"), "model"),
+    **dict.fromkeys(("Telemetry", "read_telemetry"), "readers"),
+    **dict.fromkeys(("SCHEMA_VERSION", "MemorySummary", "PhaseStats", "RankStats", "StepTimeSummary", "Summary",
+                     "SummaryFileError", "SystemSummary", "diagnose", "final_summary_path", "load_final_summary",
+                     "telemetry_path", "write_final_summary"), "summary"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -69,6 +69,8 @@ class StepTimeSummary:
     ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
     ``micro_batches_per_step`` is the median number of micro-batches one step (one optimizer update)
     held: above 1 with gradient accumulation (None when the rows do not say).
+    ``iteration_p95_ms`` is the 95th percentile over every rank's steps (the run table's
+    ``perf.step_ms.p95``).
     """
 
     iteration_median_ms: float | None
@@ -80,6 +82,7 @@ class StepTimeSummary:
     skew: float | None
     dataloader_outside_step: int
     micro_batches_per_step: int | None = None
+    iteration_p95_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class MemorySummary:
 @dataclass(frozen=True)
 class SystemSummary:
     """Host and GPU load after warm-up: host CPU percent (median, p90), host RAM used fraction
-    (median, max), the number of GPUs sampled, and their utilisation percent (median, p90)."""
+    (median, max), the number of GPUs sampled, and their utilisation percent (median, p90, mean)."""
 
     samples: int
     cpu_percent_median: float | None
@@ -113,6 +116,7 @@ class SystemSummary:
     gpu_count: int
     gpu_util_median: float | None
     gpu_util_p90: float | None
+    gpu_util_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,7 @@ class Summary:
             "step_time": None if st is None else {
                 "iteration_median_ms": round_sig(st.iteration_median_ms),
                 "iteration_p90_ms": round_sig(st.iteration_p90_ms),
+                "iteration_p95_ms": round_sig(st.iteration_p95_ms),
                 "throughput_steps_per_s": round_sig(st.throughput_steps_per_s),
                 "dataloader_outside_step": st.dataloader_outside_step,
                 "micro_batches_per_step": st.micro_batches_per_step,
@@ -212,6 +217,7 @@ class Summary:
                 "gpu_count": self.system.gpu_count,
                 "gpu_util_median": round_sig(self.system.gpu_util_median),
                 "gpu_util_p90": round_sig(self.system.gpu_util_p90),
+                "gpu_util_mean": round_sig(self.system.gpu_util_mean),
             },
             "findings": [f.to_dict() for f in self.findings],
             "abstained": [a.to_dict() for a in self.abstained],
@@ -365,6 +371,7 @@ def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None
         skew=skew,
         dataloader_outside_step=sum(tl.dataloader_outside for tl in table.ranks),
         micro_batches_per_step=_micro_batches(telemetry),
+        iteration_p95_ms=percentile(iters, 95),
     )
 
 
@@ -421,6 +428,7 @@ def _system(ctx: Context) -> SystemSummary:
         gpu_count=sum(len(v) for v in per_host.values()),
         gpu_util_median=median(util),
         gpu_util_p90=percentile(util, 90),
+        gpu_util_mean=sum(util) / len(util) if util else None,
     )
 
 

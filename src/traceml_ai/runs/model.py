@@ -45,6 +45,10 @@ class RunSummary:
         start: first value of every metric found in the first 64 KB of metrics.jsonl.
         last, best, summary: from metrics.json.
         warnings: file problems of this run, one line each ("metrics.jsonl: 2 corrupt lines skipped").
+        perf: the run's performance facts (``perf.<key>`` columns: step time, phase shares, verdict,
+            ...; see :mod:`traceml_ai.diagnose.perf`), ``{}`` for a run that was not captured. The
+            run layer never reads telemetry itself: the layer above fills this through
+            :meth:`traceml_ai.runs.store.RunStore.set_perf`.
         run_json: run.json's whole object, filled only in the summary that
             :meth:`traceml_ai.runs.store.RunStore.details` returns (read on request); ``{}`` in the
             summaries a store keeps, whose typed fields (name, status, exit, ...) are all a table needs.
@@ -75,6 +79,7 @@ class RunSummary:
     summary: dict[str, Scalar] = field(default_factory=dict)
     metric_names: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    perf: dict[str, Scalar] = field(default_factory=dict)
     run_json: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -13,6 +13,13 @@ Tables (schema version :data:`SCHEMA_VERSION`):
 - ``metrics``: ``run_key, metric, kind, value, step, mode``: ``kind`` is ``start``, ``last``,
   ``best`` or ``summary``; ``step`` and ``mode`` are set for ``best`` only. NaN is stored as NULL;
   in all tables an integer beyond 64 bits is stored as REAL (as SQLite stores such a literal);
+- ``perf``: ``run_key, column, value``: one row per performance fact of a captured run, ``column``
+  the run table's full column name (``perf.verdict``, ``perf.step_ms.p50``, ``perf.share.dataloader``,
+  ...; the list and units in docs/viewer-api.md, "Performance columns"), so
+  ``SELECT run_key FROM perf WHERE column = 'perf.share.dataloader' AND value > 0.3`` finds the
+  input-bound runs. Written from :attr:`RunSummary.perf` (filled by the viewer from each run's
+  ``aggregator/final_summary.json``); ``run_cache.summary`` holds the same facts, so a start shows
+  them at once (the viewer then checks each captured run's final summary and updates what changed);
 - ``run_cache`` (bookkeeping): ``run_key``, ``stamps`` (JSON ``{file: [mtime_ns, size]}`` of the core
   files the summary was parsed from) and ``summary`` (JSON of the
   :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``, which the inspector reads
@@ -67,8 +74,9 @@ from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 from traceml_ai.runs.safeio import open_regular
 
-SCHEMA_VERSION: Final = 2
-"""2: ``run_cache.summary`` no longer holds ``run_json``."""
+SCHEMA_VERSION: Final = 3
+"""2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
+``run_cache.summary``."""
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
 MAX_DB_BYTES: Final = 1 << 30
@@ -92,6 +100,7 @@ _TABLES: Final[dict[str, tuple[str, ...]]] = {
     ),
     "config": ("run_key", "key", "value"),
     "metrics": ("run_key", "metric", "kind", "value", "step", "mode"),
+    "perf": ("run_key", "column", "value"),
     "run_cache": ("run_key", "stamps", "summary"),
 }
 
@@ -105,11 +114,14 @@ CREATE TABLE runs (
 );
 CREATE TABLE config (run_key TEXT NOT NULL, key TEXT NOT NULL, value);
 CREATE TABLE metrics (run_key TEXT NOT NULL, metric TEXT NOT NULL, kind TEXT NOT NULL, value, step INTEGER, mode TEXT);
+CREATE TABLE perf (run_key TEXT NOT NULL, column TEXT NOT NULL, value);
 CREATE TABLE run_cache (run_key TEXT PRIMARY KEY, stamps TEXT NOT NULL, summary TEXT NOT NULL);
 CREATE INDEX config_by_key ON config (key, run_key);
 CREATE INDEX config_by_run ON config (run_key);
 CREATE INDEX metrics_by_metric ON metrics (metric, kind);
 CREATE INDEX metrics_by_run ON metrics (run_key);
+CREATE INDEX perf_by_column ON perf (column, run_key);
+CREATE INDEX perf_by_run ON perf (run_key);
 """
 
 _SUMMARY_FIELDS: Final = tuple(f.name for f in fields(RunSummary) if f.name != "run_json")
@@ -219,6 +231,13 @@ def metrics_rows(summary: RunSummary) -> list[tuple[Scalar, ...]]:
     return rows
 
 
+def perf_rows(summary: RunSummary) -> list[tuple[Scalar, ...]]:
+    """The ``perf`` rows of one run: one per performance fact, the column named in full (``perf.<key>``)."""
+    key = _text(summary.key)
+    return [(key, _text(f"perf.{k}"), _sql_value(int(v) if isinstance(v, bool) else v))
+            for k, v in summary.perf.items()]
+
+
 def _summary_obj(s: RunSummary) -> dict[str, Any]:
     # By hand, not dataclasses.asdict: asdict deep-copies every value, which made serializing
     # 1,000 summaries take seconds. The JSON encoder copies nothing.
@@ -248,6 +267,7 @@ def _summary_obj(s: RunSummary) -> dict[str, Any]:
         "summary": s.summary,
         "metric_names": s.metric_names,
         "warnings": s.warnings,
+        "perf": s.perf,
     }
 
 
@@ -371,7 +391,7 @@ def update_db(
             dst.execute("BEGIN")
             for key in (*gone, *(_text(r.key) for r in rewrite)):
                 dst.execute("DELETE FROM runs WHERE key = ?", (key,))
-                for table in ("config", "metrics", "run_cache"):
+                for table in ("config", "metrics", "perf", "run_cache"):
                     dst.execute(f"DELETE FROM {table} WHERE run_key = ?", (key,))
             _insert_runs(dst, rewrite, stamps)
             _write_meta(dst, written_at)
@@ -397,6 +417,8 @@ def _insert_runs(
         con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(_TABLES['runs']))})", run_row(summary))
         con.executemany("INSERT INTO config VALUES (?, ?, ?)", config_rows(summary))
         con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?)", metrics_rows(summary))
+        if summary.perf:
+            con.executemany("INSERT INTO perf VALUES (?, ?, ?)", perf_rows(summary))
         con.execute(
             "INSERT INTO run_cache VALUES (?, ?, ?)",
             (_text(summary.key), stamps_json(stamps.get(summary.key, {})), summary_json(summary)),
@@ -641,6 +663,7 @@ _FIELD_TYPES: Final[dict[str, frozenset[object]]] = {
     "summary": _DICT,
     "metric_names": _LIST,
     "warnings": _LIST,
+    "perf": _DICT,
 }
 """The types each field of a summary may have."""
 _ITEM_TYPES: Final[dict[str, frozenset[object]]] = {
@@ -651,6 +674,7 @@ _ITEM_TYPES: Final[dict[str, frozenset[object]]] = {
     "summary": _SCALAR_TYPES,
     "start": _METRIC_TYPES,
     "last": _METRIC_TYPES,
+    "perf": _SCALAR_TYPES,
 }
 """The types of the items (a list field) or values (an object field) of a container field."""
 _NOT_EMPTY: Final = ("key", "id", "root")

@@ -47,7 +47,7 @@ from traceml_ai.runs.layout import (
     VIEWABLE_FILES,
 )
 from traceml_ai.runs.metrics_tail import MetricsTail
-from traceml_ai.runs.model import MetricValue, RunSummary
+from traceml_ai.runs.model import MetricValue, RunSummary, Scalar
 from traceml_ai.runs.readers import (
     MetricsJson,
     RunFileError,
@@ -395,6 +395,20 @@ class RunStore:
                 self.version += 1
             return taken
 
+    def set_perf(self, key: str, perf: dict[str, Scalar]) -> bool:
+        """Attach the performance facts of run ``key`` (:attr:`RunSummary.perf`, the ``perf.*``
+        columns). The store never reads telemetry itself: the layer above reads it (see
+        :mod:`traceml_ai.ui.perf`) and hands the facts in; they stay with the run's summary, also
+        when its files change and it is parsed again. Returns True when the facts changed (False for
+        an unknown run).
+        """
+        with self._lock:
+            state = self._runs.get(key)
+            if state is None or state.summary is None or state.summary.perf == perf:
+                return False
+            state.summary.perf = perf
+            return True
+
     def stamps(self) -> dict[str, dict[str, tuple[int, int]]]:
         """Run key → ``{file: (mtime_ns, size)}`` of the files each summary was parsed from (absent
         files not listed), for the run database. These are the stamps of the parsed versions, so a
@@ -626,6 +640,7 @@ class RunStore:
         if rj is not None and rj.heartbeat_s is not None and rj.heartbeat_s > self.clock() + _CLOCK_SKEW_S:
             warnings.append("run.json: heartbeat_at is in the future (clocks of two machines disagree?)")
         head = state.head
+        perf = state.summary.perf if state.summary is not None else {}  # set by set_perf, kept
         # The summary shares the parsed dicts instead of copying them (they are never mutated):
         # with 10,000 runs in a viewer every copy costs megabytes.
         last = mj.last if mj else (head.last if head.complete else {})
@@ -656,6 +671,7 @@ class RunStore:
             summary=mj.summary if mj else {},
             metric_names=names,
             warnings=warnings,
+            perf=perf,
         )
 
 

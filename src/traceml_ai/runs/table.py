@@ -7,7 +7,10 @@ A column is named by a string:
 - fixed columns: ``id, name, status, group, tags, path, started, ended, heartbeat, duration_s, step,
   epoch, notes, legacy, warnings`` (see :data:`FIXED_COLUMNS`);
 - logged values, named by kind: ``config.<key>`` (params.yaml), ``run.start.<metric>``,
-  ``run.last.<metric>``, ``run.best.<metric>`` (the metric history) and ``summary.<key>``.
+  ``run.last.<metric>``, ``run.best.<metric>`` (the metric history) and ``summary.<key>``;
+- performance facts of captured runs: ``perf.<key>`` (``perf.verdict``, ``perf.step_ms.p50``,
+  ``perf.share.dataloader``, ...: :attr:`RunSummary.perf`, which the layer above fills from the
+  run's ``aggregator/final_summary.json``; list and units in docs/viewer-api.md).
 
 The part after the prefix is taken verbatim, so metric names may hold ``/``, ``.``, spaces and
 non-ASCII letters (``run.best.val/auc``, ``run.last.my metric``, ``summary.genauigkeit/über``).
@@ -48,7 +51,7 @@ FIXED_COLUMNS: Final = (
 """Columns every run has. ``status`` is the display status (it shows ``stale``), ``started``/``ended``/
 ``heartbeat`` are run.json's ISO-8601 UTC strings, ``warnings`` is the number of file warnings."""
 
-KIND_PREFIXES: Final = ("config.", "run.start.", "run.last.", "run.best.", "summary.")
+KIND_PREFIXES: Final = ("config.", "run.start.", "run.last.", "run.best.", "summary.", "perf.")
 """Prefixes of logged-value columns; the rest of such a column name is the key, verbatim."""
 
 CSV_LEAD_COLUMNS: Final = ("id", "name", "status", "group", "tags", "path")
@@ -58,6 +61,8 @@ NONE_GROUP_LABEL: Final = "(none)"
 """Label of the group of runs without a value (003 seed, "Decisions made where the spec was ambiguous")."""
 
 _DEFAULT_LEAD: Final = ("name", "status", "group", "tags", "started", "duration_s")
+PERF_DEFAULT: Final = ("verdict", "step_ms.p50", "share.dataloader")
+"""The ``perf.*`` columns shown by default when any run was captured."""
 
 
 class ColumnError(ValueError):
@@ -71,7 +76,7 @@ def split_column(column: str) -> tuple[str, str]:
     """Split a column name into ``(kind, key)``.
 
     ``kind`` is ``"fixed"`` (key = the column itself), ``"config"``, ``"run.start"``, ``"run.last"``,
-    ``"run.best"`` or ``"summary"``; ``key`` is the rest of the name, verbatim.
+    ``"run.best"``, ``"summary"`` or ``"perf"``; ``key`` is the rest of the name, verbatim.
 
     >>> split_column("run.best.val/auc")
     ('run.best', 'val/auc')
@@ -92,7 +97,7 @@ def split_column(column: str) -> tuple[str, str]:
     fix = f"did you mean {hint[0]!r}? " if hint else ""
     raise ColumnError(
         f"unknown column {column!r}; {fix}use a fixed column ({', '.join(FIXED_COLUMNS)}) or "
-        "config.<key>, run.start.<metric>, run.last.<metric>, run.best.<metric>, summary.<key>"
+        "config.<key>, run.start.<metric>, run.last.<metric>, run.best.<metric>, summary.<key>, perf.<key>"
     )
 
 
@@ -124,6 +129,8 @@ def cell(run: RunSummary, column: str) -> Scalar:
     if kind == "run.best":
         best = run.best.get(key)
         return None if best is None else best.value
+    if kind == "perf":
+        return run.perf.get(key)
     return run.summary.get(key)
 
 
@@ -151,6 +158,8 @@ def cell_getter(column: str) -> Callable[[RunSummary], Scalar]:
             return None if best is None else best.value
 
         return best_value
+    if kind == "perf":
+        return lambda run: run.perf.get(key)
     return lambda run: run.summary.get(key)
 
 
@@ -247,6 +256,7 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
     over the runs' values (the web table asks for all three after every change)."""
     config, config_numeric = _key_facts(map(attrgetter("params"), items := list(runs)), typed=True)
     summary, summary_numeric = _key_facts(map(attrgetter("summary"), items), typed=True)
+    perf, perf_numeric = _key_facts(map(attrgetter("perf"), items), typed=True)
     # Metric values are numbers or null (readers keep nothing else), and a best value is a BestValue.
     start, start_numeric = _key_facts(map(attrgetter("start"), items), typed=False)
     last, last_numeric = _key_facts(map(attrgetter("last"), items), typed=False)
@@ -263,6 +273,7 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
     numeric.update(f"run.last.{k}" for k in last_numeric)
     numeric.update(f"run.best.{k}" for k in best_numeric)
     numeric.update(f"summary.{k}" for k in summary_numeric)
+    numeric.update(f"perf.{k}" for k in perf_numeric)
     for column in ("duration_s", "step", "epoch"):
         if any(map(_not_none, map(attrgetter(column), items))):
             numeric.add(column)
@@ -273,8 +284,10 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
         *(f"run.last.{k}" for k in sorted(last)),
         *(f"run.start.{k}" for k in sorted(start)),
         *(f"summary.{k}" for k in sorted(summary)),
+        *(f"perf.{k}" for k in sorted(perf)),
     ]
-    default = [*_DEFAULT_LEAD, *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
+    default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
+               *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
     return ColumnFacts(available, default, numeric)
 
 
@@ -306,7 +319,7 @@ def _key_facts(maps: Iterable[Mapping[str, Any]], *, typed: bool) -> tuple[set[s
 
 def available_columns(runs: Iterable[RunSummary]) -> list[str]:
     """Every column the runs have a value name for: the fixed columns, then ``config.*``,
-    ``run.best.*``, ``run.last.*``, ``run.start.*`` and ``summary.*``, each sorted by key.
+    ``run.best.*``, ``run.last.*``, ``run.start.*``, ``summary.*`` and ``perf.*``, each sorted by key.
 
     A logged-value column is listed when at least one run has the key (even with a null value).
     """
@@ -315,8 +328,9 @@ def available_columns(runs: Iterable[RunSummary]) -> list[str]:
 
 def default_columns(runs: Iterable[RunSummary]) -> list[str]:
     """The columns shown before the user picks: ``name, status, group, tags, started, duration_s``,
-    then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed: "the table
-    shows every best and summary metric as a column by default")."""
+    then ``perf.verdict``, ``perf.step_ms.p50`` and ``perf.share.dataloader`` when a run was
+    captured, then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed:
+    "the table shows every best and summary metric as a column by default")."""
     return column_facts(runs).default
 
 

@@ -20,6 +20,7 @@ from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
+from traceml_ai.ui.performance import PerformanceViews
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
@@ -148,6 +149,17 @@ def routes(viewer: Viewer) -> list[Route]:
         payload = await asyncio.to_thread(telemetry.payload, run)
         return JSONResponse(payload, headers={"cache-control": "no-store"})
 
+    performance = PerformanceViews()
+
+    async def get_performance(request: Request) -> Response:
+        # As for telemetry: a known run's key, never a path from the client.
+        key = request.path_params["key"]
+        run = viewer.store.get(key)
+        if run is None:
+            raise KeyError(f"no run {key!r}")
+        payload = await asyncio.to_thread(performance.payload, run)
+        return JSONResponse(payload, headers={"cache-control": "no-store"})
+
     async def get_file(request: Request) -> Response:
         q = request.query_params
         text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
@@ -245,6 +257,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/run", guarded(get_run), methods=["GET"]),
         Route("/api/file", guarded(get_file), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
+        Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
         Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),
         Route("/api/attachments/{token}", guarded(get_attachment), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.analysis import first_time, line_points
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import VIEWABLE_FILES
@@ -37,6 +38,7 @@ from traceml_ai.runs.table import (
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
+from traceml_ai.ui.perf import join_perf
 
 log = logging.getLogger("traceml.ui")
 
@@ -98,6 +100,8 @@ class Viewer:
         self._db_saved_at = 0.0
         # The run catalog over the same roots: the catalog_run column and run attachments.
         self.catalog = CatalogView(store.roots, cache.path if cache is not None else None)
+        # The perf.* columns of captured runs, read from their final summaries (ui/perf.py).
+        self.perf = PerfIndex()
 
     # -- updating --------------------------------------------------------------------------
 
@@ -123,10 +127,12 @@ class Viewer:
     def poll(self, *, refresh: bool = False) -> PollResult:
         """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
         result = self.store.refresh() if refresh else self.store.poll()
+        perf_changed = join_perf(self.store, self.perf, force=refresh)
         with self._lock:
             self.refreshed_at = time.time()
-            if result.changed or result.removed:
-                self._bump(result.changed, result.removed)
+            changed = list(dict.fromkeys([*result.changed, *perf_changed]))
+            if changed or result.removed:
+                self._bump(changed, result.removed)
         # After the runs' own changes are out: the catalog walks every folder (docs/catalog.md).
         regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
         if regrouped:
@@ -245,6 +251,9 @@ class Viewer:
         row = run_row(run)
         row.catalog_run = self.catalog.run_of(run.key)
         extra = self.catalog.warnings_of(run.key)
+        perf_warning = self.perf.warning(run.key) if run.perf else None
+        if perf_warning:
+            extra = [*extra, perf_warning]
         if extra:
             row.warnings = [*row.warnings, *extra]
         return row
@@ -569,6 +578,9 @@ class RunRow:
     best: dict[str, BestValue]
     summary: dict[str, Scalar]
     metric_names: list[str]
+    perf: dict[str, Scalar]
+    """The ``perf.*`` facts of a captured run (docs/viewer-api.md, "Performance columns"); ``{}``
+    for a run that was not captured."""
     catalog_run: str | None = None
     """The run id of the catalog run holding this run folder's session (docs/catalog.md, "In the viewer")."""
 
@@ -603,4 +615,5 @@ def run_row(run: RunSummary) -> RunRow:
         run.best,
         run.summary,
         run.metric_names,
+        run.perf,
     )

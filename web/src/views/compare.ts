@@ -1,6 +1,7 @@
 // Compare: the selected runs side by side (run info, params, best/last metrics, summary), rows whose
 // values differ marked, with an only-differences toggle.
 
+import { columnTitle, fmtPerf, PERF_TITLES } from "../columns";
 import { h, replace } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import type { ViewModule } from "../shell";
@@ -160,6 +161,18 @@ export class CompareView implements ViewModule {
       title: "Summary",
       rows: keysOf((r) => r.summary).map((k) => ({ label: k, values: runs.map((r) => r.summary[k] ?? null) })),
     };
-    return [info, params, best, last, summary];
+    // In the chooser's order (verdict, step time, shares, ...), not alphabetically.
+    const order = Object.keys(PERF_TITLES);
+    const rank = (k: string) => (order.includes(k) ? order.indexOf(k) : order.length);
+    const perfKeys = keysOf((r) => r.perf ?? {}).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+    const perf: Section = {
+      title: "Performance",
+      rows: perfKeys.map((k) => ({
+        label: columnTitle(`perf.${k}`),
+        values: runs.map((r) => r.perf?.[k] ?? null),
+        display: (v: Scalar) => (typeof v === "number" ? fmtPerf(`perf.${k}`, v) : this.display(v)),
+      })),
+    };
+    return [info, params, best, last, summary, perf];
   }
 }

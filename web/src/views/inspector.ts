@@ -2,6 +2,7 @@
 // info, and the six run files opened read-only (GET /api/file, shown as text).
 
 import { api } from "../api";
+import { isCaptured } from "../columns";
 import { setHidden } from "../actions";
 import { type Child, h, replace } from "../dom";
 import { fmtAgo, fmtBytes, fmtDuration, fmtNum, fmtTime, rawText } from "../format";
@@ -10,6 +11,7 @@ import { store } from "../store";
 import { attachmentsSection } from "./attachments";
 import type { RunDetail, RunRow, Scalar } from "../types";
 import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, toast } from "../ui";
+import { openPerformance } from "./performance";
 import { TelemetryPanel } from "./telemetry";
 
 const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json"];
@@ -85,6 +87,16 @@ export class Inspector {
       title: hidden ? "Show this run again" : "Hide this run in TraceML (its folder stays untouched)",
       onClick: () => void setHidden([run.key], !hidden),
     });
+    const perf = isCaptured(run)
+      ? button("Performance", {
+          small: true,
+          kind: "ghost",
+          icon: "performance",
+          testid: "inspector-performance",
+          title: "Open Performance view: this run's telemetry on a full page",
+          onClick: () => openPerformance(run.key),
+        })
+      : null;
     replace(
       this.head,
       h(
@@ -99,7 +111,7 @@ export class Inspector {
         ),
         h("div", { class: "insp-id", text: run.id, title: run.path }),
       ),
-      h("div", { class: "insp-actions" }, sel, hide, close),
+      h("div", { class: "insp-actions" }, perf, sel, hide, close),
     );
   }
 

@@ -10,7 +10,7 @@ import { type FilterChip, STATUS_SEGMENTS, type StatusSegment, store } from "../
 import { button, chip, closePopover, popover, segmented, select, type SelectOption, toggle } from "../ui";
 import { RunTable } from "./table";
 
-const KIND_ORDER: Kind[] = ["fixed", "config", "run.best", "run.last", "run.start", "summary"];
+const KIND_ORDER: Kind[] = ["fixed", "config", "run.best", "run.last", "run.start", "summary", "perf"];
 const KIND_HEADING: Record<Kind, string> = {
   fixed: "Run",
   config: "Config (params.yaml)",
@@ -18,6 +18,7 @@ const KIND_HEADING: Record<Kind, string> = {
   "run.last": "Last",
   "run.start": "Start",
   summary: "Summary",
+  perf: "Performance (telemetry)",
 };
 
 /** Options for a column picker, grouped by kind. */

@@ -25,7 +25,7 @@ import {
   Tabulator,
 } from "tabulator-tables";
 import { queryTable, shownColumns } from "../actions";
-import { cellGetter, columnTitle, KIND_LABEL, splitColumn } from "../columns";
+import { cellGetter, columnTitle, fmtPerf, isCaptured, KIND_LABEL, splitColumn } from "../columns";
 import { h } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import { icon } from "../icons";
@@ -589,6 +589,7 @@ export class RunTable {
         wrap.appendChild(swatch(measuring ? "transparent" : paletteColor(store.colorOf(key)), "swatch swatch-sm"));
       }
       wrap.appendChild(el);
+      if (isCaptured(run)) wrap.appendChild(perfBadge(run));
       if (store.hidden.has(key)) wrap.appendChild(h("span", { class: "tag tag-muted", text: "hidden" }));
       wrap.title = run.id;
       return wrap;
@@ -603,6 +604,7 @@ export class RunTable {
     if (column === "tags" && run) {
       return h("span", { class: "cell-tags" }, ...run.tags.map((t) => h("span", { class: "tag", text: t })));
     }
+    if (typeof v === "number" && column.startsWith("perf.")) return plainCell(host, fmtPerf(column, v), "cell-num", String(v));
     if (typeof v === "number") return plainCell(host, fmtNum(v), "cell-num", String(v));
     const text = rawText(v);
     return plainCell(host, text, isNum ? "cell-num" : "cell-text", text.length > 24 ? text : undefined);
@@ -697,6 +699,21 @@ export class RunTable {
 }
 
 /** Plain cell content: a text node; class and tooltip go on the cell (`cellNode` resets both). */
+/** The badge of a captured run in its name cell: "perf", coloured by the verdict's severity. */
+function perfBadge(run: RunRow): HTMLElement {
+  const p = run.perf;
+  const sev = typeof p.severity === "string" ? p.severity : "";
+  const verdict = typeof p.verdict === "string" ? p.verdict : "no verdict";
+  const tip = `Captured by traceml run · telemetry ${String(p.telemetry)} · ${verdict}${sev ? ` (${sev})` : ""}`;
+  return h("span", {
+    class: `perf-badge${sev ? ` sev-${sev}` : ""}`,
+    testid: "perf-badge",
+    title: tip,
+    text: "perf",
+    data: { verdict, severity: sev || "none" },
+  });
+}
+
 function plainCell(host: HTMLElement, text: string, cls: string | null, title?: string): Text {
   if (cls) host.classList.add(cls);
   if (title) host.title = title;

@@ -83,8 +83,19 @@ export class TelemetryPanel {
   private open = true;
   private resizeObs = new ResizeObserver(debounce(() => this.resize(), 80));
 
-  constructor() {
+  /**
+   * `extra`: more blocks for the same answer, placed right after the diagnoses (the Performance view
+   * adds its phase breakdown and rank heatmap there); `title`: the section's title.
+   */
+  constructor(
+    private opts: { extra?: (d: TelemetryResponse) => Child[]; title?: string } = {},
+  ) {
     this.resizeObs.observe(this.host);
+  }
+
+  /** The answer last shown (null before the first one). */
+  get current(): TelemetryResponse | null {
+    return this.data;
   }
 
   /** Show run `key` (a new run starts from a clean state; the same run is fetched again quietly). */
@@ -134,6 +145,7 @@ export class TelemetryPanel {
       { class: "telem" },
       this.notices(d),
       this.diagnoses(d),
+      ...(this.opts.extra ? this.opts.extra(d) : []),
       this.stepChart(d, mounts),
       this.rankSkew(d),
       this.timeCharts(d, mounts),
@@ -155,7 +167,7 @@ export class TelemetryPanel {
     const det = h(
       "details",
       { class: "insp-section", testid: "inspector-telemetry" },
-      h("summary", { class: "insp-section-title" }, h("span", { text: "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: "live" }) : null),
+      h("summary", { class: "insp-section-title" }, h("span", { text: this.opts.title ?? "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: "live" }) : null),
       content,
     );
     det.open = this.open;

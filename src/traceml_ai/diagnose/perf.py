@@ -1,0 +1,429 @@
+"""The performance facts of one captured run, as run-table columns (issue 13 item 1; DESIGN §1, §3.5;
+the column names in docs/viewer-api.md, "Performance columns").
+
+:func:`perf_facts` turns a ``final_summary.json`` document (shape: :meth:`Summary.to_dict
+<traceml_ai.diagnose.summary.Summary.to_dict>`) into a flat ``{key: value}`` dict whose keys are the
+run table's ``perf.<key>`` columns; :class:`PerfIndex` keeps those facts for many run folders, read
+again only when the summary's ``(mtime_ns, size)`` stamp changed, so a poll of the viewer that finds
+no change costs nothing for finished runs and two ``stat`` calls for an unfinished one. Only
+``final_summary.json`` (and ``finalization_warning.json``, for the status) is read: the raw telemetry
+tables are read on demand by the inspector and the Performance view, never for the table.
+
+Layering: this module imports nothing above :mod:`traceml_ai.diagnose`. The run layer
+(:mod:`traceml_ai.runs`) may import nothing of ours, so it cannot call this reader; instead
+:class:`~traceml_ai.runs.model.RunSummary` has a ``perf`` dict that the layer above fills through
+:meth:`RunStore.set_perf <traceml_ai.runs.store.RunStore.set_perf>`: the viewer and ``traceml runs
+ls`` (:mod:`traceml_ai.ui.perf`) ask a :class:`PerfIndex` for each run folder and hand the answer to
+the store. The arrows keep pointing down: ``ui``/``cli`` → ``runs`` and ``ui``/``cli`` → ``diagnose``.
+
+The facts (every key optional; a missing one is an empty cell, ``–`` in the page):
+
+=======================  ======================================================================
+``telemetry``            ``ok`` / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
+                         sent nothing, rows were lost, or the database could not be read) /
+                         ``pending`` (an ``aggregator/`` folder but no final summary yet). Every
+                         captured run has it; its presence marks a run as captured.
+``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``
+                         when the rules judged and found nothing; none when they could not judge
+``severity``             the top finding's severity (``info`` / ``warning`` / ``critical``)
+``findings``             how many findings
+``steps``                distinct steps seen
+``ranks``                ranks that sent telemetry
+``step_ms.p50``          median iteration time over every rank's post-warm-up steps (ms)
+``step_ms.p95``          its 95th percentile (ms; none for summaries written before it existed)
+``steps_per_s``          throughput: 1000 / median of the per-step slowest rank's iteration
+``share.<phase>``        the time-weighted share (0-1) of the iteration spent in ``dataloader``,
+                         ``h2d``, ``forward``, ``backward``, ``optimizer`` and ``other``
+``skew_pct``             the slowest rank's excess over the median of the others (%, multi-rank)
+``worst_rank``           the rank with the highest median iteration (multi-rank)
+``straggler``            the ranks the straggler finding names, joined with ``;``
+``peak_mem.gpu``         highest per-step peak allocated device memory on a GPU (bytes)
+``peak_mem.host``        highest resident set size of any rank's process (bytes)
+``gpu_util_pct``         mean GPU utilisation after warm-up (%; median for older summaries)
+=======================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+import orjson
+
+from traceml_ai.telemetry import schema
+
+# As in traceml_ai.diagnose.summary (tests/diagnose/test_perf.py checks they agree): that module
+# loads numpy and the rules, which `traceml runs ls` should not pay for.
+AGGREGATOR_DIR: Final = "aggregator"
+FINAL_SUMMARY: Final = "final_summary.json"
+SCHEMA_VERSION: Final = 1
+
+FINALIZATION_WARNING: Final = "finalization_warning.json"
+MAX_SUMMARY_BYTES: Final = 16 * 1024 * 1024
+"""A larger final_summary.json is not read (a real one is a few KB)."""
+
+PHASE_KEYS: Final[dict[str, str]] = {
+    schema.DATALOADER_NEXT: "dataloader",
+    schema.H2D: "h2d",
+    schema.FORWARD: "forward",
+    schema.BACKWARD: "backward",
+    schema.OPTIMIZER_STEP: "optimizer",
+    "other": "other",
+}
+"""Phase name in final_summary.json → the ``share.<key>`` of its column."""
+
+PERF_KEYS: Final = (
+    "telemetry", "verdict", "severity", "findings", "steps", "ranks", "step_ms.p50", "step_ms.p95",
+    "steps_per_s", *(f"share.{k}" for k in PHASE_KEYS.values()), "skew_pct", "worst_rank", "straggler",
+    "peak_mem.gpu", "peak_mem.host", "gpu_util_pct",
+)
+"""Every key :func:`perf_facts` may return, in the order the column chooser lists them."""
+
+PerfValue = str | int | float | None
+Stamp = tuple[int, int]
+
+
+# -- the typed reader ---------------------------------------------------------------------------
+# Only the fields the columns need, decoded by msgspec straight from the file's bytes into typed
+# structs (unknown fields skipped in C, wrong types refused): a tenth of the cost of parsing the
+# whole document and walking it. A document msgspec refuses (a hand edit) is read section by
+# section instead, and a section of the wrong shape is left out (its cells stay empty).
+
+
+class _Telemetry(msgspec.Struct):
+    status: str | None = None
+    problems: list[Any] = msgspec.field(default_factory=list)
+
+
+class _Steps(msgspec.Struct):
+    seen: int | None = None
+
+
+class _Ranks(msgspec.Struct):
+    seen: list[int | None] = msgspec.field(default_factory=list)
+    missing: list[Any] = msgspec.field(default_factory=list)
+
+
+class _Phase(msgspec.Struct):
+    name: str | None = None
+    share: float | None = None
+
+
+class _StepTime(msgspec.Struct):
+    iteration_median_ms: float | None = None
+    iteration_p95_ms: float | None = None
+    throughput_steps_per_s: float | None = None
+    phases: list[_Phase] = msgspec.field(default_factory=list)
+    worst_rank: int | None = None
+    skew: float | None = None
+
+
+class _Memory(msgspec.Struct):
+    device: str | None = None
+    peak_alloc_bytes: float | None = None
+    rss_peak_bytes: dict[str, float | None] = msgspec.field(default_factory=dict)
+
+
+class _System(msgspec.Struct):
+    gpu_util_median: float | None = None
+    gpu_util_mean: float | None = None
+
+
+class _Evidence(msgspec.Struct):
+    ranks: list[int | None] = msgspec.field(default_factory=list)
+
+
+class _Finding(msgspec.Struct):
+    kind: str | None = None
+    severity: str | None = None
+    evidence: _Evidence | None = None
+
+
+class SummaryFacts(msgspec.Struct):
+    """The parts of a ``final_summary.json`` document (shape: :meth:`Summary.to_dict
+    <traceml_ai.diagnose.summary.Summary.to_dict>`) that the ``perf.*`` columns come from, typed."""
+
+    schema_version: int | None = None
+    telemetry: _Telemetry = msgspec.field(default_factory=_Telemetry)
+    steps: _Steps = msgspec.field(default_factory=_Steps)
+    ranks: _Ranks = msgspec.field(default_factory=_Ranks)
+    step_time: _StepTime | None = None
+    memory: _Memory = msgspec.field(default_factory=_Memory)
+    system: _System = msgspec.field(default_factory=_System)
+    findings: list[_Finding] = msgspec.field(default_factory=list)
+    rules_checked: list[str] = msgspec.field(default_factory=list)
+
+
+_DECODER: Final = msgspec.json.Decoder(SummaryFacts)
+_SECTIONS: Final = {f: t for f, t in zip(SummaryFacts.__struct_fields__, (
+    int, _Telemetry, _Steps, _Ranks, _StepTime, _Memory, _System, list[_Finding], list[str]), strict=True)}
+
+
+def summary_facts(doc: Mapping[str, Any]) -> SummaryFacts:
+    """The typed parts of a final summary document already parsed (a dict), section by section: a
+    section of the wrong shape is left out, never an error."""
+    kept: dict[str, Any] = {}
+    for name, kind in _SECTIONS.items():
+        value = doc.get(name)
+        if value is None:
+            continue
+        try:
+            kept[name] = msgspec.convert(value, kind)
+        except msgspec.ValidationError:
+            continue
+    return SummaryFacts(**kept)
+
+
+def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
+    """``ok`` / ``degraded`` / ``partial`` of a final summary (see the module table). ``lost``: the
+    run has a ``finalization_warning.json`` (something was dropped during capture)."""
+    status = doc.telemetry.status
+    if status == "degraded":
+        return "degraded"
+    if status != "ok" or lost or doc.ranks.missing or doc.telemetry.problems:
+        return "partial"
+    return "ok"
+
+
+def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> dict[str, PerfValue]:
+    """The ``perf.*`` cells of one run from its final_summary.json document (a parsed dict or its
+    :class:`SummaryFacts`; ``perf.`` left off the keys; see the module table). A field that is
+    missing or of the wrong type is left out, never an error: a hand-edited summary shows empty
+    cells, not a broken table."""
+    facts = doc if isinstance(doc, SummaryFacts) else summary_facts(doc)
+    out: dict[str, PerfValue] = {"telemetry": telemetry_state(facts, lost=lost)}
+    findings = facts.findings
+    out["findings"] = len(findings)
+    if findings:
+        top = findings[0]
+        if top.kind is not None:
+            out["verdict"] = top.kind
+        if top.severity is not None:
+            out["severity"] = top.severity
+    elif facts.rules_checked:
+        out["verdict"] = "healthy"
+    stragglers = sorted({r for f in findings if f.kind == "straggler" and f.evidence is not None
+                         for r in f.evidence.ranks if r is not None})
+    if stragglers:
+        out["straggler"] = ";".join(map(str, stragglers))
+    if facts.steps.seen is not None:
+        out["steps"] = facts.steps.seen
+    ranks = facts.ranks.seen
+    if ranks:
+        out["ranks"] = len(ranks)
+    st = facts.step_time
+    if st is not None:
+        if st.iteration_median_ms is not None:
+            out["step_ms.p50"] = st.iteration_median_ms
+        if st.iteration_p95_ms is not None:
+            out["step_ms.p95"] = st.iteration_p95_ms
+        if st.throughput_steps_per_s is not None:
+            out["steps_per_s"] = st.throughput_steps_per_s
+        for phase in st.phases:
+            key = PHASE_KEYS.get(phase.name or "")
+            if key is not None and phase.share is not None:
+                out[f"share.{key}"] = phase.share
+        if st.skew is not None:
+            out["skew_pct"] = float(f"{st.skew * 100:.6g}")
+        if len(ranks) > 1 and st.worst_rank is not None:
+            out["worst_rank"] = st.worst_rank
+    memory = facts.memory
+    if memory.device == "gpu" and memory.peak_alloc_bytes is not None:
+        out["peak_mem.gpu"] = _whole(memory.peak_alloc_bytes)
+    rss = [v for v in memory.rss_peak_bytes.values() if v is not None]
+    if rss:
+        out["peak_mem.host"] = _whole(max(rss))
+    util = facts.system.gpu_util_mean
+    if util is None:
+        util = facts.system.gpu_util_median
+    if util is not None:
+        out["gpu_util_pct"] = util
+    return out
+
+
+def _whole(value: float) -> float | int:
+    """Byte counts read as floats (JSON numbers rounded to 6 digits) become ints when whole."""
+    return int(value) if value.is_integer() else value
+
+
+PENDING: Final[dict[str, PerfValue]] = {"telemetry": "pending"}
+NOT_CAPTURED: Final[dict[str, PerfValue]] = {}
+
+
+def _regular(path: str) -> os.stat_result | None:
+    """The ``lstat`` of a regular file, None for a missing file, a symlink or anything else (a run
+    folder is read only through its own files, never through a link leaving it)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def read_perf_facts(run_dir: str | os.PathLike[str]) -> tuple[dict[str, PerfValue], str | None]:
+    """The ``perf.*`` facts of one run folder, and a one-line warning when its final summary could
+    not be used (None otherwise).
+
+    ``{}`` for a run without an ``aggregator/`` folder (not captured), :data:`PENDING` for a
+    captured run without a final summary yet. A final summary that is not JSON, not an object, too
+    big or of a newer schema gives ``{"telemetry": "partial"}`` and the warning. Never raises.
+    """
+    facts, warning, _stamps, _captured = _read(os.fspath(run_dir))
+    return facts, warning
+
+
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes (and one more, to see growth) of an open file."""
+    chunks = []
+    left = size + 1
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp | None, Stamp | None], bool]:
+    """(facts, warning, (summary stamp, finalization-warning stamp), aggregator folder present)."""
+    agg = os.path.join(run_dir, AGGREGATOR_DIR)
+    name = f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}"
+    # One open (never through a symlink) and fstat, not lstat + open: this runs for every captured
+    # run at a viewer's start.
+    try:
+        fd = os.open(os.path.join(agg, FINAL_SUMMARY), _OPEN_FLAGS)
+    except OSError as err:
+        if err.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            return {"telemetry": "partial"}, f"{name}: cannot be read ({err.strerror or err})", (None, None), True
+        fd = -1
+    st: os.stat_result | None = None
+    raw = b""
+    if fd >= 0:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                st = None
+            elif st.st_size <= MAX_SUMMARY_BYTES:
+                raw = _read_all(fd, st.st_size)
+        except OSError as err:
+            return {"telemetry": "partial"}, f"{name}: cannot be read ({err.strerror or err})", (None, None), True
+        finally:
+            os.close(fd)
+    if st is None:
+        try:
+            captured = stat.S_ISDIR(os.lstat(agg).st_mode)
+        except OSError:
+            captured = False
+        return (dict(PENDING) if captured else {}), None, (None, None), captured
+    lost_st = _regular(os.path.join(agg, FINALIZATION_WARNING))
+    stamps = ((st.st_mtime_ns, st.st_size), None if lost_st is None else (lost_st.st_mtime_ns, lost_st.st_size))
+    if st.st_size > MAX_SUMMARY_BYTES:
+        return {"telemetry": "partial"}, f"{name}: {st.st_size:,} bytes, too big to read", stamps, True
+    lost = lost_st is not None
+    try:
+        facts = _DECODER.decode(raw)
+    except msgspec.ValidationError:  # a hand edit: read what has the right shape
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
+        if not isinstance(doc, dict):
+            return {"telemetry": "partial"}, f"{name}: holds {type(doc).__name__}, not an object", stamps, True
+        facts = summary_facts(doc)
+    except msgspec.DecodeError as err:
+        return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
+    version = facts.schema_version
+    if version is None or version > SCHEMA_VERSION:
+        return ({"telemetry": "partial"},
+                f"{name}: schema_version {version!r} is newer than this TraceML reads (upgrade traceml-ai)"
+                if version is not None else f"{name}: no schema_version", stamps, True)
+    return perf_facts(facts, lost=lost), None, stamps, True
+
+
+@dataclass(slots=True)
+class _Entry:
+    stamps: tuple[Stamp | None, Stamp | None]
+    facts: dict[str, PerfValue]
+    warning: str | None
+    frozen: bool
+
+
+class PerfIndex:
+    """The ``perf.*`` facts of many run folders, each read again only when its files changed
+    (thread-safe).
+
+    :meth:`update` checks the given run folders: a folder whose run is finished and whose final
+    summary has been read (or that has no ``aggregator/`` folder at all) is frozen and costs nothing
+    until ``force=True`` (the viewer's Refresh); any other folder costs one or two ``stat`` calls, and
+    its final summary is parsed again only when its ``(mtime_ns, size)`` changed.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+        self.reads = 0
+        """How many final summaries were parsed (tests and the benchmark count them)."""
+
+    def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False) -> dict[str, dict[str, PerfValue]]:
+        """Check ``runs`` (``(run folder, finished)`` pairs) and return the facts of those whose facts
+        changed since the last call; a folder seen for the first time is always returned (``{}`` when
+        it was not captured). Folders not listed are forgotten."""
+        changed: dict[str, dict[str, PerfValue]] = {}
+        with self._lock:
+            seen: set[str] = set()
+            for run_dir, finished in runs:
+                seen.add(run_dir)
+                entry = self._entries.get(run_dir)
+                if entry is not None and entry.frozen and not force:
+                    continue
+                facts, warning, stamps, captured = self._check(run_dir, entry)
+                frozen = finished and (not captured or stamps[0] is not None)
+                if entry is None:
+                    # Reported even when empty: the caller may hold older facts (from its run database).
+                    self._entries[run_dir] = _Entry(stamps, facts, warning, frozen)
+                    changed[run_dir] = facts
+                    continue
+                entry.frozen = frozen
+                if facts != entry.facts:
+                    changed[run_dir] = facts
+                entry.stamps, entry.facts, entry.warning = stamps, facts, warning
+            for gone in [k for k in self._entries if k not in seen]:
+                del self._entries[gone]
+        return changed
+
+    def _check(self, run_dir: str, entry: _Entry | None) -> tuple[dict[str, PerfValue], str | None,
+                                                                   tuple[Stamp | None, Stamp | None], bool]:
+        if entry is not None and entry.stamps[0] is not None:
+            agg = os.path.join(run_dir, AGGREGATOR_DIR)
+            st = _regular(os.path.join(agg, FINAL_SUMMARY))
+            lost = _regular(os.path.join(agg, FINALIZATION_WARNING))
+            stamps = (None if st is None else (st.st_mtime_ns, st.st_size),
+                      None if lost is None else (lost.st_mtime_ns, lost.st_size))
+            if stamps == entry.stamps:
+                return entry.facts, entry.warning, entry.stamps, True
+        facts, warning, stamps, captured = _read(run_dir)
+        if stamps[0] is not None:
+            self.reads += 1
+        return facts, warning, stamps, captured
+
+    def facts(self, run_dir: str) -> dict[str, PerfValue]:
+        """The facts last read for ``run_dir`` (``{}`` when unknown or not captured)."""
+        with self._lock:
+            entry = self._entries.get(run_dir)
+            return dict(entry.facts) if entry is not None else {}
+
+    def warning(self, run_dir: str) -> str | None:
+        """The one-line problem of ``run_dir``'s final summary, if its last read found one."""
+        with self._lock:
+            entry = self._entries.get(run_dir)
+            return entry.warning if entry is not None else None

@@ -1,0 +1,161 @@
+"""The perf.* facts of a run folder (issue 13 item 1): read from final_summary.json as the real
+diagnosis writes it, and kept by file stamps so an unchanged folder is not read again."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, MIB, RunSpec, write_run
+from traceml_ai.diagnose.perf import PERF_KEYS, PerfIndex, perf_facts, read_perf_facts
+from traceml_ai.diagnose.summary import write_final_summary
+from traceml_ai.telemetry import schema
+
+
+def captured(run_dir: Path, spec: RunSpec) -> dict[str, object]:
+    write_run(run_dir, spec)
+    write_final_summary(run_dir)
+    doc: dict[str, object] = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    return doc
+
+
+def test_an_input_stall_run_has_its_dataloader_share_and_verdict(tmp_path: Path) -> None:
+    run_dir = tmp_path / "stall"
+    doc = captured(run_dir, RunSpec(steps=80, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    facts, warning = read_perf_facts(run_dir)
+    assert warning is None
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    shares = {p["name"]: p["share"] for p in st["phases"]}
+    assert facts["telemetry"] == "ok"
+    assert facts["verdict"] == "input_bound"
+    assert facts["severity"] in ("warning", "critical")
+    assert facts["share.dataloader"] == shares[schema.DATALOADER_NEXT] > 0.5
+    assert facts["share.forward"] == shares[schema.FORWARD]
+    assert facts["share.other"] == shares["other"]
+    assert facts["step_ms.p50"] == st["iteration_median_ms"]
+    assert facts["step_ms.p95"] == st["iteration_p95_ms"] >= st["iteration_p90_ms"]
+    assert facts["steps_per_s"] == st["throughput_steps_per_s"]
+    assert facts["steps"] == 80
+    assert facts["ranks"] == 1
+    memory = doc["memory"]
+    assert isinstance(memory, dict)
+    assert facts["peak_mem.host"] == max(memory["rss_peak_bytes"].values()) == pytest.approx(900 * MIB, rel=1e-5)
+    assert "skew_pct" not in facts and "worst_rank" not in facts  # one rank: no skew
+    assert "peak_mem.gpu" not in facts and "gpu_util_pct" not in facts  # CPU run
+    assert set(facts) <= set(PERF_KEYS)
+
+
+def test_a_straggler_run_names_its_rank_and_skew(tmp_path: Path) -> None:
+    run_dir = tmp_path / "straggler"
+    doc = captured(run_dir, RunSpec(ranks=2, steps=100,
+                                    phases=lambda r, s: {**HEALTHY_CPU, "other": 10.0 if r else 0.5}))
+    facts, _ = read_perf_facts(run_dir)
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    assert facts["verdict"] == "straggler"
+    assert facts["straggler"] == "1"
+    assert facts["worst_rank"] == 1
+    assert facts["skew_pct"] == pytest.approx(st["skew"] * 100)
+    assert facts["skew_pct"] > 15  # type: ignore[operator]
+
+
+def test_a_gpu_run_has_peak_device_memory_and_mean_utilisation(tmp_path: Path) -> None:
+    run_dir = tmp_path / "gpu"
+    doc = captured(run_dir, RunSpec(steps=60, gpu=True, gpu_util=lambda t: 80.0 if int(t * 4) % 2 else 60.0))
+    facts, _ = read_perf_facts(run_dir)
+    system = doc["system"]
+    assert isinstance(system, dict)
+    memory = doc["memory"]
+    assert isinstance(memory, dict)
+    assert facts["peak_mem.gpu"] == memory["peak_alloc_bytes"] == pytest.approx(10 * GIB, rel=1e-5)
+    assert facts["gpu_util_pct"] == system["gpu_util_mean"]
+    assert 60.0 <= facts["gpu_util_pct"] <= 80.0  # type: ignore[operator]
+
+
+def test_status_ok_degraded_partial_and_pending(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    doc = captured(run_dir, RunSpec(steps=30))
+    assert perf_facts(doc)["telemetry"] == "ok"
+    assert perf_facts(doc, lost=True)["telemetry"] == "partial"  # finalization_warning.json
+    assert perf_facts({**doc, "telemetry": {**doc["telemetry"], "status": "degraded"}})["telemetry"] == "degraded"  # type: ignore[dict-item]
+    assert perf_facts({**doc, "ranks": {"seen": [0], "world_size": 2, "missing": [1]}})["telemetry"] == "partial"
+    corrupt = perf_facts({"schema_version": 1, "telemetry": {"status": "corrupt"}, "findings": [],
+                          "rules_checked": []})
+    assert corrupt["telemetry"] == "partial" and "verdict" not in corrupt  # no rule judged: no verdict
+    (run_dir / "aggregator" / "finalization_warning.json").write_text('{"summary": ["3 lines lost"]}')
+    assert read_perf_facts(run_dir)[0]["telemetry"] == "partial"
+    pending = tmp_path / "live"
+    (pending / "aggregator").mkdir(parents=True)
+    assert read_perf_facts(pending) == ({"telemetry": "pending"}, None)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert read_perf_facts(plain) == ({}, None)
+
+
+def test_a_bad_summary_is_a_warning_and_partial_never_a_crash(tmp_path: Path) -> None:
+    run_dir = tmp_path / "bad"
+    (run_dir / "aggregator").mkdir(parents=True)
+    path = run_dir / "aggregator" / "final_summary.json"
+    for text, says in (("{not json", "not valid JSON"), ("[1, 2]", "not an object"),
+                       ('{"schema_version": 99}', "newer than this TraceML reads")):
+        path.write_text(text)
+        facts, warning = read_perf_facts(run_dir)
+        assert facts == {"telemetry": "partial"}
+        assert warning is not None and says in warning and "\n" not in warning
+    # A hand-edited summary with wrong types shows empty cells, not an error.
+    path.write_text(json.dumps({"schema_version": 1, "telemetry": {"status": "ok"}, "steps": {"seen": "many"},
+                                "step_time": {"iteration_median_ms": "fast", "phases": [{"name": 3}]},
+                                "findings": [{"kind": "input_bound", "severity": "critical"}]}))
+    facts, warning = read_perf_facts(run_dir)
+    assert warning is None
+    assert facts["verdict"] == "input_bound" and "steps" not in facts and "step_ms.p50" not in facts
+
+
+def test_a_symlinked_summary_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"schema_version": 1, "telemetry": {"status": "ok"}, "findings": []}))
+    run_dir = tmp_path / "linked"
+    (run_dir / "aggregator").mkdir(parents=True)
+    os.symlink(outside, run_dir / "aggregator" / "final_summary.json")
+    assert read_perf_facts(run_dir) == ({"telemetry": "pending"}, None)
+
+
+def test_the_index_reads_a_folder_again_only_when_its_summary_changed(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    captured(done, RunSpec(steps=30))
+    live = tmp_path / "live"
+    (live / "aggregator").mkdir(parents=True)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    index = PerfIndex()
+    runs = [(str(done), True), (str(live), False), (str(plain), True)]
+    first = index.update(runs)
+    assert set(first) == {str(done), str(live), str(plain)} and first[str(plain)] == {}  # all new
+    assert first[str(live)] == {"telemetry": "pending"}
+    reads = index.reads
+    assert index.update(runs) == {}  # no change: nothing reported ...
+    assert index.reads == reads  # ... and nothing read: the finished runs are frozen, the live one stat'ed
+    # The live run finishes: its summary appears and is read once.
+    write_run(live, RunSpec(steps=20))
+    write_final_summary(live)
+    changed = index.update([(str(done), True), (str(live), True), (str(plain), True)])
+    assert list(changed) == [str(live)] and changed[str(live)]["telemetry"] == "ok"
+    assert index.update([(str(done), True), (str(live), True)]) == {}
+    # A frozen run is looked at again on a forced update (the viewer's Refresh).
+    summary = done / "aggregator" / "final_summary.json"
+    doc = json.loads(summary.read_text())
+    doc["findings"] = []
+    summary.write_text(json.dumps(doc))
+    assert index.update([(str(done), True)]) == {}
+    assert index.update([(str(done), True)], force=True)[str(done)]["verdict"] == "healthy"
+
+
+def test_the_reader_names_the_files_and_schema_as_the_summary_writer_does() -> None:
+    from traceml_ai.diagnose import perf, summary
+
+    assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION) == (
+        summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION)

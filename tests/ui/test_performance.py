@@ -1,0 +1,79 @@
+"""``GET /api/runs/{key}/performance``: each rank's step time over the steps, for the Performance
+view's heatmap (issue 13 item 2), from a real telemetry database."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+from traceml_ai.diagnose.thresholds import WARMUP_STEPS
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.ui.performance import PerformanceViews, heatmap
+
+
+def test_the_heatmap_buckets_each_ranks_steps_and_shows_the_slow_rank(tmp_path: Path) -> None:
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=100, noise=0.0,
+                                             phases=lambda r, s: {**HEALTHY_CPU, "other": 10.0 if r else 0.5}))
+    hm = heatmap(str(db), max_buckets=30)
+    assert hm["state"] == "ok" and hm["ranks"] == [0, 1]
+    assert hm["first_step"] == 0 and hm["bucket_steps"] == math.ceil(100 / 30)
+    assert [len(row) for row in hm["z"]] == [math.ceil(100 / hm["bucket_steps"])] * 2
+    fast, slow = (np.array(row, dtype=float) for row in hm["z"])
+    assert np.all(slow - fast == np.float64(9.5).round(4))  # rank 1's extra 9.5 ms in every bucket
+    assert hm["warmup_steps"] == WARMUP_STEPS
+    whole = heatmap(str(db))
+    assert whole["bucket_steps"] == 1 and len(whole["z"][0]) == 100
+
+
+def test_a_missing_or_corrupt_database_says_why(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "aggregator").mkdir(parents=True)
+    run = RunSummary(key=str(run_dir), id="r", root=str(tmp_path / "runs"), name="r")
+    views = PerformanceViews()
+    assert views.payload(run)["heatmap"]["state"] == "missing"
+    (run_dir / "aggregator" / "telemetry.sqlite").write_bytes(b"not a database at all" * 100)
+    hm = views.payload(run)["heatmap"]
+    assert hm["state"] == "corrupt" and hm["z"] == [] and hm["detail"]
+    plain = RunSummary(key=str(tmp_path / "runs" / "plain"), id="plain", root=str(tmp_path / "runs"), name="plain")
+    assert views.payload(plain)["heatmap"]["state"] == "none"
+
+
+def test_answers_are_cached_until_the_database_changes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r"
+    write_run(run_dir, RunSpec(steps=30))
+    run = RunSummary(key=str(run_dir), id="r", root=str(tmp_path / "runs"), name="r")
+    views = PerformanceViews()
+    first = views.payload(run)
+    assert views.payload(run) is first and views.reads == 1
+    write_run(run_dir, RunSpec(steps=30, seed=1))  # more rows: the file's size changes
+    assert views.payload(run) is not first and views.reads == 2
+
+
+def test_the_breakdown_takes_the_waited_for_rank_so_the_phases_add_up_to_the_step(tmp_path: Path) -> None:
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.timeline import build_step_table
+    from traceml_ai.telemetry import schema
+    from traceml_ai.ui.performance import breakdown
+
+    # rank 1 is slow in forward, rank 0 in the dataloader: per-phase maxima over ranks would
+    # add both slow phases into one step that never happened.
+    def phases(rank: int, step: int) -> dict[str, float]:
+        return {**HEALTHY_CPU, schema.FORWARD: 30.0 if rank else 4.0, schema.DATALOADER_NEXT: 1.0 if rank else 20.0}
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=40, noise=0.0, phases=phases))
+    b = breakdown(str(db), max_points=1000)
+    assert b is not None and b["bucket_steps"] == 1 and b["x"] == list(range(40))
+    table = build_step_table(read_telemetry(str(db)).steps, warmup_steps=0)
+    by_rank = {tl.rank: dict(zip(tl.steps.tolist(), tl.iteration_ms.tolist(), strict=True)) for tl in table.ranks}
+    for i, step in enumerate(b["x"]):
+        total = sum(s["y"][i] or 0.0 for s in b["series"])
+        assert total == pytest.approx(b["iteration"][i], abs=1e-3)
+        assert b["iteration"][i] == pytest.approx(max(by_rank[0][step], by_rank[1][step]), abs=1e-3)
+        assert b["rank"][i] == (1 if by_rank[1][step] >= by_rank[0][step] else 0)
+    assert {s["name"] for s in b["series"]} >= {schema.FORWARD, schema.BACKWARD, "other"}
+    coarse = breakdown(str(db), max_points=7)
+    assert coarse is not None and coarse["bucket_steps"] == 6 and len(coarse["x"]) == len(coarse["iteration"]) == 7

@@ -1,0 +1,317 @@
+// The Performance view: the telemetry of one or more captured runs on a full page (issue 13 item 2).
+// Per run: the diagnoses first (severity, evidence, action), then the step broken down by phase over
+// the steps (a stacked area of rolling medians, the warm-up shaded, ms or share), the ranks × steps
+// heatmap of step time with the per-rank medians and the straggler marked, then the inspector's
+// telemetry blocks (memory, host and GPU, the captured output with stream and rank filters, what was
+// lost). With two or more runs, their phase shares as paired bars with the difference on top. A panel
+// without data says why. Everything comes from GET /api/runs/<key>/telemetry and /performance; every
+// value from a run's files goes in as text.
+
+import { api } from "../api";
+import { fmtPerf, isCaptured } from "../columns";
+import { type Child, h, replace, s, svgTitle } from "../dom";
+import { fmtNum } from "../format";
+import type { ViewModule } from "../shell";
+import { store } from "../store";
+import type { PerformanceResponse, RunRow, TelemetryResponse } from "../types";
+import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
+import { TelemetryPanel } from "./telemetry";
+
+/** Built-in phases in loop order: [telemetry series name, perf.share key, label]. */
+const PHASES: [string, string, string][] = [
+  ["traceml:dataloader_next", "dataloader", "dataloader"],
+  ["traceml:h2d", "h2d", "h2d"],
+  ["traceml:forward", "forward", "forward"],
+  ["traceml:backward", "backward", "backward"],
+  ["traceml:optimizer_step", "optimizer", "optimizer"],
+  ["other", "other", "other"],
+];
+const PHASE_COLOR: Record<string, number> = { dataloader: 1, h2d: 5, forward: 0, backward: 4, optimizer: 2, other: 7 };
+const MAX_RUNS = 4;
+const W = 860;
+
+let focusKey: string | null = null;
+
+/** Open the Performance view on run `key` (the inspector's link): shown alone unless it is selected,
+ * until the selection changes. */
+export function openPerformance(key: string): void {
+  focusKey = key;
+  store.openInspector(null); // the full page needs the room
+  store.setView("performance");
+}
+
+/** The captured runs the view shows: the selected ones, else the one the inspector opened. */
+function shownRuns(): RunRow[] {
+  const selected = store.ui.selection.map((k) => store.runs.get(k)).filter((r): r is RunRow => !!r && isCaptured(r));
+  if (selected.length && (!focusKey || store.ui.selection.includes(focusKey))) return selected.slice(0, MAX_RUNS);
+  const focus = focusKey ? store.runs.get(focusKey) : undefined;
+  if (focus && isCaptured(focus)) return [focus];
+  return selected.slice(0, MAX_RUNS);
+}
+
+/** A rolling median of `values` over `window` points (nulls skipped). */
+function rollingMedian(values: (number | null)[], window: number): (number | null)[] {
+  const half = Math.floor(window / 2);
+  return values.map((_, i) => {
+    const part = values.slice(Math.max(0, i - half), i + half + 1).filter((v): v is number => v !== null && Number.isFinite(v));
+    if (!part.length) return null;
+    part.sort((a, b) => a - b);
+    const m = part.length >> 1;
+    return part.length % 2 ? part[m]! : (part[m - 1]! + part[m]!) / 2;
+  });
+}
+
+export class PerformanceView implements ViewModule {
+  private host!: HTMLElement;
+  private visible = false;
+  private panels = new Map<string, TelemetryPanel>();
+  private heat = new Map<string, PerformanceResponse | string>();
+  private mode: "ms" | "share" = "ms";
+
+  mount(host: HTMLElement): void {
+    this.host = h("div", { class: "perf-view", testid: "performance" });
+    host.appendChild(this.host);
+    store.on("selection", () => {
+      focusKey = null; // a new selection is what the user wants to see
+      if (this.visible) this.render();
+    });
+  }
+
+  show(): void {
+    this.visible = true;
+    this.render();
+  }
+
+  hide(): void {
+    this.visible = false;
+  }
+
+  private render(): void {
+    const runs = shownRuns();
+    if (!runs.length) {
+      replace(
+        this.host,
+        emptyState(
+          "Select captured runs to see their performance",
+          "Tick one or more runs with the PERF badge (captured by traceml run) in the Runs table, or open a run's inspector and follow “Open Performance view”.",
+          button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
+          "performance-empty",
+        ),
+      );
+      return;
+    }
+    const sections: Child[] = [];
+    if (runs.length >= 2) sections.push(this.pairedShares(runs));
+    for (const run of runs) sections.push(this.runSection(run));
+    replace(this.host, ...sections);
+  }
+
+  // -- two or more runs: phase shares side by side ----------------------------------------------------
+
+  private pairedShares(runs: RunRow[]): HTMLElement {
+    const base = runs[0]!;
+    const rowH = 18 * runs.length + 14;
+    const labelW = 110;
+    const barW = 420;
+    const height = PHASES.length * rowH + 24;
+    const svg = s("svg", { class: "perf-pairs-svg", width: labelW + barW + 200, height, role: "img" });
+    PHASES.forEach(([, key, label], i) => {
+      const y0 = 8 + i * rowH;
+      svg.appendChild(s("text", { x: 0, y: y0 + rowH / 2, class: "perf-axis-label", "dominant-baseline": "middle" }, label));
+      const baseShare = typeof base.perf[`share.${key}`] === "number" ? (base.perf[`share.${key}`] as number) : null;
+      runs.forEach((run, j) => {
+        const v = run.perf[`share.${key}`];
+        const share = typeof v === "number" ? v : null;
+        const y = y0 + j * 18;
+        const w = share === null ? 0 : Math.max(1, share * barW);
+        const g = s("g", { "data-testid": "perf-pair-bar", "data-phase": key, "data-run": run.name, "data-share": share === null ? "" : String(share) });
+        g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${run.name}: ${share === null ? "not measured" : fmtPerf(`perf.share.${key}`, share)}`)));
+        g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle" }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share)));
+        if (j > 0 && share !== null && baseShare !== null) {
+          const diff = (share - baseShare) * 100;
+          const txt = `${diff >= 0 ? "+" : "−"}${Math.abs(diff).toFixed(1)} pp`;
+          g.appendChild(s("text", { x: labelW + barW + 120, y: y + 7, class: `perf-diff ${Math.abs(diff) >= 5 ? "is-big" : ""}`, "data-testid": "perf-pair-diff", "dominant-baseline": "middle" }, txt));
+        }
+        svg.appendChild(g);
+      });
+    });
+    const legend = h("div", { class: "perf-legend" }, ...runs.map((r) => h("span", { class: "legend-item" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { text: r.name || r.id }))));
+    return h(
+      "section",
+      { class: "perf-card", testid: "perf-pairs" },
+      h("h2", { class: "perf-card-title", text: "Phase shares of the step" }),
+      h("div", { class: "perf-card-hint", text: `Share of the iteration in each phase; the difference is against ${base.name || base.id}, in percentage points.` }),
+      legend,
+      svg,
+    );
+  }
+
+  // -- one run ----------------------------------------------------------------------------------------
+
+  private runSection(run: RunRow): HTMLElement {
+    let panel = this.panels.get(run.key);
+    if (!panel) {
+      panel = new TelemetryPanel({ title: "Diagnoses and telemetry", extra: (d) => this.extra(run, d) });
+      this.panels.set(run.key, panel);
+    }
+    panel.show(run.key);
+    if (!this.heat.has(run.key)) {
+      void api.performance(run.key).then(
+        (res) => {
+          this.heat.set(run.key, res);
+          if (this.visible) this.render();
+        },
+        (err) => {
+          this.heat.set(run.key, String(err));
+          if (this.visible) this.render();
+        },
+      );
+    }
+    const p = run.perf;
+    const facts: [string, string][] = [
+      ["verdict", typeof p.verdict === "string" ? p.verdict : "–"],
+      ["median step", typeof p["step_ms.p50"] === "number" ? `${fmtNum(p["step_ms.p50"])} ms` : "–"],
+      ["p95 step", typeof p["step_ms.p95"] === "number" ? `${fmtNum(p["step_ms.p95"])} ms` : "–"],
+      ["steps / s", typeof p.steps_per_s === "number" ? fmtNum(p.steps_per_s) : "–"],
+      ["telemetry", typeof p.telemetry === "string" ? p.telemetry : "–"],
+    ];
+    return h(
+      "section",
+      { class: "perf-run", testid: "perf-run", data: { key: run.key, name: run.name } },
+      h(
+        "div",
+        { class: "perf-run-head" },
+        swatch(paletteColor(store.colorOf(run.key))),
+        h("h2", { class: "perf-run-name", text: run.name || run.id }),
+        h("span", { class: "perf-run-id", text: run.id }),
+      ),
+      h("dl", { class: "perf-facts" }, ...facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v })])),
+      panel.host,
+    );
+  }
+
+  /** The blocks this view adds after the diagnoses of a run's telemetry answer. */
+  private extra(run: RunRow, d: TelemetryResponse): Child[] {
+    return [this.breakdown(run, d), this.heatmap(run, d), this.missing(d)];
+  }
+
+  /** The step broken down by phase over the steps: a stacked area of rolling medians. */
+  private breakdown(run: RunRow, d: TelemetryResponse): HTMLElement {
+    const block = (body: Child, ...head: Child[]) =>
+      h("div", { class: "telem-block perf-block", testid: "perf-breakdown" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time by phase" }), ...head), body);
+    // The breakdown on the rank the job waited for at each step (/performance): its phases add up to
+    // the step. Until it has arrived, the inspector's per-phase maxima over ranks.
+    const res = this.heat.get(run.key);
+    const perf = typeof res === "object" ? res : null;
+    const b = perf?.breakdown ?? null;
+    const st = b && perf
+      ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? perf.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 }
+      : d.steps;
+    if (!st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
+    const phases = PHASES.map(([name, key, label]) => ({ key, label, y: st.series.find((x) => x.name === name)?.y })).filter((p) => p.y) as { key: string; label: string; y: (number | null)[] }[];
+    if (!phases.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No phase times in this run's step rows." }));
+    const window = Math.max(1, Math.min(25, Math.round(st.x.length / 40)) | 1);
+    const smooth = phases.map((p) => rollingMedian(p.y, window));
+    const n = st.x.length;
+    const totals = Array.from({ length: n }, (_, i) => smooth.reduce((a, v) => a + (v[i] ?? 0), 0));
+    const values = smooth.map((v) => v.map((x, i) => (this.mode === "share" ? (totals[i]! > 0 ? (x ?? 0) / totals[i]! : 0) : x ?? 0)));
+    const top = this.mode === "share" ? 1 : Math.max(1e-9, ...totals);
+    const H = 220;
+    const pad = { l: 78, r: 10, t: 8, b: 26 };
+    const x0 = st.x[0]!;
+    const x1 = st.x[n - 1]!;
+    const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
+    const ys = (v: number) => pad.t + (1 - v / top) * (H - pad.t - pad.b);
+    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-source": b ? "waited-for rank" : "per-phase max" });
+    const warmEnd = (st.first_step ?? x0) + st.warmup_steps;
+    if (st.warmup_steps > 0 && warmEnd > x0) {
+      svg.appendChild(s("rect", { x: xs(x0), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(x0)), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
+    }
+    const base = new Array<number>(n).fill(0);
+    values.forEach((vals, k) => {
+      const upper = vals.map((v, i) => base[i]! + v);
+      const pts = [...upper.map((v, i) => `${xs(st.x[i]!).toFixed(1)},${ys(v).toFixed(1)}`), ...base.map((v, i) => `${xs(st.x[i]!).toFixed(1)},${ys(v).toFixed(1)}`).reverse()];
+      svg.appendChild(s("polygon", { points: pts.join(" "), fill: paletteColor(PHASE_COLOR[phases[k]!.key] ?? 7), "fill-opacity": 0.8, "data-testid": "perf-area-phase", "data-phase": phases[k]!.key }, svgTitle(phases[k]!.label)));
+      for (let i = 0; i < n; i++) base[i] = upper[i]!;
+    });
+    for (const f of [0, 0.5, 1]) {
+      const v = top * f;
+      svg.appendChild(s("text", { x: pad.l - 6, y: ys(v), class: "perf-axis-label", "text-anchor": "end", "dominant-baseline": "middle" }, this.mode === "share" ? `${Math.round(f * 100)}%` : `${fmtNum(v)} ms`));
+    }
+    svg.appendChild(s("text", { x: pad.l, y: H - 6, class: "perf-axis-label" }, `step ${x0}`));
+    svg.appendChild(s("text", { x: W - pad.r, y: H - 6, class: "perf-axis-label", "text-anchor": "end" }, `step ${x1}`));
+    const legend = h("div", { class: "perf-legend" }, ...phases.map((p) => h("span", { class: "legend-item" }, swatch(paletteColor(PHASE_COLOR[p.key] ?? 7)), h("span", { text: p.label }))));
+    const toggleMode = segmented<"ms" | "share">(
+      [
+        { value: "ms", label: "ms" },
+        { value: "share", label: "share" },
+      ],
+      this.mode,
+      (m) => {
+        this.mode = m;
+        this.render();
+      },
+      (m) => `perf-mode-${m}`,
+    );
+    const whose = b ? "The phases of the rank the job waited for (the longest iteration) at each step" : "Each phase's time on its slowest rank per step";
+    const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
+    return block(h("div", {}, hint, svg, legend), toggleMode);
+  }
+
+  /** Ranks × steps heatmap of step time, with each rank's median and the straggler marked. */
+  private heatmap(run: RunRow, d: TelemetryResponse): HTMLElement {
+    const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" })), ...body);
+    const res = this.heat.get(run.key);
+    if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
+    if (typeof res === "string") return block(h("div", { class: "callout callout-error", text: res }));
+    const hm = res.heatmap;
+    if (hm.state !== "ok") return block(h("div", { class: "muted", testid: "perf-why", text: hm.detail ?? `telemetry ${hm.state}` }));
+    if (!hm.ranks.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step." }));
+    const stragglers = new Set((d.diagnoses?.findings ?? []).filter((f) => f.kind === "straggler").flatMap((f) => f.evidence?.ranks ?? []).map(String));
+    const medians = new Map((d.ranks?.per_rank ?? []).map((r) => [String(r.rank), r.median_ms]));
+    const worst = d.ranks?.worst_rank;
+    const all = hm.z.flat().filter((v): v is number => v !== null);
+    const lo = Math.min(...all);
+    const hi = Math.max(...all);
+    const cols = hm.z[0]?.length ?? 0;
+    const labelW = 150;
+    const cellW = Math.max(2, Math.min(24, (W - labelW - 90) / Math.max(1, cols)));
+    const cellH = Math.max(14, Math.min(28, 200 / hm.ranks.length));
+    const svg = s("svg", { class: "perf-heat-svg", width: labelW + cols * cellW + 90, height: hm.ranks.length * cellH + 24 });
+    hm.ranks.forEach((rank, i) => {
+      const id = String(rank ?? "?");
+      const straggler = stragglers.has(id);
+      const g = s("g", { "data-testid": "heat-row", "data-rank": id, "data-straggler": straggler ? "1" : "0" });
+      // With a straggler named, "slowest" would mislead: synchronised ranks wait for it, and the one
+      // with the longest iteration is often a waiting one.
+      const slowest = !stragglers.size && worst !== null && worst !== undefined && String(worst) === id;
+      const label = `rank ${id}${straggler ? " · straggler" : slowest ? " · slowest" : ""}`;
+      g.appendChild(s("text", { x: 0, y: i * cellH + cellH / 2, class: `perf-axis-label${straggler ? " is-straggler" : ""}`, "dominant-baseline": "middle" }, label));
+      hm.z[i]!.forEach((v, j) => {
+        const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
+        const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
+        g.appendChild(s("rect", { x: labelW + j * cellW, y: i * cellH + 1, width: cellW, height: cellH - 2, fill: v === null ? "transparent" : `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)` }, svgTitle(`rank ${id}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`)));
+      });
+      const m = medians.get(id);
+      g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
+      svg.appendChild(g);
+    });
+    svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label" }, `step ${hm.first_step ?? 0}`));
+    svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end" }, `step ${(hm.first_step ?? 0) + cols * hm.bucket_steps - 1}`));
+    const hint = h("div", { class: "perf-card-hint", text: `Iteration time of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${fmtNum(lo)} ms (blue) to ${fmtNum(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
+    return block(hint, svg);
+  }
+
+  /** What this run has no data for, said instead of left out. */
+  private missing(d: TelemetryResponse): HTMLElement | null {
+    const why: string[] = [];
+    if (!d.gpu) why.push("GPU: no GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).");
+    if (!d.memory) why.push("Device memory: no per-step memory rows (a CPU run measures host RSS only).");
+    else if (!d.memory.series.some((x) => /alloc|reserved/.test(x.name))) why.push("Device memory: a CPU run (host RSS below).");
+    if (!d.rss) why.push("Process memory: no process samples.");
+    if (!d.host) why.push("Host: no system samples.");
+    if (!d.logs.length) why.push("Captured output: no rank logs in aggregator/.");
+    if (!d.finalization) why.push("Nothing was lost during capture (no finalization_warning.json).");
+    return why.length ? h("div", { class: "telem-block perf-block", testid: "perf-missing" }, h("div", { class: "telem-block-title", text: "Not in this run" }), h("ul", { class: "perf-why-list" }, ...why.map((w) => h("li", { testid: "perf-why", text: w })))) : null;
+  }
+}

@@ -97,6 +97,10 @@ def _iso_ns(text: str | None) -> int | None:
     return int(d.timestamp() * 1_000_000_000)
 
 
+_PRIORITY = {"sink": 0, "diagnose_bundle": 1, "traceml_session": 2}
+"""Which artifact's row a session listed by several is read from (lowest first; telemetry files last)."""
+
+
 def _start_key(s: dict[str, Any]) -> tuple[int, str]:
     started = s["started_at_ns"]
     return (started if started is not None else -1, s["session_id"])
@@ -141,17 +145,22 @@ class _Builder:
                 rows.append({**s, "source_path": manifest, "source_kind": "traceml_session", "source_count": 1,
                              "warning_count": 0, "event_count": None})
         rows.sort(key=_start_key, reverse=True)
+        groups: dict[str, list[dict[str, Any]]] = {}
         for rec in rows:
             rec["oom_bundle_count"] = oom_counts.get(rec["session_id"], 0)
-            first = self.by_id.get(rec["session_id"])
-            if first is not None:
-                self.warn(rec["source_path"], "session_id",
-                          f"session {rec['session_id']!r} is also in {first['source_path']}; listed once, from there "
-                          "(Stormlog lists it once per artifact)", "duplicate_session")
-                first.setdefault("also", []).append(rec)
-                continue
-            self.by_id[rec["session_id"]] = rec
-            self.sessions.append(rec)
+            groups.setdefault(rec["session_id"], []).append(rec)
+        for sid, same in groups.items():
+            # the artifact holding the lifecycle wins: a sink ledger, a bundle, a run folder, then files
+            best = min(same, key=lambda r: _PRIORITY.get(r["source_kind"], 9))
+            for rec in same:
+                if rec is not best:
+                    self.warn(rec["source_path"], "session_id",
+                              f"session {sid!r} is also in {best['source_path']}; listed once, from there "
+                              "(Stormlog lists it once per artifact)", "duplicate_session")
+            best["also"] = [r for r in same if r is not best]
+            self.by_id[sid] = best
+            self.sessions.append(best)
+        self.sessions.sort(key=_start_key, reverse=True)
 
     def _source_sessions(self, source: Source) -> list[dict[str, Any]]:
         fact = source.fact
@@ -430,7 +439,9 @@ class _Builder:
             else:
                 for s in members:
                     if s["source_path"] != source.path:
-                        continue
+                        s = next((r for r in s.get("also", ()) if r["source_path"] == source.path), None)
+                        if s is None:
+                            continue
                     run_id = run_for(None, s["session_id"], s["job_id"])
                     if run_id is not None:
                         rows.append(mk(run_id, os.path.basename(source.path) or "Telemetry file", "telemetry_file",

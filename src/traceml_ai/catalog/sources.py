@@ -547,6 +547,7 @@ def read_traceml_session(run_dir: str, present: Collection[str] | None = None) -
         problems.append([key, f"has a bad value {_json(v)}; read as unknown"])
         return None
 
+    rank = num("rank", 0)
     status = doc.get("status")
     if status is not None and status not in SESSION_STATUSES:
         problems.append(["status", f"{_json(status)} is not one of {', '.join(SESSION_STATUSES)}; read as unknown"])
@@ -561,9 +562,11 @@ def read_traceml_session(run_dir: str, present: Collection[str] | None = None) -
     session = {
         "session_id": sid, "status": status, "started_at_ns": num("started_at_ns", 0),
         "ended_at_ns": num("ended_at_ns", 0), "host": host if isinstance(host, str) and host else "unknown",
-        "pid": -1, "job_id": job if isinstance(job, str) and job else None, "rank": num("rank", 0),
+        "pid": -1, "job_id": job if isinstance(job, str) and job else None, "rank": rank,
         "local_rank": num("local_rank", 0), "world_size": num("world_size", 1), "source": "traceml.aggregator",
-        "role": doc.get("role") if isinstance(doc.get("role"), str) else None,
+        "role": doc["role"] if isinstance(doc.get("role"), str) else (
+            None if doc.get("rank") is not None and rank is None  # a bad rank: the role is unknown
+            else "rank" if rank is not None else "job"),
         "metadata": {**{k: doc[k] for k in ("run_id", "mode", "node_rank", "nnodes", "nproc_per_node", "exit_code")
                         if k in doc}, "run_folder": os.path.basename(run_dir)},
         "artifacts": artifacts,

@@ -459,9 +459,12 @@ class _Builder:
             rows.append(mk(run_id, "OOM bundle", "oom_bundle", folder, s, "oom_bundle",
                               {"bundle_path": folder, "manifest_path": manifest, **oom}, manifest, session_id=sid,
                               start_ns=seen, end_ns=seen, use_times=False))
+        declared = {(r.run_id, r.path) for r in rows if r.source_kind == "run_envelope_attachment"}
         for c in self.contexts.values():
             for s in c.sessions:
                 for aid, kind, path, title in s.get("artifacts", ()):
+                    if (c.run_id, path) in declared:
+                        continue  # the envelope lists it, in its own words
                     rows.append(mk(c.run_id, title, kind, path, s, "traceml_session", {}, s["source_path"],
                                       namespace="traceml", attachment_id=aid))
         rows.sort(key=lambda r: (r.run_id or "", r.session_id or "", r.rank if r.rank is not None else -1, r.kind,

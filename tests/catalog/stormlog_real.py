@@ -140,8 +140,8 @@ def traceml_query(what: str, *paths: Path | str, extra: tuple[str, ...] = ()) ->
 def same_rows(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
     """Field by field: every row Stormlog gives, ours gives, in the same order, with every one of
     Stormlog's fields equal (ours may add fields of its own)."""
-    assert len(ours) == len(theirs), (
-        f"{len(ours)} rows, Stormlog {len(theirs)}:\nours   {[_key(r) for r in ours]}\ntheirs {[_key(r) for r in theirs]}")
+    assert len(ours) == len(theirs), (f"{len(ours)} rows, Stormlog {len(theirs)}:\n"
+                                      f"ours   {[_key(r) for r in ours]}\ntheirs {[_key(r) for r in theirs]}")
     for mine, ref in zip(ours, theirs, strict=True):
         assert {k: mine.get(k, "<missing>") for k in ref} == ref
 

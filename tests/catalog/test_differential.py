@@ -68,6 +68,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a diagnose bundle and an OOM bundle of a sink session
     gpumemprof("diagnose", "--output", str(root / "diag"), "--duration", "1", "--interval", "0.5")
     oom_bundle(root / "oom_dumps", "reuse-b", T0 + 2_000)
+    # a vLLM watcher's records file (Stormlog's own record builder): not telemetry, no session
+    from stormlog.infer.watch.records import WATCH_SESSION
+    from stormlog.infer.watch.records import envelope as watch_record
+
+    (root / "watch").mkdir()
+    (root / "watch" / "records.jsonl").write_text("".join(
+        json.dumps({**watch_record(WATCH_SESSION, session_id="watch-1", run_id="w-run", timestamp_ns=T0 + i),
+                    "phase": phase}) + "\n" for i, phase in enumerate(("started", "ended"))), encoding="utf-8")
     # envelopes: valid (with relative path, URL, source ref), duplicate pair, malformed, not JSON, future
     # version, a job-level one, and one written for a session that is not on disk
     _envelope(root / "env" / "valid", "exp-1", ["reuse-a", "killed-1"], title="Experiment 1",
@@ -136,6 +144,7 @@ def test_the_root_covers_what_the_issue_names(root: Path) -> None:
             "telemetry_file", "profiler_trace", "experiment", "note", "link", "x"} <= kinds
     assert {s["source_kind"] for s in sessions.values()} == {"sink", "telemetry_json", "telemetry_csv",
                                                              "diagnose_bundle"}
+    assert "watch-1" not in sessions  # the watcher's records are not a session
 
 
 def test_filters_give_what_stormlog_gives(root: Path) -> None:
@@ -163,7 +172,8 @@ def test_deliberate_difference_traceml_warns_where_stormlog_is_silent(root: Path
                    "env/notjson/stormlog_run.json", "env/dup1/stormlog_run.json: run_id",
                    "env/dup2/stormlog_run.json: run_id", "not-on-disk", "attachments[4].title",
                    "attachments[5].end_ns", "attachments[6]: attachment 'orphan' resolves to no run",
-                   "attachments[7].color", "side/wrong/stormlog_attachments.json: format"):
+                   "attachments[7].color", "side/wrong/stormlog_attachments.json: format",
+                   "watch/records.jsonl: not loaded as telemetry"):
         assert needle in stderr, needle
 
 

@@ -208,3 +208,16 @@ def test_a_sink_folder_given_alone_and_a_file_given_alone(root: Path, tmp_path: 
     # a copy of a bundle folder under another root gives the same rows there too
     shutil.copytree(root / "diag", tmp_path / "copy" / "diag")
     same_rows(traceml_query("runs", tmp_path / "copy")[0], stormlog_query("runs", tmp_path / "copy"))
+
+
+def test_the_python_store_has_stormlogs_other_catalog_methods(root: Path) -> None:
+    """``traceml_ai.catalog.open()`` answers ``list_oom_bundles()`` and ``list_attachments()`` (the
+    sidecar items before their run is resolved) with Stormlog's rows, field by field."""
+    import stormlog.query
+
+    import traceml_ai.catalog as catalog
+
+    theirs, ours = stormlog.query.open([root]), catalog.open([root])
+    same_rows(ours.list_oom_bundles(), [b.as_dict() for b in theirs.list_oom_bundles()])
+    same_rows(ours.list_attachments(), [a.as_dict() for a in theirs.list_attachments()])
+    assert len(ours.list_attachments()) == 7 and len(ours.list_oom_bundles()) == 1

@@ -31,6 +31,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime, timezone
 from typing import Any
 
@@ -53,7 +54,20 @@ class Catalog:
     warnings: list[CatalogWarning] = field(default_factory=list)
     oom_bundles: list[dict[str, Any]] = field(default_factory=list)
     sidecar_items: list[dict[str, Any]] = field(default_factory=list)
-    attachments: list[AttachmentRow] = field(default_factory=list)
+    pending: list[AttachmentRow | partial[AttachmentRow]] = field(default_factory=list)
+    _attachments: list[AttachmentRow] | None = None
+
+    @property
+    def attachments(self) -> list[AttachmentRow]:
+        """The attachment rows, made on first use: listing runs needs only their counts, and a
+        sink session has three or more local artifacts."""
+        if self._attachments is None:
+            rows = [r if isinstance(r, AttachmentRow) else r() for r in self.pending]
+            rows.sort(key=lambda r: (r.run_id or "", r.session_id or "", r.rank if r.rank is not None else -1,
+                                     r.kind, r.title, r.source_path))
+            self._attachments = rows
+            self.pending = []
+        return self._attachments
 
 
 @dataclass
@@ -327,7 +341,8 @@ class _Builder:
 
         return unique("session_id", sess), unique("job_id", jobs), unique("source_ref", refs)
 
-    def attachments(self) -> list[AttachmentRow]:
+    def attachments(self) -> list[AttachmentRow | partial[AttachmentRow]]:
+        """Every attachment row (or, for local artifacts, the call that makes it), unsorted."""
         by_session, by_job, by_ref = self.identity_index()
 
         def run_for(run_id: str | None, session_id: str | None, job_id: str | None, ns: str | None = None,
@@ -340,7 +355,7 @@ class _Builder:
                 return by_session[session_id]
             return by_job.get(job_id) if job_id is not None else None
 
-        rows: list[AttachmentRow] = []
+        rows: list[AttachmentRow | partial[AttachmentRow]] = []
         for path, doc in self.envelopes:
             folder = os.path.dirname(path)
             for i, item in enumerate(doc.get("attachments") or []):
@@ -404,7 +419,7 @@ class _Builder:
                 for s in sink["sessions"]:
                     run_id = run_for(None, s["session_id"], s["job_id"])
                     if run_id is not None:
-                        rows.append(mk(run_id, "Telemetry sink", "telemetry_sink", source.path, s, "sink",
+                        rows.append(partial(mk, run_id, "Telemetry sink", "telemetry_sink", source.path, s, "sink",
                                           {"manifest_path": source.manifest}, manifest))
                 prefix = source.path.rstrip(os.sep) + os.sep
                 for g in sink["segments"]:
@@ -417,14 +432,14 @@ class _Builder:
                     if g["filename"] not in source.names:
                         self.warn(manifest, "segments", f"segment {g['filename']} of session {g['session_id']!r} "
                                                         "does not exist (storage is copy)", "missing_attachment_file")
-                    rows.append(mk(run_id, g["filename"], "telemetry_sink_segment", prefix + g["filename"], s,
+                    rows.append(partial(mk, run_id, g["filename"], "telemetry_sink_segment", prefix + g["filename"], s,
                                       "sink_segment", {"event_count": g["event_count"], "size_bytes": g["size_bytes"],
                                                        "closed": g["closed"]}, manifest, session_id=g["session_id"]))
                 if ROLLUP_FILE in source.names:
                     for s in sink["sessions"]:
                         run_id = run_for(None, s["session_id"], s["job_id"])
                         if run_id is not None:
-                            rows.append(mk(run_id, "Telemetry rollups", "telemetry_rollup", prefix + ROLLUP_FILE,
+                            rows.append(partial(mk, run_id, "Telemetry rollups", "telemetry_rollup", prefix + ROLLUP_FILE,
                                               s, "rollup", {"manifest_session_count": len(sink["sessions"]),
                                                             "manifest_segment_count": len(sink["segments"])},
                                               manifest))
@@ -434,7 +449,7 @@ class _Builder:
                     continue
                 run_id = run_for(None, s["session_id"], s["job_id"])
                 if run_id is not None:
-                    rows.append(mk(run_id, "Diagnose bundle", "diagnose_bundle", source.path, s, "diagnose_bundle",
+                    rows.append(partial(mk, run_id, "Diagnose bundle", "diagnose_bundle", source.path, s, "diagnose_bundle",
                                       {"manifest_path": source.manifest, "session_status": s["status"]}, manifest))
             else:
                 for s in members:
@@ -444,7 +459,7 @@ class _Builder:
                             continue
                     run_id = run_for(None, s["session_id"], s["job_id"])
                     if run_id is not None:
-                        rows.append(mk(run_id, os.path.basename(source.path) or "Telemetry file", "telemetry_file",
+                        rows.append(partial(mk, run_id, os.path.basename(source.path) or "Telemetry file", "telemetry_file",
                                           source.path, s, source.kind, {"event_count": s["event_count"]},
                                           source.path))
         for folder, manifest, oom in self.found.oom_bundles:
@@ -456,19 +471,18 @@ class _Builder:
             if run_id is None:
                 continue
             seen = _iso_ns(oom["created_at_utc"])
-            rows.append(mk(run_id, "OOM bundle", "oom_bundle", folder, s, "oom_bundle",
+            rows.append(partial(mk, run_id, "OOM bundle", "oom_bundle", folder, s, "oom_bundle",
                               {"bundle_path": folder, "manifest_path": manifest, **oom}, manifest, session_id=sid,
                               start_ns=seen, end_ns=seen, use_times=False))
-        declared = {(r.run_id, r.path) for r in rows if r.source_kind == "run_envelope_attachment"}
+        declared = {(r.run_id, r.path) for r in rows
+                    if isinstance(r, AttachmentRow) and r.source_kind == "run_envelope_attachment"}
         for c in self.contexts.values():
             for s in c.sessions:
                 for aid, kind, path, title in s.get("artifacts", ()):
                     if (c.run_id, path) in declared:
                         continue  # the envelope lists it, in its own words
-                    rows.append(mk(c.run_id, title, kind, path, s, "traceml_session", {}, s["source_path"],
+                    rows.append(partial(mk, c.run_id, title, kind, path, s, "traceml_session", {}, s["source_path"],
                                       namespace="traceml", attachment_id=aid))
-        rows.sort(key=lambda r: (r.run_id or "", r.session_id or "", r.rank if r.rank is not None else -1, r.kind,
-                                 r.title, r.source_path))
         return rows
 
     def _inside_roots(self, path: str) -> bool:
@@ -520,10 +534,10 @@ class _Builder:
         attachments = self.attachments()
         counts: dict[str, int] = defaultdict(int)
         for a in attachments:
-            counts[a.run_id or ""] += 1
+            counts[(a.run_id if isinstance(a, AttachmentRow) else a.args[0]) or ""] += 1
         out.runs = [_run_row(c, counts.get(c.run_id, 0)) for c in self.contexts.values()]
         out.runs.sort(key=lambda r: (r.started_at_ns if r.started_at_ns is not None else -1, r.run_id), reverse=True)
-        out.attachments = attachments
+        out.pending = attachments
         return out
 
 

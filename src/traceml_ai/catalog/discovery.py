@@ -203,7 +203,7 @@ class _Walker:
                                 and os.path.basename(p) != MANIFEST_FILE)
 
     def _source(self, source: Source) -> None:
-        key = (os.path.realpath(source.path), source.kind)
+        key = (source.path, source.kind)  # real already: roots are real, symlinks are resolved on the way
         if key not in self.source_keys:
             self.source_keys.add(key)
             self.found.sources.append(source)

@@ -31,8 +31,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from traceml_ai.catalog.discovery import Found, Source

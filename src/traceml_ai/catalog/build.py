@@ -439,18 +439,19 @@ class _Builder:
                     for s in sink["sessions"]:
                         run_id = run_for(None, s["session_id"], s["job_id"])
                         if run_id is not None:
-                            rows.append(partial(mk, run_id, "Telemetry rollups", "telemetry_rollup", prefix + ROLLUP_FILE,
-                                              s, "rollup", {"manifest_session_count": len(sink["sessions"]),
-                                                            "manifest_segment_count": len(sink["segments"])},
-                                              manifest))
+                            counts = {"manifest_session_count": len(sink["sessions"]),
+                                      "manifest_segment_count": len(sink["segments"])}
+                            rows.append(partial(mk, run_id, "Telemetry rollups", "telemetry_rollup",
+                                                prefix + ROLLUP_FILE, s, "rollup", counts, manifest))
             elif source.kind == "diagnose_bundle":
                 s = source.fact["diagnose"]["summary"]
                 if s is None:
                     continue
                 run_id = run_for(None, s["session_id"], s["job_id"])
                 if run_id is not None:
-                    rows.append(partial(mk, run_id, "Diagnose bundle", "diagnose_bundle", source.path, s, "diagnose_bundle",
-                                      {"manifest_path": source.manifest, "session_status": s["status"]}, manifest))
+                    meta = {"manifest_path": source.manifest, "session_status": s["status"]}
+                    rows.append(partial(mk, run_id, "Diagnose bundle", "diagnose_bundle", source.path, s,
+                                        "diagnose_bundle", meta, manifest))
             else:
                 for s in members:
                     if s["source_path"] != source.path:
@@ -459,9 +460,9 @@ class _Builder:
                             continue
                     run_id = run_for(None, s["session_id"], s["job_id"])
                     if run_id is not None:
-                        rows.append(partial(mk, run_id, os.path.basename(source.path) or "Telemetry file", "telemetry_file",
-                                          source.path, s, source.kind, {"event_count": s["event_count"]},
-                                          source.path))
+                        title = os.path.basename(source.path) or "Telemetry file"
+                        rows.append(partial(mk, run_id, title, "telemetry_file", source.path, s, source.kind,
+                                            {"event_count": s["event_count"]}, source.path))
         for folder, manifest, oom in self.found.oom_bundles:
             sid = oom["session_id"]
             if sid is None:

@@ -1,11 +1,11 @@
 """The query store: ``open(paths)`` → runs, attachments, sessions, warnings (004 seed, "Query API";
-DESIGN §5).
+DESIGN §5), with the methods and rows of real Stormlog's ``stormlog.query.open()``.
 
-Filters are keyword arguments; each takes one value or a list of values (any of them matches), and
-several filters must all match. A value of the wrong type (``rank="0"``, ``run_id=42``) raises
-TypeError rather than matching nothing. Rows come back in discovery order (roots in the order given,
-folders in name order).
-"""
+Filters are Stormlog's filter objects and/or keyword arguments; each keyword takes one value or a
+list of values (any of them matches), and several filters must all match. A value of the wrong
+type (``rank="0"``, ``run_id=42``) raises TypeError rather than matching nothing. Rows come back in
+Stormlog's order: runs and sessions latest start first, attachments by run, session, rank, kind
+and title."""
 
 from __future__ import annotations
 

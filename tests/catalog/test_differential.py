@@ -221,3 +221,39 @@ def test_the_python_store_has_stormlogs_other_catalog_methods(root: Path) -> Non
     same_rows(ours.list_oom_bundles(), [b.as_dict() for b in theirs.list_oom_bundles()])
     same_rows(ours.list_attachments(), [a.as_dict() for a in theirs.list_attachments()])
     assert len(ours.list_attachments()) == 7 and len(ours.list_oom_bundles()) == 1
+
+
+def test_telemetry_records_are_refused_exactly_where_stormlog_refuses_them() -> None:
+    """A telemetry file Stormlog cannot load gives it no session (and TraceML a warning): for a v4
+    record made by Stormlog and two legacy records, and every one-field mutation of them (~850),
+    TraceML's reader accepts a record exactly when Stormlog's ``telemetry_event_from_record`` does."""
+    from stormlog.telemetry import telemetry_event_from_record
+
+    from tests.catalog.stormlog_real import record
+    from tests.catalog.test_schema import _mutations
+    from traceml_ai.catalog.sources import _Bad, _event
+
+    legacy = {"timestamp": 1.5, "memory_allocated": 10, "host": "h", "pid": 3, "session_id": "s", "rank": 0,
+              "world_size": 1, "type": "sample"}
+    legacy_ns = {"timestamp_ns": 15, "allocator_allocated_bytes": 10, "device_total_bytes": 100, "event_type": "stop",
+                 "metadata": {"host": "h", "pid": 3, "job_id": "j", "rank": 1, "world_size": 2}}
+    disagree, n = [], 0
+    for base in (record("s", 100, job_id="j", rank=1, local_rank=1, world_size=2), legacy, legacy_ns):
+        for m in (base, *_mutations(base)):
+            if not isinstance(m, dict):
+                continue
+            n += 1
+            try:
+                telemetry_event_from_record(m, default_session_id="d")
+                theirs = True
+            except Exception:
+                theirs = False
+            try:
+                _event(m, "d")
+                ours = True
+            except _Bad:
+                ours = False
+            if theirs != ours:
+                disagree.append(m)
+    assert n > 800
+    assert disagree == []

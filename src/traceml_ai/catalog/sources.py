@@ -295,10 +295,8 @@ def _identity(job_id: Any, rank: Any, local_rank: Any, world_size: Any) -> tuple
     world = 1 if world_size is None else world_size
     r = 0 if rank is None else rank
     lr = r if local_rank is None else local_rank
-    try:
-        world, r, lr = _int(world), _int(r), _int(lr)
-    except ValueError as exc:
-        raise _Bad(f"identity: {exc}") from None
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in (world, r, lr)):
+        raise _Bad("rank, local_rank and world_size must be integers")
     if job_id is not None and not (isinstance(job_id, str) and job_id.strip()):
         raise _Bad("job_id must be a non-empty string")
     if r < 0 or lr < 0 or world < 1:
@@ -306,6 +304,145 @@ def _identity(job_id: Any, rank: Any, local_rank: Any, world_size: Any) -> tuple
     if r >= world or lr >= world:
         raise _Bad("rank and local_rank must be < world_size")
     return job_id, r, lr, world
+
+
+_V3_REQUIRED: Final = ("schema_version", "session_id", "timestamp_ns", "event_type", "collector",
+                       "sampling_interval_ms", "pid", "host", "device_id", "allocator_allocated_bytes",
+                       "allocator_reserved_bytes", "allocator_active_bytes", "allocator_inactive_bytes",
+                       "allocator_change_bytes", "device_used_bytes", "device_free_bytes", "device_total_bytes",
+                       "context", "metadata")
+_IDENTITY_FIELDS: Final = ("job_id", "rank", "local_rank", "world_size")
+_CAPABILITY_STRINGS: Final = ("backend", "telemetry_collector", "sampling_source")
+_CAPABILITY_FLAGS: Final = ("supports_allocator_allocated", "supports_allocator_reserved",
+                            "supports_allocator_active", "supports_allocator_inactive", "supports_device_used",
+                            "supports_device_free", "supports_device_total", "supports_native_allocator_history",
+                            "supports_fragmentation_analysis", "supports_allocator_attribution",
+                            "supports_bounded_profiling")
+_COUNTER_FLAGS: Final = (("allocator_allocated_bytes", "supports_allocator_allocated"),
+                         ("allocator_reserved_bytes", "supports_allocator_reserved"),
+                         ("allocator_active_bytes", "supports_allocator_active"),
+                         ("allocator_inactive_bytes", "supports_allocator_inactive"),
+                         ("device_used_bytes", "supports_device_used"),
+                         ("device_free_bytes", "supports_device_free"),
+                         ("device_total_bytes", "supports_device_total"))
+
+
+def _strict_int(record: Mapping[str, Any], key: str, *, nullable: bool = False, minimum: int | None = None) -> None:
+    value = record[key]
+    if value is None and nullable:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Bad(f"{key} must be an integer")
+    if minimum is not None and value < minimum:
+        raise _Bad(f"{key} must be >= {minimum}")
+
+
+def _text_field(record: Mapping[str, Any], key: str) -> None:
+    value = record[key]
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad(f"{key} must be a non-empty string")
+
+
+def _check_versioned(record: Mapping[str, Any], version: int) -> None:
+    """The checks Stormlog's reader makes of a v2/v3/v4 record (the whole file is refused when one
+    fails): every required field present and no unknown one, integers that are integers (counters
+    ≥ 0; v4 counters may be null), non-empty strings, a consistent identity, and for v4 memory
+    capabilities (inferred when absent) that agree with the counters.
+
+    Raises:
+        _Bad: the record fails one of them (its reason).
+    """
+    # session_id is not checked: a missing or bad one is replaced by the file's default (as Stormlog)
+    required = tuple(k for k in _V3_REQUIRED if k != "session_id")
+    missing = [k for k in required if k not in record]
+    if missing:
+        raise _Bad(f"missing required telemetry fields: {', '.join(missing)}")
+    known = {*_V3_REQUIRED, *_IDENTITY_FIELDS}
+    unknown = sorted(str(k) for k in record if k not in known)
+    if unknown:
+        raise _Bad(f"unknown telemetry fields: {', '.join(unknown)}")
+    _strict_int(record, "timestamp_ns", minimum=0)
+    _text_field(record, "event_type")
+    _text_field(record, "collector")
+    _strict_int(record, "sampling_interval_ms", minimum=0)
+    _strict_int(record, "pid", minimum=-1)
+    _text_field(record, "host")
+    _strict_int(record, "device_id")
+    nullable = version == 4
+    for key in ("allocator_allocated_bytes", "allocator_reserved_bytes", "device_used_bytes"):
+        _strict_int(record, key, nullable=nullable, minimum=0)
+    _strict_int(record, "allocator_change_bytes", nullable=nullable)
+    for key in ("allocator_active_bytes", "allocator_inactive_bytes", "device_free_bytes", "device_total_bytes"):
+        _strict_int(record, key, nullable=True, minimum=0)
+    total = record["device_total_bytes"]
+    if total is not None:
+        for key in ("device_used_bytes", "device_free_bytes"):
+            if record[key] is not None and record[key] > total:
+                raise _Bad(f"{key} cannot exceed device_total_bytes")
+    if record["context"] is not None and not isinstance(record["context"], str):
+        raise _Bad("context must be a string")
+    for key, minimum in (("rank", 0), ("local_rank", 0), ("world_size", 1)):
+        if key in record:  # present means an integer (null is refused too)
+            _strict_int(record, key, minimum=minimum)
+    if version == 4:
+        caps = record["metadata"].get("memory_capabilities")
+        if caps is None and "memory_capabilities" not in record["metadata"]:
+            return  # inferred from the counters: consistent by construction
+        if not isinstance(caps, Mapping):
+            raise _Bad("metadata.memory_capabilities must be an object")
+        names = (*_CAPABILITY_STRINGS, *_CAPABILITY_FLAGS)
+        if any(n not in caps for n in names) or any(n not in names for n in caps):
+            raise _Bad("metadata.memory_capabilities has missing or unknown fields")
+        if any(not isinstance(caps[n], str) or not caps[n].strip() for n in _CAPABILITY_STRINGS):
+            raise _Bad("metadata.memory_capabilities strings must be non-empty")
+        if any(not isinstance(caps[n], bool) for n in _CAPABILITY_FLAGS):
+            raise _Bad("metadata.memory_capabilities flags must be booleans")
+        for counter, flag in (*_COUNTER_FLAGS, ("allocator_change_bytes", "supports_allocator_allocated")):
+            if record[counter] is not None and not caps[flag]:
+                raise _Bad(f"{counter} must be null when metadata.memory_capabilities.{flag} is false")
+
+
+def _check_legacy(record: Mapping[str, Any], meta: Mapping[str, Any], ts: int) -> None:
+    """The checks Stormlog's reader makes of a legacy record's counters (each an integer when
+    given) and time (not before the epoch).
+
+    Raises:
+        _Bad: one fails.
+    """
+    values: dict[str, int | None] = {}
+
+    def strict(key: str, value: Any, nullable: bool = False, counter: str | None = None) -> None:
+        if value is None and nullable:
+            values[counter or key] = None
+            return
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _Bad(f"{key} must be an integer")
+        if counter is not None and counter != "allocator_change_bytes" and value < 0:
+            raise _Bad(f"{key} must be >= 0")
+        values[counter or key] = value
+
+    if ts < 0:
+        raise _Bad("timestamp_ns must be >= 0")
+    for keys in (("device_id",), ("allocator_allocated_bytes", "memory_allocated"),
+                 ("allocator_reserved_bytes", "memory_reserved"), ("allocator_change_bytes", "memory_change"),
+                 ("device_used_bytes",)):
+        key = next((k for k in keys if k in record), None)
+        if key is not None:
+            strict(key, record[key], counter=None if key == "device_id" else keys[0])
+    for key in ("allocator_active_bytes", "allocator_inactive_bytes", "device_free_bytes"):
+        strict(key, record.get(key), nullable=True, counter=key)
+    for where in (record, meta):
+        key = next((k for k in ("device_total_bytes", "total_memory", "device_total", "total_bytes") if k in where),
+                   None)
+        if key is not None:
+            strict(key, where[key], nullable=True, counter="device_total_bytes")
+            break
+    total = values.get("device_total_bytes")
+    used = values.get("device_used_bytes", values.get("allocator_allocated_bytes", 0))
+    if total is not None:
+        for name, v in (("device_used_bytes", used), ("device_free_bytes", values.get("device_free_bytes"))):
+            if v is not None and v > total:
+                raise _Bad(f"{name} cannot exceed device_total_bytes")
 
 
 def _event(record: Any, default_session_id: str) -> dict[str, Any]:
@@ -324,11 +461,9 @@ def _event(record: Any, default_session_id: str) -> dict[str, Any]:
             raise _Bad("schema_version is not a number") from None
         if version not in (2, 3, 4):
             raise _Bad(f"unsupported schema_version {version}")
-        for key in ("timestamp_ns", "event_type", "collector", "pid", "host", "metadata"):
-            if key not in record:
-                raise _Bad(f"a record has no {key}")
-        if not isinstance(meta_raw, Mapping):
+        if not isinstance(meta_raw, dict):
             raise _Bad("metadata must be an object")
+        _check_versioned(record, version)
         meta: Mapping[str, Any] = meta_raw
         job, rank, local, world = _identity(record.get("job_id"), record.get("rank"), record.get("local_rank"),
                                             record.get("world_size"))
@@ -348,14 +483,15 @@ def _event(record: Any, default_session_id: str) -> dict[str, Any]:
         meta = {**(meta_raw or {}), **{k[9:]: v for k, v in record.items()
                                          if isinstance(k, str) and k.startswith("metadata_")}}
         if "timestamp_ns" in record:
-            try:
-                ts = _int(record["timestamp_ns"])
-            except ValueError as exc:
-                raise _Bad(str(exc)) from None
+            ts = record["timestamp_ns"]
+            if not isinstance(ts, int) or isinstance(ts, bool):
+                raise _Bad("timestamp_ns must be an integer")
         elif isinstance(record.get("timestamp"), (int, float)) and not isinstance(record.get("timestamp"), bool):
             ts = int(float(record["timestamp"]) * 1_000_000_000)
         else:
             raise _Bad("a legacy record has no valid timestamp")
+
+        _check_legacy(record, meta, ts)
 
         def ident(key: str) -> Any:
             v = record.get(key)
@@ -363,14 +499,16 @@ def _event(record: Any, default_session_id: str) -> dict[str, Any]:
 
         job, rank, local, world = _identity(ident("job_id"), ident("rank"), ident("local_rank"), ident("world_size"))
         host_v = record["host"] if "host" in record else meta.get("host")
-        host = host_v if isinstance(host_v, str) and host_v else "unknown"
+        if ("host" in record or "host" in meta) and not (isinstance(host_v, str) and host_v.strip()):
+            raise _Bad("host must be a non-empty string")
+        host = host_v if isinstance(host_v, str) else "unknown"
         pid_v = record["pid"] if "pid" in record else meta.get("pid", -1)
-        try:
-            pid = _int(pid_v)
-        except ValueError as exc:
-            raise _Bad(str(exc)) from None
+        if not isinstance(pid_v, int) or isinstance(pid_v, bool):
+            raise _Bad("pid must be an integer")
+        pid = pid_v
         event_type = record.get("event_type", record.get("type", "sample"))
-        event_type = event_type if isinstance(event_type, str) and event_type else "sample"
+        if not isinstance(event_type, str) or not event_type.strip():
+            raise _Bad("event_type must be a non-empty string")
     sid = record.get("session_id")
     if sid is None:
         sid = meta.get("session_id")

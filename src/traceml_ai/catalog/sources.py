@@ -616,7 +616,11 @@ def read_telemetry(path: str, kind: str) -> Fact:
 
 
 _CSV_INTS: Final = frozenset({"schema_version", "timestamp_ns", "sampling_interval_ms", "pid", "rank", "local_rank",
-                              "world_size", "device_id"})
+                              "world_size", "device_id", "allocator_allocated_bytes", "allocator_reserved_bytes",
+                              "allocator_active_bytes", "allocator_inactive_bytes", "allocator_change_bytes",
+                              "device_used_bytes", "device_free_bytes", "device_total_bytes", "memory_allocated",
+                              "memory_reserved", "memory_change", "total_memory"})
+"""CSV columns read as integers (as Stormlog's CSV reader does)."""
 
 
 def _read_csv(path: str, real: str, source: str, fact: Fact) -> Fact:

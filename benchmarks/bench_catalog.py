@@ -1,14 +1,19 @@
-"""Catalog benchmark (issue 6, item 8): discovery + ``list_runs()`` over 10,000 TraceML sessions
-grouped by 1,000 run envelopes, cold (no parse cache) and warm (parse cache in the cache folder
-beside the root). Targets: cold ≤ 3 s, warm ≤ 1 s.
+"""Catalog benchmark (issue 10, item 6): ``query runs`` over N real Stormlog sink sessions, TraceML
+against real Stormlog 0.4.3 side by side on the same root, and the ratio. Target: TraceML at least
+3x faster than Stormlog both cold (TraceML with an empty parse cache) and warm (TraceML's parse
+cache filled; Stormlog has none, so it is simply run again, with the OS file cache warm).
 
-Each session is a run folder as ``traceml run`` leaves it (run.json, params.yaml, config.json,
-metrics.jsonl, metrics.json, logs/ checkpoints/ artifacts/, aggregator/ with manifest.json,
-telemetry.sqlite, export/, final_summary.json). Each envelope names its 10 sessions (ranks 0-9 of
-one job) and two attachments (a relative profiler trace and a URL). Every measurement runs in a
-fresh Python process, so it includes opening the files but not importing the package (printed apart).
+The root: N sink folders of one session each (jobs of 8 ranks: ``job_id``, ``rank``, ``world_size``
+8), as ``AppendOnlyTelemetrySink`` writes them: ``manifest.json`` (ledger + segments),
+``segment-000001.jsonl`` and ``rollups.json``. One sink per job rank is written by Stormlog's own
+writer; the others are byte-for-byte copies of those with the session id, rank, job and times
+replaced (writing 10,000 sinks through the writer takes minutes; what is read is the same).
 
-    .venv/bin/python benchmarks/bench_catalog.py [--envelopes 1000] [--per-envelope 10] [--repeat 3]
+Each measurement is one fresh Python process doing what ``stormlog query runs`` / ``traceml query
+runs`` do after their imports: open the store and list the runs (the import time is printed apart).
+Both must give the same run ids, or the benchmark stops.
+
+    .venv/bin/python benchmarks/bench_catalog.py [--sessions 10000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MEASURE = """
+OURS = """
 import sys, time, json
 t0 = time.perf_counter()
 import traceml_ai.catalog as catalog
@@ -32,100 +37,119 @@ t1 = time.perf_counter()
 store = catalog.open([sys.argv[1]], cache_dir=sys.argv[2] if sys.argv[2] != "-" else None)
 runs = store.list_runs()
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": len(runs),
-                  "sessions": sum(r.session_count for r in runs), "warnings": len(store.warnings),
-                  "hits": store.cache_hits, "misses": store.cache_misses}))
+print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": sorted(r.run_id for r in runs),
+                  "sessions": sum(r.session_count for r in runs), "hits": store.cache_hits}))
 """
 
+THEIRS = """
+import sys, time, json
+t0 = time.perf_counter()
+import stormlog.query
+t1 = time.perf_counter()
+store = stormlog.query.open([sys.argv[1]])
+runs = store.list_runs()
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": sorted(r.run_id for r in runs),
+                  "sessions": sum(r.session_count for r in runs), "hits": 0}))
+"""
 
-def write_json(path: Path, doc: object) -> None:
-    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-
-
-def generate(root: Path, envelopes: int, per_envelope: int) -> None:
-    t_ns = 1_764_497_700_000_000_000
-    for e in range(envelopes):
-        job = root / f"job-{e:04d}"
-        job.mkdir(parents=True)
-        sessions = []
-        for r in range(per_envelope):
-            run = job / f"20261130-101500_job{e:04d}-rank{r}_{(e * per_envelope + r) % 65536:04x}"
-            for sub in ("logs", "checkpoints", "artifacts", "aggregator/export"):
-                (run / sub).mkdir(parents=True)
-            sid = f"job-{e:04d}-rank-{r}"
-            write_json(run / "run.json", {"schema_version": 1, "id": run.name, "name": run.name, "status": "completed",
-                                          "started_at": "2026-11-30T10:15:00Z", "ended_at": "2026-11-30T11:15:00Z"})
-            (run / "params.yaml").write_text("lr: 0.001\nbatch_size: 64\n", encoding="utf-8")
-            write_json(run / "config.json", {"model": {"width": 256}})
-            (run / "metrics.jsonl").write_text("".join(f'{{"step": {s}, "loss": {1 / (s + 1)}}}\n'
-                                                       for s in range(20)), encoding="utf-8")
-            write_json(run / "metrics.json", {"schema_version": 1, "step": 19, "last": {"loss": 0.05}})
-            write_json(run / "aggregator" / "manifest.json", {
-                "format": "traceml.session_manifest", "schema_version": 1, "session_id": sid,
-                "job_id": f"job-{e:04d}", "run_id": run.name, "mode": "run", "status": "completed",
-                "started_at_ns": t_ns, "ended_at_ns": t_ns + 3_600_000_000_000, "world_size": per_envelope,
-                "nnodes": 1, "nproc_per_node": per_envelope, "node_rank": 0, "rank": r, "local_rank": r,
-                "hostname": "node-a", "command": ["python", "train.py"], "exit_code": 0})
-            (run / "aggregator" / "telemetry.sqlite").write_bytes(b"")
-            (run / "aggregator" / "export" / "step_time.jsonl").write_text("{}\n", encoding="utf-8")
-            write_json(run / "aggregator" / "final_summary.json", {"findings": []})
-            sessions.append({"session_id": sid, "job_id": f"job-{e:04d}", "rank": r, "local_rank": r,
-                             "world_size": per_envelope, "role": "rank", "metadata": {}})
-        write_json(job / "stormlog_run.json", {
-            "schema_version": 1, "format": "stormlog.run_envelope", "run_id": f"run-{e:04d}", "job_id": f"job-{e:04d}",
-            "title": f"Job {e}", "tags": ["bench"], "sessions": sessions,
-            "attachments": [
-                {"attachment_id": "rank0-profiler", "kind": "profiler_trace", "storage": "reference",
-                 "path": "traces/rank0.trace", "session_id": sessions[0]["session_id"], "rank": 0,
-                 "metadata": {"tool": "nsys"}},
-                {"attachment_id": "wandb", "kind": "experiment", "storage": "reference",
-                 "url": f"https://wandb.example/team/proj/run-{e:04d}", "source_namespace": "wandb",
-                 "source_ref": f"team/proj/run-{e:04d}", "metadata": {}},
-            ],
-            "metadata": {}})
+T0 = 1_796_000_000_000_000_000
+PER_JOB = 8
 
 
-def measure(root: Path, cache: str) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(root), cache], capture_output=True, text=True,
-                          check=True)
-    result: dict[str, float] = json.loads(proc.stdout)
+def _template(base: Path, rank: int) -> Path:
+    """One sink session written by real Stormlog's writer."""
+    from stormlog.session import create_session_summary
+    from stormlog.telemetry import telemetry_event_from_record, telemetry_event_to_dict
+    from stormlog.telemetry_sink import AppendOnlyTelemetrySink, TelemetrySinkConfig
+
+    folder = base / f"template-{rank}"
+    sid = f"TEMPLATESID{rank}"
+    sink = AppendOnlyTelemetrySink(TelemetrySinkConfig(root_dir=folder))
+    sink.start_session(create_session_summary(source="stormlog.cpu_profiler", session_id=sid, started_at_ns=T0,
+                                              host="node-a", pid=4242, job_id="TEMPLATEJOB", rank=rank,
+                                              local_rank=rank, world_size=PER_JOB))
+    for i in range(20):
+        raw = {"schema_version": 4, "session_id": sid, "timestamp_ns": T0 + i * 100_000_000, "event_type": "sample",
+               "collector": "stormlog.cpu_tracker", "sampling_interval_ms": 100, "pid": 4242, "host": "node-a",
+               "job_id": "TEMPLATEJOB", "rank": rank, "local_rank": rank, "world_size": PER_JOB, "device_id": -1,
+               "allocator_allocated_bytes": 1 << 20, "allocator_reserved_bytes": 1 << 20,
+               "allocator_active_bytes": None, "allocator_inactive_bytes": None, "allocator_change_bytes": 0,
+               "device_used_bytes": 1 << 20, "device_free_bytes": None, "device_total_bytes": None, "context": None,
+               "metadata": {}}
+        sink.append(telemetry_event_to_dict(telemetry_event_from_record(raw)))
+    sink.close()
+    return folder
+
+
+def generate(root: Path, sessions: int) -> None:
+    templates = [_template(root.parent, r) for r in range(PER_JOB)]
+    files = [{p.name: p.read_text(encoding="utf-8") for p in t.iterdir()} for t in templates]
+    for i in range(sessions):
+        job, rank = divmod(i, PER_JOB)
+        folder = root / f"job-{job:05d}" / f"rank-{rank}"
+        folder.mkdir(parents=True)
+        for name, text in files[rank].items():
+            text = (text.replace(f"TEMPLATESID{rank}", f"job-{job:05d}-rank-{rank}")
+                    .replace("TEMPLATEJOB", f"job-{job:05d}").replace(str(T0), str(T0 + i * 1_000_000_000)))
+            (folder / name).write_text(text, encoding="utf-8")
+    for t in templates:
+        shutil.rmtree(t)
+
+
+def measure(code: str, root: Path, cache: str) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-c", code, str(root), cache], capture_output=True, text=True, check=True)
+    result: dict[str, object] = json.loads(proc.stdout)
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envelopes", type=int, default=1000)
-    parser.add_argument("--per-envelope", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the generated folder")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="traceml-bench-catalog-"))
     root = base / "artifacts"
-    cache = base / ".cache"
+    cache = base / "cache"
     try:
         t0 = time.perf_counter()
-        generate(root, args.envelopes, args.per_envelope)
-        print(f"generated {args.envelopes:,} envelopes x {args.per_envelope} sessions in "
+        generate(root, args.sessions)
+        print(f"generated {args.sessions:,} sink sessions ({args.sessions // PER_JOB:,} jobs of {PER_JOB}) in "
               f"{time.perf_counter() - t0:.1f} s under {root}")
-        colds, warms, nocache = [], [], []
+        ours_cold: list[float] = []
+        ours_warm: list[float] = []
+        theirs_cold: list[float] = []
+        theirs_warm: list[float] = []
         for _ in range(args.repeat):
             shutil.rmtree(cache, ignore_errors=True)
-            cold = measure(root, str(cache))
-            warm = measure(root, str(cache))
-            plain = measure(root, "-")
-            colds.append(cold["open_list_s"])
-            warms.append(warm["open_list_s"])
-            nocache.append(plain["open_list_s"])
-        print(f"runs {int(cold['runs']):,}, sessions {int(cold['sessions']):,}, warnings {int(cold['warnings'])}; "
-              f"cold read {int(cold['misses']):,} files, warm took {int(warm['hits']):,} from the cache "
-              f"and read {int(warm['misses'])}")
-        print(f"import traceml_ai.catalog: {cold['import_s']:.2f} s (not counted below)")
-        print(f"discovery + list_runs, cold (no parse cache, writes it)  [<= 3 s]: "
-              f"median {statistics.median(colds):.2f} s  (runs: {', '.join(f'{x:.2f}' for x in colds)})")
-        print(f"discovery + list_runs, warm (parse cache beside the root) [<= 1 s]: "
-              f"median {statistics.median(warms):.2f} s  (runs: {', '.join(f'{x:.2f}' for x in warms)})")
-        print(f"discovery + list_runs, no cache at all:                         "
-              f"median {statistics.median(nocache):.2f} s")
+            first = measure(THEIRS, root, "-")  # Stormlog first: it reads every file the page cache may not hold
+            again = measure(THEIRS, root, "-")
+            cold = measure(OURS, root, str(cache))
+            warm = measure(OURS, root, str(cache))
+            for a in (again, cold, warm):
+                if a["runs"] != first["runs"] or a["sessions"] != first["sessions"]:
+                    raise SystemExit("TraceML and Stormlog list different runs: not comparable")
+            theirs_cold.append(float(first["open_list_s"]))  # type: ignore[arg-type]
+            theirs_warm.append(float(again["open_list_s"]))  # type: ignore[arg-type]
+            ours_cold.append(float(cold["open_list_s"]))  # type: ignore[arg-type]
+            ours_warm.append(float(warm["open_list_s"]))  # type: ignore[arg-type]
+        runs = first["runs"]
+        print(f"runs {len(runs):,}, sessions {first['sessions']:,} (the same in both); "  # type: ignore[arg-type]
+              f"TraceML warm took {warm['hits']:,} facts from its parse cache")
+        print(f"import: stormlog.query {first['import_s']:.2f} s, traceml_ai.catalog {cold['import_s']:.2f} s "
+              "(not counted below)")
+
+        def line(name: str, xs: list[float]) -> float:
+            m = statistics.median(xs)
+            print(f"  {name:<38} median {m:6.2f} s  (runs: {', '.join(f'{x:.2f}' for x in xs)})")
+            return m
+
+        print("open + list_runs:")
+        sc, sw = line("Stormlog, first run", theirs_cold), line("Stormlog, run again", theirs_warm)
+        oc, ow = line("TraceML, cold (empty parse cache)", ours_cold), line("TraceML, warm (parse cache)", ours_warm)
+        print(f"ratio cold (Stormlog first / TraceML cold) [>= 3x]: {sc / oc:.1f}x")
+        print(f"ratio warm (Stormlog again / TraceML warm) [>= 3x]: {sw / ow:.1f}x")
         print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     finally:
         if not args.keep:

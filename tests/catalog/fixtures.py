@@ -1,5 +1,6 @@
-"""Small, readable on-disk fixtures for the catalog tests: envelopes, sidecars, TraceML run folders,
-Stormlog sink folders, bundles and telemetry JSONL files, written the way their writers do."""
+"""Small, readable on-disk fixtures for the catalog tests: envelopes, sidecars, TraceML run folders
+and telemetry JSONL files, written the way their writers do. Stormlog's own artifacts (sinks,
+bundles, tracker outputs) are made by real Stormlog: see ``stormlog_real.py``."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def envelope(folder: Path, run_id: str, sessions: Sequence[str | dict[str, Any]]
              attachments: Sequence[dict[str, Any]] = (), **extra: Any) -> Path:
     """``<folder>/stormlog_run.json`` naming ``sessions`` (ids or full objects)."""
     doc = {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": run_id,
-           "sessions": [s if isinstance(s, dict) else {"session_id": s} for s in sessions],
+           "sessions": [s if isinstance(s, dict) else {"session_id": s, "metadata": {}} for s in sessions],
            "attachments": list(attachments), "metadata": {}, **extra}
     return write_json(folder / "stormlog_run.json", doc)
 
@@ -80,33 +81,18 @@ def traceml_session(folder: Path, session_id: str, *, job_id: str | None = None,
     return folder
 
 
-def sink(folder: Path, sessions: list[dict[str, Any]]) -> Path:
-    """A Stormlog sink folder: manifest.json with a ``sessions`` ledger; segments and rollups as files."""
-    for s in sessions:
-        for rel in (*s.get("segments", []), *s.get("rollups", [])):
-            p = folder / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps({"session_id": s["session_id"], "timestamp_ns": 1}) + "\n", encoding="utf-8")
-    return write_json(folder / "manifest.json", {"format": "stormlog.sink_manifest", "schema_version": 1,
-                                                "sessions": sessions})
-
-
-def bundle(folder: Path, kind: str, session: dict[str, Any]) -> Path:
-    """A diagnose (``kind="diagnose"``) or OOM (``kind="oom"``) bundle folder with its bundle.json."""
-    (folder / "snapshot.txt").parent.mkdir(parents=True, exist_ok=True)
-    (folder / "snapshot.txt").write_text("memory snapshot\n", encoding="utf-8")
-    return write_json(folder / "bundle.json", {"format": f"stormlog.{kind}_bundle", "title": f"{kind} bundle",
-                                              "session": session})
-
-
 def telemetry_jsonl(path: Path, session_id: str, *, job_id: str | None = None, rank: int | None = None,
-                    world_size: int | None = None, ended: str | None = "completed") -> Path:
-    """A Stormlog telemetry JSONL file: identity on line 1, a session_end line when ``ended``."""
-    lines = [{"session_id": session_id, "job_id": job_id, "rank": rank, "local_rank": rank,
-              "world_size": world_size, "timestamp_ns": 10, "event": "session_start"},
-             {"session_id": session_id, "timestamp_ns": 20, "event": "sample", "allocated_bytes": 1024}]
+                    world_size: int | None = None, ended: bool = True) -> Path:
+    """A telemetry JSONL file of legacy records (as Stormlog reads them): a ``start`` event with the
+    identity, a sample, and a ``stop`` event when ``ended`` (the session is then ``completed``)."""
+    ident = {k: v for k, v in (("job_id", job_id), ("rank", rank), ("local_rank", rank),
+                               ("world_size", world_size)) if v is not None}
+    lines = [{"session_id": session_id, "timestamp_ns": 10, "event_type": "start", "host": "node-a", "pid": 7,
+              "memory_allocated": 1024, **ident},
+             {"session_id": session_id, "timestamp_ns": 20, "event_type": "sample", "memory_allocated": 2048, **ident}]
     if ended:
-        lines.append({"session_id": session_id, "timestamp_ns": 30, "event": "session_end", "status": ended})
+        lines.append({"session_id": session_id, "timestamp_ns": 30, "event_type": "stop", "memory_allocated": 0,
+                      **ident})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     return path
@@ -115,4 +101,4 @@ def telemetry_jsonl(path: Path, session_id: str, *, job_id: str | None = None, r
 def sidecar(folder: Path, attachments: list[dict[str, Any]], **extra: Any) -> Path:
     """``<folder>/stormlog_attachments.json``."""
     return write_json(folder / "stormlog_attachments.json",
-                      {"format": "stormlog.attachments", "attachments": attachments, **extra})
+                      {"schema_version": 1, "format": "stormlog.attachments", "attachments": attachments, **extra})

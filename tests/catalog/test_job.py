@@ -45,6 +45,22 @@ def test_a_multi_node_run_folder_gets_an_envelope_the_catalog_reads(tmp_path: Pa
     assert store.warnings == []
 
 
+def test_real_stormlog_reads_the_multi_node_envelope(tmp_path: Path) -> None:
+    from tests.catalog.stormlog_real import require_stormlog, stormlog_query, stormlog_warnings
+
+    require_stormlog()
+    folder = launched_folder(tmp_path, nnodes=2)
+    write_job_envelope(folder)
+    (run,) = stormlog_query("runs", tmp_path / "runs")
+    assert (run["run_id"], run["explicit"], run["job_id"], run["source_namespace"]) == (
+        folder.name, True, "job-abc", "traceml")
+    assert (run["started_at_ns"], run["ended_at_ns"], run["attachment_count"]) == (100, 900, 2)
+    ours = catalog.open([tmp_path / "runs"]).list_run_attachments()
+    assert [(a["kind"], a["path"], a["storage"]) for a in stormlog_query("attachments", tmp_path / "runs")] == [
+        (a.kind, a.path, a.storage) for a in ours]
+    assert stormlog_warnings(tmp_path / "runs") == []
+
+
 def test_a_single_node_run_gets_no_envelope(tmp_path: Path) -> None:
     folder = launched_folder(tmp_path, nnodes=1)
     assert write_job_envelope(folder) is None
@@ -79,8 +95,21 @@ def test_traceml_run_over_two_nodes_writes_the_envelope(tmp_path: Path) -> None:
     proc = run_traceml("query", "attachments", str(tmp_path / "node0"), "--run-id", run_dir.name, "--json",
                        "--no-cache")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    kinds = {json.loads(line)["kind"] for line in proc.stdout.splitlines()}
+    ours = json.loads(proc.stdout)
+    kinds = {a["kind"] for a in ours}
     assert {"telemetry_database", "final_summary"} <= kinds
     runs = run_traceml("query", "runs", str(tmp_path / "node0"), "--json", "--no-cache")
-    (row,) = [json.loads(line) for line in runs.stdout.splitlines()]
+    (row,) = json.loads(runs.stdout)
     assert row["explicit"] is True and row["status"] == "completed" and row["session_count"] == 1
+    # real Stormlog accepts the envelope: the same run and the same attachments (it cannot see the
+    # TraceML session itself; its status and times are in the session's metadata)
+    from tests.catalog.stormlog_real import require_stormlog, stormlog_query, stormlog_warnings
+
+    require_stormlog()
+    (theirs,) = stormlog_query("runs", tmp_path / "node0")
+    assert (theirs["run_id"], theirs["explicit"], theirs["attachment_count"]) == (run_dir.name, True, len(ours))
+    assert [(a["kind"], a["path"]) for a in stormlog_query("attachments", tmp_path / "node0")] == [
+        (a["kind"], a["path"]) for a in ours]
+    assert not any("run envelope" in message for _, message in stormlog_warnings(tmp_path / "node0"))
+    doc = json.loads((run_dir / "stormlog_run.json").read_text())
+    assert doc["sessions"][0]["metadata"]["status"] == "completed"

@@ -1,5 +1,5 @@
-"""``traceml query ...`` and ``stormlog query ...`` run as real commands (004 seed, "Query API";
-DESIGN §7 exit codes: 0 ok, 1 failure, 2 bad usage)."""
+"""``traceml query ...`` run as a real command (004 seed, "Query API"; DESIGN §5, §7 exit codes: 0 ok,
+1 failure, 2 bad usage): the seed's commands under TraceML's name, Stormlog's output shapes."""
 
 from __future__ import annotations
 
@@ -19,14 +19,6 @@ from tests.catalog.fixtures import SEED_MINIMAL_ENVELOPE, envelope, telemetry_js
 from tests.conftest import run_traceml
 
 
-def stormlog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("stormlog", path=str(Path(sys.executable).parent))
-    if exe is None:
-        pytest.fail("the stormlog console script is not installed: pip install -e .")
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
-
-
 @pytest.fixture
 def artifacts(tmp_path: Path) -> Path:
     """The seed's layout: ./artifacts with the minimal envelope, its rank-0 session, and one
@@ -44,25 +36,50 @@ def json_lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def test_stormlog_query_runs_json_as_in_the_seed(artifacts: Path) -> None:
-    proc = stormlog("query", "runs", "./artifacts", "--json", cwd=artifacts.parent)
+def test_traceml_query_runs_json_as_in_the_seed(artifacts: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = run_traceml("query", "runs", "./artifacts", "--json", cwd=artifacts.parent,
+                       env={"HOME": str(home), "XDG_CACHE_HOME": ""})
     assert proc.returncode == 0, proc.stderr
-    rows = {r["run_id"]: r for r in json_lines(proc.stdout)}
+    rows = {r["run_id"]: r for r in json.loads(proc.stdout)}  # one JSON array, as stormlog query --json
     assert set(rows) == {"run-train-42", "session:solo-session"}
     assert rows["run-train-42"]["explicit"] is True and rows["run-train-42"]["sessions"] == ["session-rank-0"]
-    assert rows["session:solo-session"]["title"] == "20261130-101500_baseline_a3f9"
+    assert rows["run-train-42"]["source_kind"] == "run_envelope"
+    assert rows["session:solo-session"]["title"] == "Session solo-session"
     assert proc.stderr == ""
-    # the parse cache went beside ./artifacts, nothing inside it
-    assert (artifacts.parent / ".cache" / "catalog-facts.msgpack").is_file()
+    # the parse cache went to the user's cache folder; nothing beside or inside ./artifacts
+    assert (home / ".cache" / "traceml" / "catalog" / "catalog-facts.msgpack").is_file()
+    assert sorted(p.name for p in artifacts.parent.iterdir()) == ["artifacts", "home"]
     assert not list(artifacts.rglob("*.msgpack"))
 
 
-def test_stormlog_query_attachments_table_as_in_the_seed(artifacts: Path) -> None:
-    proc = stormlog("query", "attachments", "./artifacts", "--run-id", "run-train-42", "--table",
-                    cwd=artifacts.parent)
+def test_json_is_an_empty_array_when_nothing_matches_and_jsonl_is_one_object_per_line(artifacts: Path) -> None:
+    none = run_traceml("query", "runs", str(artifacts), "--json", "--run-id", "nope", "--no-cache")
+    assert none.returncode == 0 and json.loads(none.stdout) == []
+    lines = run_traceml("query", "sessions", str(artifacts), "--jsonl", "--no-cache")
+    assert lines.returncode == 0, lines.stderr
+    assert [r["session_id"] for r in json_lines(lines.stdout)] == ["solo-session", "session-rank-0"]
+    empty = run_traceml("query", "sessions", str(artifacts), "--jsonl", "--session", "nope", "--no-cache")
+    assert empty.returncode == 0 and empty.stdout == ""
+
+
+def test_a_file_path_writes_nothing_beside_the_file(artifacts: Path, tmp_path: Path) -> None:
+    target = artifacts / "train-42" / "telemetry" / "rank0.jsonl"
+    before = sorted(p.name for p in target.parent.iterdir())
+    proc = run_traceml("query", "sessions", str(target), "--json", env={"HOME": str(tmp_path / "home"),
+                                                                        "XDG_CACHE_HOME": ""})
     assert proc.returncode == 0, proc.stderr
-    assert "rank0-profiler" in proc.stdout and "profiler_trace" in proc.stdout and "reference" in proc.stdout
-    assert "session-rank-0/rank0.jsonl" in proc.stdout  # the local telemetry file, as copy
+    assert [r["session_id"] for r in json.loads(proc.stdout)] == ["session-rank-0"]
+    assert sorted(p.name for p in target.parent.iterdir()) == before
+    assert not (artifacts / "train-42" / ".cache").exists() and not (target.parent / ".cache").exists()
+
+
+def test_traceml_query_attachments_table_as_in_the_seed(artifacts: Path) -> None:
+    proc = run_traceml("query", "attachments", "./artifacts", "--run-id", "run-train-42", "--table", "--no-cache",
+                       cwd=artifacts.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "Rank 0 profiler trace" in proc.stdout and "profiler_trace" in proc.stdout and "reference" in proc.stdout
+    assert "telemetry_file" in proc.stdout  # the local telemetry file, as copy
     assert "solo-session" not in proc.stdout
     assert "2 attachments" in proc.stdout
 
@@ -72,7 +89,7 @@ def test_traceml_query_sessions_csv_with_filters(artifacts: Path) -> None:
                        "--no-cache")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
-    assert [(r["session_id"], r["run_id"], r["kind"], r["world_size"]) for r in rows] == [
+    assert [(r["session_id"], r["run_id"], r["source_kind"], r["world_size"]) for r in rows] == [
         ("session-rank-0", "run-train-42", "telemetry_jsonl", "8")]
     assert not (artifacts.parent / ".cache").exists()
 
@@ -81,7 +98,7 @@ def test_warnings_go_to_stderr_and_stdout_stays_parseable(artifacts: Path) -> No
     envelope(artifacts / "copy", "run-train-42", [])  # a second envelope with the same run_id
     proc = run_traceml("query", "runs", str(artifacts), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert {r["run_id"] for r in json_lines(proc.stdout)} == {"job:train-42", "session:solo-session"}
+    assert {r["run_id"] for r in json.loads(proc.stdout)} == {"job:train-42", "session:solo-session"}
     assert proc.stderr.count("warning:") == 2 and "is also declared by" in proc.stderr
     strict = run_traceml("query", "runs", str(artifacts), "--json", "--strict")
     assert strict.returncode == 1 and strict.stdout == proc.stdout
@@ -95,6 +112,7 @@ def test_no_existing_path_exits_1_with_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [
     ["runs", ".", "--json", "--csv"],
+    ["runs", ".", "--json", "--jsonl"],
     ["runs", ".", "--rank", "zero"],
     ["runs"],
     ["attachments", ".", "--cache-dir", "x", "--no-cache"],
@@ -117,8 +135,8 @@ def test_csv_with_no_matching_row_still_prints_the_header_and_tables_count_in_th
     proc = run_traceml("query", "runs", str(artifacts), "--csv", "--run-id", "nope", "--no-cache")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "run_id,explicit,title,description,job_id,started_at_ns,ended_at_ns,status,source_path,session_count,"
-        "attachment_count,sessions,ranks,tags,source_namespace,source_ref,metadata"]
+        "run_id,explicit,title,description,job_id,started_at_ns,ended_at_ns,source_path,source_kind,"
+        "source_namespace,source_ref,session_count,attachment_count,sessions,ranks,tags,metadata,status"]
     table = run_traceml("query", "runs", str(artifacts), "--run-id", "run-train-42", "--no-cache")
     assert re.search(r"^1 run\s*$", table.stdout, re.MULTILINE), table.stdout
 
@@ -128,11 +146,11 @@ def test_many_warnings_of_one_kind_about_one_file_are_summed_up(tmp_path: Path) 
     proc = run_traceml("query", "runs", str(tmp_path), "--json", "--no-cache")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert sum("was not found on disk" in line for line in lines) == 20
+    assert sum("was not found" in line for line in lines) == 20
     assert lines[-1].endswith("and 5 more warnings of the same kind (session_not_found) about this file "
                               "(--all-warnings prints each)")
     every = run_traceml("query", "runs", str(tmp_path), "--json", "--no-cache", "--all-warnings")
-    assert sum("was not found on disk" in line for line in every.stderr.splitlines()) == 25
+    assert sum("was not found" in line for line in every.stderr.splitlines()) == 25
     assert every.stdout == proc.stdout
 
 
@@ -163,6 +181,6 @@ def test_a_folder_that_cannot_be_read_says_permission_denied(tmp_path: Path) -> 
         assert beside.returncode == 0, beside.stderr
         assert f"{locked / 'run-a'}: cannot be reached: permission denied on a folder on the way" in beside.stderr
         assert "no such file" not in beside.stderr
-        assert [r["run_id"] for r in json_lines(beside.stdout)] == ["session:s-b"]
+        assert [r["run_id"] for r in json.loads(beside.stdout)] == ["session:s-b"]
     finally:
         locked.chmod(0o755)

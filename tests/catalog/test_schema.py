@@ -1,4 +1,5 @@
-"""The shipped JSON Schemas and the problems they report (004 seed, stormlog_run.json; DESIGN §2.2)."""
+"""The shipped JSON Schemas and the problems they report (004 seed, stormlog_run.json; DESIGN §2.2,
+§5): the same constraints as real Stormlog 0.4.3's v1 schemas, compared with its own reader."""
 
 from __future__ import annotations
 
@@ -28,11 +29,22 @@ def test_the_seed_minimal_example_is_valid() -> None:
     assert envelope_problems(seed_doc()) == []
 
 
-def test_the_schemas_ship_with_the_package_and_say_what_is_required() -> None:
+def test_the_schemas_ship_with_the_package_and_each_loads_alone_with_jsonschema() -> None:
+    from jsonschema import Draft202012Validator
+
     envelope = load_schema(ENVELOPE_SCHEMA)
     assert envelope["required"] == ["schema_version", "format", "run_id", "metadata"]
-    assert envelope["properties"]["format"] == {"const": "stormlog.run_envelope"}
-    assert load_schema(SIDECAR_SCHEMA)["properties"]["format"] == {"const": "stormlog.attachments"}
+    assert envelope["additionalProperties"] is False
+    assert envelope["$defs"]["session"]["required"] == ["session_id", "metadata"]
+    assert envelope["$defs"]["attachment"]["required"] == ["title", "kind", "storage", "metadata"]
+    sidecar = load_schema(SIDECAR_SCHEMA)
+    assert sidecar["$defs"]["attachment"]["required"] == ["title", "kind", "metadata"]
+    for schema, doc in ((envelope, seed_doc()), (sidecar, {"schema_version": 1, "format": "stormlog.attachments",
+                                                           "attachments": [{"title": "t", "kind": "k", "url": "u",
+                                                                            "metadata": {}}]})):
+        Draft202012Validator.check_schema(schema)
+        assert "$ref" not in json.dumps(schema).replace('"$ref": "#/', "")  # no reference into another file
+        Draft202012Validator(schema).validate(doc)  # alone: no registry
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
@@ -43,11 +55,16 @@ def test_the_schemas_ship_with_the_package_and_say_what_is_required() -> None:
     (lambda d: d.update(format="stormlog.run"), "format", '"stormlog.run_envelope"'),
     (lambda d: d.update(started_at_ns=-5), "started_at_ns", "-5"),
     (lambda d: d.update(started_at_ns=10, ended_at_ns=9), "ended_at_ns", "before started_at_ns"),
-    (lambda d: d["sessions"][0].update(world_size=0), "sessions[0].world_size", "minimum 1"),
+    (lambda d: d["sessions"][0].update(world_size=0), "sessions[0].world_size", "at least 1"),
+    (lambda d: d["sessions"][0].update(status="completed"), "sessions[0].status", "not a field of the v1 schema"),
+    (lambda d: d["sessions"][0].pop("metadata"), "sessions[0].metadata", "is required"),
+    (lambda d: d.update(written_by="x"), "written_by", "put integration-specific facts in metadata"),
+    (lambda d: d["attachments"][0].pop("title"), "attachments[0].title", "is required"),
+    (lambda d: d.update(tags=["a", "a"]), "tags", "the same item twice"),
+    (lambda d: d["attachments"][0].update(start_ns=5, end_ns=4), "attachments[0].end_ns", "before start_ns"),
     (lambda d: d["sessions"][0].pop("session_id"), "sessions[0].session_id", "is required"),
     (lambda d: d["attachments"][0].update(storage="link"), "attachments[0].storage", '"reference", "copy"'),
-    (lambda d: d["attachments"][0].pop("path"), "attachments[0].path", "is required when url is not given"),
-    (lambda d: d["attachments"].append(dict(d["attachments"][0])), "attachments[1].attachment_id", "used twice"),
+    (lambda d: d["attachments"][0].pop("path"), "attachments[0].url", "is required when path is not given"),
     (lambda d: d.update(tags="a,b"), "tags", 'must be a list, not "a,b"'),
     (lambda d: d.update(metadata=None), "metadata", "must be an object, not null"),
 ])
@@ -73,49 +90,42 @@ def test_each_missing_required_field_is_named_once(doc: Any, fields: list[str]) 
 
 def test_missing_fields_of_a_sidecar_and_its_items_are_each_named_once() -> None:
     file_level, items = sidecar_problems({"attachments": [{"kind": "x"}]})
-    assert file_level == [Problem("format", "is required")]
-    assert items == {0: [Problem("attachments[0].attachment_id", "is required"),
-                         Problem("attachments[0].storage", "is required"),
-                         Problem("attachments[0].path", "is required when url is not given (one of path, url)")]}
-    assert [p.field for p in attachment_problems({})] == ["attachment_id", "kind", "storage", "path"]
+    assert file_level == [Problem("schema_version", "is required"), Problem("format", "is required")]
+    assert items == {0: [Problem("attachments[0].title", "is required"),
+                         Problem("attachments[0].metadata", "is required"),
+                         Problem("attachments[0].url", "is required when path is not given (one of url, path)")]}
+    assert [p.field for p in attachment_problems({})] == ["title", "kind", "storage", "metadata", "url"]
 
 
-def test_a_duplicate_attachment_id_is_named_beside_other_problems() -> None:
+def test_attachment_id_is_optional_and_a_repeated_one_is_not_a_schema_problem() -> None:
     doc = seed_doc()
     doc["attachments"].append(dict(doc["attachments"][0]))
-    doc["run_id"] = ""
-    assert envelope_problems(doc) == [
-        Problem("run_id", 'must be a non-empty string, not ""'),
-        Problem("attachments[1].attachment_id", '"rank0-profiler" is used twice in this envelope'),
-    ]
-
-
-def test_unknown_top_level_fields_are_allowed_for_newer_writers() -> None:
-    doc = seed_doc()
-    doc["written_by"] = "stormlog 2.0"
+    doc["attachments"][0].pop("attachment_id")
     assert envelope_problems(doc) == []
 
 
-def test_a_bad_sidecar_item_rejects_only_that_item() -> None:
-    doc = {"format": "stormlog.attachments", "attachments": [
-        {"attachment_id": "ok", "kind": "experiment", "storage": "reference", "url": "https://example.org/run/1"},
-        {"attachment_id": "bad", "kind": "experiment", "storage": "reference"},
-    ]}
-    file_level, items = sidecar_problems(doc)
-    assert file_level == []
-    assert list(items) == [1]
-    assert items[1] == [Problem("attachments[1].path", "is required when url is not given (one of path, url)")]
+def test_the_documented_minimal_sidecar_item_is_read_and_named_where_the_schema_wants_more() -> None:
+    from traceml_ai.catalog.schema import sidecar_item_read
+
+    item = {"title": "W&B run", "kind": "experiment", "url": "https://wandb.ai/e/p/r1", "session_id": "s0"}
+    _, items = sidecar_problems({"schema_version": 1, "format": "stormlog.attachments", "attachments": [item]})
+    assert items == {0: [Problem("attachments[0].metadata", "is required")]}
+    read = sidecar_item_read(item)
+    assert read is not None and read["storage"] == "reference" and read["attachment_id"] is None
 
 
 def test_a_sidecar_with_the_wrong_format_is_rejected_whole() -> None:
-    file_level, items = sidecar_problems({"format": "stormlog.attachment", "attachments": []})
-    assert [p.field for p in file_level] == ["format"] and items == {}
+    from traceml_ai.catalog.schema import sidecar_file_read
+
+    doc = {"schema_version": 1, "format": "stormlog.attachment", "attachments": []}
+    file_level, items = sidecar_problems(doc)
+    assert [p.field for p in file_level] == ["format"] and items == {} and not sidecar_file_read(doc)
 
 
 def test_a_single_attachment_is_checked_like_an_envelope_item() -> None:
-    assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "path": "x"}) == []
-    assert attachment_problems({"attachment_id": "a", "kind": "k", "storage": "copy", "url": "not a url"},
-                               ["attachments", 3])[0].field == "attachments[3].url"
+    ok = {"title": "t", "kind": "k", "storage": "copy", "path": "x", "metadata": {}}
+    assert attachment_problems(ok) == []
+    assert attachment_problems({**ok, "path": ""}, ["attachments", 3])[0].field == "attachments[3].path"
 
 
 def _mutations(doc: Any) -> list[Any]:
@@ -141,7 +151,7 @@ def _mutations(doc: Any) -> list[Any]:
 def test_the_fast_check_never_accepts_what_jsonschema_rejects() -> None:
     from traceml_ai.catalog.schema import _fast, _validator
 
-    sidecar = {"format": "stormlog.attachments", "run_id": "r", "attachments": seed_doc()["attachments"]}
+    sidecar = {"schema_version": 1, "format": "stormlog.attachments", "attachments": seed_doc()["attachments"]}
     for name, doc in ((ENVELOPE_SCHEMA, seed_doc()), (SIDECAR_SCHEMA, sidecar)):
         mutations = _mutations(doc)
         assert len(mutations) > 150
@@ -155,3 +165,42 @@ def test_the_fast_check_refuses_a_keyword_it_does_not_know() -> None:
 
     with pytest.raises(ValueError, match="maxLength"):
         _compile({"type": "string", "maxLength": 3}, {}, {})
+
+
+def test_the_envelope_schema_accepts_exactly_what_real_stormlog_accepts() -> None:
+    """Differential: for the seed envelope and hundreds of one-field mutations of it, our verdict is
+    Stormlog 0.4.3's own reader's (``run_envelope_from_payload``)."""
+    from pathlib import Path
+
+    from tests.catalog.stormlog_real import require_stormlog
+
+    require_stormlog()
+    from stormlog.run_catalog import run_envelope_from_payload
+
+    docs = [seed_doc(), *_mutations(seed_doc())]
+    docs += [{**seed_doc(), "tags": ["a", "a"]}, {**seed_doc(), "tags": ["a", ""]}, {**seed_doc(), "title": ""},
+             {**seed_doc(), "description": ""}, {**seed_doc(), "started_at_ns": 5, "ended_at_ns": 4}]
+    disagree = [d for d in docs if isinstance(d, dict)
+                and (run_envelope_from_payload(d, Path("/x/stormlog_run.json")) is None) != bool(envelope_problems(d))]
+    assert len(docs) > 300
+    assert disagree == []
+
+
+def test_the_sidecar_reader_keeps_exactly_the_items_real_stormlog_keeps() -> None:
+    from pathlib import Path
+
+    from tests.catalog.stormlog_real import require_stormlog
+
+    require_stormlog()
+    from stormlog.query import _attachment_from_payload
+
+    from traceml_ai.catalog.schema import sidecar_item_read
+
+    base = {"attachment_id": "a", "title": "t", "kind": "k", "storage": "copy", "path": "p", "url": "https://u",
+            "start_ns": 1, "end_ns": 2, "session_id": "s", "rank": 0, "metadata": {"m": 1}}
+    items = [base, *_mutations(base)]
+    disagree = [i for i in items if isinstance(i, dict)
+                and (_attachment_from_payload(i, Path("/x/stormlog_attachments.json")) is None)
+                != (sidecar_item_read(i) is None)]
+    assert len(items) > 150
+    assert disagree == []

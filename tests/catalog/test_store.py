@@ -10,20 +10,24 @@ import traceml_ai.catalog as catalog
 from tests.catalog.fixtures import envelope, sidecar, telemetry_jsonl
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> catalog.CatalogStore:
+def _root(tmp_path: Path) -> Path:
     for rank in range(3):
         telemetry_jsonl(tmp_path / "job-a" / f"r{rank}.jsonl", f"a{rank}", job_id="a", rank=rank, world_size=3)
     telemetry_jsonl(tmp_path / "job-b" / "r0.jsonl", "b0", job_id="b", rank=0, world_size=1)
     envelope(tmp_path / "job-a", "run-a", ["a0", "a1", "a2"], [
-        {"attachment_id": "nsys-0", "kind": "profiler_trace", "storage": "reference", "path": "t0.nsys-rep",
-         "rank": 0, "source_namespace": "nsys", "source_ref": "rank0"},
-        {"attachment_id": "wandb", "kind": "experiment", "storage": "reference", "url": "https://wandb.example/e/p/r",
-         "source_namespace": "wandb", "source_ref": "e/p/r"},
+        {"attachment_id": "nsys-0", "title": "nsys rank 0", "kind": "profiler_trace", "storage": "reference",
+         "path": "t0.nsys-rep", "rank": 0, "source_namespace": "nsys", "source_ref": "rank0", "metadata": {}},
+        {"attachment_id": "wandb", "title": "W&B", "kind": "experiment", "storage": "reference",
+         "url": "https://wandb.example/e/p/r", "source_namespace": "wandb", "source_ref": "e/p/r", "metadata": {}},
     ], job_id="a", source_namespace="wandb", source_ref="e/p/r", tags=["baseline"])
-    sidecar(tmp_path / "job-b", [{"attachment_id": "note", "kind": "note", "storage": "reference", "path": "n.md"}],
-            session_id="b0")
-    return catalog.open([tmp_path])
+    sidecar(tmp_path / "job-b", [{"attachment_id": "note", "title": "Note", "kind": "note", "path": "n.md",
+                                  "session_id": "b0", "metadata": {}}])
+    return tmp_path
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> catalog.CatalogStore:
+    return catalog.open([_root(tmp_path)])
 
 
 def ids(rows: list[catalog.RunRow]) -> list[str]:
@@ -48,22 +52,46 @@ def test_run_filters(store: catalog.CatalogStore) -> None:
 def test_attachment_filters(store: catalog.CatalogStore) -> None:
     assert [a.attachment_id for a in store.list_run_attachments(source_namespace="nsys")] == ["nsys-0"]
     assert [a.attachment_id for a in store.list_run_attachments(kind="experiment")] == ["wandb"]
-    assert [a.attachment_id for a in store.list_run_attachments(run_id="job:b")] == ["b0/r0.jsonl", "note"]
-    # an attachment without job_id matches its run's job
+    assert [(a.kind, a.title) for a in store.list_run_attachments(run_id="job:b")] == [
+        ("note", "Note"), ("telemetry_file", "r0.jsonl")]
     assert "wandb" in [a.attachment_id for a in store.list_run_attachments(job_id="a")]
-    assert [a.attachment_id for a in store.list_run_attachments(rank=0, run_id="run-a")] == ["nsys-0", "a0/r0.jsonl"]
+    assert [a.kind for a in store.list_run_attachments(rank=0, run_id="run-a")] == ["profiler_trace", "telemetry_file"]
 
 
 def test_session_filters(store: catalog.CatalogStore) -> None:
-    assert [s.session_id for s in store.list_sessions(run_id="run-a")] == ["a0", "a1", "a2"]
+    assert [s.session_id for s in store.list_sessions(run_id="run-a")] == ["a2", "a1", "a0"]
     assert [s.session_id for s in store.list_sessions(rank=1)] == ["a1"]
     assert [s.session_id for s in store.list_sessions(kind="telemetry_jsonl", job_id="b")] == ["b0"]
-    assert [s.session_id for s in store.list_sessions(source_namespace="wandb")] == ["a0", "a1", "a2"]
+    assert [s.session_id for s in store.list_sessions(source_namespace="wandb")] == ["a2", "a1", "a0"]
+    assert [s.session_id for s in store.list_sessions(status="completed", world_size=1)] == ["b0"]
+    assert store.list_sessions(has_oom_bundle=True) == []
+
+
+def test_stormlog_filter_objects_give_what_stormlogs_store_gives(tmp_path: Path) -> None:
+    """``traceml_ai.catalog.open()`` takes Stormlog's filter objects as ``stormlog.query.open()`` does,
+    and answers with the same rows (``as_dict()``), field by field."""
+    from tests.catalog.stormlog_real import require_stormlog, same_rows
+
+    require_stormlog()
+    import stormlog.query
+
+    root = _root(tmp_path)
+    theirs, ours = stormlog.query.open([root]), catalog.open([root])
+    for method, filters in (("list_runs", [stormlog.query.RunFilter(), stormlog.query.RunFilter(rank=1),
+                                           stormlog.query.RunFilter(source_namespace="wandb")]),
+                            ("list_run_attachments", [stormlog.query.RunAttachmentFilter(run_id="job:b"),
+                                                      stormlog.query.RunAttachmentFilter(kind="experiment")]),
+                            ("list_sessions", [stormlog.query.SessionFilter(job_id="a"),
+                                               stormlog.query.SessionFilter(status="completed", rank=0)])):
+        for f in filters:
+            mine = getattr(ours, method)(getattr(catalog, type(f).__name__)(**vars(f)))
+            same_rows([r.as_dict() for r in mine], [r.as_dict() for r in getattr(theirs, method)(f)])
+    assert [w.message for w in theirs.catalog.warnings] == [w.message for w in ours.catalog.warnings] == []
 
 
 def test_an_unknown_filter_is_a_type_error(store: catalog.CatalogStore) -> None:
     with pytest.raises(TypeError):
-        store.list_runs(status="running")  # type: ignore[call-arg]
+        store.list_runs(colour="red")  # type: ignore[call-arg]
 
 
 def test_rows_have_a_json_shape(store: catalog.CatalogStore) -> None:
@@ -71,7 +99,7 @@ def test_rows_have_a_json_shape(store: catalog.CatalogStore) -> None:
     assert d["sessions"] == ["a0", "a1", "a2"] and d["explicit"] is True and d["tags"] == ["baseline"]
     assert set(store.list_run_attachments()[0].to_dict()) >= {
         "run_id", "attachment_id", "title", "kind", "storage", "path", "url", "session_id", "job_id", "rank",
-        "metadata", "source_path"}
+        "local_rank", "world_size", "start_ns", "end_ns", "metadata", "source_path", "source_kind", "declared_in"}
 
 
 @pytest.mark.parametrize(("text", "fields"), [

@@ -83,7 +83,7 @@ def test_add_attachment_creates_a_sidecar_where_there_is_no_envelope(tmp_path: P
 def test_a_bad_attachment_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(EnvelopeError, match="storage"):
         add_attachment(tmp_path, "x", kind="note", storage="moved", path="p")
-    with pytest.raises(EnvelopeError, match="path: is required when url is not given"):
+    with pytest.raises(EnvelopeError, match="url: is required when path is not given"):
         add_attachment(tmp_path, "x", kind="note")
     assert list(tmp_path.iterdir()) == []
 
@@ -178,3 +178,30 @@ def test_adding_to_a_file_that_is_not_json_names_the_file(tmp_path: Path) -> Non
     with pytest.raises(EnvelopeError, match="the existing file is not valid JSON"):
         add_attachment(tmp_path, "a", kind="note", path="p")
     assert (tmp_path / "stormlog_attachments.json").read_text(encoding="utf-8") == "{not json"
+
+
+def test_real_stormlog_reads_what_write_envelope_and_add_attachment_write(tmp_path: Path) -> None:
+    from tests.catalog.stormlog_real import require_stormlog, same_rows, stormlog_query, stormlog_warnings
+    from tests.catalog.stormlog_real import traceml_query as ours
+
+    require_stormlog()
+    root = tmp_path.resolve()
+    write_envelope(root / "train-42", "run-train-42", job_id="train-42", title="Train 42", tags=["a", "b"],
+                   source_namespace="wandb", source_ref="e/p/42", started_at_ns=10, ended_at_ns=20,
+                   sessions=[{"session_id": "session-rank-0", "job_id": "train-42", "rank": 0, "local_rank": 0,
+                              "world_size": 8, "role": "rank", "metadata": {"status": "completed"}}],
+                   attachments=[{"attachment_id": "rank0-profiler", "title": "Rank 0 profiler trace",
+                                 "kind": "profiler_trace", "storage": "reference", "path": "traces/rank0.trace",
+                                 "session_id": "session-rank-0", "rank": 0, "metadata": {"tool": "nsys"}}],
+                   metadata={"written_by": "traceml"})
+    add_attachment(root / "train-42", "wandb", kind="experiment", url="https://wandb.ai/e/p/42")
+    add_attachment(root / "notes", kind="note", path="n.md", run_id="run-train-42")
+    add_attachment(root / "notes", kind="link", url="https://example.org/x", storage=None,
+                   source_namespace="wandb", source_ref="e/p/42")
+    assert stormlog_warnings(root) == []
+    for what in ("runs", "attachments"):
+        theirs = stormlog_query(what, root)
+        assert theirs
+        same_rows(ours(what, root)[0], theirs)
+    kinds = [a["kind"] for a in stormlog_query("attachments", root)]
+    assert sorted(kinds) == ["experiment", "link", "note", "profiler_trace"]

@@ -1,4 +1,4 @@
-"""`traceml runs ls / show` and `traceml demo`, run as real commands (`stormlog`: tests/catalog)."""
+"""`traceml runs ls / show` and `traceml demo`, run as real commands (`traceml query`: tests/catalog)."""
 
 from __future__ import annotations
 

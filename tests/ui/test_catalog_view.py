@@ -47,8 +47,9 @@ def _run_folder(root: Path, name: str, session_id: str | None, rank: int = 0) ->
 
 def _envelope(folder: Path, run_id: str, sessions: list[str], attachments: Sequence[dict[str, Any]] = ()) -> None:
     doc = {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": run_id, "metadata": {},
-           "title": f"Experiment {run_id}", "sessions": [{"session_id": s} for s in sessions],
-           "attachments": list(attachments)}
+           "title": f"Experiment {run_id}", "sessions": [{"session_id": s, "metadata": {}} for s in sessions],
+           # Stormlog's v1 schema: every attachment has a title and metadata
+           "attachments": [{"title": a["attachment_id"], "metadata": {}, **a} for a in attachments]}
     (folder / "stormlog_run.json").write_text(json.dumps(doc))
 
 

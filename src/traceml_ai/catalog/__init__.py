@@ -14,10 +14,22 @@ Example::
     traceml_ai.catalog.write_envelope("./artifacts/train-42", "run-train-42", job_id="train-42",
                                       sessions=[{"session_id": "session-rank-0", "rank": 0}])
     traceml_ai.catalog.add_attachment("./artifacts/train-42", "rank0-profiler", kind="profiler_trace",
-                                      path="traces/rank0.trace", session_id="session-rank-0")
+                                      title="Rank 0 profiler trace", path="traces/rank0.trace",
+                                      session_id="session-rank-0")
+
+The rows have the fields of Stormlog 0.4.3's rows (``as_dict()`` gives the same dicts, plus a few
+of TraceML's own); real ``stormlog query`` reads the envelopes written here.
 """
 
-from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
+from traceml_ai.catalog.model import (
+    AttachmentRow,
+    CatalogWarning,
+    RunAttachmentFilter,
+    RunFilter,
+    RunRow,
+    SessionFilter,
+    SessionRow,
+)
 from traceml_ai.catalog.store import CacheFolderError, CatalogStore, default_cache_dir, open_catalog
 from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envelope
 
@@ -29,7 +41,10 @@ __all__ = [
     "CatalogStore",
     "CatalogWarning",
     "EnvelopeError",
+    "RunAttachmentFilter",
+    "RunFilter",
     "RunRow",
+    "SessionFilter",
     "SessionRow",
     "add_attachment",
     "default_cache_dir",

@@ -1,108 +1,133 @@
-"""Runs from discovered facts: explicit, implicit, and their attachments (004 seed, "Discovery
-Rules" and "Attachments"; DESIGN §5). Pure: reads no file beyond an ``exists`` check for ``copy``
-attachments.
+"""Runs from discovered facts: sessions, explicit and implicit runs, and their attachments, by
+real Stormlog 0.4.3's rules (004 seed, "Discovery Rules" and "Attachments"; DESIGN §5). Pure:
+reads no file.
 
-Rules, in order:
-
-1. Sessions: one record per session found. Bundles (diagnose, OOM) join the session of the same
-   ``session_id`` as attachments; telemetry JSONL files of one session with the same identity are
-   one session (rotated files). Any other two sources naming one ``session_id`` stay two sessions
-   and are reported (``duplicate_session``).
+1. Sessions: a sink's ledger entries (identity and lifecycle from the ledger), a diagnose bundle's
+   session (unless its own sink lists it), each session of a telemetry file, and TraceML run
+   folders. Several artifacts naming one ``session_id`` are one session (the first, latest start
+   first), reported as ``duplicate_session`` (Stormlog lists it once per artifact).
 2. Envelopes: a schema-invalid envelope is rejected (one warning per problem, naming the field).
-   Every ``run_id`` must be unique: envelopes sharing one are all rejected (``duplicate_run_id``),
+   Every ``run_id`` must be unique: envelopes sharing one are all rejected (``duplicate_run_id``);
    their sessions fall back to implicit runs and their attachments are not indexed.
-3. Explicit runs: each accepted envelope is a run of the sessions it names. A named session that was
-   not found on disk is still listed (``on_disk`` False) and reported (``session_not_found``); a
-   session named by two envelopes is listed in both runs and reported (``session_claimed_twice``).
-   The run's attachments: the envelope's (relative paths against its folder; URLs recorded, never
-   fetched; ``storage`` as given), then the local artifacts of its sessions as ``copy``. A local
-   path outside every root (``../``, absolute) is reported (``attachment_outside_root``), as is a
-   ``copy`` whose file does not exist (``missing_attachment_file``; also for a sink ledger's
-   segments and rollups) and a ``path`` that looks like a URL (``path_is_url``).
-4. Implicit runs for sessions no accepted envelope covers: sessions sharing a non-null ``job_id`` are
-   one run ``job:<job_id>`` (two of them with the same rank are reported: ``ambiguous_rank``); a
-   session without ``job_id`` is its own run ``session:<session_id>``. A sink folder holding several
-   sessions never merges them by itself.
-5. Sidecar items go to the run named by their ``run_id`` (or the sidecar's), else the run(s) holding
-   their ``session_id``, else the one run of their ``job_id``, else the run of the nearest envelope
-   or TraceML session folder at or above the sidecar. An item that resolves to no run is listed
-   with ``run_id`` None and reported (``unresolved_attachment``). An item whose ``attachment_id``
-   its run already has (from the envelope or an earlier sidecar item) is reported and not indexed
-   (``duplicate_attachment_id``).
+3. Explicit runs: each accepted envelope is a run of the sessions it names that exist (a named
+   session not found is reported, ``session_not_found``); when none of them exists and the
+   envelope has a ``job_id``, of every session of that job. A session named by two envelopes is in
+   both runs (``session_claimed_twice``).
+4. Implicit runs, for sessions no accepted envelope covers: sessions sharing a non-null ``job_id``
+   are one run ``job:<job_id>``; a session without one is its own run ``session:<session_id>``.
+5. Attachments: an envelope's own (run = its ``run_id`` or the envelope's; relative paths against
+   the envelope's folder; URLs recorded, never fetched); sidecar items (run = their ``run_id``, else
+   the one run of their ``source_namespace``/``source_ref``, of their ``session_id``, of their
+   ``job_id``; an item that resolves to none is reported, ``unresolved_attachment``, and not
+   indexed); the local artifacts of each session (sink folder, segments, rollups, diagnose and OOM
+   bundles, telemetry files, a TraceML run folder's files), all ``copy``. An identity that maps to
+   several runs is not used for resolving (``ambiguous_identity``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
-from traceml_ai.catalog.discovery import Found
+from traceml_ai.catalog.discovery import Found, Source
 from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
-from traceml_ai.catalog.schema import field_name
+from traceml_ai.catalog.sources import ROLLUP_FILE
 from traceml_ai.runs.discovery import inside
-
-IDENTITY = ("job_id", "rank", "local_rank", "world_size")
-
-
-_Local = tuple[str, dict[str, Any], list[Any]]
-"""A local artifact not yet made a row: (run_id, session record, [attachment_id, kind, path, title,
-source_path]); source_path is the file that named it (a bundle's ``bundle.json``, not the ledger of
-the session it joined)."""
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A ``path`` that starts like this is a URL written in the wrong field."""
 
 
-def _local_row(local: _Local) -> AttachmentRow:
-    run_id, rec, (attachment_id, kind, path, title, source) = local
-    return AttachmentRow(run_id=run_id, attachment_id=attachment_id, title=title, kind=kind, storage="copy",
-                         path=path, url=None, session_id=rec["session_id"], job_id=rec["job_id"], rank=rec["rank"],
-                         source_path=source)
-
-
 @dataclass
 class Catalog:
-    """Everything the store answers from (rows in discovery order). The rows of local artifacts
-    (three or more per session) are made on first use of :attr:`attachments`: listing runs alone
-    does not pay for them."""
+    """Everything the store answers from: rows in Stormlog's order (runs latest first, sessions
+    latest first, attachments by run, session, rank, kind, title)."""
 
     runs: list[RunRow] = field(default_factory=list)
     sessions: list[SessionRow] = field(default_factory=list)
     warnings: list[CatalogWarning] = field(default_factory=list)
-    pending: list[AttachmentRow | _Local] = field(default_factory=list)
+    oom_bundles: list[dict[str, Any]] = field(default_factory=list)
+    sidecar_items: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[AttachmentRow | partial[AttachmentRow]] = field(default_factory=list)
     _attachments: list[AttachmentRow] | None = None
 
     @property
     def attachments(self) -> list[AttachmentRow]:
+        """The attachment rows, made on first use: listing runs needs only their counts, and a
+        sink session has three or more local artifacts."""
         if self._attachments is None:
-            self._attachments = [a if isinstance(a, AttachmentRow) else _local_row(a) for a in self.pending]
+            rows = [r if isinstance(r, AttachmentRow) else r() for r in self.pending]
+            rows.sort(key=lambda r: (r.run_id or "", r.session_id or "", r.rank if r.rank is not None else -1,
+                                     r.kind, r.title, r.source_path))
+            self._attachments = rows
             self.pending = []
         return self._attachments
 
 
 @dataclass
-class _Run:
+class _Ctx:
     run_id: str
     explicit: bool
+    title: str | None
+    description: str | None
+    job_id: str | None
+    started_at_ns: int | None
+    ended_at_ns: int | None
     source_path: str
-    doc: dict[str, Any] = field(default_factory=dict)
-    sessions: list[SessionRow] = field(default_factory=list)
-    attachments: list[AttachmentRow | _Local] = field(default_factory=list)
+    source_kind: str
+    source_namespace: str | None
+    source_ref: str | None
+    sessions: list[dict[str, Any]]
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _resolve(raw: str, folder: str) -> str:
+    """A declared path made absolute against ``folder`` and resolved (as Stormlog: symlinks too)."""
+    path = os.path.expanduser(raw)
+    if not os.path.isabs(path):
+        path = os.path.join(folder, path)
+    return os.path.realpath(path)
+
+
+def _iso_ns(text: str | None) -> int | None:
+    if not text:
+        return None
+    t = text.strip()
+    if t.endswith("Z"):
+        t = t[:-1] + "+00:00"
+    try:
+        d = datetime.fromisoformat(t)
+    except ValueError:
+        return None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=timezone.utc)
+    return int(d.timestamp() * 1_000_000_000)
+
+
+_PRIORITY = {"sink": 0, "diagnose_bundle": 1, "traceml_session": 2}
+"""Which artifact's row a session listed by several is read from (lowest first; telemetry files last)."""
+
+
+def _start_key(s: dict[str, Any]) -> tuple[int, str]:
+    started = s["started_at_ns"]
+    return (started if started is not None else -1, s["session_id"])
 
 
 class _Builder:
     def __init__(self, found: Found) -> None:
         self.found = found
         self.warnings: list[CatalogWarning] = list(found.warnings)
-        self.records: list[dict[str, Any]] = []
-        self.by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.runs: dict[str, _Run] = {}
-        self.runs_of_session: dict[str, list[str]] = defaultdict(list)
-        self.orphans: list[AttachmentRow] = []
+        self.sessions: list[dict[str, Any]] = []
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.envelopes: list[tuple[str, dict[str, Any]]] = []
+        self.contexts: dict[str, _Ctx] = {}
 
     def warn(self, path: str, fld: str | None, message: str, code: str) -> None:
         self.warnings.append(CatalogWarning(path=path, field=fld or None, message=message, code=code))
@@ -110,77 +135,93 @@ class _Builder:
     # -- 1. sessions ---------------------------------------------------------------------------
 
     def collect_sessions(self) -> None:
-        secondary: list[dict[str, Any]] = []
-        for path, fact in self.found.sessions:
-            if fact.get("error"):
-                self.warn(path, None, fact["error"], "unreadable")
-            for fld, message in fact.get("problems", []):
+        for path, fact in self.found.manifest_problems:
+            for fld, message in fact["problems"]:
                 self.warn(path, fld, message, "invalid_session")
-            for rec in fact["sessions"]:
-                rec = {**rec, "artifacts": [[*a, path] for a in rec["artifacts"]]}
-                if rec["kind"] == "sink_session":
-                    self._check_ledger_paths(rec)
-                (secondary if rec["secondary"] else self.records).append(rec)
-        primaries = self.records
-        self.records = []
-        for rec in primaries:
-            self._add_primary(rec)
-        for rec in secondary:
-            same = self.by_session.get(rec["session_id"])
-            if same:
-                same[0]["artifacts"].extend(rec["artifacts"])
-            else:
-                self._append(rec)
+        oom_counts: dict[str, int] = defaultdict(int)
+        for _folder, _manifest, oom in self.found.oom_bundles:
+            if oom["session_id"] is not None:
+                oom_counts[oom["session_id"]] += 1
+        rows: list[dict[str, Any]] = []
+        seen: set[tuple[str, str, str]] = set()
+        for source in self.found.sources:
+            for rec in self._source_sessions(source):
+                key = (rec["session_id"], rec["source_path"], rec["source_kind"])
+                if key not in seen:
+                    seen.add(key)
+                    rows.append(rec)
+        for manifest, fact in self.found.traceml:
+            if fact.get("error"):
+                self.warn(manifest, None, fact["error"], "unreadable")
+            for fld, message in fact.get("problems", []):
+                self.warn(manifest, fld, message, "invalid_session")
+            for s in fact["sessions"]:
+                rows.append({**s, "source_path": manifest, "source_kind": "traceml_session", "source_count": 1,
+                             "warning_count": 0, "event_count": None})
+        rows.sort(key=_start_key, reverse=True)
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for rec in rows:
+            rec["oom_bundle_count"] = oom_counts.get(rec["session_id"], 0)
+            groups.setdefault(rec["session_id"], []).append(rec)
+        for sid, same in groups.items():
+            # the artifact holding the lifecycle wins: a sink ledger, a bundle, a run folder, then files
+            best = min(same, key=lambda r: _PRIORITY.get(r["source_kind"], 9))
+            for rec in same:
+                if rec is not best:
+                    self.warn(rec["source_path"], "session_id",
+                              f"session {sid!r} is also in {best['source_path']}; listed once, from there "
+                              "(Stormlog lists it once per artifact)", "duplicate_session")
+            best["also"] = [r for r in same if r is not best]
+            self.by_id[sid] = best
+            self.sessions.append(best)
+        self.sessions.sort(key=_start_key, reverse=True)
 
-    def _check_ledger_paths(self, rec: dict[str, Any]) -> None:
-        """A sink ledger names its segments and rollups; they are listed as ``copy``, so one that
-        does not exist, or lies outside the roots (``../../x``, an absolute path), is reported."""
-        for _id, kind, path, _title, source in rec["artifacts"]:
-            if kind not in ("sink_segment", "rollup"):
-                continue
-            what = f"{kind.replace('_', ' ')} {path} of session {rec['session_id']!r}"
-            if not self._inside_roots(path):
-                self.warn(source, None, f"{what} lies outside the paths searched; listed, but not confined "
-                                              "to them (the viewer will not open it)", "attachment_outside_root")
-            elif not os.path.exists(path):
-                self.warn(source, None, f"{what} does not exist (storage is copy)", "missing_attachment_file")
+    def _source_sessions(self, source: Source) -> list[dict[str, Any]]:
+        fact = source.fact
+        base: dict[str, Any] = {"source_path": source.path, "source_kind": source.kind, "source": None, "role": None,
+                "metadata": {}, "artifacts": []}
+        if source.kind == "sink":
+            sink = fact["sink"]
+            if sink["sessions"]:
+                out = []
+                for s in sink["sessions"]:
+                    segs = [g for g in sink["segments"] if g["session_id"] == s["session_id"]]
+                    out.append({**base, **s, "source_count": len(segs), "warning_count": 0,
+                                "event_count": sum(g["event_count"] for g in segs)})
+                return out
+            merged: dict[str, dict[str, Any]] = {}
+            for seg_path, seg in source.segment_facts:
+                if seg["error"]:
+                    self.warn(seg_path, None, seg["error"], "telemetry_not_loaded")
+                    return []
+                for s in seg["sessions"]:
+                    have = merged.get(s["session_id"])
+                    if have is None:
+                        merged[s["session_id"]] = {**base, **s, "source_count": 1}
+                    else:
+                        have["event_count"] += s["event_count"]
+                        have["source_count"] += 1
+            return list(merged.values())
+        if source.kind == "diagnose_bundle":
+            summary = fact["diagnose"]["summary"]
+            if summary is None or summary["session_id"] in self._sink_sessions_inside(source.path):
+                return []
+            return [{**base, **summary, "source_count": 1, "warning_count": 0, "event_count": None}]
+        if fact["error"]:
+            self.warn(source.path, None, f"{fact['error']}; no session read from it", "telemetry_not_loaded")
+            return []
+        for fld, message in fact.get("row_problems", []):
+            self.warn(source.path, fld, message, "invalid_session")
+        return [{**base, **s, "source_count": 1} for s in fact["sessions"]]
 
-    def _inside_roots(self, path: str) -> bool:
-        """Whether absolute, normalised ``path`` lies under a root (by name: symlinks are resolved
-        when the viewer opens it)."""
-        return any(inside(path, root) for root in self.found.roots)
-
-    def _append(self, rec: dict[str, Any]) -> None:
-        self.records.append(rec)
-        self.by_session[rec["session_id"]].append(rec)
-
-    def _add_primary(self, rec: dict[str, Any]) -> None:
-        same = self.by_session.get(rec["session_id"])
-        if not same:
-            self._append(rec)
-            return
-        first = same[0]
-        consistent = all(first[k] is None or rec[k] is None or first[k] == rec[k] for k in IDENTITY)
-        if first["kind"] == rec["kind"] == "telemetry_jsonl" and consistent:
-            first["artifacts"].extend(rec["artifacts"])
-            starts = [t for t in (first["started_at_ns"], rec["started_at_ns"]) if t is not None]
-            first["started_at_ns"] = min(starts) if starts else None
-            if rec["ended_at_ns"] is not None and (first["ended_at_ns"] is None
-                                                   or rec["ended_at_ns"] > first["ended_at_ns"]):
-                first["ended_at_ns"], first["status"] = rec["ended_at_ns"], rec["status"]
-            for k in IDENTITY:
-                if first[k] is None:
-                    first[k] = rec[k]
-            return
-        self.warn(rec["source_path"], "session_id",
-                  f"session {rec['session_id']!r} was also found in {first['source_path']}; "
-                  "both are listed as separate sessions", "duplicate_session")
-        self._append(rec)
+    def _sink_sessions_inside(self, folder: str) -> set[str]:
+        prefix = folder.rstrip(os.sep) + os.sep
+        return {s["session_id"] for src in self.found.sources
+                if src.kind == "sink" and src.path.startswith(prefix) for s in src.fact["sink"]["sessions"]}
 
     # -- 2, 3. envelopes and explicit runs ------------------------------------------------------
 
-    def explicit_runs(self) -> dict[str, str]:
-        """Build the explicit runs; return envelope folder → run_id for sidecar resolution."""
+    def explicit_runs(self) -> None:
         valid: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
         for path, fact in self.found.envelopes:
             if fact.get("error"):
@@ -192,7 +233,6 @@ class _Builder:
                                                  "implicit runs", "invalid_envelope")
                 continue
             valid[fact["doc"]["run_id"]].append((path, fact["doc"]))
-        folders: dict[str, str] = {}
         for run_id, group in valid.items():
             if len(group) > 1:
                 paths = [p for p, _ in group]
@@ -203,251 +243,333 @@ class _Builder:
                                               "implicit runs and their attachments are not indexed",
                               "duplicate_run_id")
                 continue
-            path, doc = group[0]
-            self._explicit(path, doc)
-            folders[os.path.dirname(path)] = run_id
-        return folders
-
-    def _explicit(self, path: str, doc: dict[str, Any]) -> None:
-        run = _Run(run_id=doc["run_id"], explicit=True, source_path=path, doc=doc)
-        self.runs[run.run_id] = run
-        for i, entry in enumerate(doc.get("sessions") or []):
-            sid = entry["session_id"]
-            for other in self.runs_of_session.get(sid, []):
-                if other == run.run_id:
-                    continue
-                self.warn(path, f"sessions[{i}].session_id",
-                          f"session {sid!r} is also claimed by run {other!r} ({self.runs[other].source_path}); "
-                          "it is listed in both runs", "session_claimed_twice")
-            if run.run_id in self.runs_of_session[sid]:
-                continue  # named twice in one envelope: once is enough
-            self.runs_of_session[sid].append(run.run_id)
-            recs = self.by_session.get(sid)
-            if not recs:
-                self.warn(path, f"sessions[{i}].session_id",
-                          f"session {sid!r} is named by the envelope but was not found on disk", "session_not_found")
-                run.sessions.append(_row_from_entry(entry, run.run_id, path))
-                continue
-            for rec in recs:
-                run.sessions.append(_row(rec, run.run_id, entry))
-        folder = os.path.dirname(path)
-        for i, item in enumerate(doc.get("attachments") or []):
-            run.attachments.append(self._attachment(item, folder, run.run_id, path, f"attachments[{i}]"))
-
-    def _attachment(self, item: dict[str, Any], folder: str, run_id: str | None, source: str,
-                    prefix: str) -> AttachmentRow:
-        rel = item.get("path")
-        local = os.path.normpath(os.path.join(folder, os.path.expanduser(rel))) if rel else None
-        storage = item["storage"]
-        if rel and URL_RE.match(rel):
-            self.warn(source, f"{prefix}.path", f"{json.dumps(rel)} looks like a URL; put it in url (recorded, "
-                                                "never fetched): as a path it is read as a local file", "path_is_url")
-        if local is not None and not self._inside_roots(local):
-            self.warn(source, f"{prefix}.path", f"{local} lies outside the paths searched; listed, but the viewer "
-                                                "will not open it", "attachment_outside_root")
-        elif local is not None and storage == "copy" and not os.path.exists(local):
-            self.warn(source, f"{prefix}.path", f"{local} does not exist (storage is copy)", "missing_attachment_file")
-        return AttachmentRow(
-            run_id=run_id, attachment_id=item["attachment_id"], title=item.get("title"), kind=item["kind"],
-            storage=storage, path=local, url=item.get("url"), session_id=item.get("session_id"),
-            job_id=item.get("job_id"), rank=item.get("rank"), source_namespace=item.get("source_namespace"),
-            source_ref=item.get("source_ref"), metadata=dict(item.get("metadata") or {}), source_path=source,
-        )
+            self.envelopes.append(group[0])
+        claimed: dict[str, str] = {}
+        for path, doc in self.envelopes:
+            members: list[dict[str, Any]] = []
+            for i, entry in enumerate(doc.get("sessions") or []):
+                sid = entry["session_id"]
+                rec = self.by_id.get(sid)
+                if rec is None:
+                    self.warn(path, f"sessions[{i}].session_id", f"session {sid!r} is named by the envelope but "
+                                                                 "was not found", "session_not_found")
+                elif rec not in members:
+                    members.append(rec)
+                    other = claimed.setdefault(sid, doc["run_id"])
+                    if other != doc["run_id"]:
+                        self.warn(path, f"sessions[{i}].session_id",
+                                  f"session {sid!r} is also claimed by run {other!r}; it is listed in both runs",
+                                  "session_claimed_twice")
+            if not members and doc.get("job_id") is not None:
+                members = [s for s in self.sessions if s["job_id"] == doc["job_id"]]
+            members.sort(key=_start_key)
+            jobs = {s["job_id"] for s in members if s["job_id"] is not None}
+            ends = [s["ended_at_ns"] for s in members]
+            starts = [s["started_at_ns"] for s in members if s["started_at_ns"] is not None]
+            self.contexts[doc["run_id"]] = _Ctx(
+                run_id=doc["run_id"], explicit=True, title=doc.get("title"), description=doc.get("description"),
+                job_id=doc.get("job_id") or (next(iter(jobs)) if len(jobs) == 1 else None),
+                started_at_ns=doc.get("started_at_ns") if doc.get("started_at_ns") is not None else (
+                    min(starts) if starts else None),
+                ended_at_ns=doc.get("ended_at_ns") if doc.get("ended_at_ns") is not None else (
+                    max(e for e in ends if e is not None) if ends and None not in ends else None),
+                source_path=path, source_kind="run_envelope", source_namespace=doc.get("source_namespace"),
+                source_ref=doc.get("source_ref"), sessions=members, tags=tuple(doc.get("tags") or ()),
+                metadata=dict(doc["metadata"]),
+            )
 
     # -- 4. implicit runs -----------------------------------------------------------------------
 
     def implicit_runs(self) -> None:
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for rec in self.records:
-            if rec["session_id"] in self.runs_of_session:
+        covered = {id(s) for c in self.contexts.values() for s in c.sessions}
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for s in self.sessions:
+            if id(s) in covered:
                 continue
-            base = f"job:{rec['job_id']}" if rec["job_id"] is not None else f"session:{rec['session_id']}"
-            key, n = base, 1
-            # a duplicate_session without job_id, or an envelope that already took the id: number it
-            while key in self.runs or (rec["job_id"] is None and key in groups):
-                n += 1
-                key = f"{base}#{n}"
-            groups.setdefault(key, []).append(rec)
-        for run_id, recs in groups.items():
-            first = recs[0]
-            run = _Run(run_id=run_id, explicit=False, source_path=first["source_path"])
-            run.doc = {"title": first["metadata"].get("run_folder"), "job_id": first["job_id"]}
-            by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
-            for rec in recs:
-                run.sessions.append(_row(rec, run_id, None))
-                self.runs_of_session[rec["session_id"]].append(run_id)
-                if rec["rank"] is not None:
-                    by_rank[rec["rank"]].append(rec)
-            for rank, same in sorted(by_rank.items()):
-                if len(same) > 1:
-                    sids = ", ".join(repr(r["session_id"]) for r in same)
-                    sources = ", ".join(dict.fromkeys(r["source_path"] for r in same))  # each file once
-                    self.warn(same[0]["source_path"], "rank",
-                              f"job {first['job_id']!r} has {len(same)} sessions with rank {rank} ({sids}; in "
-                              f"{sources}); all are listed in run {run_id!r}", "ambiguous_rank")
-            self.runs[run_id] = run
+            key = f"job:{s['job_id']}" if s["job_id"] is not None else f"session:{s['session_id']}"
+            grouped.setdefault(key, []).append(s)
+        used = set(self.contexts)
+        for base, members in grouped.items():
+            run_id = base
+            if run_id in used:
+                run_id = f"implicit:{base}"
+                n = 2
+                while run_id in used:
+                    run_id = f"implicit:{base}:{n}"
+                    n += 1
+            used.add(run_id)
+            members.sort(key=_start_key)
+            jobs = {s["job_id"] for s in members if s["job_id"] is not None}
+            job = next(iter(jobs)) if len(jobs) == 1 else None
+            ends = [s["ended_at_ns"] for s in members]
+            starts = [s["started_at_ns"] for s in members if s["started_at_ns"] is not None]
+            self.contexts[run_id] = _Ctx(
+                run_id=run_id, explicit=False,
+                title=f"Distributed job {job}" if job is not None else f"Session {members[0]['session_id']}",
+                description=None, job_id=job, started_at_ns=min(starts) if starts else None,
+                ended_at_ns=max(e for e in ends if e is not None) if None not in ends else None,
+                source_path=members[0]["source_path"], source_kind="implicit_run", source_namespace=None,
+                source_ref=None, sessions=members,
+            )
 
-    def local_artifacts(self) -> None:
-        for run in self.runs.values():
-            declared = {a.path for a in run.attachments if isinstance(a, AttachmentRow) and a.path is not None}
-            done: set[int] = set()
-            for s in run.sessions:
-                recs = self.by_session.get(s.session_id, [])
-                if len(recs) > 1 and not run.explicit:
-                    # One session id from several sources (a copied run folder): each implicit run
-                    # lists the artifacts of its own source only, never the copy's.
-                    recs = [r for r in recs if r["source_path"] == s.source_path] or recs
-                for rec in recs:
-                    if id(rec) in done:
+    # -- 5. attachments -------------------------------------------------------------------------
+
+    def identity_index(self) -> tuple[dict[str, str], dict[str, str], dict[tuple[str, str], str]]:
+        sess: dict[str, set[str]] = defaultdict(set)
+        jobs: dict[str, set[str]] = defaultdict(set)
+        refs: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for c in self.contexts.values():
+            if c.job_id is not None:
+                jobs[c.job_id].add(c.run_id)
+            if c.source_namespace is not None and c.source_ref is not None:
+                refs[(c.source_namespace, c.source_ref)].add(c.run_id)
+            for s in c.sessions:
+                sess[s["session_id"]].add(c.run_id)
+                if s["job_id"] is not None:
+                    jobs[s["job_id"]].add(c.run_id)
+
+        def unique(kind: str, cands: dict[Any, set[str]]) -> dict[Any, str]:
+            out = {}
+            for value, runs in cands.items():
+                if len(runs) == 1:
+                    out[value] = next(iter(runs))
+                else:
+                    shown = f"{value[0]}:{value[1]}" if isinstance(value, tuple) else value
+                    self.warn("<run-catalog>", kind, f"ambiguous run {kind} {shown!r}: {', '.join(sorted(runs))}; "
+                                                     "not used to place attachments", "ambiguous_identity")
+            return out
+
+        return unique("session_id", sess), unique("job_id", jobs), unique("source_ref", refs)
+
+    def attachments(self) -> list[AttachmentRow | partial[AttachmentRow]]:
+        """Every attachment row (or, for local artifacts, the call that makes it), unsorted."""
+        by_session, by_job, by_ref = self.identity_index()
+
+        def run_for(run_id: str | None, session_id: str | None, job_id: str | None, ns: str | None = None,
+                    ref: str | None = None) -> str | None:
+            if run_id is not None:
+                return run_id
+            if ns is not None and ref is not None and (ns, ref) in by_ref:
+                return by_ref[(ns, ref)]
+            if session_id is not None and session_id in by_session:
+                return by_session[session_id]
+            return by_job.get(job_id) if job_id is not None else None
+
+        rows: list[AttachmentRow | partial[AttachmentRow]] = []
+        for path, doc in self.envelopes:
+            folder = os.path.dirname(path)
+            for i, item in enumerate(doc.get("attachments") or []):
+                local = _resolve(item["path"], folder) if item.get("path") else None
+                self._check_declared(path, f"attachments[{i}]", item, local, item["storage"])
+                url = item.get("url")
+                rows.append(AttachmentRow(
+                    run_id=item.get("run_id") or doc["run_id"], title=item["title"], kind=item["kind"],
+                    storage=item["storage"], attachment_id=item.get("attachment_id"), url=url, path=local,
+                    session_id=item.get("session_id"), job_id=item.get("job_id") or doc.get("job_id"),
+                    rank=item.get("rank"), local_rank=item.get("local_rank"), world_size=item.get("world_size"),
+                    start_ns=item.get("start_ns"), end_ns=item.get("end_ns"), source_path=url or local or path,
+                    source_kind="run_envelope_attachment",
+                    source_namespace=item.get("source_namespace") or doc.get("source_namespace"),
+                    source_ref=item.get("source_ref") or doc.get("source_ref"),
+                    metadata=dict(item["metadata"]), declared_in=path,
+                ))
+        for path, fact in self.found.sidecars:
+            folder = os.path.dirname(path)
+            for i, item in fact["items"]:
+                run_id = run_for(item["run_id"], item["session_id"], item["job_id"], item["source_namespace"],
+                                 item["source_ref"])
+                prefix = f"attachments[{i}]"
+                if run_id is None:
+                    self.warn(path, prefix, f"attachment {item['title']!r} resolves to no run (no run_id, and no "
+                                            "one run has its source_ref, session_id or job_id); not indexed",
+                              "unresolved_attachment")
+                    continue
+                local = _resolve(item["path"], folder) if item["path"] else None
+                self._check_declared(path, prefix, item, local, item["storage"])
+                rows.append(AttachmentRow(
+                    run_id=run_id, title=item["title"], kind=item["kind"], storage=item["storage"],
+                    attachment_id=item["attachment_id"], url=item["url"], path=local,
+                    session_id=item["session_id"], job_id=item["job_id"], rank=item["rank"],
+                    start_ns=item["start_ns"], end_ns=item["end_ns"], source_path=item["url"] or local or path,
+                    source_kind="attachment_sidecar", source_namespace=item["source_namespace"],
+                    source_ref=item["source_ref"], metadata=item["metadata"], declared_in=path,
+                ))
+
+        def mk(run_id: str, title: str, kind: str, path: str, s: dict[str, Any] | None, source_kind: str,
+                  metadata: dict[str, Any], declared_in: str, session_id: str | None = None,
+                  start_ns: int | None = None, end_ns: int | None = None, use_times: bool = True,
+                  namespace: str = "stormlog", attachment_id: str | None = None) -> AttachmentRow:
+            return AttachmentRow(
+                run_id=run_id, title=title, kind=kind, storage="copy", attachment_id=attachment_id, url=None,
+                path=path, session_id=session_id if session_id is not None else (s["session_id"] if s else None),
+                job_id=s["job_id"] if s else None, rank=s["rank"] if s else None,
+                local_rank=s["local_rank"] if s else None, world_size=s["world_size"] if s else None,
+                start_ns=(s["started_at_ns"] if s else None) if use_times else start_ns,
+                end_ns=(s["ended_at_ns"] if s else None) if use_times else end_ns, source_path=path,
+                source_kind=source_kind, source_namespace=namespace, source_ref=None, metadata=metadata,
+                declared_in=declared_in,
+            )
+
+        members = [s for c in self.contexts.values() for s in c.sessions]
+        for source in self.found.sources:
+            manifest = source.manifest or source.path
+            if source.kind == "sink":
+                sink = source.fact["sink"]
+                ledger = {s["session_id"]: s for s in sink["sessions"]}
+                for s in sink["sessions"]:
+                    run_id = run_for(None, s["session_id"], s["job_id"])
+                    if run_id is not None:
+                        rows.append(partial(mk, run_id, "Telemetry sink", "telemetry_sink", source.path, s, "sink",
+                                          {"manifest_path": source.manifest}, manifest))
+                prefix = source.path.rstrip(os.sep) + os.sep
+                for g in sink["segments"]:
+                    if g["session_id"] is None:
                         continue
-                    done.add(id(rec))
-                    for artifact in rec["artifacts"]:
-                        if artifact[2] not in declared:  # else the envelope lists it, in its own words
-                            run.attachments.append((run.run_id, rec, artifact))
+                    s = ledger.get(g["session_id"])
+                    run_id = run_for(None, g["session_id"], s["job_id"] if s else None)
+                    if run_id is None:
+                        continue
+                    if g["filename"] not in source.names:
+                        self.warn(manifest, "segments", f"segment {g['filename']} of session {g['session_id']!r} "
+                                                        "does not exist (storage is copy)", "missing_attachment_file")
+                    rows.append(partial(mk, run_id, g["filename"], "telemetry_sink_segment", prefix + g["filename"], s,
+                                      "sink_segment", {"event_count": g["event_count"], "size_bytes": g["size_bytes"],
+                                                       "closed": g["closed"]}, manifest, session_id=g["session_id"]))
+                if ROLLUP_FILE in source.names:
+                    for s in sink["sessions"]:
+                        run_id = run_for(None, s["session_id"], s["job_id"])
+                        if run_id is not None:
+                            counts = {"manifest_session_count": len(sink["sessions"]),
+                                      "manifest_segment_count": len(sink["segments"])}
+                            rows.append(partial(mk, run_id, "Telemetry rollups", "telemetry_rollup",
+                                                prefix + ROLLUP_FILE, s, "rollup", counts, manifest))
+            elif source.kind == "diagnose_bundle":
+                s = source.fact["diagnose"]["summary"]
+                if s is None:
+                    continue
+                run_id = run_for(None, s["session_id"], s["job_id"])
+                if run_id is not None:
+                    meta = {"manifest_path": source.manifest, "session_status": s["status"]}
+                    rows.append(partial(mk, run_id, "Diagnose bundle", "diagnose_bundle", source.path, s,
+                                        "diagnose_bundle", meta, manifest))
+            else:
+                for s in members:
+                    if s["source_path"] != source.path:
+                        s = next((r for r in s.get("also", ()) if r["source_path"] == source.path), None)
+                        if s is None:
+                            continue
+                    run_id = run_for(None, s["session_id"], s["job_id"])
+                    if run_id is not None:
+                        title = os.path.basename(source.path) or "Telemetry file"
+                        rows.append(partial(mk, run_id, title, "telemetry_file", source.path, s, source.kind,
+                                            {"event_count": s["event_count"]}, source.path))
+        for folder, manifest, oom in self.found.oom_bundles:
+            sid = oom["session_id"]
+            if sid is None:
+                continue
+            s = self.by_id.get(sid)
+            run_id = run_for(None, sid, s["job_id"] if s else None)
+            if run_id is None:
+                continue
+            seen = _iso_ns(oom["created_at_utc"])
+            rows.append(partial(mk, run_id, "OOM bundle", "oom_bundle", folder, s, "oom_bundle",
+                              {"bundle_path": folder, "manifest_path": manifest, **oom}, manifest, session_id=sid,
+                              start_ns=seen, end_ns=seen, use_times=False))
+        declared = {(r.run_id, r.path) for r in rows
+                    if isinstance(r, AttachmentRow) and r.source_kind == "run_envelope_attachment"}
+        for c in self.contexts.values():
+            for s in c.sessions:
+                for aid, kind, path, title in s.get("artifacts", ()):
+                    if (c.run_id, path) in declared:
+                        continue  # the envelope lists it, in its own words
+                    rows.append(partial(mk, c.run_id, title, kind, path, s, "traceml_session", {}, s["source_path"],
+                                      namespace="traceml", attachment_id=aid))
+        return rows
 
-    # -- 5. sidecars ----------------------------------------------------------------------------
+    def _inside_roots(self, path: str) -> bool:
+        return any(inside(path, root) for root in self.found.roots)
 
-    def sidecars(self, envelope_folders: dict[str, str]) -> None:
-        by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for rec in self.records:
-            by_source[rec["source_path"]].append(rec)
-        session_folders: dict[str, str] = {}
-        for folder, manifest in self.found.session_dirs.items():
-            for rec in by_source.get(manifest, []):
-                runs = self.runs_of_session.get(rec["session_id"])
-                if runs:
-                    session_folders.setdefault(folder, runs[0])
-        declared_ids: dict[str, dict[str, str]] = {}  # run → attachment_id → the file that declared it
+    def _check_declared(self, source: str, prefix: str, item: dict[str, Any], local: str | None,
+                        storage: str) -> None:
+        rel = item.get("path")
+        if rel and URL_RE.match(rel):
+            self.warn(source, f"{prefix}.path", f"{rel!r} looks like a URL; put it in url (recorded, never "
+                                                "fetched): as a path it is read as a local file", "path_is_url")
+        if local is None:
+            return
+        if not self._inside_roots(local):
+            self.warn(source, f"{prefix}.path", f"{local} lies outside the paths searched; listed, but the viewer "
+                                                "will not open it", "attachment_outside_root")
+        elif storage == "copy" and not os.path.exists(local):
+            self.warn(source, f"{prefix}.path", f"{local} does not exist (storage is copy)", "missing_attachment_file")
+
+    def sidecar_warnings(self) -> None:
         for path, fact in self.found.sidecars:
             if fact.get("error"):
                 self.warn(path, None, f"{fact['error']}; sidecar ignored", "unreadable")
                 continue
             for fld, message in fact["problems"]:
-                self.warn(path, fld or None, f"{message}; sidecar rejected", "invalid_sidecar")
-            for index, fld, message in fact["item_problems"]:
-                self.warn(path, fld, f"{message}; attachment {index} rejected", "invalid_sidecar_item")
-            if fact["doc"] is None:
-                continue
-            header = fact["doc"]
-            folder = os.path.dirname(path)
-            for index, item in fact["items"]:
-                targets, why = self._targets(item, header, folder, envelope_folders, session_folders)
-                prefix = field_name(["attachments", index])
-                if not targets:
-                    self.warn(path, prefix, f"attachment {item['attachment_id']!r} resolves to no run ({why}); "
-                                            "listed with no run", "unresolved_attachment")
-                    self.orphans.append(self._attachment(item, folder, None, path, prefix))
-                for run_id in targets:
-                    run = self.runs[run_id]
-                    taken = declared_ids.setdefault(run_id, {
-                        a.attachment_id: a.source_path for a in run.attachments if isinstance(a, AttachmentRow)})
-                    aid = item["attachment_id"]
-                    if aid in taken:
-                        self.warn(path, f"{prefix}.attachment_id",
-                                  f"{json.dumps(aid)} is already an attachment of run {run_id!r} (from {taken[aid]}); "
-                                  "this one is not indexed", "duplicate_attachment_id")
-                        continue
-                    taken[aid] = path
-                    run.attachments.append(self._attachment(item, folder, run_id, path, prefix))
-
-    def _targets(self, item: dict[str, Any], header: dict[str, Any], folder: str,
-                 envelope_folders: dict[str, str], session_folders: dict[str, str]) -> tuple[list[str], str]:
-        run_id = item.get("run_id") or header.get("run_id")
-        if run_id:
-            return ([run_id], "") if run_id in self.runs else ([], f"no run {run_id!r} was found")
-        session_id = item.get("session_id") or header.get("session_id")
-        if session_id:
-            runs = self.runs_of_session.get(session_id, [])
-            return (list(runs), "") if runs else ([], f"no session {session_id!r} was found")
-        job_id = item.get("job_id") or header.get("job_id")
-        if job_id:
-            of_job = [r for r in self.runs.values() if r.doc.get("job_id") == job_id]
-            explicit = [r for r in of_job if r.explicit]
-            chosen = of_job if len(of_job) == 1 else explicit if len(explicit) == 1 else []
-            if chosen:
-                return [chosen[0].run_id], ""
-            return [], f"{len(of_job)} runs have job_id {job_id!r}" if of_job else f"no run has job_id {job_id!r}"
-        roots = [r for r in self.found.roots if inside(folder, r)]
-        current = folder
-        while True:
-            if current in envelope_folders:
-                return [envelope_folders[current]], ""
-            if current in session_folders:
-                return [session_folders[current]], ""
-            parent = os.path.dirname(current)
-            if parent == current or not any(inside(parent, r) for r in roots):
-                break
-            current = parent
-        return [], "it names no run_id, session_id or job_id, and no envelope or TraceML session is above it"
+                tail = "" if fact["read"] else "; sidecar not read"
+                self.warn(path, fld or None, f"{message} (v1 schema){tail}", "invalid_sidecar")
+            for _i, fld, message, kept in fact["item_problems"]:
+                tail = "; kept, as Stormlog reads it anyway" if kept else "; attachment rejected"
+                self.warn(path, fld, f"{message} (v1 schema){tail}", "invalid_sidecar_item")
 
     # -- rows -----------------------------------------------------------------------------------
 
     def catalog(self) -> Catalog:
+        runs_of: dict[str, list[str]] = defaultdict(list)
+        for c in sorted(self.contexts.values(), key=lambda c: not c.explicit):
+            for s in c.sessions:
+                if c.run_id not in runs_of[s["session_id"]]:
+                    runs_of[s["session_id"]].append(c.run_id)
         out = Catalog(warnings=self.warnings)
-        for run in self.runs.values():
-            out.runs.append(_run_row(run))
-            out.sessions.extend(run.sessions)
-            out.pending.extend(run.attachments)
-        out.pending.extend(self.orphans)
+        out.sessions = [_session_row(s, runs_of.get(s["session_id"], [])) for s in self.sessions]
+        out.oom_bundles = [{"bundle_path": f, "manifest_path": m, **o} for f, m, o in self.found.oom_bundles]
+        for path, fact in self.found.sidecars:
+            folder = os.path.dirname(path)
+            for _i, item in fact["items"]:
+                out.sidecar_items.append({**item, "path": _resolve(item["path"], folder) if item["path"] else None,
+                                          "sidecar_path": path})
+        self.sidecar_warnings()
+        attachments = self.attachments()
+        counts: dict[str, int] = defaultdict(int)
+        for a in attachments:
+            counts[(a.run_id if isinstance(a, AttachmentRow) else a.args[0]) or ""] += 1
+        out.runs = [_run_row(c, counts.get(c.run_id, 0)) for c in self.contexts.values()]
+        out.runs.sort(key=lambda r: (r.started_at_ns if r.started_at_ns is not None else -1, r.run_id), reverse=True)
+        out.pending = attachments
         return out
 
 
-def _row(rec: dict[str, Any], run_id: str, entry: dict[str, Any] | None) -> SessionRow:
-    entry = entry or {}
-
-    def pick(key: str) -> Any:
-        return rec[key] if rec.get(key) is not None else entry.get(key)
-
-    return SessionRow(
-        session_id=rec["session_id"], run_id=run_id, kind=rec["kind"], job_id=pick("job_id"), rank=pick("rank"),
-        local_rank=pick("local_rank"), world_size=pick("world_size"),
-        role=entry.get("role") if entry.get("role") is not None else rec.get("role"),
-        status=rec.get("status"), started_at_ns=pick("started_at_ns"), ended_at_ns=pick("ended_at_ns"),
-        on_disk=True, source_path=rec["source_path"], hostname=rec.get("hostname"),
-        metadata=dict(entry.get("metadata") or rec.get("metadata") or {}),
-    )
-
-
-def _row_from_entry(entry: dict[str, Any], run_id: str, source: str) -> SessionRow:
-    return SessionRow(
-        session_id=entry["session_id"], run_id=run_id, kind="envelope_only", job_id=entry.get("job_id"),
-        rank=entry.get("rank"), local_rank=entry.get("local_rank"), world_size=entry.get("world_size"),
-        role=entry.get("role"), status=entry.get("status"), started_at_ns=entry.get("started_at_ns"),
-        ended_at_ns=entry.get("ended_at_ns"), on_disk=False, source_path=source,
-        metadata=dict(entry.get("metadata") or {}),
-    )
-
-
-def _status(sessions: list[SessionRow]) -> str | None:
-    statuses = {s.status for s in sessions if s.status is not None}
+def _status(sessions: Iterable[dict[str, Any]]) -> str | None:
+    statuses = {s["status"] for s in sessions if s["status"] is not None}
     for status in ("running", "interrupted", "incomplete", "completed"):
         if status in statuses:
             return status
     return None
 
 
-def _run_row(run: _Run) -> RunRow:
-    doc = run.doc
-    starts = [s.started_at_ns for s in run.sessions if s.started_at_ns is not None]
-    ends = [s.ended_at_ns for s in run.sessions]
-    started = doc.get("started_at_ns")
-    ended = doc.get("ended_at_ns")
-    if started is None and starts:
-        started = min(starts)
-    if ended is None and ends and all(e is not None for e in ends):
-        ended = max(e for e in ends if e is not None)
-    job_id = doc.get("job_id")
-    if job_id is None:
-        jobs = {s.job_id for s in run.sessions}
-        job_id = jobs.pop() if len(jobs) == 1 else None
-    session_ids = tuple(dict.fromkeys(s.session_id for s in run.sessions))
+def _run_row(c: _Ctx, attachment_count: int) -> RunRow:
     return RunRow(
-        run_id=run.run_id, explicit=run.explicit, title=doc.get("title"), description=doc.get("description"),
-        job_id=job_id, started_at_ns=started, ended_at_ns=ended, status=_status(run.sessions),
-        source_path=run.source_path, session_count=len(session_ids), attachment_count=len(run.attachments),
-        sessions=session_ids, ranks=tuple(sorted({s.rank for s in run.sessions if s.rank is not None})),
-        tags=tuple(doc.get("tags") or ()), source_namespace=doc.get("source_namespace"),
-        source_ref=doc.get("source_ref"), metadata=dict(doc.get("metadata") or {}),
+        run_id=c.run_id, explicit=c.explicit, title=c.title, description=c.description, job_id=c.job_id,
+        started_at_ns=c.started_at_ns, ended_at_ns=c.ended_at_ns, source_path=c.source_path,
+        source_kind=c.source_kind, source_namespace=c.source_namespace, source_ref=c.source_ref,
+        session_count=len(c.sessions), attachment_count=attachment_count,
+        sessions=tuple(s["session_id"] for s in c.sessions),
+        ranks=tuple(sorted({s["rank"] for s in c.sessions if s["rank"] is not None})), tags=c.tags,
+        metadata=c.metadata, status=_status(c.sessions),
+    )
+
+
+def _session_row(s: dict[str, Any], runs: list[str]) -> SessionRow:
+    return SessionRow(
+        session_id=s["session_id"], status=s["status"], started_at_ns=s["started_at_ns"],
+        ended_at_ns=s["ended_at_ns"], host=s["host"], pid=s["pid"], job_id=s["job_id"], rank=s["rank"],
+        local_rank=s["local_rank"], world_size=s["world_size"], source=s["source"], source_path=s["source_path"],
+        source_kind=s["source_kind"], source_count=s["source_count"], warning_count=s["warning_count"],
+        event_count=s["event_count"], oom_bundle_count=s["oom_bundle_count"], run_id=runs[0] if runs else "",
+        run_ids=tuple(runs), role=s.get("role"), metadata=dict(s.get("metadata") or {}),
     )
 
 
@@ -459,8 +581,6 @@ def build(found: Found) -> Catalog:
     """
     b = _Builder(found)
     b.collect_sessions()
-    envelope_folders = b.explicit_runs()
+    b.explicit_runs()
     b.implicit_runs()
-    b.local_artifacts()
-    b.sidecars(envelope_folders)
     return b.catalog()

@@ -1,24 +1,29 @@
 """Finding catalog files under the paths given (004 seed, "Discovery Rules"; DESIGN §5).
 
-Each path is a file or a folder (a root). Folders are walked recursively, in name order:
+Each path is a file or a folder (a root). A folder is searched as real Stormlog 0.4.3 searches it
+(the differential tests compare), in this order:
 
-- ``stormlog_run.json``: a run envelope; ``stormlog_attachments.json``: an attachment sidecar;
-- a folder with ``aggregator/manifest.json``: a TraceML session (the run folder); its
-  ``aggregator/`` folder is read by name, not walked, and its ``metrics.jsonl`` is not telemetry;
-- a folder with a ``manifest.json`` holding a ``sessions`` ledger: a Stormlog sink folder, not
-  walked further (its segments belong to the ledger's sessions);
-- a folder with a ``bundle.json`` of a diagnose or OOM bundle: not walked further;
-- any other ``*.jsonl`` whose first line carries a ``session_id``: a telemetry JSONL file.
+1. its own ``stormlog_run.json``, ``stormlog_attachments.json`` and ``manifest.json``: a root that
+   is an OOM bundle is read as that bundle and nothing else;
+2. every ``manifest.json`` below it, in path order: an OOM bundle (``bundle_name`` ...), else a
+   diagnose bundle (``command_line`` ...), else a sink ledger (``stormlog.append_only_telemetry_sink``);
+3. every ``stormlog_attachments.json``, then every ``stormlog_run.json`` below it;
+4. telemetry files: every ``*.jsonl`` and each ``*.json`` / ``*.csv`` whose name holds ``event``,
+   ``track`` or ``telemetry``, except a sink's segments, the files of an OOM bundle, and the JSON
+   files a diagnose bundle lists beside its own sink.
 
-Dot-entries are skipped. Every entry is resolved with realpath: a symlink whose target leaves every
-root is reported and not read; a folder reached twice (a symlink loop) is walked once. A path that
-does not exist is a warning. Nothing is ever written here (the cache lives elsewhere).
+TraceML's own run folders are read too: a folder with ``aggregator/manifest.json`` (format
+``traceml.session_manifest``) is a TraceML session; its ``aggregator/`` folder is read by name, not
+searched (the exporter's JSONL files are not Stormlog telemetry), nor is the ``metrics.jsonl``
+beside a ``run.json``. Dot-entries are skipped. Every entry is resolved with realpath: a symlink
+whose target leaves every root is reported and not read; a folder reached twice is searched once.
+A path that does not exist is a warning. Nothing is ever written here (the cache lives elsewhere).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,14 +31,16 @@ from traceml_ai.catalog.cache import FactCache, Signature, file_signature
 from traceml_ai.catalog.model import CatalogWarning
 from traceml_ai.catalog.schema import ENVELOPE_FILE, SIDECAR_FILE
 from traceml_ai.catalog.sources import (
-    BUNDLE_FILE,
-    SINK_MANIFEST_FILE,
+    MANIFEST_FILE,
+    ROLLUP_FILE,
+    SEGMENT_PREFIX,
+    SEGMENT_SUFFIX,
+    TELEMETRY_NAME_PARTS,
     Fact,
-    read_bundle,
     read_envelope,
+    read_manifest,
     read_sidecar,
-    read_sink_manifest,
-    read_telemetry_jsonl,
+    read_telemetry,
     read_traceml_session,
 )
 from traceml_ai.runs.discovery import inside
@@ -41,26 +48,65 @@ from traceml_ai.runs.layout import METRICS_JSONL, RUN_JSON
 
 
 @dataclass
+class Source:
+    """One source of sessions, as Stormlog's catalog has them.
+
+    Attributes:
+        kind: ``sink``, ``diagnose_bundle``, ``telemetry_json``, ``telemetry_jsonl``, ``telemetry_csv``.
+        path: the sink or bundle folder, or the telemetry file.
+        manifest: the ``manifest.json`` of a sink or bundle, else None.
+        fact: what was read (a manifest fact, or a telemetry fact).
+        names: a sink's entries (to find its segments and ``rollups.json``).
+        segment_facts: for a sink whose ledger has no sessions, the facts of its segment files.
+    """
+
+    kind: str
+    path: str
+    manifest: str | None
+    fact: Fact
+    names: frozenset[str] = frozenset()
+    segment_facts: list[tuple[str, Fact]] = field(default_factory=list)
+
+
+@dataclass
 class Found:
-    """What discovery read: facts by real path, in walk order, and the warnings of the walk itself.
+    """What discovery read, in Stormlog's discovery order, and the warnings of the search itself.
 
     Attributes:
         envelopes, sidecars: ``(path, fact)`` of each ``stormlog_run.json`` / ``stormlog_attachments.json``.
-        sessions: ``(path, fact)`` of each file that gave session identities.
+        sources: the session sources (sinks, diagnose bundles, telemetry files).
+        oom_bundles: ``(bundle folder, manifest path, fact["oom"])`` of each OOM bundle.
+        traceml: ``(manifest path, fact)`` of each TraceML run folder's ``aggregator/manifest.json``.
+        manifest_problems: ``(path, fact)`` of manifests with problems (skipped ledger entries, ...).
         session_dirs: real path of each TraceML run folder → its manifest path.
         roots: the real paths of the roots that exist.
-        unread: the paths given (as given) that could not be read at all: permission denied on
-            the way to them, on listing the folder, or on reading the file.
+        unread: the paths given (as given) that could not be read at all.
         warnings: missing paths, unreadable folders, symlinks leaving the roots.
     """
 
     envelopes: list[tuple[str, Fact]] = field(default_factory=list)
     sidecars: list[tuple[str, Fact]] = field(default_factory=list)
-    sessions: list[tuple[str, Fact]] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    oom_bundles: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    traceml: list[tuple[str, Fact]] = field(default_factory=list)
+    manifest_problems: list[tuple[str, Fact]] = field(default_factory=list)
     session_dirs: dict[str, str] = field(default_factory=dict)
     roots: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
     warnings: list[CatalogWarning] = field(default_factory=list)
+
+
+_TELEMETRY_KINDS = {".jsonl": "telemetry_jsonl", ".json": "telemetry_json", ".csv": "telemetry_csv"}
+
+
+@dataclass
+class _Tree:
+    """What one search of a root collected, before it is read in Stormlog's order."""
+
+    manifests: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)
+    envelopes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
 
 class _Walker:
@@ -68,12 +114,16 @@ class _Walker:
         self.cache = cache
         self.found = found
         self.seen_dirs: set[str] = set()
-        self.seen_files: set[str] = set()
+        self.seen_envelopes: set[str] = set()
+        self.seen_sidecars: set[str] = set()
+        self.source_keys: set[tuple[str, str]] = set()
+        self.oom_paths: set[str] = set()
+        self.covered: set[str] = set()
 
     def warn(self, path: str, message: str, code: str) -> None:
         self.found.warnings.append(CatalogWarning(path=path, field=None, message=message, code=code))
 
-    def _fact(self, path: str, read: Any, extra: Signature = ()) -> Fact | None:
+    def _fact(self, path: str, read: Callable[[str], Fact], extra: Signature = ()) -> Fact | None:
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -82,52 +132,162 @@ class _Walker:
         fact: Fact = self.cache.get(path, file_signature(st) + extra, read)
         return fact
 
-    def file(self, path: str, name: str, in_run_folder: bool = False) -> None:
-        if path in self.seen_files:
-            return
-        self.seen_files.add(path)
-        if name == ENVELOPE_FILE:
-            fact = self._fact(path, read_envelope)
-            if fact is not None:
-                self.found.envelopes.append((path, fact))
-        elif name == SIDECAR_FILE:
-            fact = self._fact(path, read_sidecar)
-            if fact is not None:
-                self.found.sidecars.append((path, fact))
-        elif name.endswith(".jsonl") and not (in_run_folder and name == METRICS_JSONL):
-            fact = self._fact(path, read_telemetry_jsonl)
-            if fact is not None and fact["type"] == "sessions":
-                self.found.sessions.append((path, fact))
+    # -- the files ------------------------------------------------------------------------------
 
-    def folder(self, path: str) -> bool:
-        """Walk folder ``path``; False when it cannot be listed (reported)."""
-        if path in self.seen_dirs:
+    def envelope(self, path: str) -> None:
+        if path in self.seen_envelopes:
+            return
+        self.seen_envelopes.add(path)
+        fact = self._fact(path, read_envelope)
+        if fact is not None:
+            self.found.envelopes.append((path, fact))
+
+    def sidecar(self, path: str) -> None:
+        if path in self.seen_sidecars:
+            return
+        self.seen_sidecars.add(path)
+        fact = self._fact(path, read_sidecar)
+        if fact is not None:
+            self.found.sidecars.append((path, fact))
+
+    def manifest(self, path: str, names: frozenset[str] | None, *, root: bool = False, warn: bool = False) -> bool:
+        """Read one ``manifest.json``; True when it is an OOM bundle at a root (searched no further)."""
+        folder = os.path.dirname(path)
+        if names is None:
+            try:
+                names = frozenset(n for n, _ in self.cache.listing(folder, os.stat(folder)))
+            except OSError:
+                names = frozenset()
+        fact = self._fact(path, read_manifest)
+        if fact is None:
+            return False
+        if fact["error"] is not None:
+            if warn or any(n.startswith(SEGMENT_PREFIX) and n.endswith(SEGMENT_SUFFIX) for n in names):
+                self.warn(path, f"{fact['error']}; not read as a sink, diagnose or OOM manifest", "unreadable")
+            return False
+        if fact["problems"]:
+            self.found.manifest_problems.append((path, fact))
+        if fact["oom"] is not None:
+            real = os.path.realpath(folder)
+            if real not in self.oom_paths:
+                self.oom_paths.add(real)
+                self.found.oom_bundles.append((folder, path, fact["oom"]))
+            return root
+        if fact["diagnose"] is not None:
+            self._cover_beside_sink(folder, fact["diagnose"]["files"])
+            self._source(Source("diagnose_bundle", folder, path, fact))
+            if not root:
+                return False
+        if fact["sink"] is not None:
+            segments = {n for n in names if n.startswith(SEGMENT_PREFIX) and n.endswith(SEGMENT_SUFFIX)}
+            segments |= {s["filename"] for s in fact["sink"]["segments"] if s["filename"] in names}
+            prefix = folder.rstrip(os.sep) + os.sep
+            self.covered.update(prefix + n for n in segments)
+            source = Source("sink", folder, path, fact, names)
+            if not fact["sink"]["sessions"]:
+                for n in sorted(segments):
+                    seg = self._fact(prefix + n, lambda p: read_telemetry(p, "telemetry_jsonl"))
+                    if seg is not None:
+                        source.segment_facts.append((prefix + n, seg))
+            self._source(source)
+        elif warn and fact["diagnose"] is None:
+            self.warn(path, "unrecognized manifest shape (not a sink, diagnose or OOM manifest)", "unreadable")
+        return False
+
+    def _cover_beside_sink(self, folder: str, files: list[str]) -> None:
+        """A bundle that lists its own sink keeps its events there: the other JSON files it lists
+        repeat them, so they are not read as telemetry (as Stormlog does)."""
+        listed = [os.path.normpath(os.path.join(folder, n)) for n in files]
+        if any(os.path.basename(p) == MANIFEST_FILE and os.path.dirname(p) != folder for p in listed):
+            self.covered.update(p for p in listed if p.lower().endswith(".json")
+                                and os.path.basename(p) != MANIFEST_FILE)
+
+    def _source(self, source: Source) -> None:
+        key = (source.path, source.kind)  # real already: roots are real, symlinks are resolved on the way
+        if key not in self.source_keys:
+            self.source_keys.add(key)
+            self.found.sources.append(source)
+
+    def telemetry(self, path: str) -> None:
+        kind = _TELEMETRY_KINDS.get(os.path.splitext(path)[1].lower())
+        if kind is None:
+            return
+        fact = self._fact(path, lambda p: read_telemetry(p, kind))
+        if fact is not None:
+            self._source(Source(kind, path, None, fact))
+
+    def file(self, path: str) -> None:
+        """A file given as a path (as Stormlog's ``_discover_file``)."""
+        name = os.path.basename(path)
+        parent = os.path.dirname(path)
+        if name == ENVELOPE_FILE:
+            self.envelope(path)
+        elif name == SIDECAR_FILE:
+            self.sidecar(path)
+        elif name == MANIFEST_FILE and os.path.basename(parent) == "aggregator":
+            self._traceml_session(os.path.dirname(parent), None)
+        elif name == MANIFEST_FILE:
+            self.manifest(path, None, warn=True)
+        else:
+            self.telemetry(path)
+
+    # -- the folders ----------------------------------------------------------------------------
+
+    def root(self, path: str) -> bool:
+        """Search root folder ``path``; False when it cannot be listed (reported)."""
+        try:
+            names = frozenset(n for n, _ in self.cache.listing(path, os.stat(path)))
+        except OSError as exc:
+            self.warn(path, f"folder cannot be read: {exc.strerror or exc}; skipped", "unreadable")
+            return False
+        prefix = path.rstrip(os.sep) + os.sep
+        if ENVELOPE_FILE in names:
+            self.envelope(prefix + ENVELOPE_FILE)
+        if SIDECAR_FILE in names:
+            self.sidecar(prefix + SIDECAR_FILE)
+        if MANIFEST_FILE in names and self.manifest(prefix + MANIFEST_FILE, names, root=True):
             return True
+        tree = _Tree()
+        self._collect(path, tree, top=True)
+        for manifest, folder_names in tree.manifests:
+            self.manifest(manifest, folder_names)
+        for sidecar in tree.sidecars:
+            self.sidecar(sidecar)
+        for envelope in tree.envelopes:
+            self.envelope(envelope)
+        for f in tree.files:
+            if f in self.covered or self._in_oom_bundle(f):
+                continue
+            self.telemetry(f)
+        return True
+
+    def _in_oom_bundle(self, path: str) -> bool:
+        here = os.path.dirname(path)
+        while True:
+            if here in self.oom_paths:
+                return True
+            parent = os.path.dirname(here)
+            if parent == here:
+                return False
+            here = parent
+
+    def _collect(self, path: str, tree: _Tree, top: bool = False) -> None:
+        if path in self.seen_dirs:
+            return
         self.seen_dirs.add(path)
         try:
             entries = self.cache.listing(path, os.stat(path))
         except OSError as exc:
             self.warn(path, f"folder cannot be read: {exc.strerror or exc}; skipped", "unreadable")
-            return False
-        names = dict(entries)
-        skip: set[str] = set()
-        walk_on = True
-        if names.get("aggregator") == "d":
-            self._traceml_session(path, skip)
-        if names.get(SINK_MANIFEST_FILE) == "f" and os.path.basename(path) != "aggregator":
-            fact = self._fact(os.path.join(path, SINK_MANIFEST_FILE), read_sink_manifest)
-            if fact is not None and fact["type"] == "sessions":
-                self.found.sessions.append((os.path.join(path, SINK_MANIFEST_FILE), fact))
-                walk_on = False
-        if names.get(BUNDLE_FILE) == "f":
-            fact = self._fact(os.path.join(path, BUNDLE_FILE), read_bundle)
-            if fact is not None and fact["type"] == "sessions":
-                self.found.sessions.append((os.path.join(path, BUNDLE_FILE), fact))
-                walk_on = False
+            return
+        names = frozenset(n for n, _ in entries)
+        skip = ""
+        if "aggregator" in names and self._traceml_session(path, None):
+            skip = "aggregator"
         in_run_folder = RUN_JSON in names
-        prefix = path.rstrip(os.sep) + os.sep  # plain concatenation: os.path.join costs a third of a warm walk
+        prefix = path.rstrip(os.sep) + os.sep  # plain concatenation: os.path.join costs a third of a walk
         for name, kind in entries:
-            if name in skip:
+            if name == skip:
                 continue
             child = prefix + name
             if kind == "l":
@@ -138,34 +298,50 @@ class _Walker:
                 child = real
                 kind = "d" if os.path.isdir(real) else "f"
             if kind == "d":
-                if walk_on:
-                    self.folder(child)
-            elif name in (ENVELOPE_FILE, SIDECAR_FILE) or walk_on:
-                self.file(child, name, in_run_folder)
-        return True
+                self._collect(child, tree)
+                continue
+            if name == MANIFEST_FILE:
+                if not top:
+                    tree.manifests.append((child, names))
+            elif name == SIDECAR_FILE:
+                if not top:
+                    tree.sidecars.append(child)
+            elif name == ENVELOPE_FILE:
+                if not top:
+                    tree.envelopes.append(child)
+            elif name.endswith(SEGMENT_SUFFIX):
+                if not (in_run_folder and name == METRICS_JSONL):
+                    tree.files.append(child)
+            elif name.endswith((".json", ".csv")) and name != ROLLUP_FILE:
+                lowered = name.lower()
+                if any(part in lowered for part in TELEMETRY_NAME_PARTS):
+                    tree.files.append(child)
 
-    def _traceml_session(self, run_dir: str, skip: set[str]) -> None:
+    def _traceml_session(self, run_dir: str, _names: frozenset[str] | None) -> bool:
         """``<run_dir>/aggregator/manifest.json`` when present: a TraceML session. Its aggregator/
-        folder is read by name, never walked (the exporter's JSONL files are not Stormlog telemetry)."""
+        folder is read by name, never searched."""
         agg = os.path.join(run_dir, "aggregator")
-        manifest = os.path.join(agg, "manifest.json")
+        manifest = os.path.join(agg, MANIFEST_FILE)
         try:
             agg_st = os.stat(agg)
             present = {name for name, _ in self.cache.listing(agg, agg_st)}
-            if "manifest.json" not in present:
-                return  # aggregator/ without a manifest is not a session (yet): nothing to report
+            if MANIFEST_FILE not in present:
+                return False  # aggregator/ without a manifest is not a session (yet): nothing to report
             st = os.stat(manifest)
         except OSError:
-            return
+            return False
         fact: Fact = self.cache.get(manifest, (*file_signature(st), agg_st.st_mtime_ns),
                                     lambda _p: read_traceml_session(run_dir, present))
-        if fact["type"] == "sessions":
-            self.found.sessions.append((manifest, fact))
+        if fact["type"] != "sessions":
+            return False
+        if run_dir not in self.found.session_dirs:
+            self.found.traceml.append((manifest, fact))
             self.found.session_dirs[run_dir] = manifest
-            skip.add("aggregator")
+        return True
+
 
 def discover(paths: Sequence[str | os.PathLike[str]], cache: FactCache | None = None) -> Found:
-    """Walk ``paths`` (files or folders) and read every catalog file found.
+    """Search ``paths`` (files or folders) and read every catalog file found.
 
     Never raises for bad input: a missing path (``missing_path``), a path or folder that cannot be
     read (``unreadable``, naming the cause, e.g. permission denied; also in :attr:`Found.unread`
@@ -183,7 +359,6 @@ def discover(paths: Sequence[str | os.PathLike[str]], cache: FactCache | None = 
             walker.warn(os.fspath(p), "no such file or folder; skipped", "missing_path")
             continue
         except OSError as exc:
-            # EACCES here: a folder on the way cannot be searched; the path may well exist
             why = "permission denied on a folder on the way to it" if isinstance(exc, PermissionError) else (
                 exc.strerror or str(exc))
             walker.warn(os.fspath(p), f"cannot be reached: {why}; skipped", "unreadable")
@@ -196,17 +371,10 @@ def discover(paths: Sequence[str | os.PathLike[str]], cache: FactCache | None = 
             found.roots.append(root)
     for as_given, real in given:
         if os.path.isdir(real):
-            if not walker.folder(real):
+            if not walker.root(real):
                 found.unread.append(as_given)
         else:
             if not os.access(real, os.R_OK):
                 found.unread.append(as_given)
-            name = os.path.basename(real)
-            parent = os.path.dirname(real)
-            if name == SINK_MANIFEST_FILE and os.path.basename(parent) == "aggregator":
-                walker.folder(os.path.dirname(parent))
-            elif name in (SINK_MANIFEST_FILE, BUNDLE_FILE):
-                walker.folder(parent)
-            else:
-                walker.file(real, name)
+            walker.file(real)
     return found

@@ -29,7 +29,8 @@ def write_job_envelope(run_dir: str | os.PathLike[str]) -> Path | None:
     The envelope: ``run_id`` = the run folder's name (unique, unlike a multi-node job id that a
     rerun with the same address, port and name derives again), ``job_id``, start/end from the
     manifest, one session (``role`` ``job``: one aggregator collected every rank; ``world_size`` =
-    nodes × processes per node), and the artifacts present as ``copy`` attachments with paths
+    nodes × processes per node; its status and times in ``metadata``, as Stormlog's v1 session has no
+    such fields), and the artifacts present as ``copy`` attachments with paths
     relative to the run folder.
 
     Raises:
@@ -48,10 +49,9 @@ def write_job_envelope(run_dir: str | os.PathLike[str]) -> Path | None:
         "local_rank": None,
         "world_size": manifest.get("world_size"),
         "role": "job",
-        "status": manifest.get("status"),
-        "started_at_ns": manifest.get("started_at_ns"),
-        "ended_at_ns": manifest.get("ended_at_ns"),
-        "metadata": {k: manifest.get(k) for k in ("nnodes", "nproc_per_node", "node_rank", "hostname")},
+        # Stormlog's v1 session has no lifecycle fields: TraceML's go in metadata (DESIGN §5)
+        "metadata": {k: manifest.get(k) for k in ("status", "started_at_ns", "ended_at_ns", "nnodes",
+                                                  "nproc_per_node", "node_rank", "hostname")},
     }
     attachments: list[dict[str, Any]] = []
     for name, kind, title in TRACEML_ARTIFACTS:

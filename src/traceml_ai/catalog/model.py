@@ -25,7 +25,7 @@ class CatalogWarning:
             ``duplicate_run_id``, ``missing_path``, ``unreadable``, ``outside_root``,
             ``session_not_found``, ``session_claimed_twice``, ``duplicate_session``, ``ambiguous_rank``,
             ``unresolved_attachment``, ``missing_attachment_file``, ``attachment_outside_root``,
-            ``path_is_url``, ``duplicate_attachment_id``, ``invalid_session``.
+            ``path_is_url``, ``invalid_session``, ``telemetry_not_loaded``, ``ambiguous_identity``.
     """
 
     path: str
@@ -41,118 +41,161 @@ class CatalogWarning:
         """``{"path", "field", "message", "code"}``."""
         return asdict(self)
 
+    as_dict = to_dict
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRow:
-    """One capture lifecycle (004 seed, "Run Envelopes"; DESIGN §5), as it belongs to one run.
-
-    A session claimed by two accepted envelopes appears once per run (with a warning).
+    """One capture lifecycle (004 seed, "Run Envelopes"; DESIGN §5): the fields of Stormlog 0.4.3's
+    session row, then TraceML's own. Each session is listed once, even when several artifacts name
+    it (Stormlog lists it once per artifact; see docs/catalog.md, "Differences from Stormlog").
 
     Attributes:
         session_id: the session's identifier.
-        run_id: the run the session belongs to (explicit or implicit).
-        kind: where it was found: ``traceml_session`` (a run folder with ``aggregator/manifest.json``),
-            ``sink_session`` (an entry of a Stormlog sink ``manifest.json``), ``diagnose_bundle``,
-            ``oom_bundle``, ``telemetry_jsonl``, or ``envelope_only`` (named by an envelope, not on disk).
-        job_id, rank, local_rank, world_size: identity; None when not recorded. A TraceML session of
-            several ranks has ``rank`` None and ``world_size`` > 1 (one aggregator collects them all).
-        role: ``rank``, ``job`` or what the envelope says; None when unknown.
-        status: ``running``, ``completed``, ``interrupted``, ``incomplete``, or None when not recorded.
-        started_at_ns, ended_at_ns: lifecycle times (Unix epoch ns), None when unknown.
-        on_disk: False for a session that an envelope names but discovery did not find.
-        source_path: the file the identity was read from (manifest, ledger, bundle, JSONL, envelope).
-        hostname: the machine the session ran on, when recorded.
-        metadata: the envelope's metadata for the session, else what the source recorded.
+        status: ``running``, ``completed``, ``interrupted`` or ``incomplete`` (Stormlog's ledger or
+            bundle, or inferred from the events: ``completed`` with a ``stop`` event, else
+            ``incomplete``); None only for a TraceML session that records none.
+        started_at_ns, ended_at_ns: lifecycle times (Unix epoch ns); end None while running.
+        host, pid: where it ran (``unknown`` / -1 when not recorded).
+        job_id, rank, local_rank, world_size: identity (Stormlog's defaults 0, rank, 1 when not
+            recorded; a TraceML session of a whole job has rank None and world_size > 1).
+        source: the writer (``stormlog.cpu_profiler``, ``gpumemprof diagnose``, ``artifact:<file>``,
+            ``traceml.aggregator``).
+        source_path: the sink or bundle folder, or the telemetry file; for a TraceML session its
+            ``aggregator/manifest.json``.
+        source_kind: ``sink``, ``diagnose_bundle``, ``telemetry_json``, ``telemetry_jsonl``,
+            ``telemetry_csv``, or ``traceml_session``.
+        source_count: segments (sink) or files the session was read from.
+        warning_count: rows of its file that could not be read.
+        event_count: events recorded (None for a bundle).
+        oom_bundle_count: OOM bundles taken from this session.
+        run_id: the run it belongs to (an explicit one when an envelope claims it).
+        run_ids: every run it belongs to (a session claimed by two envelopes is in both).
+        role: ``rank`` or ``job`` when recorded (TraceML sessions, envelopes).
+        metadata: what the source recorded beyond the above (TraceML: run folder, mode, nodes).
     """
 
     session_id: str
-    run_id: str
-    kind: str
-    job_id: str | None = None
-    rank: int | None = None
-    local_rank: int | None = None
-    world_size: int | None = None
+    status: str | None
+    started_at_ns: int | None
+    ended_at_ns: int | None
+    host: str
+    pid: int
+    job_id: str | None
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    source: str
+    source_path: str
+    source_kind: str
+    source_count: int
+    warning_count: int
+    event_count: int | None
+    oom_bundle_count: int
+    run_id: str = ""
+    run_ids: tuple[str, ...] = ()
     role: str | None = None
-    status: str | None = None
-    started_at_ns: int | None = None
-    ended_at_ns: int | None = None
-    on_disk: bool = True
-    source_path: str = ""
-    hostname: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def kind(self) -> str:
+        """The session's source kind (older name of :attr:`source_kind`)."""
+        return self.source_kind
+
     def to_dict(self) -> dict[str, Any]:
-        """The row as a JSON-ready dict (field names as above)."""
-        return asdict(self)
+        """The row as a JSON-ready dict (field names as above; tuples become lists)."""
+        d = asdict(self)
+        d["run_ids"] = list(d["run_ids"])
+        return d
+
+    as_dict = to_dict
 
 
 @dataclass(frozen=True, slots=True)
 class AttachmentRow:
-    """One run attachment (004 seed, "Attachments").
+    """One run attachment (004 seed, "Attachments"): the fields of Stormlog 0.4.3's attachment row,
+    then ``declared_in``.
 
     Attributes:
-        run_id: the run it belongs to; None for an attachment that resolves to no run (reported as
-            an ``unresolved_attachment`` warning, still listed so nothing disappears).
-        attachment_id: unique within its envelope or sidecar; local artifacts found by discovery get
-            ``<session_id>/<kind>``.
-        title: a human title, or None.
-        kind: ``profiler_trace``, ``telemetry_database``, ``export``, ``final_summary``,
-            ``finalization_warning``, ``sink``, ``sink_segment``, ``rollup``, ``diagnose_bundle``,
-            ``oom_bundle``, ``telemetry_jsonl``, or whatever an envelope or sidecar says.
+        run_id: the run it belongs to.
+        title: a human title.
+        kind: Stormlog's kinds for its artifacts (``telemetry_sink``, ``telemetry_sink_segment``,
+            ``telemetry_rollup``, ``diagnose_bundle``, ``oom_bundle``, ``telemetry_file``), TraceML's
+            for a run folder's (``telemetry_database``, ``export``, ``final_summary``,
+            ``finalization_warning``), or what an envelope or sidecar says (``profiler_trace``, ...).
         storage: ``reference`` (points elsewhere; no bytes copied) or ``copy`` (part of the local
-            artifact set), as given; local artifacts found by discovery are ``copy``.
+            artifact set); local artifacts found on disk are ``copy``.
+        attachment_id: as declared (None when not given, and for artifacts found on disk, except a
+            TraceML run folder's: ``<session_id>/aggregator/<name>``).
+        url: the remote address as written (recorded, never fetched), or None.
         path: absolute local path (relative paths resolved against the folder of the envelope or
             sidecar), or None for a URL-only attachment.
-        url: the remote address as written (recorded, never fetched), or None.
-        session_id, job_id, rank: what the attachment is about, when given.
-        source_namespace, source_ref: shallow navigation keys (e.g. ``nsys`` / ``rank0``).
+        session_id, job_id, rank, local_rank, world_size: what the attachment is about.
+        start_ns, end_ns: the time it covers (Unix epoch ns), when known.
+        source_path: the attachment itself: its url, else its path, else the declaring file.
+        source_kind: where it came from: ``run_envelope_attachment``, ``attachment_sidecar``,
+            ``sink``, ``sink_segment``, ``rollup``, ``diagnose_bundle``, ``oom_bundle``, a telemetry
+            file's kind, or ``traceml_session``.
+        source_namespace, source_ref: shallow navigation keys (e.g. ``nsys`` / ``rank0``;
+            ``stormlog`` for Stormlog's local artifacts, ``traceml`` for a run folder's).
         metadata: integration-specific details.
-        source_path: the file that declared it (envelope, sidecar, manifest, ledger, bundle).
+        declared_in: the file that declared it (envelope, sidecar, manifest, telemetry file).
     """
 
     run_id: str | None
-    attachment_id: str
-    title: str | None
+    title: str
     kind: str
     storage: str
-    path: str | None
+    attachment_id: str | None
     url: str | None
+    path: str | None
     session_id: str | None = None
     job_id: str | None = None
     rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    source_path: str = ""
+    source_kind: str = ""
     source_namespace: str | None = None
     source_ref: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    source_path: str = ""
+    declared_in: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (field names as above)."""
         return asdict(self)
+
+    as_dict = to_dict
 
 
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """One run: explicit (an accepted ``stormlog_run.json``) or implicit (synthesized from sessions
-    that no accepted envelope covers; 004 seed, "Discovery Rules").
+    that no accepted envelope covers; 004 seed, "Discovery Rules"): the fields of Stormlog 0.4.3's
+    run row, then ``status``.
 
     Attributes:
         run_id: the envelope's ``run_id``; for implicit runs ``job:<job_id>`` (sessions sharing a
-            non-null job_id) or ``session:<session_id>`` (a session without job_id).
+            non-null job_id) or ``session:<session_id>`` (a session without job_id); ``implicit:``
+            before it when an envelope already took that id.
         explicit: True for an envelope's run.
-        title, description: from the envelope; an implicit run of one TraceML session takes the run
-            folder's name as title.
-        job_id: the envelope's, or the shared job_id of an implicit run.
+        title, description: from the envelope; an implicit run's title is ``Distributed job <id>``
+            or ``Session <id>``.
+        job_id: the envelope's, else the one job_id its sessions share.
         started_at_ns, ended_at_ns: the envelope's; else the earliest start and, once every session
             has ended, the latest end of its sessions (Unix epoch ns; None when unknown).
-        status: ``running`` if any session runs, else ``interrupted``/``incomplete`` if any session
-            is, else ``completed`` when all are; None when no session records a status.
         source_path: the envelope file; for an implicit run the source of its first session.
-        session_count, attachment_count: how many sessions and attachments the run holds.
-        sessions: the session ids, in discovery order.
-        ranks: the distinct non-null ranks of its sessions, ascending.
-        tags: the envelope's tags.
+        source_kind: ``run_envelope`` or ``implicit_run``.
         source_namespace, source_ref: the envelope's shallow navigation keys.
+        session_count, attachment_count: how many sessions and attachments the run holds.
+        sessions: the session ids, earliest first.
+        ranks: the distinct ranks of its sessions, ascending.
+        tags: the envelope's tags.
         metadata: the envelope's metadata ({} for implicit runs).
+        status: ``running`` if any session runs, else ``interrupted``/``incomplete`` if any session
+            is, else ``completed`` when all are; None without sessions (TraceML's, not Stormlog's).
     """
 
     run_id: str
@@ -162,16 +205,17 @@ class RunRow:
     job_id: str | None
     started_at_ns: int | None
     ended_at_ns: int | None
-    status: str | None
     source_path: str
+    source_kind: str
+    source_namespace: str | None
+    source_ref: str | None
     session_count: int
     attachment_count: int
     sessions: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
-    source_namespace: str | None = None
-    source_ref: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    status: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (tuples become lists)."""
@@ -179,3 +223,43 @@ class RunRow:
         for key in ("sessions", "ranks", "tags"):
             d[key] = list(d[key])
         return d
+
+    as_dict = to_dict
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Stormlog's run filter (``stormlog.query.RunFilter``): None matches everything."""
+
+    run_id: str | None = None
+    session_id: str | None = None
+    job_id: str | None = None
+    rank: int | None = None
+    source_namespace: str | None = None
+    source_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class RunAttachmentFilter:
+    """Stormlog's attachment filter (``stormlog.query.RunAttachmentFilter``)."""
+
+    run_id: str | None = None
+    session_id: str | None = None
+    job_id: str | None = None
+    rank: int | None = None
+    kind: str | None = None
+    source_namespace: str | None = None
+    source_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionFilter:
+    """Stormlog's session filter (``stormlog.query.SessionFilter``)."""
+
+    session_id: str | None = None
+    status: str | None = None
+    job_id: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    has_oom_bundle: bool | None = None
+    source_kind: str | None = None

@@ -19,7 +19,6 @@ from typing import Any, Final, NamedTuple
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
-from referencing import Registry, Resource
 
 ENVELOPE_FILE: Final = "stormlog_run.json"
 SIDECAR_FILE: Final = "stormlog_attachments.json"
@@ -52,11 +51,8 @@ def load_schema(name: str) -> dict[str, Any]:
 
 @cache
 def _validator(name: str) -> Validator:
-    # Both schemas in one registry: the sidecar's items refer to the envelope's attachment definition.
-    registry: Registry[Any] = Registry().with_resources(
-        (n, Resource.from_contents(load_schema(n))) for n in (ENVELOPE_SCHEMA, SIDECAR_SCHEMA)
-    )
-    return Draft202012Validator(load_schema(name), registry=registry)
+    # Each schema stands alone (no reference into another file), as ``jsonschema`` loads it.
+    return Draft202012Validator(load_schema(name))
 
 
 Check = Callable[[Any], bool]
@@ -79,7 +75,7 @@ def _compile(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mappi
     integer: the caller then asks jsonschema), never the reverse; it is ~50x faster than jsonschema
     on an envelope, and jsonschema still produces every message. A keyword outside the subset
     raises here, so the schemas cannot grow a rule that this check would silently skip."""
-    checks = [_keyword(key, value, root, registry) for key, value in schema.items() if key not in _ANNOTATIONS]
+    checks = [_keyword(key, value, root, registry, schema) for key, value in schema.items() if key not in _ANNOTATIONS]
     if len(checks) == 1:
         return checks[0]
 
@@ -92,7 +88,17 @@ def _compile(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mappi
     return check
 
 
-def _keyword(key: str, value: Any, root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> Check:
+def _unique(items: list[Any]) -> bool:
+    seen: list[Any] = []
+    for x in items:
+        if any(type(x) is type(y) and x == y for y in seen):
+            return False
+        seen.append(x)
+    return True
+
+
+def _keyword(key: str, value: Any, root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]],
+             schema: Mapping[str, Any]) -> Check:
     if key == "$ref":
         target, _, pointer = value.partition("#")
         doc = registry[target] if target else root
@@ -130,6 +136,13 @@ def _keyword(key: str, value: Any, root: Mapping[str, Any], registry: Mapping[st
     if key == "items":
         item = _compile(value, root, registry)
         return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+    if key == "uniqueItems":
+        return lambda v: not value or not isinstance(v, list) or _unique(v)
+    if key == "additionalProperties":
+        if value is not False:
+            raise ValueError("the fast schema check knows only additionalProperties: false")
+        allowed = frozenset(schema.get("properties", {}))
+        return lambda v: not isinstance(v, dict) or allowed.issuperset(v)
     if key == "anyOf":
         branches = [_compile(b, root, registry) for b in value]
         return lambda v: any(b(v) for b in branches)
@@ -149,14 +162,15 @@ def _lazy(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mapping[
 
 @cache
 def _fast(name: str) -> Check:
-    registry = {n: load_schema(n) for n in (ENVELOPE_SCHEMA, SIDECAR_SCHEMA)}
-    return _compile(registry[name], registry[name], registry)
+    schema = load_schema(name)
+    return _compile(schema, schema, {name: schema})
 
 
 @cache
 def _attachment_validator() -> Validator:
     envelope = _validator(ENVELOPE_SCHEMA)
-    return envelope.evolve(schema={"$ref": f"{ENVELOPE_SCHEMA}#/$defs/attachment"})
+    defs = load_schema(ENVELOPE_SCHEMA)["$defs"]
+    return envelope.evolve(schema={**defs["attachment"], "$defs": defs})
 
 
 def field_name(path: Iterable[str | int]) -> str:
@@ -193,6 +207,13 @@ def _problem(error: ValidationError, prefix: Iterable[str | int] = ()) -> list[P
             others = " or ".join(names[1:])
             return [Problem(field_name([*path, names[0]]), f"is required when {others} is not given "
                                                            f"(one of {', '.join(names)})")]
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
+        return [Problem(field_name([*path, str(k)]), "is not a field of the v1 schema (Stormlog rejects unknown "
+                                                      "fields; put integration-specific facts in metadata)")
+                for k in error.instance if k not in known]
+    if error.validator == "uniqueItems":
+        return [Problem(field_name(path), f"holds the same item twice ({_short(error.instance)})")]
     if error.validator == "const":
         return [Problem(field_name(path), f"must be {json.dumps(expected)}, not {_short(error.instance)}")]
     if error.validator == "enum":
@@ -233,44 +254,34 @@ def _ordered(errors: Iterable[ValidationError]) -> list[ValidationError]:
     return sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])
 
 
-def _time_order(doc: Mapping[str, Any], prefix: list[str | int]) -> list[Problem]:
-    start, end = doc.get("started_at_ns"), doc.get("ended_at_ns")
-    if isinstance(start, int) and isinstance(end, int) and end < start:
-        return [Problem(field_name([*prefix, "ended_at_ns"]), f"{end} is before started_at_ns {start}")]
+def _time_order(doc: Mapping[str, Any], prefix: list[str | int], start_key: str = "started_at_ns",
+                end_key: str = "ended_at_ns") -> list[Problem]:
+    start, end = doc.get(start_key), doc.get(end_key)
+    if isinstance(start, int) and isinstance(end, int) and _is_int(start) and _is_int(end) and end < start:
+        return [Problem(field_name([*prefix, end_key]), f"{end} is before {start_key} {start}")]
     return []
 
 
-def envelope_problems(doc: Any) -> list[Problem]:
-    """Everything wrong with a parsed ``stormlog_run.json``; empty when it is a valid v1 envelope.
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
-    Beyond the schema: ``ended_at_ns`` may not be before ``started_at_ns`` (top level and each
-    session), and ``attachment_id`` is unique within the envelope. These are checked even when the
-    schema finds problems too, so that fixing the reported ones does not reveal new ones.
+
+def envelope_problems(doc: Any) -> list[Problem]:
+    """Everything wrong with a parsed ``stormlog_run.json``; empty when it is a valid v1 envelope,
+    exactly when Stormlog 0.4.3 accepts it (its schema and its reader).
+
+    Beyond the schema, as Stormlog's reader: ``ended_at_ns`` may not be before ``started_at_ns``,
+    nor an attachment's ``end_ns`` before its ``start_ns``. These are checked even when the schema
+    finds problems too, so that fixing the reported ones does not reveal new ones.
     """
     problems = [] if _fast(ENVELOPE_SCHEMA)(doc) else _problems(_validator(ENVELOPE_SCHEMA).iter_errors(doc))
     if not isinstance(doc, Mapping):
         return problems
     problems += _time_order(doc, [])
-    sessions = doc.get("sessions")
-    for i, session in enumerate(sessions if isinstance(sessions, list) else []):
-        if isinstance(session, Mapping):
-            problems += _time_order(session, ["sessions", i])
-    problems += duplicate_ids(doc.get("attachments"), "in this envelope")
-    return problems
-
-
-def duplicate_ids(attachments: Any, where: str, prefix: str = "attachments") -> list[Problem]:
-    """A problem for each attachment of the list ``attachments`` whose string ``attachment_id`` an
-    earlier item already used (items that are not objects, or have no string id, are skipped)."""
-    seen: set[str] = set()
-    problems: list[Problem] = []
+    attachments = doc.get("attachments")
     for i, item in enumerate(attachments if isinstance(attachments, list) else []):
-        aid = item.get("attachment_id") if isinstance(item, Mapping) else None
-        if not isinstance(aid, str):
-            continue
-        if aid in seen:
-            problems.append(Problem(f"{prefix}[{i}].attachment_id", f"{json.dumps(aid)} is used twice {where}"))
-        seen.add(aid)
+        if isinstance(item, Mapping):
+            problems += _time_order(item, ["attachments", i], "start_ns", "end_ns")
     return problems
 
 
@@ -283,14 +294,21 @@ def sidecar_problems(doc: Any) -> tuple[list[Problem], dict[int, list[Problem]]]
     """
     file_level: list[Problem] = []
     items: dict[int, list[Problem]] = {}
-    if _fast(SIDECAR_SCHEMA)(doc):
-        return file_level, items
-    for problem, error in _with_errors(_validator(SIDECAR_SCHEMA).iter_errors(doc)):
+    if not _fast(SIDECAR_SCHEMA)(doc):
+        checked = list(_with_errors(_validator(SIDECAR_SCHEMA).iter_errors(doc)))
+    else:
+        checked = []
+    for problem, error in checked:
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] == "attachments" and isinstance(path[1], int):
             items.setdefault(path[1], []).append(problem)
         else:
             file_level.append(problem)
+    attachments = doc.get("attachments") if isinstance(doc, Mapping) else None
+    for i, item in enumerate(attachments if isinstance(attachments, list) else []):
+        if isinstance(item, Mapping):
+            for problem in _time_order(item, ["attachments", i], "start_ns", "end_ns"):
+                items.setdefault(i, []).append(problem)
     return file_level, items
 
 
@@ -311,5 +329,59 @@ def _with_errors(errors: Iterable[ValidationError],
 
 
 def attachment_problems(item: Any, prefix: Iterable[str | int] = ()) -> list[Problem]:
-    """Everything wrong with one attachment object (the envelope schema's ``$defs/attachment``)."""
-    return _problems(_attachment_validator().iter_errors(item), prefix)
+    """Everything wrong with one attachment object of an envelope (the envelope schema's
+    ``$defs/attachment``, and ``end_ns`` not before ``start_ns``)."""
+    problems = _problems(_attachment_validator().iter_errors(item), prefix)
+    if isinstance(item, Mapping):
+        problems += _time_order(item, list(prefix), "start_ns", "end_ns")
+    return problems
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _loose_int(v: Any) -> int | None:
+    """An int as Stormlog's sidecar reader takes one: ints, floats and numeric strings."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def sidecar_item_read(item: Any) -> dict[str, Any] | None:
+    """One sidecar item as Stormlog 0.4.3's reader takes it, or None when it drops it: ``title`` and
+    ``kind`` must be non-empty strings, ``url`` or ``path`` a non-empty string, and ``end_ns`` not
+    before ``start_ns``. Fields of the wrong type are read as null, ``storage`` defaults to
+    ``reference``, ``metadata`` to ``{}``. (The v1 schema is stricter; :func:`sidecar_problems`
+    names every field it rejects, and the reader warns about each item it keeps anyway.)"""
+    if not isinstance(item, Mapping):
+        return None
+    title, kind = _text(item.get("title")), _text(item.get("kind"))
+    url, path = _text(item.get("url")), _text(item.get("path"))
+    if title is None or kind is None or (url is None and path is None):
+        return None
+    start, end = _loose_int(item.get("start_ns")), _loose_int(item.get("end_ns"))
+    if start is not None and end is not None and end < start:
+        return None
+    storage = item.get("storage")
+    meta = item.get("metadata")
+    out: dict[str, Any] = {
+        "title": title, "kind": kind, "url": url, "path": path,
+        "storage": storage if storage in STORAGES else "reference",
+        "start_ns": start, "end_ns": end, "rank": _loose_int(item.get("rank")),
+        "metadata": dict(meta) if isinstance(meta, Mapping) else {},
+    }
+    for key in ("attachment_id", "run_id", "session_id", "job_id", "created_at_utc", "updated_at_utc",
+                "source_namespace", "source_ref"):
+        out[key] = _text(item.get(key))
+    return out
+
+
+def sidecar_file_read(doc: Any) -> bool:
+    """Whether Stormlog 0.4.3 reads the sidecar's items at all: an object with ``schema_version`` 1,
+    ``format`` ``stormlog.attachments`` and an ``attachments`` list."""
+    return (isinstance(doc, Mapping) and doc.get("schema_version") == 1 and doc.get("format") == SIDECAR_FORMAT
+            and isinstance(doc.get("attachments"), list))

@@ -1,11 +1,11 @@
 """The query store: ``open(paths)`` → runs, attachments, sessions, warnings (004 seed, "Query API";
-DESIGN §5).
+DESIGN §5), with the methods and rows of real Stormlog's ``stormlog.query.open()``.
 
-Filters are keyword arguments; each takes one value or a list of values (any of them matches), and
-several filters must all match. A value of the wrong type (``rank="0"``, ``run_id=42``) raises
-TypeError rather than matching nothing. Rows come back in discovery order (roots in the order given,
-folders in name order).
-"""
+Filters are Stormlog's filter objects and/or keyword arguments; each keyword takes one value or a
+list of values (any of them matches), and several filters must all match. A value of the wrong
+type (``rank="0"``, ``run_id=42``) raises TypeError rather than matching nothing. Rows come back in
+Stormlog's order: runs and sessions latest start first, attachments by run, session, rank, kind
+and title."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 from traceml_ai.catalog.build import Catalog, build
 from traceml_ai.catalog.cache import FactCache
 from traceml_ai.catalog.discovery import discover
-from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
+from traceml_ai.catalog.model import (
+    AttachmentRow,
+    CatalogWarning,
+    RunAttachmentFilter,
+    RunFilter,
+    RunRow,
+    SessionFilter,
+    SessionRow,
+)
 from traceml_ai.runs.discovery import inside
 
 Text = str | Sequence[str] | None
@@ -99,19 +107,29 @@ class CatalogStore:
         self.cache_hits = cache_hits
         self.cache_misses = cache_misses
 
-    def list_runs(
-        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
-        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
-    ) -> list[RunRow]:
-        """Runs, explicit and implicit.
+    @property
+    def catalog(self) -> CatalogStore:
+        """The store itself, for code written against Stormlog (``store.catalog.warnings``)."""
+        return self
 
-        Filters: ``run_id``, ``job_id``, ``source_namespace``, ``source_ref`` match the run's own
-        values; ``session_id`` and ``rank`` keep runs holding such a session / rank; ``kind`` keeps
-        runs holding an attachment of that kind (e.g. ``profiler_trace``).
+    def list_runs(
+        self, filters: RunFilter | None = None, *, run_id: Text = None, job_id: Text = None, session_id: Text = None,
+        rank: Rank = None, kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+    ) -> list[RunRow]:
+        """Runs, explicit and implicit, latest start first (as Stormlog's ``list_runs``).
+
+        Filters: a :class:`RunFilter` (Stormlog's) and/or keywords. ``run_id``, ``job_id``,
+        ``source_namespace``, ``source_ref`` match the run's own values; ``session_id`` and ``rank``
+        keep runs holding such a session / rank; ``kind`` keeps runs holding an attachment of that
+        kind (e.g. ``profiler_trace``).
 
         Raises:
             TypeError: a filter value of the wrong type (``rank="0"``; ranks are ints, ids strings).
         """
+        if filters is not None:
+            run_id, session_id, job_id, rank, source_namespace, source_ref = _merge(
+                filters, ("run_id", run_id), ("session_id", session_id), ("job_id", job_id), ("rank", rank),
+                ("source_namespace", source_namespace), ("source_ref", source_ref))
         _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
                        source_namespace=source_namespace, source_ref=source_ref)
         kinds: dict[str | None, set[str]] = {}
@@ -125,58 +143,96 @@ class CatalogStore:
         ])
 
     def list_run_attachments(
-        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
-        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+        self, filters: RunAttachmentFilter | None = None, *, run_id: Text = None, job_id: Text = None,
+        session_id: Text = None, rank: Rank = None, kind: Text = None, source_namespace: Text = None,
+        source_ref: Text = None,
     ) -> list[AttachmentRow]:
-        """Attachments of every run (and those that resolve to no run, with ``run_id`` None).
-
-        Filters match the attachment's own fields; ``job_id`` also matches an attachment without one
-        whose run has that job_id.
+        """Attachments of every run, by run, session, rank, kind and title (as Stormlog's
+        ``list_run_attachments``). Filters (a :class:`RunAttachmentFilter` and/or keywords) match
+        the attachment's own fields.
 
         Raises:
             TypeError: as :meth:`list_runs`.
         """
+        if filters is not None:
+            run_id, session_id, job_id, rank, kind, source_namespace, source_ref = _merge(
+                filters, ("run_id", run_id), ("session_id", session_id), ("job_id", job_id), ("rank", rank),
+                ("kind", kind), ("source_namespace", source_namespace), ("source_ref", source_ref))
         _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
                        source_namespace=source_namespace, source_ref=source_ref)
-        run_jobs = {r.run_id: r.job_id for r in self._catalog.runs}
-
-        def job(a: AttachmentRow) -> str | None:
-            return a.job_id if a.job_id is not None else run_jobs.get(a.run_id or "")
-
         return _filter(self._catalog.attachments, [
-            (run_id, attrgetter("run_id")), (job_id, job), (session_id, attrgetter("session_id")),
+            (run_id, attrgetter("run_id")), (job_id, attrgetter("job_id")), (session_id, attrgetter("session_id")),
             (rank, attrgetter("rank")), (kind, attrgetter("kind")),
             (source_namespace, attrgetter("source_namespace")), (source_ref, attrgetter("source_ref")),
         ])
 
     def list_sessions(
-        self, *, run_id: Text = None, job_id: Text = None, session_id: Text = None, rank: Rank = None,
-        kind: Text = None, source_namespace: Text = None, source_ref: Text = None,
+        self, filters: SessionFilter | None = None, *, run_id: Text = None, job_id: Text = None,
+        session_id: Text = None, rank: Rank = None, kind: Text = None, source_kind: Text = None,
+        status: Text = None, world_size: Rank = None, has_oom_bundle: bool | None = None,
+        source_namespace: Text = None, source_ref: Text = None,
     ) -> list[SessionRow]:
-        """Sessions, one row per (run, session). ``kind`` is the session's kind (``traceml_session``,
-        ``sink_session``, ...); ``source_namespace`` and ``source_ref`` match the session's run.
+        """Sessions, latest start first, each once (as Stormlog's ``list_sessions``). Filters (a
+        :class:`SessionFilter` and/or keywords): ``source_kind`` (or ``kind``) is the session's
+        source kind (``sink``, ``traceml_session``, ...); ``run_id``, ``source_namespace`` and
+        ``source_ref`` match the session's runs; ``has_oom_bundle`` True/False keeps sessions with /
+        without an OOM bundle.
 
         Raises:
             TypeError: as :meth:`list_runs`.
         """
-        _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind,
-                       source_namespace=source_namespace, source_ref=source_ref)
+        if filters is not None:
+            session_id, status, job_id, rank, world_size, source_kind = _merge(
+                filters, ("session_id", session_id), ("status", status), ("job_id", job_id), ("rank", rank),
+                ("world_size", world_size), ("source_kind", source_kind))
+            if has_oom_bundle is None:
+                has_oom_bundle = filters.has_oom_bundle
+        _check_filters(rank, run_id=run_id, job_id=job_id, session_id=session_id, kind=kind, status=status,
+                       source_kind=source_kind, source_namespace=source_namespace, source_ref=source_ref)
+        _check_filters(world_size)
         runs = {r.run_id: r for r in self._catalog.runs}
-        return _filter(self._catalog.sessions, [
-            (run_id, attrgetter("run_id")), (job_id, attrgetter("job_id")), (session_id, attrgetter("session_id")),
-            (rank, attrgetter("rank")), (kind, attrgetter("kind")),
-            (source_namespace, lambda s: runs[s.run_id].source_namespace),
-            (source_ref, lambda s: runs[s.run_id].source_ref),
+
+        def of_runs(get: Callable[[RunRow], Any]) -> Callable[[SessionRow], frozenset[Any]]:
+            return lambda s: frozenset(get(runs[r]) for r in s.run_ids if r in runs)
+
+        rows = _filter(self._catalog.sessions, [
+            (run_id, attrgetter("run_ids")), (job_id, attrgetter("job_id")), (session_id, attrgetter("session_id")),
+            (rank, attrgetter("rank")), (kind, attrgetter("source_kind")), (source_kind, attrgetter("source_kind")),
+            (status, attrgetter("status")), (world_size, attrgetter("world_size")),
+            (source_namespace, of_runs(attrgetter("source_namespace"))),
+            (source_ref, of_runs(attrgetter("source_ref"))),
         ])
+        if has_oom_bundle is not None:
+            rows = [s for s in rows if (s.oom_bundle_count > 0) == has_oom_bundle]
+        return rows
+
+    def list_oom_bundles(self) -> list[dict[str, Any]]:
+        """The OOM bundles found (Stormlog's ``list_oom_bundles`` fields: ``bundle_path``,
+        ``manifest_path``, ``created_at_utc``, ``backend``, ``reason``, ``event_count``,
+        ``session_id``, ``session_status``, ``exception_type``, ``exception_module``), oldest first."""
+        rows = [dict(b) for b in self._catalog.oom_bundles]
+        rows.sort(key=lambda b: (b["created_at_utc"] or "", b["bundle_path"]))
+        return rows
+
+    def list_attachments(self) -> list[dict[str, Any]]:
+        """Every item read from ``stormlog_attachments.json`` sidecars, before resolving its run
+        (Stormlog's ``list_attachments``; ``path`` absolute, ``sidecar_path`` the file)."""
+        rows = [dict(a) for a in self._catalog.sidecar_items]
+        rows.sort(key=lambda a: (a["start_ns"] if a["start_ns"] is not None else -1, a["title"], a["sidecar_path"]))
+        return rows
 
 
-def default_cache_dir(paths: Sequence[str | os.PathLike[str]]) -> str | None:
-    """``.cache`` beside the first path (``traceml/.cache`` for ``traceml/runs``), as the viewer's
-    cache folder (DESIGN §2.1); None when no path is given."""
-    if not paths:
-        return None
-    first = os.path.abspath(os.path.expanduser(os.fspath(paths[0])))
-    return os.path.join(os.path.dirname(first.rstrip(os.sep)) or os.sep, ".cache")
+def _merge(filters: Any, *pairs: tuple[str, Any]) -> list[Any]:
+    """Each keyword's value, else the filter object's field of that name."""
+    return [value if value is not None else getattr(filters, name, None) for name, value in pairs]
+
+
+def default_cache_dir(paths: Sequence[str | os.PathLike[str]] = ()) -> str:
+    """The user's cache folder for the catalog: ``$XDG_CACHE_HOME/traceml/catalog`` (default
+    ``~/.cache/traceml/catalog``). Never beside the inputs: the catalog writes nothing next to the
+    paths it reads (``paths`` is accepted for older callers and not used)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "traceml", "catalog")
 
 
 def check_cache_dir(cache_dir: str | os.PathLike[str], roots: Iterable[str]) -> None:

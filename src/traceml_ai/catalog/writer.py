@@ -148,6 +148,20 @@ def _json_object(value: Any, fld: str, problems: list[Problem]) -> dict[str, Any
     return out
 
 
+def _with_defaults(item: Any, keys: tuple[str, ...]) -> Any:
+    """A session or attachment object with ``metadata`` ``{}`` when not given, and for an
+    attachment ``title`` = its ``attachment_id`` or ``kind`` when not given (Stormlog requires both)."""
+    if not isinstance(item, dict):
+        return item
+    out = dict(item)
+    out.setdefault("metadata", {})
+    if "title" in keys and out.get("title") is None:
+        guess = out.get("attachment_id") or out.get("kind")
+        if isinstance(guess, str) and guess:
+            out["title"] = guess
+    return out
+
+
 def write_envelope(
     folder: str | os.PathLike[str],
     run_id: str,
@@ -172,9 +186,13 @@ def write_envelope(
         run_id: the run's stable identifier (unique among envelopes discovered together).
         started_at_ns, ended_at_ns: Unix epoch ns (end not before start).
         sessions: objects with ``session_id`` and optionally ``job_id``, ``rank``, ``local_rank``,
-            ``world_size`` (≥ 1), ``role``, ``status``, ``metadata``.
-        attachments: objects with ``attachment_id``, ``kind``, ``storage`` (``reference``|``copy``) and
-            ``path`` or ``url``, optionally ``title``, ``session_id``, ``job_id``, ``rank``, ``metadata``.
+            ``world_size`` (≥ 1), ``role``, ``source_namespace``, ``source_ref``, ``metadata`` (``{}``
+            when not given). Nothing else: Stormlog's v1 schema rejects other fields, so a
+            session's status or times go in its ``metadata``.
+        attachments: objects with ``kind``, ``storage`` (``reference``|``copy``), ``path`` or ``url``,
+            and ``title`` (default: ``attachment_id``, else ``kind``); optionally ``attachment_id``,
+            ``run_id``, ``session_id``, ``job_id``, ``rank``, ``local_rank``, ``world_size``,
+            ``start_ns``, ``end_ns``, ``source_namespace``, ``source_ref``, ``metadata`` (``{}``).
         tags: a list (or tuple) of strings; a bare string is refused, not split.
         metadata: integration-specific details ({} when none).
 
@@ -183,9 +201,10 @@ def write_envelope(
     (``metadata.x``), never changed into null or a string.
 
     Raises:
-        EnvelopeError: an argument has the wrong type, or the envelope would not be valid (every
-            problem named, with its field); or ``folder`` names a ``.json`` file other than
-            ``stormlog_run.json``. Nothing is written.
+        EnvelopeError: an argument has the wrong type, or the envelope would not be valid by
+            Stormlog's v1 schema (every problem named, with its field: an unknown field, repeated
+            tags, ...); or ``folder`` names a ``.json`` file other than ``stormlog_run.json``.
+            Nothing is written.
         NotADirectoryError: a part of the way to the file is a file (the message names it).
         IsADirectoryError: the file's path is a folder.
         OSError: the file cannot be written (e.g. permission denied).
@@ -200,8 +219,10 @@ def write_envelope(
     doc.update(created_at_utc=now, updated_at_utc=now)
     if tags is not None:
         doc["tags"] = _json_list(tags, "tags", problems, of_objects=False)
-    doc["sessions"] = _json_list(sessions or [], "sessions", problems, of_objects=True)
-    doc["attachments"] = _json_list(attachments or [], "attachments", problems, of_objects=True)
+    doc["sessions"] = [_with_defaults(x, ()) for x in _json_list(sessions or [], "sessions", problems,
+                                                                  of_objects=True) or []]
+    doc["attachments"] = [_with_defaults(x, ("title",)) for x in _json_list(attachments or [], "attachments",
+                                                                           problems, of_objects=True) or []]
     doc["metadata"] = _json_object(metadata, "metadata", problems)
     if problems:  # the arguments themselves: the schema would only repeat them less clearly
         raise EnvelopeError(path, problems)
@@ -222,10 +243,10 @@ def write_envelope(
 
 def add_attachment(
     target: str | os.PathLike[str],
-    attachment_id: str,
+    attachment_id: str | None = None,
     *,
     kind: str,
-    storage: str = "reference",
+    storage: str | None = "reference",
     path: str | None = None,
     url: str | None = None,
     title: str | None = None,
@@ -242,7 +263,10 @@ def add_attachment(
     ``target`` is a ``stormlog_run.json`` (the attachment joins its run), a
     ``stormlog_attachments.json`` (created when missing), or a folder (created when missing): its
     envelope when it holds one, else its sidecar (created when missing). ``path`` is relative to that file's folder (or
-    absolute); ``url`` is recorded, never fetched. ``run_id`` is only for sidecars.
+    absolute); ``url`` is recorded, never fetched. ``run_id`` is only for sidecars. ``title``
+    defaults to ``attachment_id``, else ``kind`` (Stormlog requires one); ``attachment_id`` is
+    optional, as in Stormlog, but unique in its file when given; ``storage`` may be None in a
+    sidecar (read as ``reference``).
 
     Values are checked as in :func:`write_envelope`: a value JSON cannot hold is refused, naming
     its field.
@@ -265,13 +289,22 @@ def add_attachment(
         raise EnvelopeError(file, [Problem("run_id", "an envelope's attachments belong to its run; "
                                                      "run_id is only for sidecar items")])
     problems: list[Problem] = []
-    item: dict[str, Any] = {"attachment_id": _json(attachment_id, "attachment_id", problems),
-                            "kind": _json(kind, "kind", problems), "storage": _json(storage, "storage", problems)}
-    optional = {"title": title, "path": path, "url": url, "session_id": session_id, "job_id": job_id,
-                "rank": rank, "source_namespace": source_namespace, "source_ref": source_ref, "run_id": run_id}
+    if title is None:
+        title = attachment_id if attachment_id else kind
+    item: dict[str, Any] = {"title": _json(title, "title", problems), "kind": _json(kind, "kind", problems)}
+    optional = {"attachment_id": attachment_id, "storage": storage, "path": path, "url": url,
+                "session_id": session_id, "job_id": job_id, "rank": rank, "source_namespace": source_namespace,
+                "source_ref": source_ref, "run_id": run_id}
     item.update({k: _json(v, k, problems) for k, v in optional.items() if v is not None})
     item["metadata"] = _json_object(metadata, "metadata", problems)
-    problems = problems or attachment_problems(item)
+    if not problems:
+        if is_envelope:
+            problems = attachment_problems(item)
+        else:
+            file_problems, item_problems = sidecar_problems({"schema_version": 1, "format": SIDECAR_FORMAT,
+                                                             "attachments": [item]})
+            problems = file_problems + [Problem(p.field.removeprefix("attachments[0]."), p.message)
+                                        for p in item_problems.get(0, [])]
     if problems:
         raise EnvelopeError(file, problems)
     _check_folder(file)
@@ -287,7 +320,8 @@ def add_attachment(
     if not isinstance(doc, dict) or not isinstance(doc.get("attachments", []), list):
         raise EnvelopeError(file, [Problem("attachments", "the existing file has no attachments list")])
     attachments = doc.setdefault("attachments", [])
-    if any(isinstance(a, dict) and a.get("attachment_id") == attachment_id for a in attachments):
+    if attachment_id is not None and any(isinstance(a, dict) and a.get("attachment_id") == attachment_id
+                                         for a in attachments):
         raise EnvelopeError(file, [Problem("attachment_id", f"{_describe(attachment_id)} is already in this file")])
     attachments.append(item)
     if is_envelope:

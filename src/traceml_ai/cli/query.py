@@ -1,7 +1,9 @@
-"""``traceml query runs|attachments|sessions PATH...`` and its compatibility face ``stormlog query ...``
-(004 seed, "Query API"; DESIGN §5, §7). Thin: parse, call :func:`traceml_ai.catalog.open`, print.
+"""``traceml query runs|attachments|sessions PATH...`` (004 seed, "Query API"; DESIGN §5, §7): every
+flag of real Stormlog's ``stormlog query runs|attachments|sessions``, and a few more. Thin: parse,
+call :func:`traceml_ai.catalog.open`, print.
 
-Rows go to stdout (a table, ``--json``: one JSON object per line, or ``--csv``); catalog warnings
+Rows go to stdout (a table, ``--json``: one JSON array, ``[]`` when empty, as Stormlog prints it;
+``--jsonl``: one JSON object per line; or ``--csv``); catalog warnings
 go to stderr, at most :data:`WARNINGS_PER_KIND` of one kind (code) per file, then one line saying
 how many more (``--all-warnings`` prints each; ``store.warnings`` always holds all). Exit codes: 0
 when the query ran (warnings included), 1 when none of the paths exists or could be read, or with
@@ -23,7 +25,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from traceml_ai import __version__
 from traceml_ai.catalog import (
     AttachmentRow,
     CacheFolderError,
@@ -34,7 +35,7 @@ from traceml_ai.catalog import (
     default_cache_dir,
     open_catalog,
 )
-from traceml_ai.cli.common import DEBUG, UsageError, UserError, err, one_line_errors, out, printable, settings
+from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
 
 app = typer.Typer(
     help="Query run envelopes, sessions and attachments found under folders (the run catalog).",
@@ -45,17 +46,25 @@ app = typer.Typer(
 PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Folders to search and files to read.")]
 RunIdOpt = Annotated[list[str] | None, typer.Option("--run-id", help="Only this run (repeat for several).")]
 JobIdOpt = Annotated[list[str] | None, typer.Option("--job-id", help="Only this job id (repeat for several).")]
-SessionIdOpt = Annotated[list[str] | None, typer.Option("--session-id", help="Only this session (repeatable).")]
+SessionIdOpt = Annotated[list[str] | None, typer.Option("--session-id", "--session",
+                                                        help="Only this session (repeatable).")]
 RankOpt = Annotated[list[int] | None, typer.Option("--rank", help="Only this rank (repeatable).")]
 KindOpt = Annotated[list[str] | None, typer.Option(
-    "--kind", help="Attachment kind (runs: holding one; sessions: the session kind). Repeatable.")]
+    "--kind", help="Attachment kind (runs: holding one; sessions: the source kind). Repeatable.")]
+StatusOpt = Annotated[list[str] | None, typer.Option("--status", help="running, completed, interrupted, incomplete.")]
+WorldSizeOpt = Annotated[list[int] | None, typer.Option("--world-size", help="Only sessions of this world size.")]
+SourceKindOpt = Annotated[list[str] | None, typer.Option(
+    "--source-kind", help="sink, diagnose_bundle, telemetry_json, telemetry_jsonl, telemetry_csv, traceml_session.")]
+HasOomOpt = Annotated[bool | None, typer.Option("--has-oom-bundle/--no-has-oom-bundle",
+                                                help="Only sessions with (without) an OOM bundle.")]
 NamespaceOpt = Annotated[list[str] | None, typer.Option("--source-namespace", help="e.g. wandb, nsys.")]
 RefOpt = Annotated[list[str] | None, typer.Option("--source-ref", help="e.g. entity/project/run-id, rank0.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per row and line.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON array of rows (as stormlog query --json).")]
+JsonlOpt = Annotated[bool, typer.Option("--jsonl", help="One JSON object per row and line.")]
 TableOpt = Annotated[bool, typer.Option("--table", help="A table (the default).")]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="CSV with a header line; lists and objects as JSON.")]
 CacheDirOpt = Annotated[str | None, typer.Option(
-    "--cache-dir", help="Parse-cache folder (default: the cache_dir setting, else .cache beside the first PATH).")]
+    "--cache-dir", help="Parse-cache folder (default: the cache_dir setting, else ~/.cache/traceml/catalog).")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Read every file; write no cache.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 when there are warnings (for CI).")]
 AllWarningsOpt = Annotated[bool, typer.Option(
@@ -66,10 +75,11 @@ WARNINGS_PER_KIND = 20
 an envelope naming 20,000 sessions that are not on disk is 21 lines, not 20,000."""
 
 
-def _format(as_json: bool, as_table: bool, as_csv: bool) -> str:
-    chosen = [name for name, on in (("json", as_json), ("table", as_table), ("csv", as_csv)) if on]
+def _format(as_json: bool, as_table: bool, as_csv: bool, as_jsonl: bool = False) -> str:
+    chosen = [name for name, on in (("json", as_json), ("jsonl", as_jsonl), ("table", as_table), ("csv", as_csv))
+              if on]
     if len(chosen) > 1:
-        raise UsageError("choose one of --json, --table and --csv")
+        raise UsageError("choose one of --json, --jsonl, --table and --csv")
     return chosen[0] if chosen else "table"
 
 
@@ -78,7 +88,7 @@ def _open(paths: Sequence[str], cache_dir: str | None, no_cache: bool, all_warni
         raise UsageError("choose one of --cache-dir and --no-cache")
     chosen: str | None = None
     if not no_cache:
-        chosen = settings(cache_dir=cache_dir).cache_dir or default_cache_dir(paths)
+        chosen = settings(cache_dir=cache_dir).cache_dir or default_cache_dir()
     try:
         store = open_catalog(paths, cache_dir=chosen)
     except CacheFolderError as exc:
@@ -144,24 +154,29 @@ RUN_COLUMNS: Columns = [
     ("run_id", lambda r: r.run_id), ("explicit", lambda r: "yes" if r.explicit else "no"),
     ("job_id", lambda r: r.job_id), ("sessions", lambda r: r.session_count), ("ranks", lambda r: r.ranks),
     ("attachments", lambda r: r.attachment_count), ("status", lambda r: r.status),
-    ("started (UTC)", lambda r: _time(r.started_at_ns)), ("title", lambda r: r.title),
+    ("started (UTC)", lambda r: _time(r.started_at_ns)), ("source_kind", lambda r: r.source_kind),
+    ("title", lambda r: r.title),
 ]
 ATTACHMENT_COLUMNS: Columns = [
-    ("run_id", lambda a: a.run_id), ("attachment_id", lambda a: a.attachment_id), ("kind", lambda a: a.kind),
+    ("run_id", lambda a: a.run_id), ("kind", lambda a: a.kind), ("title", lambda a: a.title),
     ("storage", lambda a: a.storage), ("path or url", lambda a: a.path if a.path is not None else a.url),
-    ("session_id", lambda a: a.session_id), ("rank", lambda a: a.rank), ("title", lambda a: a.title),
+    ("session_id", lambda a: a.session_id), ("rank", lambda a: a.rank), ("source_kind", lambda a: a.source_kind),
 ]
 SESSION_COLUMNS: Columns = [
-    ("session_id", lambda s: s.session_id), ("run_id", lambda s: s.run_id), ("kind", lambda s: s.kind),
-    ("job_id", lambda s: s.job_id), ("rank", lambda s: s.rank), ("local_rank", lambda s: s.local_rank),
-    ("world_size", lambda s: s.world_size), ("status", lambda s: s.status),
-    ("started (UTC)", lambda s: _time(s.started_at_ns)), ("on disk", lambda s: "yes" if s.on_disk else "no"),
+    ("session_id", lambda s: s.session_id), ("status", lambda s: s.status), ("run_id", lambda s: s.run_id),
+    ("source_kind", lambda s: s.source_kind), ("job_id", lambda s: s.job_id), ("rank", lambda s: s.rank),
+    ("local_rank", lambda s: s.local_rank), ("world_size", lambda s: s.world_size),
+    ("started (UTC)", lambda s: _time(s.started_at_ns)), ("events", lambda s: s.event_count),
+    ("host", lambda s: s.host),
 ]
 
 
 def _print(rows: Sequence[RunRow | AttachmentRow | SessionRow], fmt: str, columns: Columns,
            row_type: type[RunRow | AttachmentRow | SessionRow], what: str) -> None:
     if fmt == "json":
+        sys.stdout.write(orjson.dumps([r.to_dict() for r in rows], option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+                         .decode() + "\n")
+    elif fmt == "jsonl":
         sys.stdout.write("".join(orjson.dumps(r.to_dict()).decode() + "\n" for r in rows))
     elif fmt == "csv":
         buf = io.StringIO()
@@ -190,14 +205,15 @@ def _finish(store: CatalogStore, strict: bool) -> None:
 def runs(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
-    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
 ) -> None:
     """Runs: explicit (stormlog_run.json) and implicit (sessions no envelope covers).
 
     Example: traceml query runs ./artifacts --json
     """
-    fmt = _format(as_json, as_table, as_csv)
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
     store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_runs(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
                            source_namespace=source_namespace, source_ref=source_ref)
@@ -209,14 +225,15 @@ def runs(
 def attachments(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
-    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
 ) -> None:
     """Run attachments: envelope and sidecar entries, and local artifacts (copy). URLs are never fetched.
 
     Example: traceml query attachments ./artifacts --run-id run-train-42 --table
     """
-    fmt = _format(as_json, as_table, as_csv)
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
     store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_run_attachments(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
                                       source_namespace=source_namespace, source_ref=source_ref)
@@ -228,17 +245,21 @@ def attachments(
 def sessions(
     paths: PathsArg, run_id: RunIdOpt = None, job_id: JobIdOpt = None, session_id: SessionIdOpt = None,
     rank: RankOpt = None, kind: KindOpt = None, source_namespace: NamespaceOpt = None, source_ref: RefOpt = None,
-    as_json: JsonOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False, cache_dir: CacheDirOpt = None,
-    no_cache: NoCacheOpt = False, strict: StrictOpt = False, all_warnings: AllWarningsOpt = False,
+    status: StatusOpt = None, world_size: WorldSizeOpt = None, source_kind: SourceKindOpt = None,
+    has_oom_bundle: HasOomOpt = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
 ) -> None:
-    """Sessions (capture lifecycles), one row per run they belong to.
+    """Sessions (capture lifecycles), each once, latest first.
 
     Example: traceml query sessions ./artifacts --job-id train-42 --csv
     """
-    fmt = _format(as_json, as_table, as_csv)
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
     store = _open(paths, cache_dir, no_cache, all_warnings)
     rows = store.list_sessions(run_id=run_id, job_id=job_id, session_id=session_id, rank=rank, kind=kind,
-                               source_namespace=source_namespace, source_ref=source_ref)
+                               source_namespace=source_namespace, source_ref=source_ref, status=status,
+                               world_size=world_size, source_kind=source_kind, has_oom_bundle=has_oom_bundle)
     _print(rows, fmt, SESSION_COLUMNS, SessionRow, "session")
     _finish(store, strict)
 
@@ -246,33 +267,3 @@ def sessions(
 app.command("runs")(runs)
 app.command("attachments")(attachments)
 app.command("sessions")(sessions)
-
-stormlog_app = typer.Typer(
-    name="stormlog",
-    help="Stormlog-compatible run catalog queries (traceml query under its Stormlog name).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-stormlog_app.add_typer(app, name="query")
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"stormlog (traceml {__version__})")
-        raise typer.Exit()
-
-
-@stormlog_app.callback()
-def _stormlog_root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-) -> None:
-    DEBUG["on"] = debug
-
-
-def stormlog_main() -> None:
-    """Console-script entry point of ``stormlog`` (``stormlog query runs ./artifacts --json``)."""
-    stormlog_app()

@@ -334,10 +334,11 @@ def _snapshot(store: CatalogStore, keys: Sequence[str], roots: list[str]) -> _Sn
         folder = os.path.dirname(os.path.dirname(s.source_path))
         if folder not in folders:
             continue
-        have = run_of.get(folder)
-        if have is None or (not runs[have].explicit and runs[s.run_id].explicit):
-            run_of[folder] = s.run_id
-        also.setdefault(folder, []).append(s.run_id)
+        for run_id in s.run_ids:  # explicit runs first
+            have = run_of.get(folder)
+            if have is None or (not runs[have].explicit and runs[run_id].explicit):
+                run_of[folder] = run_id
+            also.setdefault(folder, []).append(run_id)
     run_warnings: dict[str, list[str]] = {}
     global_warnings: list[str] = []
     for w in store.warnings:
@@ -358,7 +359,7 @@ def _snapshot(store: CatalogStore, keys: Sequence[str], roots: list[str]) -> _Sn
     for a in store.list_run_attachments():
         attachments.setdefault(a.run_id, []).append(a)
         if a.path is not None:
-            tokens[attachment_token(a)] = _Local(a.path, a.run_id, a.attachment_id)
+            tokens[attachment_token(a)] = _Local(a.path, a.run_id, a.attachment_id or a.title)
     return _Snapshot(
         run_of=run_of,
         explicit=frozenset(r for r, row in runs.items() if row.explicit),

@@ -39,10 +39,11 @@ def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
     proc = subprocess.Popen(
-        # A '#' in the run name (so in the database's path) once cut the SQLite URI short: the view
-        # said "no steps yet" all run long and SQLite created an empty file in the runs root.
+        # A '#' in the database's path once cut the SQLite URI short: the view said "no steps yet" all
+        # run long and SQLite created an empty file in the runs root. Run names are slugified into
+        # folder names now ("exp#1" -> exp-1), so the '#' comes from the logs folder.
         [sys.executable, "-m", "traceml_ai", "run", "--mode", "cli", "--interval", "0.2", "--name", "exp#1",
-         "--logs-dir", str(tmp_path / "runs"), str(script)],
+         "--logs-dir", str(tmp_path / "exp#1" / "runs"), str(script)],
         cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
     )
     os.close(slave)
@@ -67,8 +68,9 @@ def test_live_view_shows_the_breakdown_resources_and_the_scripts_output(tmp_path
     assert "process RSS" in screen and "host CPU" in screen
     assert re.search(r"step \d+", screen)
     assert "run folder:" in screen and "exit code 0" in screen
-    (run_dir,) = (tmp_path / "runs").iterdir()  # nothing else appeared in the runs root
-    assert "exp#1" in run_dir.name and run_dir.is_dir()
+    (run_dir,) = (tmp_path / "exp#1" / "runs").iterdir()  # nothing else appeared in the runs root
+    assert "exp-1" in run_dir.name and run_dir.is_dir()
+    assert sorted(p.name for p in (tmp_path / "exp#1").iterdir()) == ["runs"]
 
 
 @pytest.mark.parametrize("name", ["exp#1", "what?", "50% lr", "a b"])

@@ -51,12 +51,14 @@ import stat
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
 import orjson
 
 from traceml_ai.telemetry import schema
+
+if TYPE_CHECKING:
+    from traceml_ai.diagnose.perf_summary import SummaryFacts
 
 # As in traceml_ai.diagnose.summary (tests/diagnose/test_perf.py checks they agree): that module
 # loads numpy and the rules, which `traceml runs ls` should not pay for.
@@ -90,94 +92,8 @@ Stamp = tuple[int, int]
 
 
 # -- the typed reader ---------------------------------------------------------------------------
-# Only the fields the columns need, decoded by msgspec straight from the file's bytes into typed
-# structs (unknown fields skipped in C, wrong types refused): a tenth of the cost of parsing the
-# whole document and walking it. A document msgspec refuses (a hand edit) is read section by
-# section instead, and a section of the wrong shape is left out (its cells stay empty).
-
-
-class _Telemetry(msgspec.Struct):
-    status: str | None = None
-    problems: list[Any] = msgspec.field(default_factory=list)
-
-
-class _Steps(msgspec.Struct):
-    seen: int | None = None
-
-
-class _Ranks(msgspec.Struct):
-    seen: list[int | None] = msgspec.field(default_factory=list)
-    missing: list[Any] = msgspec.field(default_factory=list)
-
-
-class _Phase(msgspec.Struct):
-    name: str | None = None
-    share: float | None = None
-
-
-class _StepTime(msgspec.Struct):
-    iteration_median_ms: float | None = None
-    iteration_p95_ms: float | None = None
-    throughput_steps_per_s: float | None = None
-    phases: list[_Phase] = msgspec.field(default_factory=list)
-    worst_rank: int | None = None
-    skew: float | None = None
-
-
-class _Memory(msgspec.Struct):
-    device: str | None = None
-    peak_alloc_bytes: float | None = None
-    rss_peak_bytes: dict[str, float | None] = msgspec.field(default_factory=dict)
-
-
-class _System(msgspec.Struct):
-    gpu_util_median: float | None = None
-    gpu_util_mean: float | None = None
-
-
-class _Evidence(msgspec.Struct):
-    ranks: list[int | None] = msgspec.field(default_factory=list)
-
-
-class _Finding(msgspec.Struct):
-    kind: str | None = None
-    severity: str | None = None
-    evidence: _Evidence | None = None
-
-
-class SummaryFacts(msgspec.Struct):
-    """The parts of a ``final_summary.json`` document (shape: :meth:`Summary.to_dict
-    <traceml_ai.diagnose.summary.Summary.to_dict>`) that the ``perf.*`` columns come from, typed."""
-
-    schema_version: int | None = None
-    telemetry: _Telemetry = msgspec.field(default_factory=_Telemetry)
-    steps: _Steps = msgspec.field(default_factory=_Steps)
-    ranks: _Ranks = msgspec.field(default_factory=_Ranks)
-    step_time: _StepTime | None = None
-    memory: _Memory = msgspec.field(default_factory=_Memory)
-    system: _System = msgspec.field(default_factory=_System)
-    findings: list[_Finding] = msgspec.field(default_factory=list)
-    rules_checked: list[str] = msgspec.field(default_factory=list)
-
-
-_DECODER: Final = msgspec.json.Decoder(SummaryFacts)
-_SECTIONS: Final = {f: t for f, t in zip(SummaryFacts.__struct_fields__, (
-    int, _Telemetry, _Steps, _Ranks, _StepTime, _Memory, _System, list[_Finding], list[str]), strict=True)}
-
-
-def summary_facts(doc: Mapping[str, Any]) -> SummaryFacts:
-    """The typed parts of a final summary document already parsed (a dict), section by section: a
-    section of the wrong shape is left out, never an error."""
-    kept: dict[str, Any] = {}
-    for name, kind in _SECTIONS.items():
-        value = doc.get(name)
-        if value is None:
-            continue
-        try:
-            kept[name] = msgspec.convert(value, kind)
-        except msgspec.ValidationError:
-            continue
-    return SummaryFacts(**kept)
+# The msgspec structs live in traceml_ai.diagnose.perf_summary, imported only when a final summary is
+# read: a `traceml runs ls` over runs that were never captured does not load msgspec.
 
 
 def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
@@ -196,6 +112,8 @@ def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> 
     :class:`SummaryFacts`; ``perf.`` left off the keys; see the module table). A field that is
     missing or of the wrong type is left out, never an error: a hand-edited summary shows empty
     cells, not a broken table."""
+    from traceml_ai.diagnose.perf_summary import SummaryFacts, summary_facts
+
     facts = doc if isinstance(doc, SummaryFacts) else summary_facts(doc)
     out: dict[str, PerfValue] = {"telemetry": telemetry_state(facts, lost=lost)}
     findings = facts.findings
@@ -330,8 +248,12 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
     if st.st_size > MAX_SUMMARY_BYTES:
         return {"telemetry": "partial"}, f"{name}: {st.st_size:,} bytes, too big to read", stamps, True
     lost = lost_st is not None
+    import msgspec
+
+    from traceml_ai.diagnose.perf_summary import DECODER, summary_facts
+
     try:
-        facts = _DECODER.decode(raw)
+        facts = DECODER.decode(raw)
     except msgspec.ValidationError:  # a hand edit: read what has the right shape
         try:
             doc = orjson.loads(raw)

@@ -82,3 +82,12 @@ def test_verdict_is_green_only_when_a_step_rule_judged() -> None:
     kind, _ = verdict({**base, "rules_checked": [], "findings": [{"severity": "warning"}]})
     assert kind == "findings"
     assert verdict({**base, "telemetry": {"status": "corrupt"}, "rules_checked": []})[0] == "no_verdict"
+
+
+def test_a_summary_with_no_step_timed_is_never_green_even_if_a_step_rule_is_listed() -> None:
+    """What the launcher printed after its aggregator was SIGKILLed before any step row was
+    committed: the summary written from the empty tables listed a step rule as checked."""
+    doc = {"telemetry": {"status": "degraded"}, "steps": {"seen": 0}, "findings": [], "abstained": [],
+           "rules_checked": ["input_bound", "h2d_bound", "cpu_pressure"]}
+    kind, text = verdict(doc)
+    assert kind == "not_judged" and text.startswith("not judged: no training step was timed")

@@ -211,3 +211,26 @@ def test_a_decoded_control_character_in_the_path_is_a_400(viewer: Viewer, path: 
     client = client_for(viewer)
     response = client.get(path, headers={"x-traceml-token": TOKEN})
     assert response.status_code == 400 and "x-evil" not in response.headers
+
+
+def test_a_huge_declared_body_is_refused_before_it_is_read(served: tuple[int, str]) -> None:
+    """A token holder announcing a 100 GB body gets a 400 at once; the viewer does not wait for (or
+    hold) the body, and the connection is answered rather than left hanging."""
+    port, token = served
+    answer = raw_request(port, b"POST /api/refresh HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-TraceML-Token: %s\r\n"
+                         b"Origin: http://127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 99999999999\r\nConnection: close\r\n\r\n{"
+                         % (port, token.encode(), port))
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"too large" in rest
+
+
+def test_a_body_that_runs_past_the_limit_is_refused(viewer: Viewer) -> None:
+    from traceml_ai.ui.api import MAX_BODY_BYTES
+
+    client = client_for(viewer)
+    big = b'{"keys": ["' + b"x" * (MAX_BODY_BYTES + 10) + b'"]}'
+    answer = client.post("/api/refresh", content=big, headers={
+        "x-traceml-token": TOKEN, "origin": ORIGIN, "content-type": "application/json"})
+    assert answer.status_code == 400 and "too large" in answer.json()["error"]

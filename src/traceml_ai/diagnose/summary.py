@@ -248,10 +248,12 @@ def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
     if serious:
         return "findings", f"{len(serious)} finding{'s' if len(serious) != 1 else ''}"
     checked = [r for r in doc.get("rules_checked") or [] if isinstance(r, str)]
-    if any(r in STEP_RULES for r in checked):
-        return "healthy", "no bottleneck found"
     steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
     seen = steps.get("seen") if isinstance(steps, dict) else None
+    # A rule listed as checked judged nothing when no step was timed (a summary written from what an
+    # aggregator that died had committed): that is never a green verdict.
+    if seen and any(r in STEP_RULES for r in checked):
+        return "healthy", "no bottleneck found"
     if watch:
         why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
     elif not seen:

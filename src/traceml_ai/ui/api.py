@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -43,9 +43,27 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise RequestError("request body too large")
+    """The request's JSON object body, read no further than :data:`MAX_BODY_BYTES`: a larger
+    ``Content-Length`` is refused before anything is read, and a body that runs past the limit is
+    refused as soon as it does (the viewer never holds more than the limit of one request).
+
+    Raises:
+        RequestError: the body is too large, ends early, is not JSON, or not an object.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise RequestError(f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise RequestError(f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise RequestError("the client went away before its request body ended") from None
+    raw = b"".join(chunks)
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError:

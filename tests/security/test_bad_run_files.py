@@ -166,3 +166,31 @@ def test_a_run_logged_with_a_seed_above_64_bits_is_written_and_shown_exactly(tmp
     assert json.loads((folder / "config.json").read_text())["seed"] == BIG  # exact, still a JSON number
     runs = api(root).get("/api/runs")
     assert runs.status_code == 200 and str(BIG) in runs.text and f"-{BIG}" in runs.text
+
+
+def test_a_step_above_64_bits_is_a_clear_error_and_the_run_goes_on(tmp_path: Path) -> None:
+    import traceml_ai
+
+    root = tmp_path / "runs"
+    with traceml_ai.Run(root, "big-step") as run:
+        with pytest.raises(ValueError, match="step must fit in 64 bits"):  # was orjson's bare TypeError
+            run.log(BIG, {"loss": 0.5})
+        run.log(1, {"loss": 0.25})
+    (folder,) = list(root.iterdir())
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] and json.loads((folder / "run.json").read_text())["status"] == "completed"
+
+
+def test_params_nested_past_the_readers_cap_are_written_not_a_recursion_error(tmp_path: Path) -> None:
+    import traceml_ai
+
+    deep: dict[str, object] = {"lr": 0.1}
+    for _ in range(1100):
+        deep = {"d": deep}
+    root = tmp_path / "runs"
+    with traceml_ai.Run(root, "deep-params", params={"seed": 1, "deep": deep}) as run:  # was RecursionError
+        run.log(1, {"loss": 0.5})
+    (folder,) = list(root.iterdir())
+    params = (folder / "params.yaml").read_text()
+    assert "seed: 1" in params and "nested too deep" in params
+    assert json.loads((folder / "run.json").read_text())["status"] == "completed"

@@ -142,19 +142,31 @@ def metric_value(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Scalar]:
+MAX_PARAMS_DEPTH = 64
+"""Mappings nested deeper than this in ``params`` are written as one text value (the readers cap
+params.yaml at the same depth), so a run's params never fail to be written."""
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "", _depth: int = 0) -> dict[str, Scalar]:
     """Flatten nested mappings with dots; lists and tuples become compact JSON strings.
 
     ``{"optim": {"lr": 3e-4}, "layers": [1, 2]}`` → ``{"optim.lr": 0.0003, "layers": "[1,2]"}``.
-    Non-finite floats become None; other non-scalar values become their ``str``.
+    Non-finite floats become None; other non-scalar values become their ``str``; a mapping below
+    :data:`MAX_PARAMS_DEPTH` levels becomes the text ``"{…nested too deep}"``.
     """
     out: dict[str, Scalar] = {}
     for k, v in params.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
-            out.update(flatten_params(v, key + "."))
+            if _depth + 1 >= MAX_PARAMS_DEPTH:
+                out[key] = "{…nested too deep}"
+            else:
+                out.update(flatten_params(v, key + ".", _depth + 1))
         elif isinstance(v, (list, tuple)):
-            out[key] = json.dumps(list(v), separators=(",", ":"), default=str)
+            try:
+                out[key] = json.dumps(list(v), separators=(",", ":"), default=str)
+            except (RecursionError, ValueError):
+                out[key] = "[…nested too deep]"
         elif v is None or isinstance(v, (bool, int, str)):
             out[key] = v
         elif isinstance(v, float):

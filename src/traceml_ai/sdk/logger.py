@@ -541,6 +541,8 @@ def _as_int(what: str, v: Any) -> int:
     if isinstance(v, bool) or isinstance(v, (str, bytes)):
         raise TypeError(f"{what} must be an integer, got {v!r}")
     if isinstance(v, int):
+        if not -(2**63) <= v < 2**63:
+            raise ValueError(f"{what} must fit in 64 bits (metrics.jsonl readers hold it as one), got {v}")
         return v
     try:
         as_float = float(v)

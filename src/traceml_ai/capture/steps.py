@@ -101,6 +101,7 @@ class StepTimeSource:
         self._queue: deque[Step] = deque()
         self._waiting: deque[Step] = deque()  # sampler thread only
         self.before_final: Callable[[], None] | None = None  # the tracer's finish, run first by collect_final
+        self.step_counts: Callable[[], dict[str, int]] | None = None  # the tracer's step_counts (see there)
 
     @property
     def dropped_steps(self) -> int:
@@ -384,6 +385,7 @@ class StepTracer:
         T.GENERATION += 1
         T.UPDATE_OUTSIDE = self.update_outside
         self.time_source.before_final = self.finish
+        self.time_source.step_counts = self.step_counts
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -668,6 +670,14 @@ class StepTracer:
             parts.append(f"{self.discarded_steps} step(s) raised inside trace_step and were discarded (no row)")
         if parts:
             self.note("finish", "; ".join(parts))
+
+    def step_counts(self) -> dict[str, int]:
+        """Steps that left no row by design, for the ``rank_finished`` frame and the run's summary
+        (docs/diagnoses.md, ``steps.discarded``): ``{"discarded_steps": blocks that raised (an update
+        with a raising micro-batch counts once), "dropped_updates": incomplete updates dropped at the
+        end, "dropped_micro_batches": the micro-batches they held}``. Final after :meth:`finish`."""
+        return {"discarded_steps": self.discarded_steps, "dropped_updates": self.dropped_groups,
+                "dropped_micro_batches": self.dropped_micro_batches}
 
     def _refuse(self) -> None:
         open_step = T.OPEN

@@ -551,14 +551,13 @@ class StepTracer:
     def _release_group(self) -> None:
         """Emits the held steps one by one (they were not micro-batches of an update)."""
         group, self._group = self._group, []
-        if self._group_tainted:
-            self._group_tainted = False
-            self.discarded_steps += 1
-            for held in group:
-                held.release_events()
-            return
+        self._group_tainted = False
         for held in group:
-            self._emit(held)
+            if held.raised:
+                self._next_step = (self._next_step if held.requested is None else held.requested) + 1
+                self.discarded_steps += 1
+            else:
+                self._emit(held)
 
     def _complete(self, group: list[Step]) -> None:
         """Merges the micro-batches of one optimizer update into one step and emits it.
@@ -615,7 +614,10 @@ class StepTracer:
         st.release_events()
         if self._group:
             # A micro-batch of an update in progress: the whole update is discarded (and counted)
-            # when it ends.
+            # when it ends. It keeps its place in the group: should the group turn out to be plain
+            # steps (no update comes), only this one is discarded (_release_group).
+            st.raised = True
+            self._group.append(st)
             self._group_tainted = True
             return
         self._next_step = (self._next_step if st.requested is None else st.requested) + 1
@@ -645,7 +647,7 @@ class StepTracer:
         when updates were seen, else steps of their own; then one note sums up the step grouping."""
         group, self._group = self._group, []
         if group:
-            if self._updates_seen or self._group_tainted:
+            if self._updates_seen:
                 for held in group:
                     held.release_events()
                 if not self._group_tainted:

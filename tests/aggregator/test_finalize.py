@@ -28,6 +28,18 @@ def test_nothing_lost_means_no_file(tmp_path: Path) -> None:
     assert called == [tmp_path]  # the diagnose hook runs either way
 
 
+def test_discarded_steps_are_not_a_telemetry_loss(tmp_path: Path) -> None:
+    from traceml_ai.aggregator.__main__ import step_counts
+
+    stats = clean_run()
+    stats.ranks[0].step_counts = {"discarded_steps": 2, "dropped_updates": 0, "dropped_micro_batches": 0}
+    stats.ranks[1].step_counts = {"discarded_steps": 1, "dropped_updates": 1, "dropped_micro_batches": 3}
+    # The user's loop caught an exception inside trace_step: counted in the summary, not a loss.
+    assert finalize(tmp_path, stats, StoreStats(), session_id="s", world_size=2) is None
+    assert step_counts(stats) == {"discarded_steps": 3, "dropped_updates": 1, "dropped_micro_batches": 3}
+    assert step_counts(clean_run()) is None  # no rank reported any
+
+
 def test_missing_ranks_dropped_and_undelivered_batches(tmp_path: Path) -> None:
     stats = clean_run(3)
     stats.ranks[1].dropped_batches = 4

@@ -212,3 +212,19 @@ def test_stop_waits_for_ranks_that_are_still_sending(tmp_path: Path) -> None:
     assert db_rows(tmp_path, "SELECT count(*) FROM step_memory_samples") == [(3,)]
     with pytest.raises(OSError):
         RankClient(server.port, 1)  # no longer accepting
+
+
+def test_rank_finished_step_counts_are_kept_and_wrong_typed_ones_skipped(agg: AggregatorThread) -> None:
+    for rank, counts in ((0, {"discarded_steps": 2, "dropped_updates": 1, "dropped_micro_batches": 3}),
+                         (1, {"discarded_steps": "2", "dropped_updates": -1, "dropped_micro_batches": True,
+                              "later_counter": 4})):
+        client = agg.client(rank)
+        client.hello()
+        ident = {k: v for k, v in client.meta.items() if k != "session_id"}
+        client.send_body(frames.rank_finished(ident, 0, 0, step_counts=counts))
+        client.close()
+    agg.stop()
+    assert agg.agg.stats.ranks[0].step_counts == {"discarded_steps": 2, "dropped_updates": 1,
+                                                  "dropped_micro_batches": 3}
+    assert agg.agg.stats.ranks[1].step_counts == {"later_counter": 4}  # a string, a negative, a bool: skipped
+    assert agg.agg.stats.ranks[1].finished

@@ -136,6 +136,14 @@ def test_keyboard_interrupt_ends_by_sigint_like_python(server: FrameServer, tmp_
     assert server.wait_for(lambda: len(server.finished) == 1)  # the session still closed cleanly
 
 
+def test_keyboard_interrupt_under_the_launcher_is_one_line(server: FrameServer, tmp_path: Path) -> None:
+    write(tmp_path, "ctrlc.py", "def train():\n    raise KeyboardInterrupt\ntrain()\n")
+    captured = run([*BOOTSTRAP, "ctrlc.py"], capture_env(server.address, TRACEML_CAPTURE="run", RANK="1"), tmp_path)
+    assert captured.returncode == -signal.SIGINT  # still ended by SIGINT, as torchrun expects
+    assert captured.stderr.decode() == "[TraceML] rank 1 stopped by Ctrl+C (KeyboardInterrupt)\n"
+    assert server.wait_for(lambda: len(server.finished) == 1)
+
+
 def test_missing_script_is_python_s_error(tmp_path: Path) -> None:
     plain = run([sys.executable, "nope.py"], capture_env(None), tmp_path)
     captured = run([*BOOTSTRAP, "nope.py"], capture_env(None), tmp_path)

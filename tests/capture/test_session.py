@@ -213,3 +213,29 @@ def test_forked_child_does_not_inherit_the_session(server: FrameServer, tmp_path
     assert lines == ["parent before fork", "parent after fork"]
     assert len(server.hellos) == 1 and len(server.finished) == 1
     assert {e["meta"]["pid"] for e in server.envelopes} == {server.finished[0]["pid"]}
+
+
+def test_steps_that_raised_reach_rank_finished_and_only_they_are_discarded(server: FrameServer) -> None:
+    import torch
+
+    from traceml_ai.capture import steps
+
+    session = CaptureSession(config(server), identity=SINGLE)
+    session.start()
+    tracer = steps.tracer_for(session)
+    model = torch.nn.Linear(4, 2)
+    for i in range(5):
+        try:
+            with tracer.step(model):
+                model(torch.randn(3, 4)).sum().backward()
+                if i in (1, 3):
+                    raise RuntimeError("planted")
+        except RuntimeError:
+            pass
+    session.close()
+    assert server.wait_for(lambda: len(server.finished) == 1)
+    assert server.finished[0]["step_counts"] == {"discarded_steps": 2, "dropped_updates": 0,
+                                                 "dropped_micro_batches": 0}
+    # No optimizer here, so the steps were held as possible micro-batches until the end: only the
+    # two that raised are discarded (their numbers not reused), the others are steps of their own.
+    assert sorted(r["step"] for r in server.rows("step_time")) == [0, 2, 4]

@@ -31,7 +31,8 @@ def test_summary_document_has_the_breakdown_ranks_and_findings(straggler_run: Pa
     assert doc["schema_version"] == 1
     assert doc["generated_at"].endswith("Z") and "T" in doc["generated_at"]
     assert doc["telemetry"]["status"] == "ok"
-    assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190, "sampled_every": 1}
+    assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190, "sampled_every": 1,
+                           "discarded": None, "dropped_updates": None, "dropped_micro_batches": None}
     assert doc["ranks"] == {"seen": [0, 1], "world_size": 2, "missing": []}
     st = doc["step_time"]
     phases = {p["name"]: p for p in st["phases"]}
@@ -70,6 +71,21 @@ def test_write_final_summary_writes_atomically_and_loads_back(straggler_run: Pat
     path.write_text("{half a file")
     write_final_summary(straggler_run)
     assert load_final_summary(straggler_run) is not None
+
+
+def test_the_ranks_step_counts_are_written_into_the_summary(straggler_run: Path) -> None:
+    write_final_summary(straggler_run)  # nobody reported step counts (e.g. a live run's summary)
+    doc = load_final_summary(straggler_run)
+    assert doc is not None
+    assert (doc["steps"]["discarded"], doc["steps"]["dropped_updates"], doc["steps"]["dropped_micro_batches"]) == \
+        (None, None, None)
+    write_final_summary(straggler_run, step_counts={"discarded_steps": 4, "dropped_updates": 1,
+                                                    "dropped_micro_batches": 3, "a_newer_counter": 9})
+    doc = load_final_summary(straggler_run)
+    assert doc is not None
+    assert (doc["steps"]["discarded"], doc["steps"]["dropped_updates"], doc["steps"]["dropped_micro_batches"]) == \
+        (4, 1, 3)
+    assert doc["findings"][0]["kind"] == "straggler"  # the diagnosis itself is the same
 
 
 def test_a_corrupt_database_gives_a_summary_that_says_so(tmp_path: Path) -> None:

@@ -334,6 +334,30 @@ def test_ctrl_c_stops_the_training_and_marks_the_run_killed(tmp_path: Path) -> N
     assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "interrupted"
 
 
+@pytest.mark.timeout(300)
+def test_ctrl_c_of_two_ranks_prints_no_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "forever.py"
+    script.write_text("import os, time\nprint('rank', os.environ['RANK'], 'up', flush=True)\n"
+                      "while True:\n    time.sleep(0.1)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"),
+         "--nproc-per-node", "2", str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    assert launcher.stdout is not None
+    up = {launcher.stdout.readline().strip(), launcher.stdout.readline().strip()}
+    assert up == {"rank 0 up", "rank 1 up"}
+    os.killpg(launcher.pid, signal.SIGINT)  # Ctrl+C reaches the launcher, torchrun and both ranks
+    _, errors = launcher.communicate(timeout=240)
+    assert launcher.returncode == 130
+    assert "Traceback" not in errors and "KeyboardInterrupt\n" not in errors, errors
+    assert "[TraceML] the ranks were stopped by SIGINT" in errors
+    assert "[TraceML] rank 0 stopped by Ctrl+C" in errors and "[TraceML] rank 1 stopped by Ctrl+C" in errors
+    assert "closing signal" not in errors  # torchrun's own warnings stay below ERROR
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert read_json(run_dir / "run.json")["status"] == "killed"
+
+
 def test_two_nodes_report_to_the_aggregator_on_node_0(tmp_path: Path) -> None:
     """Two launchers, as on two machines (here both on 127.0.0.1): node 1 creates no run folder and
     its rank reports to the aggregator that node 0 started on master_port + 1."""

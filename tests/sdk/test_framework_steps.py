@@ -233,6 +233,60 @@ def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path,
     assert "1 incomplete update of 2 micro-batch(es) at the end was dropped" in proc.stderr
     assert "1 step(s) raised inside trace_step and were discarded" in proc.stderr
     assert "micro-batches per step: 5 of 4" in proc.stderr
+    # The counts reach the run's summary, not only the rank's stderr.
+    (run_dir,) = logs.iterdir()
+    final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    assert final["steps"]["discarded"] == 1
+    assert final["steps"]["dropped_updates"] == 1
+    assert final["steps"]["dropped_micro_batches"] == 2
+    shown = run_traceml("summary", str(run_dir), cwd=tmp_path, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "1 step(s) raised inside trace_step and were discarded" in shown.stdout
+    assert "1 incomplete update(s) of 2 micro-batch(es) at the end dropped" in shown.stdout
+
+
+RETRY_SCRIPT = '''
+import torch
+import traceml_ai
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+done = raised = 0
+for i in range(30):
+    try:
+        with traceml_ai.trace_step(model):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            if i % 10 == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory (planted)")
+            opt.step()
+            opt.zero_grad()
+        done += 1
+    except torch.OutOfMemoryError:
+        opt.zero_grad()  # the user's OOM handling: skip the batch and go on
+        raised += 1
+print("done", done, "raised", raised)
+'''
+
+
+@pytest.mark.timeout(120)
+def test_steps_that_raise_are_counted_in_the_run_summary(tmp_path: Path) -> None:
+    proc, logs = _launch(tmp_path, RETRY_SCRIPT)
+    assert "done 27 raised 3" in proc.stdout
+    steps = [step for step, _ in _steps(logs)]
+    assert len(steps) == 27 and not {3, 13, 23} & set(steps)  # no row, and their numbers not reused
+    (run_dir,) = logs.iterdir()
+    final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    assert final["steps"]["discarded"] == 3
+    assert final["steps"]["dropped_updates"] == 0
+    shown = run_traceml("summary", "--json", str(run_dir), cwd=tmp_path, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["steps"]["discarded"] == 3
+    text = run_traceml("summary", str(run_dir), cwd=tmp_path, timeout=60)
+    assert "3 step(s) raised inside trace_step and were discarded" in text.stdout
+    assert "incomplete update" not in text.stdout
 
 
 SLOW_DATA_SCRIPT = """

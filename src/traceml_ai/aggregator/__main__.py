@@ -40,6 +40,7 @@ from traceml_ai.aggregator.export.factory import make_export_worker
 from traceml_ai.aggregator.export.worker import ExportWorker
 from traceml_ai.aggregator.finalize import finalize, write_json_atomic
 from traceml_ai.aggregator.server import Aggregator, PayloadSink
+from traceml_ai.aggregator.stats import IngestStats
 from traceml_ai.telemetry import jobsecret
 
 LISTENING = "TRACEML_AGGREGATOR_LISTENING"
@@ -101,7 +102,7 @@ async def serve(
     world_size: int | None = None,
     payload_sinks: Sequence[PayloadSink] = (),
     export: ExportWorker | None = None,
-    on_finalized: Callable[[Path], None] | None = None,
+    on_finalized: Callable[[Path, IngestStats], None] | None = None,
     stop: asyncio.Event | None = None,
     grace_s: float = GRACE_S,
 ) -> Path | None:
@@ -160,7 +161,7 @@ async def serve(
         world_size_source=source,
         extra=extra or None,
         extra_lost=(export is not None and export.lost) or bool(orphan),
-        on_finalized=on_finalized,
+        on_finalized=None if on_finalized is None else (lambda folder: on_finalized(folder, agg.stats)),
     )
     if orphan:
         _close_manifest_of_dead_launcher(run_dir)
@@ -236,11 +237,25 @@ async def _stop_when_orphaned(stop: asyncio.Event, agg: Aggregator, record: dict
     stop.set()
 
 
-def _write_final_summary(run_dir: Path) -> None:
-    """The diagnosis of every run: ``aggregator/final_summary.json`` from the finished tables (DESIGN §3.5)."""
+def _write_final_summary(run_dir: Path, ingest: IngestStats) -> None:
+    """The diagnosis of every run: ``aggregator/final_summary.json`` from the finished tables (DESIGN §3.5),
+    with the step counts the ranks sent in ``rank_finished`` (steps discarded because they raised,
+    incomplete updates dropped), summed."""
     from traceml_ai.diagnose.summary import write_final_summary
 
-    write_final_summary(run_dir)
+    write_final_summary(run_dir, step_counts=step_counts(ingest))
+
+
+def step_counts(ingest: IngestStats) -> dict[str, int] | None:
+    """{counter: n} summed over the ranks whose ``rank_finished`` carried step counts; None when none did."""
+    reported = [r.step_counts for r in ingest.ranks.values() if r.step_counts]
+    if not reported:
+        return None
+    total: dict[str, int] = {}
+    for counts in reported:
+        for key, n in counts.items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
 def main(argv: Sequence[str] | None = None) -> int:

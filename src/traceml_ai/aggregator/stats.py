@@ -35,7 +35,9 @@ class RankStats:
     ``rejected_batches``: the payload frames among those; ``finished``: a ``rank_finished`` frame
     came, with the rank's own ``sent_batches``, ``dropped_batches`` and ``dropped_output_lines`` (the
     stdout/stderr lines its output capture lost; None until then or from an older rank) and
-    ``lost_rows`` ({stream: rows} its row sources dropped before sending).
+    ``lost_rows`` ({stream: rows} its row sources dropped before sending) and ``step_counts``
+    ({counter: n} steps left without a row by design, e.g. ``discarded_steps``; empty when the
+    rank traced no step or is older).
     """
 
     global_rank: int | None
@@ -50,6 +52,7 @@ class RankStats:
     dropped_batches: int | None = None
     dropped_output_lines: int | None = None
     lost_rows: dict[str, int] = field(default_factory=dict)
+    step_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def undelivered_batches(self) -> int:

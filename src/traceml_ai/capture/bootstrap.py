@@ -14,6 +14,11 @@ ARGS`` would:
   module's frames) and gives 1, an uncaught ``KeyboardInterrupt`` ends the process by SIGINT like
   python does (status 130 in a shell); a missing script gives python's message and 2.
 
+Started by ``traceml run`` or ``traceml watch`` (the launcher sets ``TRACEML_CAPTURE``), Ctrl+C
+prints one ``[TraceML] rank N stopped by Ctrl+C`` line instead of the ``KeyboardInterrupt``
+traceback: every rank of a multi-rank run gets the SIGINT, and a traceback each says nothing the
+user does not know. The process still ends by SIGINT, as torchrun and the launcher expect.
+
 Under ``traceml run`` (capture mode ``run``) a Hugging Face or Lightning ``Trainer`` that the script
 builds without TraceML's callback gets it, with a one-line note (:mod:`traceml_ai.capture.frameworks`).
 
@@ -38,7 +43,7 @@ from typing import NoReturn
 
 from traceml_ai.capture.client import warn
 from traceml_ai.capture.frameworks import install_auto_attach
-from traceml_ai.capture.session import CaptureConfig, start_session
+from traceml_ai.capture.session import ENV_CAPTURE, CaptureConfig, start_session
 
 USAGE = "usage: python -m traceml_ai.capture.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
@@ -99,6 +104,16 @@ def _print_uncaught(exc: BaseException) -> None:
     sys.excepthook(type(exc), exc, tb)
 
 
+def _print_stopped() -> None:
+    """The one line a rank started by the launcher prints for Ctrl+C, instead of its traceback."""
+    rank = os.environ.get("RANK")
+    who = f"rank {rank}" if rank is not None and rank.isdigit() else "the training"
+    try:
+        print(f"[TraceML] {who} stopped by Ctrl+C (KeyboardInterrupt)", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _exit_on_keyboard_interrupt() -> NoReturn:
     # Python ends an uncaught KeyboardInterrupt by its atexit hooks, then SIGINT to itself, so the
     # shell sees "killed by SIGINT" (130) and stops a surrounding loop.
@@ -149,7 +164,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except SystemExit:
         raise  # the interpreter turns its code into the exit status exactly as for `python SCRIPT`
     except KeyboardInterrupt as exc:
-        _print_uncaught(exc)
+        if os.environ.get(ENV_CAPTURE):
+            _print_stopped()
+        else:
+            _print_uncaught(exc)
         _exit_on_keyboard_interrupt()
     except BaseException as exc:
         _print_uncaught(exc)

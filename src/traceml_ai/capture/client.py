@@ -113,6 +113,7 @@ class TransportClient:
         self._dropped = 0
         self._dropped_output_lines = 0
         self._lost_rows: dict[str, int] = {}
+        self._step_counts: dict[str, int] = {}
         self._connections = 0
         self._closing = False
         self._deadline = float("inf")
@@ -212,13 +213,19 @@ class TransportClient:
             self._thread.start()
 
     def close(
-        self, timeout_s: float = 2.0, *, dropped_output_lines: int = 0, lost_rows: dict[str, int] | None = None
+        self,
+        timeout_s: float = 2.0,
+        *,
+        dropped_output_lines: int = 0,
+        lost_rows: dict[str, int] | None = None,
+        step_counts: dict[str, int] | None = None,
     ) -> None:
         """Flush what is queued, send rank_finished, and stop, all within about ``timeout_s`` seconds.
 
         ``dropped_output_lines`` (stdout/stderr lines the rank's output capture lost) and ``lost_rows``
         ({stream: rows} its row sources lost) travel in the rank_finished frame so that the
-        aggregator reports them. Batches still unsent at the deadline
+        aggregator reports them, and so do ``step_counts`` (steps left without a row by design:
+        ``StepTracer.step_counts``), which the run's summary shows. Batches still unsent at the deadline
         are counted as dropped. Never raises; calling it again does nothing.
         """
         with self._cond:
@@ -226,6 +233,7 @@ class TransportClient:
                 return
             self._dropped_output_lines = dropped_output_lines
             self._lost_rows = dict(lost_rows or {})
+            self._step_counts = dict(step_counts or {})
             self._closing = True
             self._deadline = time.monotonic() + max(0.0, timeout_s)
             thread = self._thread
@@ -453,7 +461,7 @@ class TransportClient:
     def _send_finished(self, sock: socket.socket) -> None:
         with self._cond:
             body = frames.rank_finished(self.identity, self._sent, self._dropped, self._dropped_output_lines,
-                                           self._lost_rows)
+                                        self._lost_rows, self._step_counts)
         try:
             sock.settimeout(max(0.05, self._remaining()))
             sock.sendall(frames.encode_frame(body))

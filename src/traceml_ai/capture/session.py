@@ -281,6 +281,23 @@ class CaptureSession:
                 lost[stream] = lost.get(stream, 0) + n
         return lost
 
+    def step_counts(self) -> dict[str, int]:
+        """{counter: n} of steps left without a row by design (a block that raised, an incomplete
+        update at the end), summed over the sources that count them (``StepTracer.step_counts``);
+        empty when no source does. Never raises."""
+        counts: dict[str, int] = {}
+        for source in self.sources:
+            counter = getattr(source, "step_counts", None)
+            if not callable(counter):
+                continue
+            try:
+                got = counter()
+                for key, value in got.items():
+                    counts[str(key)] = counts.get(str(key), 0) + int(value)
+            except Exception:
+                continue
+        return counts
+
     def add_source(self, source: RowSource) -> None:
         """Register a row source; collected from the next tick on. Thread-safe."""
         with self._state_lock:
@@ -409,7 +426,7 @@ class CaptureSession:
                         pass
             if self.client is not None:
                 self.client.close(timeout_s, dropped_output_lines=self.dropped_output_lines,
-                                  lost_rows=self.lost_rows())
+                                  lost_rows=self.lost_rows(), step_counts=self.step_counts())
             self._report_losses()
         except Exception as exc:
             warn(f"telemetry shutdown failed: {exc!r}")

@@ -101,6 +101,7 @@ class StepTimeSource:
         self._queue: deque[Step] = deque()
         self._waiting: deque[Step] = deque()  # sampler thread only
         self.before_final: Callable[[], None] | None = None  # the tracer's finish, run first by collect_final
+        self.step_counts: Callable[[], dict[str, int]] | None = None  # the tracer's step_counts (see there)
 
     @property
     def dropped_steps(self) -> int:
@@ -384,6 +385,7 @@ class StepTracer:
         T.GENERATION += 1
         T.UPDATE_OUTSIDE = self.update_outside
         self.time_source.before_final = self.finish
+        self.time_source.step_counts = self.step_counts
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -549,14 +551,13 @@ class StepTracer:
     def _release_group(self) -> None:
         """Emits the held steps one by one (they were not micro-batches of an update)."""
         group, self._group = self._group, []
-        if self._group_tainted:
-            self._group_tainted = False
-            self.discarded_steps += 1
-            for held in group:
-                held.release_events()
-            return
+        self._group_tainted = False
         for held in group:
-            self._emit(held)
+            if held.raised:
+                self._next_step = (self._next_step if held.requested is None else held.requested) + 1
+                self.discarded_steps += 1
+            else:
+                self._emit(held)
 
     def _complete(self, group: list[Step]) -> None:
         """Merges the micro-batches of one optimizer update into one step and emits it.
@@ -613,7 +614,10 @@ class StepTracer:
         st.release_events()
         if self._group:
             # A micro-batch of an update in progress: the whole update is discarded (and counted)
-            # when it ends.
+            # when it ends. It keeps its place in the group: should the group turn out to be plain
+            # steps (no update comes), only this one is discarded (_release_group).
+            st.raised = True
+            self._group.append(st)
             self._group_tainted = True
             return
         self._next_step = (self._next_step if st.requested is None else st.requested) + 1
@@ -643,7 +647,7 @@ class StepTracer:
         when updates were seen, else steps of their own; then one note sums up the step grouping."""
         group, self._group = self._group, []
         if group:
-            if self._updates_seen or self._group_tainted:
+            if self._updates_seen:
                 for held in group:
                     held.release_events()
                 if not self._group_tainted:
@@ -668,6 +672,14 @@ class StepTracer:
             parts.append(f"{self.discarded_steps} step(s) raised inside trace_step and were discarded (no row)")
         if parts:
             self.note("finish", "; ".join(parts))
+
+    def step_counts(self) -> dict[str, int]:
+        """Steps that left no row by design, for the ``rank_finished`` frame and the run's summary
+        (docs/diagnoses.md, ``steps.discarded``): ``{"discarded_steps": blocks that raised (an update
+        with a raising micro-batch counts once), "dropped_updates": incomplete updates dropped at the
+        end, "dropped_micro_batches": the micro-batches they held}``. Final after :meth:`finish`."""
+        return {"discarded_steps": self.discarded_steps, "dropped_updates": self.dropped_groups,
+                "dropped_micro_batches": self.dropped_micro_batches}
 
     def _refuse(self) -> None:
         open_step = T.OPEN

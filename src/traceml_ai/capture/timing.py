@@ -145,6 +145,7 @@ class Step:
     # a step with backward and no update is one micro-batch of gradient accumulation (steps.StepTracer).
     updated = False
     requested: int | None = None  # the step number given to trace_step(..., step=N), else None
+    raised = False  # its block raised: held in a group only to keep its place (steps.StepTracer._discard)
     alloc: float | None = None  # the step's peak allocated / reserved bytes (CUDA), read at close
     reserved: float | None = None
 

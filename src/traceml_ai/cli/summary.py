@@ -127,6 +127,21 @@ def _text(v: Any) -> str:
     return printable(str(v)) if v is not None else ""
 
 
+def _steps_left_out(doc: dict[str, Any]) -> str:
+    """The steps that have no row by design (``steps.discarded``, ``steps.dropped_updates``), in words;
+    empty when there are none or the summary does not say."""
+    parts = []
+    discarded = _get(doc, "steps", "discarded")
+    if isinstance(discarded, int) and discarded > 0:
+        parts.append(f"{discarded} step(s) raised inside trace_step and were discarded")
+    updates = _get(doc, "steps", "dropped_updates")
+    if isinstance(updates, int) and updates > 0:
+        micro = _get(doc, "steps", "dropped_micro_batches")
+        held = f" of {micro} micro-batch(es)" if isinstance(micro, int) else ""
+        parts.append(f"{updates} incomplete update(s){held} at the end dropped (no optimizer step followed)")
+    return "; ".join(parts)
+
+
 def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     head = Text()
     head.append(printable(run_dir.name), style="bold")
@@ -144,6 +159,9 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
     info.add_row("steps", Text(f"{fmt_value(_get(doc, 'steps', 'seen'))} seen{span}, "
                                f"{fmt_value(_get(doc, 'steps', 'analysed'))} rank-steps analysed, first "
                                f"{warm} per rank skipped as warm-up"))
+    left_out = _steps_left_out(doc)
+    if left_out:
+        info.add_row("", Text(left_out, style="yellow"))
     ranks = _get(doc, "ranks", "seen") or []
     missing = _get(doc, "ranks", "missing") or []
     rank_text = ", ".join("?" if r is None else str(r) for r in ranks) or "none"

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import secrets
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -120,6 +121,33 @@ class SystemSummary:
 
 
 @dataclass(frozen=True)
+class StepCounts:
+    """Steps that left no row by design, summed over the ranks that reported them at their end
+    (the ``rank_finished`` frame; docs/diagnoses.md ``steps.discarded``).
+
+    ``discarded``: ``trace_step`` blocks that raised (caught by the training loop, e.g. an OOM
+    retry), each discarded whole; an update with a raising micro-batch counts once.
+    ``dropped_updates``: incomplete gradient-accumulation updates at the end (no optimizer step
+    followed), ``dropped_micro_batches`` the micro-batches they held.
+    """
+
+    discarded: int = 0
+    dropped_updates: int = 0
+    dropped_micro_batches: int = 0
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int] | None) -> StepCounts | None:
+        """From the summed ``rank_finished`` ``step_counts`` (keys ``discarded_steps``,
+        ``dropped_updates``, ``dropped_micro_batches``; others ignored); None when ``counts`` is
+        None or empty (no rank reported)."""
+        if not counts:
+            return None
+        return cls(discarded=int(counts.get("discarded_steps", 0)),
+                   dropped_updates=int(counts.get("dropped_updates", 0)),
+                   dropped_micro_batches=int(counts.get("dropped_micro_batches", 0)))
+
+
+@dataclass(frozen=True)
 class Summary:
     """Everything ``final_summary.json`` holds (see :meth:`to_dict` and docs/diagnoses.md).
 
@@ -148,6 +176,7 @@ class Summary:
     findings: tuple[Finding, ...]
     abstained: tuple[Abstention, ...]
     rules_checked: tuple[str, ...]
+    step_counts: StepCounts | None = None
 
     @property
     def healthy(self) -> bool:
@@ -176,6 +205,9 @@ class Summary:
                 "last": self.last_step,
                 "analysed": self.steps_analysed,
                 "sampled_every": self.sampled_every,
+                "discarded": None if self.step_counts is None else self.step_counts.discarded,
+                "dropped_updates": None if self.step_counts is None else self.step_counts.dropped_updates,
+                "dropped_micro_batches": None if self.step_counts is None else self.step_counts.dropped_micro_batches,
             },
             "ranks": {"seen": list(self.ranks), "world_size": self.world_size, "missing": missing},
             "warmup": {"steps_skipped_per_rank": self.warmup_steps},
@@ -480,7 +512,9 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
-def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None = None) -> Path:
+def write_final_summary(
+    run_dir: str | os.PathLike[str], *, degraded: str | None = None, step_counts: Mapping[str, int] | None = None
+) -> Path:
     """Diagnose ``<run_dir>/aggregator/telemetry.sqlite`` and write
     ``<run_dir>/aggregator/final_summary.json`` atomically (temporary file in the same folder, fsync,
     rename), so a reader sees the old file or the new one, never half of one. Returns its path.
@@ -488,7 +522,9 @@ def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None
     A missing, empty or corrupt database still gives a summary that says so. ``degraded`` is the
     reason the telemetry stops early (the aggregator died during the run, written by the launcher):
     a readable database then gets telemetry status ``"degraded"`` with that reason as its detail,
-    and the findings cover only the rows committed before.
+    and the findings cover only the rows committed before. ``step_counts`` are the ranks' summed
+    ``rank_finished`` step counts (:meth:`StepCounts.from_counts`; the aggregator passes them);
+    without them ``steps.discarded`` and its siblings are null.
 
     Raises:
         OSError: the aggregator folder cannot be created or written.
@@ -498,6 +534,9 @@ def write_final_summary(run_dir: str | os.PathLike[str], *, degraded: str | None
     summary = diagnose(telemetry_path(run_dir), source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}")
     if degraded is not None and summary.telemetry_status == "ok":
         summary = dataclasses.replace(summary, telemetry_status="degraded", telemetry_detail=degraded)
+    counted = StepCounts.from_counts(step_counts)
+    if counted is not None:
+        summary = dataclasses.replace(summary, step_counts=counted)
     write_atomic(target, dumps(summary))
     return target
 

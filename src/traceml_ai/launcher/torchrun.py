@@ -3,14 +3,17 @@ launcher starts several ranks, with a stop that says one line.
 
 Stopped by Ctrl+C or SIGTERM, torchrun raises ``SignalException`` through its agent and prints
 some 70 lines of tracebacks and warnings for a 2-rank run. Here its agent's warnings are kept
-below ERROR (the ``LOGLEVEL`` torchrun reads when its loggers are made; the ranks get the
-environment as it was) and a stop by a signal is one ``[TraceML]`` line and exit status 128 + N,
-what the shell would report. Everything else (arguments, the ranks' output, their exit codes,
-a failed rank's report) is torchrun's own.
+below ERROR (the ``LOGLEVEL`` torchrun reads when its loggers are made, and the level of the
+``torch.distributed.elastic`` logger for its modules that use plain ``logging``, e.g. "Sending
+process N closing signal SIGINT"; the ranks get the environment as it was) and a stop by a
+signal is one ``[TraceML]`` line and exit status 128 + N, what the shell would report. Each rank
+started by the launcher says one line for Ctrl+C too (``capture.bootstrap``). Everything else
+(arguments, the ranks' output, their exit codes, a failed rank's report) is torchrun's own.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import NoReturn
@@ -28,6 +31,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             os.environ.pop("LOGLEVEL", None)
         else:
             os.environ["LOGLEVEL"] = previous
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     sys.argv = ["torchrun", *(sys.argv[1:] if argv is None else argv)]
     try:
         run.main()

@@ -152,12 +152,16 @@ def rank_finished(
     dropped_batches: int,
     dropped_output_lines: int = 0,
     lost_rows: dict[str, int] | None = None,
+    step_counts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The last frame of a rank: how many payload batches it sent and how many it dropped, how many
-    stdout/stderr lines its output capture dropped, and ``lost_rows`` ({stream: rows}) its row sources
-    lost before they reached a batch (e.g. a full step hand-off queue)."""
+    stdout/stderr lines its output capture dropped, ``lost_rows`` ({stream: rows}) its row sources
+    lost before they reached a batch (e.g. a full step hand-off queue), and ``step_counts``
+    ({counter: n}: steps left without a row by design, e.g. ``discarded_steps`` for blocks that
+    raised; empty when the rank traced no step)."""
     return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches,
-            "dropped_output_lines": dropped_output_lines, "lost_rows": dict(lost_rows or {})}
+            "dropped_output_lines": dropped_output_lines, "lost_rows": dict(lost_rows or {}),
+            "step_counts": dict(step_counts or {})}
 
 
 def control_kind(body: Any) -> str | None:

@@ -28,6 +28,12 @@ class SettingsError(ValueError):
     """A setting has a bad value; ``str(err)`` is one line with the key, source and accepted values."""
 
 
+# pydantic looks for plugins through every installed package's entry points (30 ms here) when a
+# model is built; Typer builds its own adapters with plugins off, and so is this model.
+_plugins_were = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+
+
 class Settings(BaseModel):
     """Every TraceML setting with its default. Units are in the names (seconds, MB). Build it with
     :func:`load_settings` (flags, environment, file); ``Settings(**values)`` validates only the values."""
@@ -72,6 +78,12 @@ class Settings(BaseModel):
         if isinstance(v, str):
             return [p for p in v.split(os.pathsep) if p]
         return v
+
+
+if _plugins_were is None:
+    del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+else:
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = _plugins_were
 
 
 def find_config_file(start: str | os.PathLike[str] | None = None) -> Path | None:

@@ -4,6 +4,11 @@ Precedence: command-line flag > ``TRACEML_<NAME>`` environment variable > ``trac
 from the working directory upwards) > default. A bad value raises :class:`SettingsError` whose message
 is one line naming the key, where the value came from (flag, env or ``file:line``) and what is
 accepted. This module imports nothing else of ours, so every layer may receive a ``Settings``.
+
+The environment layer is read here (names matched case-insensitively, values given to the model
+as the strings they are, as pydantic-settings would) on a plain pydantic model: pydantic is
+already loaded by the command line, pydantic-settings would add 60-140 ms to every command's start
+(issue 14, item 1).
 """
 
 from __future__ import annotations
@@ -11,11 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import yaml
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONFIG_FILE = "traceml.yaml"
 ENV_PREFIX = "TRACEML_"
@@ -25,14 +28,21 @@ class SettingsError(ValueError):
     """A setting has a bad value; ``str(err)`` is one line with the key, source and accepted values."""
 
 
-class Settings(BaseSettings):
-    """Every TraceML setting with its default. Units are in the names (seconds, MB)."""
+# pydantic looks for plugins through every installed package's entry points (30 ms here) when a
+# model is built; Typer builds its own adapters with plugins off, and so is this model.
+_plugins_were = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+class Settings(BaseModel):
+    """Every TraceML setting with its default. Units are in the names (seconds, MB). Build it with
+    :func:`load_settings` (flags, environment, file); ``Settings(**values)`` validates only the values."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     logs_dir: str = Field("traceml/runs", description="where `traceml run` and `traceml_ai.Run` create run folders")
     run_name: str | None = Field(None, description="name of the run `traceml run` creates")
-    roots: Annotated[list[str], NoDecode] = Field(
+    roots: list[str] = Field(
         default_factory=lambda: ["traceml/runs"], description="runs folders to read; several separated by ':'"
     )
     refresh_interval_seconds: float = Field(
@@ -69,16 +79,11 @@ class Settings(BaseSettings):
             return [p for p in v.split(os.pathsep) if p]
         return v
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings
+
+if _plugins_were is None:
+    del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+else:
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = _plugins_were
 
 
 def find_config_file(start: str | os.PathLike[str] | None = None) -> Path | None:
@@ -93,6 +98,8 @@ def find_config_file(start: str | os.PathLike[str] | None = None) -> Path | None
 
 def _read_config_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """The file's mapping and the line of each key. Raises SettingsError for a broken file."""
+    import yaml  # only when there is a file: PyYAML costs 20 ms to import
+
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -105,6 +112,14 @@ def _read_config_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         raise SettingsError(f"{path}: expected a mapping of settings like 'stale_after_seconds: 60'")
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
     return {str(k): v for k, v in data.items()}, lines
+
+
+def environment_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{setting: text}`` for each ``TRACEML_<NAME>`` variable naming a setting (the name matched
+    case-insensitively; other ``TRACEML_`` variables, e.g. ``TRACEML_RUN_DIR``, are not settings)."""
+    lowered = {k.lower(): v for k, v in (os.environ if environ is None else environ).items()}
+    prefix = ENV_PREFIX.lower()
+    return {name: lowered[prefix + name] for name in Settings.model_fields if prefix + name in lowered}
 
 
 def load_settings(
@@ -121,9 +136,11 @@ def load_settings(
     file_lines: dict[str, int] = {}
     if path is not None:
         file_values, file_lines = _read_config_file(path)
-    env_names = {name for name in Settings.model_fields if f"{ENV_PREFIX}{name.upper()}" in os.environ}
-    # Lowest precedence first: the file, then environment (read by pydantic), then flags.
+    env_values = environment_values()
+    env_names = set(env_values)
+    # Lowest precedence first: the file, then environment, then flags.
     init = {k: v for k, v in file_values.items() if k not in env_names}
+    init.update(env_values)
     init.update(given)
     try:
         return Settings(**init)

@@ -14,7 +14,7 @@ from tests.conftest import run_traceml
 from traceml_ai.runs.fake import generate
 
 HEAVY = ("torch", "matplotlib", "starlette", "uvicorn", "opentelemetry", "ray", "numpy", "msgspec", "jsonschema",
-         "psutil")
+         "psutil", "pydantic_settings")
 
 # Runs the real command (main() as the console script calls it) and then reports which modules it left
 # imported: what `traceml ...` costs at start-up is what it imports.

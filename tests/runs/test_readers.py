@@ -247,7 +247,7 @@ def _both_ways(text: str) -> tuple[dict[str, Any] | str, dict[str, Any] | str]:
     except RunFileError:
         fast = "error"
     try:
-        doc = yaml.load(text, Loader=readers._ParamsLoader)
+        doc = yaml.load(text, Loader=readers._params_loader())
         slow: dict[str, Any] | str = _reference_flatten(doc) if isinstance(doc, dict) else "error"
     except yaml.YAMLError:
         slow = "error"

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from traceml_ai.capture import session as jobsecret  # the job secret helpers (DESIGN §1: via capture)
+from traceml_ai.capture import jobsecret  # the job secret helpers (DESIGN §1: via capture)
 
 LISTENING = "TRACEML_AGGREGATOR_LISTENING"
 START_TIMEOUT_S = 30.0

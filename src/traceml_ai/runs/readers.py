@@ -12,10 +12,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import yaml
+
+if TYPE_CHECKING:
+    import yaml
 
 from traceml_ai.runs.layout import MAX_SMALL_FILE_BYTES, SCHEMA_VERSION, STATUSES
 from traceml_ai.runs.model import BestValue, MetricValue, Scalar
@@ -300,19 +303,25 @@ def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True
 
 # -- params.yaml -------------------------------------------------------------------------------
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@cache
+def _params_loader() -> type[yaml.SafeLoader]:
+    """A safe loader that also reads YAML 1.2 floats without a dot (``1e-05``) as floats, as every
+    other YAML reader the user might compare with does. Built on first use: the flat files loggers
+    write take the fast path below, and PyYAML costs 20 ms to import (issue 14, item 1)."""
+    import yaml
 
+    base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _ParamsLoader(_Loader):  # type: ignore[valid-type,misc]
-    """Safe loader that also reads YAML 1.2 floats without a dot (``1e-05``) as floats, as every
-    other YAML reader the user might compare with does."""
+    class ParamsLoader(base):  # type: ignore[valid-type,misc]
+        pass
 
+    ParamsLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+    return ParamsLoader
 
-_ParamsLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
 
 # The fast path reads the flat ``key: scalar`` files loggers write without building a YAML parser;
 # anything it does not recognise exactly sends the whole file through PyYAML, so both give the same
@@ -452,8 +461,10 @@ def parse_params_yaml(data: bytes, file: str = "params.yaml") -> tuple[dict[str,
         fast = None
     if fast is not None:
         return fast, warnings
+    import yaml
+
     try:
-        doc = yaml.load(text, Loader=_ParamsLoader)
+        doc = yaml.load(text, Loader=_params_loader())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""

@@ -234,3 +234,16 @@ def test_a_body_that_runs_past_the_limit_is_refused(viewer: Viewer) -> None:
     answer = client.post("/api/refresh", content=big, headers={
         "x-traceml-token": TOKEN, "origin": ORIGIN, "content-type": "application/json"})
     assert answer.status_code == 400 and "too large" in answer.json()["error"]
+
+
+def test_a_wrong_token_beside_a_right_one_is_refused(viewer: Viewer) -> None:
+    """Whatever order or way they come in, one wrong token refuses the request (a reviewer found
+    ``?token=bad&token=GOOD`` and a valid cookie with a wrong header let through)."""
+    client = client_for(viewer)
+    assert client.get(f"/api/runs?token=bad&token={TOKEN}").status_code == 403
+    assert client.get(f"/api/runs?token={TOKEN}&token=bad").status_code == 403
+    assert client.get(f"/api/runs?token={TOKEN}").status_code == 200
+    client.cookies.set(COOKIE, TOKEN)
+    assert client.get("/api/runs").status_code == 200
+    assert client.get("/api/runs", headers={"x-traceml-token": "bad"}).status_code == 403
+    assert client.get("/api/runs", headers={"x-traceml-token": TOKEN}).status_code == 200

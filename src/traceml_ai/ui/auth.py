@@ -110,10 +110,12 @@ class GuardMiddleware:
         if refusal is not None:
             await _plain(send, 403, f"forbidden: {refusal}")
             return
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        query = dict(pairs)
         cookie = cookie_name(host)
         if "token" in query:
-            if not _token_matches(query.get("token"), self.token):
+            # Every token given must be this viewer's: ``?token=bad&token=GOOD`` is refused too.
+            if not all(_token_matches(v, self.token) for k, v in pairs if k == "token"):
                 await _plain(send, 403, "forbidden: that token is not this viewer's (open the URL of `traceml ui`)")
                 return
             if path.startswith("/api/"):
@@ -148,8 +150,8 @@ class GuardMiddleware:
 
     def _authorised(self, headers: dict[str, str], cookie_key: str) -> str | None:
         """``"header"`` or ``"cookie"``: how the request proved it holds the token; None: it did not."""
-        if _token_matches(headers.get(HEADER), self.token):
-            return "header"
+        if HEADER in headers:  # a wrong header is refused even beside a valid cookie
+            return "header" if _token_matches(headers[HEADER], self.token) else None
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))

@@ -268,3 +268,21 @@ def test_a_live_run_is_read_again_as_its_database_grows(tmp_path: Path) -> None:
         assert sorted(p.name for p in (run_dir / "aggregator").iterdir()) == files  # the reader made no file
     finally:
         db.close()
+
+
+def test_an_aggregator_folder_of_fifos_is_missing_telemetry_with_warnings_not_uncaptured(tmp_path: Path) -> None:
+    """A reviewer's FIFOs named like the aggregator's files answered ``state: "none"`` (as if the
+    run was never captured) with no warning; the folder is there, so the telemetry is missing."""
+    import os
+
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=0)
+    agg = next(root.iterdir()) / "aggregator"
+    agg.mkdir()
+    for name in ("telemetry.sqlite", "final_summary.json", "manifest.json", "rank_0.log"):
+        os.mkfifo(agg / name)
+    store = RunStore([root])
+    store.poll()
+    body = TelemetryViews().payload(store.runs()[0])
+    assert body["state"] == "missing" and "no readable telemetry" in body["detail"]
+    assert any("telemetry.sqlite" in w and "not read" in w for w in body["warnings"]), body["warnings"]

@@ -184,6 +184,9 @@ class TelemetryViews:
         elif final is not None or out["logs"] or out["manifest"] is not None:
             out["state"] = "missing"
             out["detail"] = f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run"
+        elif out["state"] == "none":  # an aggregator/ folder with nothing readable in it
+            out["state"] = "missing"
+            out["detail"] = f"no readable telemetry in {AGGREGATOR_DIR}/"
         out["diagnoses"] = _diagnoses(final, live)
         out["ranks"] = _ranks(final, live)
         return out
@@ -423,13 +426,16 @@ def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
         names = sorted(e.name for e in os.scandir(real))
     except OSError as err:
         return (), real, f"{AGGREGATOR_DIR}/ cannot be listed ({err})"
+    skipped: list[str] = []
     for name in names:
         if name not in wanted and not _RANK_LOG.match(name):
             continue
-        st, _reason = stat_confined(os.path.join(real, name), run_dir)
+        st, reason = stat_confined(os.path.join(real, name), run_dir)
         if st is not None:
             out.append((name, st.st_mtime_ns, st.st_size))
-    return tuple(out), real, None
+        else:  # a FIFO, a device, a link leaving the run folder: said, not silently left out
+            skipped.append(f"{AGGREGATOR_DIR}/{name}: {reason or 'not a regular file'}; not read")
+    return tuple(out), real, ("; ".join(skipped[:5]) or None)
 
 
 def _log_order(name: str) -> tuple[bool, int]:

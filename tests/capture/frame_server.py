@@ -1,8 +1,9 @@
 """A tiny test aggregator: a real TCP server on 127.0.0.1 speaking ``traceml_ai.telemetry.frames``.
 
-It welcomes hellos of its session (refuses others, or every hello when ``refuse`` is set), records
-every frame it receives, and can stop reading to let a client's queue fill up. One thread per
-connection: fine for tests, unlike the real aggregator (DESIGN §3.2).
+It opens every connection with a challenge, welcomes hellos of its session (refuses others, or every
+hello when ``refuse`` is set), records every
+frame it receives, and can stop reading to let a client's queue fill up. One thread per connection:
+fine for tests, unlike the real aggregator (DESIGN §3.2).
 """
 
 from __future__ import annotations
@@ -113,7 +114,9 @@ class FrameServer:
     def _serve(self, conn: socket.socket) -> None:
         reader = frames.FrameReader()
         welcomed = False
+        challenge = jobsecret.new_nonce()
         try:
+            conn.sendall(frames.encode_frame(frames.challenge(challenge)))
             while True:
                 self._reading.wait()
                 if self._stopped:
@@ -133,12 +136,13 @@ class FrameServer:
                             reason = f"wrong session {body.get('session_id')!r}"
                         nonce = str(body.get("nonce"))
                         if reason is None and not jobsecret.proof_matches(
-                                jobsecret.rank_proof(self.secret, self.session_id, nonce), body.get("proof")):
+                                jobsecret.hello_proof(self.secret, challenge, body), body.get("proof")):
                             reason = "no valid job secret proof"
                         if reason is not None:
                             conn.sendall(frames.encode_frame(frames.refused(reason)))
                             return
-                        conn.sendall(frames.encode_frame(frames.welcome(self.secret, self.session_id, nonce)))
+                        conn.sendall(frames.encode_frame(
+                            frames.welcome(self.secret, self.session_id, challenge, nonce)))
                         welcomed = True
                     elif kind == frames.RANK_FINISHED:
                         with self._lock:

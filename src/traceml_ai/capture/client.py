@@ -11,12 +11,14 @@ backoff) happens on the client's own daemon thread. Losses are counted, never si
   of time are dropped;
 - the aggregator refuses the hello → one ``[TraceML]`` line on stderr, nothing more is sent, every
   queued and later batch counts as dropped;
-- the listener answers with something other than a welcome that proves it holds the job secret
-  (a process squatting on the aggregator's port) → the same: one line, nothing is sent to it,
-  every batch counts as dropped (:attr:`TransportClient.unverified`).
+- the listener does not open with a challenge, or answers the hello with something other than a
+  welcome that proves it holds the job secret (a process squatting on the aggregator's port) →
+  the same: one line, nothing but (at most) the hello is sent to it, every batch counts as
+  dropped (:attr:`TransportClient.unverified`).
 
-The hello proves this rank holds the job secret (:mod:`~traceml_ai.telemetry.jobsecret`); the
-secret itself never goes on the wire.
+The hello answers the aggregator's per-connection challenge and proves this rank holds the job
+secret (:mod:`~traceml_ai.telemetry.jobsecret`); the secret itself never goes on the wire, and a
+hello caught by a squatter is of no use on any other connection.
 
 On :meth:`TransportClient.close` the queue is flushed and the last frame is ``rank_finished`` with
 ``sent_batches`` and ``dropped_batches``; after close, ``sent + dropped == submitted``.
@@ -355,16 +357,38 @@ class TransportClient:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self._timeout(self._connect_timeout_s))
-            nonce = jobsecret.new_nonce()
-            sock.sendall(frames.encode_frame(frames.hello(self.session_id, self.identity, self._secret, nonce)))
-            answer = self._read_control(sock, self._timeout(self._welcome_timeout_s))
+            reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
+            first = self._read_control(sock, reader, self._timeout(self._welcome_timeout_s))
+            challenge = frames.challenge_value(first)
+            nonce = ""
+            if challenge is None:
+                answer = first  # a refusal (e.g. too many waiting connections), or not our aggregator
+            else:
+                nonce = jobsecret.new_nonce()
+                hello = frames.hello(self.session_id, self.identity, self._secret, challenge, nonce)
+                sock.sendall(frames.encode_frame(hello))
+                answer = self._read_control(sock, reader, self._timeout(self._welcome_timeout_s))
         except (OSError, frames.FrameError) as exc:
             self._last_error = f"hello to {host}:{port} failed: {exc}"
             sock.close()
             return None
+        if first is None:
+            sock.close()
+            self._last_error = f"no challenge from {host}:{port}"
+            return None
         kind = frames.control_kind(answer)
+        if challenge is None and kind != frames.REFUSED:
+            # Something answers on that port, but not with this protocol's challenge: a listener
+            # that is not this job's aggregator (or an aggregator of another TraceML version).
+            sock.close()
+            self._unverified = True
+            self._refuse(f"it did not open with a protocol {frames.PROTOCOL_VERSION} challenge: it may be another "
+                         "process on that port, or an aggregator of another TraceML version",
+                         what="could not be verified as this job's aggregator")
+            return None
         if kind == frames.WELCOME and isinstance(answer, dict) and answer.get("protocol") == frames.PROTOCOL_VERSION:
-            if frames.welcome_is_genuine(answer, self._secret, self.session_id, nonce):
+            assert challenge is not None
+            if frames.welcome_is_genuine(answer, self._secret, self.session_id, challenge, nonce):
                 sock.settimeout(_SEND_SLICE_S)
                 self._connected = True
                 self._connections += 1
@@ -386,11 +410,12 @@ class TransportClient:
         return None
 
     @staticmethod
-    def _read_control(sock: socket.socket, timeout_s: float) -> Any:
-        """The first frame the aggregator sends, or None when it closes or stays silent for ``timeout_s``."""
-        reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
+    def _read_control(sock: socket.socket, reader: frames.FrameReader, timeout_s: float) -> Any:
+        """The next frame the peer sends, or None when it closes or stays silent for ``timeout_s``."""
         end = time.monotonic() + timeout_s
         while True:
+            for body in reader.bodies():
+                return body
             left = end - time.monotonic()
             if left <= 0:
                 return None
@@ -402,8 +427,6 @@ class TransportClient:
             if not chunk:
                 return None
             reader.feed(chunk)
-            for body in reader.bodies():
-                return body
 
     def _refuse(self, reason: str, what: str = "refused this rank") -> None:
         with self._cond:

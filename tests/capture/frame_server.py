@@ -27,11 +27,13 @@ class FrameServer:
         refuse: when set, every hello is refused with this reason.
         port: 0 picks a free port; a fixed port lets a test restart a server in the same place.
         recv_buffer: SO_RCVBUF of accepted sockets (small makes a non-reading server fill up fast).
+        close_after_welcome: close every connection right after its welcome.
     """
 
     def __init__(self, session_id: str = "sess-test", *, refuse: str | None = None, port: int = 0,
-                 recv_buffer: int | None = None, secret: str = TEST_SECRET) -> None:
+                 recv_buffer: int | None = None, secret: str = TEST_SECRET, close_after_welcome: bool = False) -> None:
         self.session_id = session_id
+        self.close_after_welcome = close_after_welcome
         self.secret = secret
         self.refuse = refuse
         self.hellos: list[dict[str, Any]] = []
@@ -143,6 +145,8 @@ class FrameServer:
                             return
                         conn.sendall(frames.encode_frame(
                             frames.welcome(self.secret, self.session_id, challenge, nonce)))
+                        if self.close_after_welcome:  # a flapping aggregator: every connection dies at once
+                            return
                         welcomed = True
                     elif kind == frames.RANK_FINISHED:
                         with self._lock:

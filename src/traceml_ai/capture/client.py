@@ -5,7 +5,7 @@ under a lock and returns at once; everything that can block (connect, hello/welc
 backoff) happens on the client's own daemon thread. Losses are counted, never silent:
 
 - queue full → the *oldest* queued batch is dropped and counted;
-- aggregator unreachable or the connection breaks → reconnect with exponential backoff; a batch
+- aggregator unreachable or the connection breaks → reconnect with jittered exponential backoff; a batch
   whose frame was cut off by the break is resent whole on the next connection (the aggregator
   never saw all of it, so this cannot duplicate it); batches still queued when ``close`` runs out
   of time are dropped;
@@ -30,6 +30,7 @@ count, compared with ``sent_batches``, is what reveals that.
 
 from __future__ import annotations
 
+import random
 import select
 import socket
 import sys
@@ -45,6 +46,7 @@ DEFAULT_MAX_QUEUE = 256
 """Batches held while the aggregator is slow or away; at 1 envelope per second that is ~4 minutes."""
 
 _SEND_SLICE_S = 0.2  # socket timeout of one send attempt, so a stuck peer never hides the close deadline
+_HEALTHY_CONNECTION_S = 1.0  # a connection that lasted this long was working: its break resets the backoff
 
 
 def warn(message: str) -> None:
@@ -72,7 +74,9 @@ class TransportClient:
         connect_timeout_s: seconds one connection attempt may take.
         welcome_timeout_s: seconds to wait for the aggregator's welcome after the hello.
         backoff_initial_s, backoff_max_s: the reconnect delay starts at the first and doubles up to
-            the second after each failed attempt; a welcome resets it.
+            the second after each failed attempt or connection that broke within
+            :data:`_HEALTHY_CONNECTION_S` of its welcome; each pause is jittered down to half its
+            length. A connection that broke after working longer is retried at once.
 
     Example::
 
@@ -107,6 +111,7 @@ class TransportClient:
         self._welcome_timeout_s = welcome_timeout_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._jitter = random.Random()  # seeded from the OS: ranks restarted together spread out
 
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Any] = deque()
@@ -256,6 +261,8 @@ class TransportClient:
         frame: memoryview | None = None
         offset = 0
         backoff = self._backoff_initial_s
+        pause = False  # the last attempt failed, or its connection died young: wait before the next one
+        connected_at: float | None = None
         try:
             while self._refused_reason is None:
                 if self._closing and self._remaining() <= 0:
@@ -263,16 +270,25 @@ class TransportClient:
                 if sock is None:
                     if self._closing and frame is None and not self._queue:
                         break  # nothing left to send; rank_finished below gets its own attempt
+                    if connected_at is not None and time.monotonic() - connected_at >= _HEALTHY_CONNECTION_S:
+                        # The connection that just broke had worked: retry at once, then back off anew.
+                        pause, backoff = False, self._backoff_initial_s
+                    connected_at = None
+                    if pause:
+                        # Exponential backoff with jitter: a port that keeps failing (a reset, or
+                        # an aggregator that drops each connection after its welcome) sees a few
+                        # attempts a second at first and one per backoff_max_s later, not a storm.
+                        self._sleep(backoff * self._jitter.uniform(0.5, 1.0))
+                        backoff = min(backoff * 2, self._backoff_max_s)
                     # Nothing leaves the queue before a connection is welcomed, so while the
                     # aggregator is away every waiting batch takes part in drop-oldest.
                     sock = self._connect()
+                    pause = True
                     if sock is None:
                         if self._refused_reason is not None:
                             break
-                        self._sleep(backoff)
-                        backoff = min(backoff * 2, self._backoff_max_s)
                         continue
-                    backoff = self._backoff_initial_s
+                    connected_at = time.monotonic()
                 if frame is None:
                     frame = self._next_frame(wait=True)
                     offset = 0

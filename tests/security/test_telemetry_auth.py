@@ -162,7 +162,8 @@ def _assert_nothing_forged_landed(agg: AggregatorThread) -> None:
     assert all(r.rows == 0 for r in stats.ranks.values() if r.global_rank == 0)
 
 
-def test_a_hello_caught_by_a_squatter_is_refused_by_the_real_aggregator(tmp_path: Path) -> None:
+def test_a_hello_caught_by_a_squatter_is_refused_by_the_real_aggregator(
+        aggregator_process: tuple[subprocess.Popen[str], int, Path]) -> None:
     """Issue 12 (a): a listener on a port the rank was pointed at catches its hello and replays it
     to the real aggregator of the same session, which has never seen it."""
     caught: list[bytes] = []
@@ -193,18 +194,17 @@ def test_a_hello_caught_by_a_squatter_is_refused_by_the_real_aggregator(tmp_path
     assert caught and frames.control_kind(frames.decode_body(caught[0][4:])) == frames.HELLO
     assert rank.sent_batches == 0 and rank.dropped_batches == 1
 
-    agg = AggregatorThread(tmp_path / "run")
-    try:
-        answer = _replay(agg.port, caught[0])
-        assert answer["control"] == frames.REFUSED and "challenge" in answer["reason"]
-        time.sleep(0.2)
-    finally:
-        agg.stop()
-    assert agg.agg.stats.refused_connections == 1
-    _assert_nothing_forged_landed(agg)
-    report = json.loads((tmp_path / "run" / "aggregator" / "finalization_warning.json").read_text()) if (
-        tmp_path / "run" / "aggregator" / "finalization_warning.json").exists() else {}
-    assert "424242" not in json.dumps(report) and "EVIL-HOST" not in json.dumps(report)
+    proc, port, run_dir = aggregator_process  # the real aggregator of that session, as a process
+    answer = _replay(port, caught[0])
+    assert answer["control"] == frames.REFUSED and "challenge" in answer["reason"]
+    _stop(proc)
+    report = (run_dir / "aggregator" / "finalization_warning.json").read_text()
+    assert json.loads(report)["refused_connections"]["total"] == 1
+    # Nothing forged is anywhere in the run folder (report, logs, SQLite).
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"424242" not in data and b"EVIL-HOST" not in data, path
 
 
 def test_a_hello_the_aggregator_accepted_is_refused_on_a_new_connection_and_in_a_rerun(tmp_path: Path) -> None:

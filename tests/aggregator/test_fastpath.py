@@ -139,7 +139,7 @@ def test_both_paths_agree_on_random_payloads(odd_rate: float) -> None:
 
 
 @pytest.mark.parametrize("body", [
-    frames.hello("s", {"global_rank": 0}, "a-test-job-secret-0123"),
+    frames.hello("s", {"global_rank": 0}, "a-test-job-secret-0123", frames.challenge()["challenge"]),
     frames.rank_finished({"global_rank": 0}, 3, 0),
     {"control": "hello", "tables": {}},
     {"meta": {}, "tables": {"step_time": [{"step": 1.0}]}},        # a float step: generic rules apply

@@ -42,14 +42,14 @@ def db_rows(run_dir: Path, sql: str) -> list[tuple[Any, ...]]:
 def test_welcome_for_the_right_session_and_protocol(agg: AggregatorThread) -> None:
     client = agg.client(0)
     answer = client.hello()
-    assert answer == frames.welcome(SECRET, SESSION, client.nonce)
-    assert frames.welcome_is_genuine(answer, SECRET, SESSION, client.nonce)
+    assert answer == frames.welcome(SECRET, SESSION, client.challenge or "", client.nonce)
+    assert frames.welcome_is_genuine(answer, SECRET, SESSION, client.challenge or "", client.nonce)
     client.close()
 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
     ({"session_id": "another-job"}, "session 'another-job'"),
-    ({"protocol": 2}, "protocol 2 is not supported"),
+    ({"protocol": 1}, "protocol 1 is not supported"),
     ({"control": "rank_finished"}, "first frame must be a hello"),
 ])
 def test_a_bad_hello_is_refused_with_a_reason_and_closed(agg: AggregatorThread, tmp_path: Path,
@@ -66,6 +66,7 @@ def test_a_bad_hello_is_refused_with_a_reason_and_closed(agg: AggregatorThread, 
 
 def test_a_payload_before_any_hello_is_refused(agg: AggregatorThread) -> None:
     client = agg.client(0)
+    client.read_challenge()
     client.send({"step_memory": step_memory_rows(0, 3)})
     assert client.receive()["control"] == frames.REFUSED
     agg.stop()
@@ -109,7 +110,7 @@ def test_a_payload_of_another_session_is_rejected_and_the_connection_goes_on(agg
     client.send_body([make_envelope(client.meta, {"step_memory": step_memory_rows(200, 2)}),
                       make_envelope({**client.meta, "session_id": "old-run"}, odd)])
     client.send_raw(frames.HEADER.pack(3) + b"\xc1\xc1\xc1")          # not msgpack
-    client.send_body({"control": "hello", "protocol": 1, "session_id": SESSION})  # a second hello
+    client.send_body({"control": "hello", "protocol": frames.PROTOCOL_VERSION, "session_id": SESSION})  # a 2nd hello
     client.send({"step_memory": step_memory_rows(10, 2)})
     client.finish()
     client.close()

@@ -39,6 +39,8 @@ class RankClient:
         self.sock = socket.create_connection((host, port), timeout=10)
         self.reader = frames.FrameReader()
         self.sent = 0
+        self.challenge: str | None = None
+        self.nonce = ""
 
     def send_body(self, body: Any) -> None:
         self.sock.sendall(frames.encode_frame(body))
@@ -56,9 +58,24 @@ class RankClient:
                 return None
             self.reader.feed(chunk)
 
+    def read_challenge(self) -> str:
+        """The aggregator's challenge for this connection (its first frame)."""
+        if self.challenge is None:
+            first = self.receive()
+            value = frames.challenge_value(first)
+            assert value is not None, first
+            self.challenge = value
+        return self.challenge
+
+    def signed_hello(self, **overrides: Any) -> dict[str, Any]:
+        """A hello signed for this connection's challenge, ``overrides`` applied before signing."""
+        ident = {k: v for k, v in self.meta.items() if k != "session_id"}
+        return frames.hello(self.meta["session_id"], {**ident, **overrides}, self.secret, self.read_challenge())
+
     def hello(self, **overrides: Any) -> Any:
-        body = frames.hello(self.meta["session_id"], {k: v for k, v in self.meta.items() if k != "session_id"},
-                            self.secret)
+        """Read the challenge, send a signed hello with ``overrides`` applied after signing (a
+        tampered hello when they are not empty), and return the aggregator's answer."""
+        body = self.signed_hello()
         self.nonce = body["nonce"]
         body.update(overrides)
         self.send_body(body)

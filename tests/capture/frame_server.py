@@ -1,8 +1,9 @@
 """A tiny test aggregator: a real TCP server on 127.0.0.1 speaking ``traceml_ai.telemetry.frames``.
 
-It welcomes hellos of its session (refuses others, or every hello when ``refuse`` is set), records
-every frame it receives, and can stop reading to let a client's queue fill up. One thread per
-connection: fine for tests, unlike the real aggregator (DESIGN §3.2).
+It opens every connection with a challenge, welcomes hellos of its session (refuses others, or every
+hello when ``refuse`` is set), records every
+frame it receives, and can stop reading to let a client's queue fill up. One thread per connection:
+fine for tests, unlike the real aggregator (DESIGN §3.2).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ class FrameServer:
         refuse: when set, every hello is refused with this reason.
         port: 0 picks a free port; a fixed port lets a test restart a server in the same place.
         recv_buffer: SO_RCVBUF of accepted sockets (small makes a non-reading server fill up fast).
+        close_after_welcome: close every connection right after its welcome.
     """
 
     def __init__(self, session_id: str = "sess-test", *, refuse: str | None = None, port: int = 0,
-                 recv_buffer: int | None = None, secret: str = TEST_SECRET) -> None:
+                 recv_buffer: int | None = None, secret: str = TEST_SECRET, close_after_welcome: bool = False) -> None:
         self.session_id = session_id
+        self.close_after_welcome = close_after_welcome
         self.secret = secret
         self.refuse = refuse
         self.hellos: list[dict[str, Any]] = []
@@ -113,7 +116,9 @@ class FrameServer:
     def _serve(self, conn: socket.socket) -> None:
         reader = frames.FrameReader()
         welcomed = False
+        challenge = jobsecret.new_nonce()
         try:
+            conn.sendall(frames.encode_frame(frames.challenge(challenge)))
             while True:
                 self._reading.wait()
                 if self._stopped:
@@ -133,12 +138,15 @@ class FrameServer:
                             reason = f"wrong session {body.get('session_id')!r}"
                         nonce = str(body.get("nonce"))
                         if reason is None and not jobsecret.proof_matches(
-                                jobsecret.rank_proof(self.secret, self.session_id, nonce), body.get("proof")):
+                                jobsecret.hello_proof(self.secret, challenge, body), body.get("proof")):
                             reason = "no valid job secret proof"
                         if reason is not None:
                             conn.sendall(frames.encode_frame(frames.refused(reason)))
                             return
-                        conn.sendall(frames.encode_frame(frames.welcome(self.secret, self.session_id, nonce)))
+                        conn.sendall(frames.encode_frame(
+                            frames.welcome(self.secret, self.session_id, challenge, nonce)))
+                        if self.close_after_welcome:  # a flapping aggregator: every connection dies at once
+                            return
                         welcomed = True
                     elif kind == frames.RANK_FINISHED:
                         with self._lock:

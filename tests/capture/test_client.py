@@ -10,6 +10,7 @@ import pytest
 
 from tests.capture.frame_server import TEST_SECRET, FrameServer
 from traceml_ai.capture.client import TransportClient
+from traceml_ai.telemetry import frames
 
 IDENTITY = {"global_rank": 3, "local_rank": 1, "world_size": 4, "local_world_size": 2, "node_rank": 1,
             "hostname": "node-b", "pid": 4242}
@@ -45,7 +46,8 @@ def test_hello_welcome_payloads_in_order_then_rank_finished(server: FrameServer)
     client = make_client(server.address)
     assert server.wait_for(lambda: client.connected)
     hello = server.hellos[0]
-    assert hello["control"] == "hello" and hello["protocol"] == 1 and hello["session_id"] == "sess-test"
+    assert hello["control"] == "hello" and hello["protocol"] == frames.PROTOCOL_VERSION
+    assert hello["session_id"] == "sess-test"
     assert {k: hello[k] for k in IDENTITY} == IDENTITY
     for i in range(20):
         assert client.submit(envelope(i)) is True

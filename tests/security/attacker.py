@@ -92,7 +92,8 @@ def main() -> None:
     answers = []
     for proof in ("0" * 64, session, ""):
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        hello = {"control": "hello", "protocol": 1, "session_id": session, "global_rank": 0, "world_size": 1,
+        read_answer(sock)  # the aggregator's challenge; without the secret there is no way to sign it
+        hello = {"control": "hello", "protocol": 2, "session_id": session, "global_rank": 0, "world_size": 1,
                  "nonce": "ab" * 16, "proof": proof}
         sock.sendall(frame(hello))
         now = time.time_ns()

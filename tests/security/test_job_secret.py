@@ -58,12 +58,22 @@ def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
         job_secret_for(options(nnodes=2), "s", env)
 
 
-def test_the_proofs_are_bound_to_secret_session_role_and_nonce() -> None:
-    secret, nonce = jobsecret.new_secret(), jobsecret.new_nonce()
-    proof = jobsecret.rank_proof(secret, "s", nonce)
+def test_the_proofs_are_bound_to_secret_challenge_every_hello_field_and_role() -> None:
+    secret, challenge = jobsecret.new_secret(), jobsecret.new_nonce()
+    fields = {"control": "hello", "protocol": 2, "session_id": "s", "nonce": jobsecret.new_nonce(),
+              "global_rank": 1, "hostname": "node-a", "pid": 7, "ratio": 0.5, "flag": True, "none": None}
+    proof = jobsecret.hello_proof(secret, challenge, fields)
     assert jobsecret.proof_matches(proof, proof)
-    assert proof != jobsecret.rank_proof(secret, "t", nonce)
-    assert proof != jobsecret.rank_proof(jobsecret.new_secret(), "s", nonce)
-    assert proof != jobsecret.rank_proof(secret, "s", jobsecret.new_nonce())
-    assert proof != jobsecret.aggregator_proof(secret, "s", nonce)  # a welcome is no hello
+    # Field order and a stale proof field do not matter; the canonical bytes are sorted.
+    assert proof == jobsecret.hello_proof(secret, challenge, dict(reversed(list(fields.items()))) | {"proof": "x"})
+    assert proof != jobsecret.hello_proof(jobsecret.new_secret(), challenge, fields)
+    assert proof != jobsecret.hello_proof(secret, jobsecret.new_nonce(), fields)
+    for key, value in [("hostname", "EVIL-HOST"), ("global_rank", 0), ("session_id", "t"), ("pid", 8),
+                       ("flag", 1), ("none", ""), ("extra", 1)]:
+        assert proof != jobsecret.hello_proof(secret, challenge, {**fields, key: value}), key
+    assert proof != jobsecret.hello_proof(secret, challenge, {k: v for k, v in fields.items() if k != "pid"})
+    welcome = jobsecret.welcome_proof(secret, "s", challenge, fields["nonce"])
+    assert welcome != jobsecret.welcome_proof(secret, "s", jobsecret.new_nonce(), fields["nonce"])
+    assert welcome != jobsecret.welcome_proof(secret, "s", challenge, jobsecret.new_nonce())
+    assert welcome != jobsecret.welcome_proof(secret, "t", challenge, fields["nonce"])
     assert not jobsecret.proof_matches(proof, proof[:-1]) and not jobsecret.proof_matches(proof, None)

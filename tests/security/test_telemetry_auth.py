@@ -26,7 +26,7 @@ import pytest
 from tests.aggregator.wire import SECRET, SESSION, AggregatorThread, RankClient, step_time_rows
 from tests.capture.frame_server import TEST_SECRET
 from traceml_ai.capture.client import TransportClient
-from traceml_ai.telemetry import frames, jobsecret
+from traceml_ai.telemetry import frames
 from traceml_ai.telemetry.envelope import make_envelope
 
 ATTACKER = Path(__file__).with_name("attacker.py")
@@ -134,19 +134,127 @@ def test_a_second_local_user_with_everything_it_can_read_cannot_forge_telemetry(
     assert "forged" not in json.dumps(warning["ranks"])
 
 
-def test_a_replayed_hello_is_refused(tmp_path: Path) -> None:
+def _forge_after(sock: socket.socket) -> None:
+    """What the squatter of issue 12 sent once its replayed hello was welcomed."""
+    try:
+        sock.sendall(frames.encode_frame(frames.rank_finished({"global_rank": 0, "hostname": "EVIL-HOST"}, 1, 424242)))
+        sock.sendall(frames.encode_frame(make_envelope({"session_id": SESSION, "global_rank": 0},
+                                                       {"step_time": step_time_rows(0, 5)})))
+    except OSError:
+        pass  # closed by the aggregator: the point
+
+
+def _replay(port: int, hello: bytes) -> Any:
+    """Open a new connection to ``port``, send the captured ``hello`` bytes as they are, then the
+    forged frames; the aggregator's answer to the hello."""
+    thief = RankClient(port, 0)
+    thief.read_challenge()  # a fresh challenge for this connection, which the captured proof does not cover
+    thief.send_raw(hello)
+    answer = thief.receive()
+    _forge_after(thief.sock)
+    thief.close()
+    return answer
+
+
+def _assert_nothing_forged_landed(agg: AggregatorThread) -> None:
+    stats = agg.agg.stats
+    assert all(r.dropped_batches != 424242 and r.hostname != "EVIL-HOST" for r in stats.ranks.values())
+    assert all(r.rows == 0 for r in stats.ranks.values() if r.global_rank == 0)
+
+
+def test_a_hello_caught_by_a_squatter_is_refused_by_the_real_aggregator(
+        aggregator_process: tuple[subprocess.Popen[str], int, Path]) -> None:
+    """Issue 12 (a): a listener on a port the rank was pointed at catches its hello and replays it
+    to the real aggregator of the same session, which has never seen it."""
+    caught: list[bytes] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def squat() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(frames.encode_frame(frames.challenge()))  # as a real aggregator would
+        conn.settimeout(10)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + frames.HEADER.unpack_from(data)[0]:
+            data += conn.recv(65536)
+        caught.append(data)
+        conn.close()
+
+    thread = threading.Thread(target=squat, daemon=True)
+    thread.start()
+    rank = TransportClient(("127.0.0.1", listener.getsockname()[1]), SESSION,
+                           {"global_rank": 0, "world_size": 1, "hostname": "node-a"}, secret=SECRET,
+                           backoff_initial_s=5, welcome_timeout_s=1)
+    rank.start()
+    rank.submit({"meta": {"global_rank": 0}, "tables": {"step_time": step_time_rows(0, 1)}})
+    thread.join(30)
+    rank.close(timeout_s=0.5)
+    listener.close()
+    assert caught and frames.control_kind(frames.decode_body(caught[0][4:])) == frames.HELLO
+    assert rank.sent_batches == 0 and rank.dropped_batches == 1
+
+    proc, port, run_dir = aggregator_process  # the real aggregator of that session, as a process
+    answer = _replay(port, caught[0])
+    assert answer["control"] == frames.REFUSED and "challenge" in answer["reason"]
+    _stop(proc)
+    report = (run_dir / "aggregator" / "finalization_warning.json").read_text()
+    assert json.loads(report)["refused_connections"]["total"] == 1
+    # Nothing forged is anywhere in the run folder (report, logs, SQLite).
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"424242" not in data and b"EVIL-HOST" not in data, path
+
+
+def test_a_hello_the_aggregator_accepted_is_refused_on_a_new_connection_and_in_a_rerun(tmp_path: Path) -> None:
+    """Issue 12 (a) and (b): the same session and secret (a rerun of a multi-node job derives both
+    again), a genuine hello captured off the wire and sent again."""
     agg = AggregatorThread(tmp_path / "run")
     try:
-        first = RankClient(agg.port, 0)
-        assert first.hello()["control"] == frames.WELCOME
-        replay = RankClient(agg.port, 0)
-        answer = replay.hello(nonce=first.nonce, proof=jobsecret.rank_proof(SECRET, SESSION, first.nonce))
-        assert answer["control"] == frames.REFUSED and "replayed" in answer["reason"]
-        first.close()
-        replay.close()
+        real = RankClient(agg.port, 0)
+        hello = frames.encode_frame(real.signed_hello())
+        real.send_raw(hello)
+        assert real.receive()["control"] == frames.WELCOME
+        answer = _replay(agg.port, hello)
+        assert answer["control"] == frames.REFUSED and "TRACEML_JOB_SECRET" in answer["reason"]
+        real.finish()
+        real.close()
+        time.sleep(0.2)
     finally:
         agg.stop()
     assert agg.agg.stats.refused_connections == 1
+    assert agg.agg.stats.ranks[0].dropped_batches == 0 and agg.agg.stats.ranks[0].hostname == "node-a"
+    rerun = AggregatorThread(tmp_path / "rerun")
+    try:
+        answer = _replay(rerun.port, hello)
+        assert answer["control"] == frames.REFUSED
+        time.sleep(0.2)
+    finally:
+        rerun.stop()
+    assert rerun.agg.stats.refused_connections == 1
+    _assert_nothing_forged_landed(rerun)
+
+
+@pytest.mark.parametrize("changed", [{"hostname": "EVIL-HOST"}, {"global_rank": 1}, {"world_size": 64},
+                                     {"pid": 1}, {"extra": "added"}])
+def test_a_hello_with_a_field_changed_after_signing_is_refused(tmp_path: Path, changed: dict[str, Any]) -> None:
+    agg = AggregatorThread(tmp_path / "run")
+    try:
+        client = RankClient(agg.port, 0)
+        answer = client.hello(**changed)  # signed first, then changed
+        assert answer["control"] == frames.REFUSED and "changed after signing" in answer["reason"]
+        _forge_after(client.sock)
+        client.close()
+        honest = RankClient(agg.port, 0)
+        assert honest.hello()["control"] == frames.WELCOME  # the same fields, signed as they are
+        honest.close()
+        time.sleep(0.2)
+    finally:
+        agg.stop()
+    assert agg.agg.stats.refused_connections == 1
+    _assert_nothing_forged_landed(agg)
+    assert agg.agg.expected_world_size != 64 and 1 not in agg.agg.stats.ranks
 
 
 def test_a_hello_of_another_jobs_secret_is_refused(tmp_path: Path) -> None:
@@ -165,9 +273,10 @@ def test_a_hello_of_another_jobs_secret_is_refused(tmp_path: Path) -> None:
 
 class Squatter:
     """A listener on the aggregator's port that welcomes every hello, as the squatter of issue 12
-    did, and records what it receives."""
+    did (after a challenge of its own when ``challenge``, else at once), and records what it receives."""
 
-    def __init__(self, welcome: dict[str, Any]) -> None:
+    def __init__(self, welcome: dict[str, Any], challenge: bool) -> None:
+        self.challenge = challenge
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
@@ -182,24 +291,32 @@ class Squatter:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            conn.sendall(frames.encode_frame(self.welcome))
+            if self.challenge:
+                conn.sendall(frames.encode_frame(frames.challenge()))
+            else:
+                conn.sendall(frames.encode_frame(self.welcome))
             conn.settimeout(2)
             reader = frames.FrameReader()
             try:
                 while chunk := conn.recv(65536):
                     reader.feed(chunk)
-                    self.received.extend(reader.bodies())
+                    for body in reader.bodies():
+                        self.received.append(body)
+                        if self.challenge and frames.control_kind(body) == frames.HELLO:
+                            conn.sendall(frames.encode_frame(self.welcome))
             except OSError:
                 pass
 
 
-@pytest.mark.parametrize("welcome", [
-    {"control": "welcome", "protocol": 1},                          # an old-style welcome, no proof
-    {"control": "welcome", "protocol": 1, "proof": "0" * 64},       # a made-up proof
-], ids=["no-proof", "wrong-proof"])
+@pytest.mark.parametrize(("welcome", "challenge"), [
+    ({"control": "welcome", "protocol": 1}, False),                                  # protocol 1, no challenge
+    ({"control": "welcome", "protocol": frames.PROTOCOL_VERSION}, False),            # a welcome, no challenge
+    ({"control": "welcome", "protocol": frames.PROTOCOL_VERSION}, True),             # no proof
+    ({"control": "welcome", "protocol": frames.PROTOCOL_VERSION, "proof": "0" * 64}, True),  # a made-up proof
+], ids=["old-welcome", "no-challenge", "no-proof", "wrong-proof"])
 def test_a_rank_sends_nothing_to_a_listener_that_cannot_prove_it_is_the_aggregator(
-        capfd: pytest.CaptureFixture[str], welcome: dict[str, Any]) -> None:
-    squatter = Squatter(welcome)
+        capfd: pytest.CaptureFixture[str], welcome: dict[str, Any], challenge: bool) -> None:
+    squatter = Squatter(welcome, challenge)
     client = TransportClient(("127.0.0.1", squatter.port), "job-1234", {"global_rank": 1}, secret=TEST_SECRET,
                              backoff_initial_s=0.01)
     client.start()
@@ -213,10 +330,10 @@ def test_a_rank_sends_nothing_to_a_listener_that_cannot_prove_it_is_the_aggregat
     assert client.dropped_batches == client.submitted_batches == 5
     lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("[TraceML]")]
     assert len(lines) == 1 and "could not be verified" in lines[0] and str(squatter.port) in lines[0]
-    # The squatter got the hello (a nonce, and a proof it cannot reuse: the nonce is the rank's) and
-    # no payload.
+    # The squatter got at most the hello (signed for the squatter's own challenge: of no use on any
+    # other connection) and no payload.
     time.sleep(0.2)
-    assert [frames.control_kind(body) for body in squatter.received] == [frames.HELLO]
+    assert [frames.control_kind(body) for body in squatter.received] == ([frames.HELLO] if challenge else [])
     assert TEST_SECRET not in repr(squatter.received)
 
 
@@ -282,7 +399,7 @@ def test_unauthenticated_peers_cannot_make_the_aggregator_hold_memory(
     for _ in range(25):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             try:
-                sock.sendall(frames.encode_frame(frames.hello("x" * (3 << 20), {}, "not-the-secret-0123456")))
+                sock.sendall(frames.encode_frame(frames.hello("x" * (3 << 20), {}, "not-the-secret-0123456", "0" * 32)))
             except OSError:
                 pass
     bomb = b"\xdd" + (1 << 20).to_bytes(4, "big") + b"\x90" * (1 << 20)

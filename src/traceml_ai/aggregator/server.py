@@ -1,8 +1,10 @@
 """The aggregator's TCP server: frames from the training ranks → projection → SQLite (DESIGN §3.1, §3.2).
 
-One asyncio server, one coroutine per connection (no thread per connection). A connection must
-open with a hello for protocol 1, this aggregator's session id and the proof that the rank holds
-the job secret (:mod:`~traceml_ai.telemetry.jobsecret`); anything else is answered with a *refused*
+One asyncio server, one coroutine per connection (no thread per connection). On accepting a
+connection the aggregator sends a fresh random *challenge*; the peer must answer with a hello for
+protocol 2, this aggregator's session id and the proof that it holds the job secret, computed over
+that challenge and every field of the hello (:mod:`~traceml_ai.telemetry.jobsecret`), so a hello
+caught elsewhere or edited after signing is refused. Anything else is answered with a *refused*
 frame, closed, and counted in ``refused_connections``. The welcome carries the aggregator's own
 proof, so a rank can tell its aggregator from a listener squatting on the port.
 
@@ -68,7 +70,6 @@ MAX_PENDING = 64
 INBOUND_MAX_BYTES = 256 * 1024 * 1024
 """Bytes of frames the inbound queue holds before connections stop being read (backpressure)."""
 
-_MAX_NONCES = 65_536  # accepted hello nonces remembered against replays (only the job's ranks add any)
 
 
 def _quote(value: Any, limit: int = 40) -> str:
@@ -146,7 +147,6 @@ class Aggregator:
         self._open_ranks = 0
         self._queued_bytes = 0
         self._bytes_lock = threading.Lock()
-        self._nonces: dict[str, None] = {}
         self.stats = IngestStats()
         self.store = TelemetryStore(
             self.folder / DB_NAME,
@@ -252,6 +252,8 @@ class Aggregator:
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> RankStats | None:
         """Read the hello; answer welcome and return the rank's stats, or refuse and return None."""
         peer = _peer(writer)
+        challenge = jobsecret.new_nonce()
+        await _send(writer, frames.challenge(challenge))
         try:
             data = await asyncio.wait_for(_read_frame(reader, frames.MAX_HELLO_BYTES), self.hello_timeout_s)
         except asyncio.TimeoutError:
@@ -268,16 +270,13 @@ class Aggregator:
             self.stats.refuse(f"{peer}: first frame: {exc}")
             await _send(writer, frames.refused("first frame is not msgpack"))
             return None
-        reason = self._hello_problem(body)
+        reason = self._hello_problem(body, challenge)
         if reason is not None:
             self.stats.refuse(f"{peer}: {reason}")
             await _send(writer, frames.refused(reason))
             return None
         assert isinstance(body, dict)
         nonce = body["nonce"]
-        self._nonces[nonce] = None
-        if len(self._nonces) > _MAX_NONCES:
-            del self._nonces[next(iter(self._nonces))]
         global_rank = as_int(body.get("global_rank", body.get("rank")))
         rank = self.stats.rank(global_rank)
         rank.hellos += 1
@@ -287,11 +286,11 @@ class Aggregator:
         world_size = as_int(body.get("world_size"))
         if world_size is not None and world_size > 0:
             self._announced_world_size = max(self._announced_world_size or 0, world_size)
-        await _send(writer, frames.welcome(self.secret, self.session_id, nonce))
+        await _send(writer, frames.welcome(self.secret, self.session_id, challenge, nonce))
         return rank
 
-    def _hello_problem(self, body: Any) -> str | None:
-        """Why the first frame ``body`` is not an acceptable hello (one short line), or None."""
+    def _hello_problem(self, body: Any, challenge: str) -> str | None:
+        """Why the first frame ``body`` is not an acceptable hello to ``challenge`` (one short line), or None."""
         if frames.control_kind(body) != frames.HELLO:
             return "the first frame must be a hello"
         assert isinstance(body, dict)
@@ -313,10 +312,13 @@ class Aggregator:
         if not jobsecret.is_nonce(nonce):
             return "the hello carries no nonce (a rank of an older TraceML, or not a rank of this job)"
         assert isinstance(nonce, str)
-        if not jobsecret.proof_matches(jobsecret.rank_proof(self.secret, self.session_id, nonce), body.get("proof")):
-            return "the hello does not prove it holds this job's secret (TRACEML_JOB_SECRET)"
-        if nonce in self._nonces:
-            return "a replayed hello (its nonce was already used)"
+        try:
+            expected = jobsecret.hello_proof(self.secret, challenge, body)
+        except (TypeError, ValueError, OverflowError):
+            return "the hello holds a value that cannot be signed"
+        if not jobsecret.proof_matches(expected, body.get("proof")):
+            return ("the hello does not prove it holds this job's secret (TRACEML_JOB_SECRET) for this "
+                    "connection's challenge: a wrong secret, a replayed hello, or a field changed after signing")
         return None
 
     async def _receive(self, reader: asyncio.StreamReader, rank: RankStats) -> None:

@@ -5,18 +5,20 @@ under a lock and returns at once; everything that can block (connect, hello/welc
 backoff) happens on the client's own daemon thread. Losses are counted, never silent:
 
 - queue full → the *oldest* queued batch is dropped and counted;
-- aggregator unreachable or the connection breaks → reconnect with exponential backoff; a batch
+- aggregator unreachable or the connection breaks → reconnect with jittered exponential backoff; a batch
   whose frame was cut off by the break is resent whole on the next connection (the aggregator
   never saw all of it, so this cannot duplicate it); batches still queued when ``close`` runs out
   of time are dropped;
 - the aggregator refuses the hello → one ``[TraceML]`` line on stderr, nothing more is sent, every
   queued and later batch counts as dropped;
-- the listener answers with something other than a welcome that proves it holds the job secret
-  (a process squatting on the aggregator's port) → the same: one line, nothing is sent to it,
-  every batch counts as dropped (:attr:`TransportClient.unverified`).
+- the listener does not open with a challenge, or answers the hello with something other than a
+  welcome that proves it holds the job secret (a process squatting on the aggregator's port) →
+  the same: one line, nothing but (at most) the hello is sent to it, every batch counts as
+  dropped (:attr:`TransportClient.unverified`).
 
-The hello proves this rank holds the job secret (:mod:`~traceml_ai.telemetry.jobsecret`); the
-secret itself never goes on the wire.
+The hello answers the aggregator's per-connection challenge and proves this rank holds the job
+secret (:mod:`~traceml_ai.telemetry.jobsecret`); the secret itself never goes on the wire, and a
+hello caught by a squatter is of no use on any other connection.
 
 On :meth:`TransportClient.close` the queue is flushed and the last frame is ``rank_finished`` with
 ``sent_batches`` and ``dropped_batches``; after close, ``sent + dropped == submitted``.
@@ -28,6 +30,7 @@ count, compared with ``sent_batches``, is what reveals that.
 
 from __future__ import annotations
 
+import random
 import select
 import socket
 import sys
@@ -43,6 +46,7 @@ DEFAULT_MAX_QUEUE = 256
 """Batches held while the aggregator is slow or away; at 1 envelope per second that is ~4 minutes."""
 
 _SEND_SLICE_S = 0.2  # socket timeout of one send attempt, so a stuck peer never hides the close deadline
+_HEALTHY_CONNECTION_S = 1.0  # a connection that lasted this long was working: its break resets the backoff
 
 
 def warn(message: str) -> None:
@@ -70,7 +74,9 @@ class TransportClient:
         connect_timeout_s: seconds one connection attempt may take.
         welcome_timeout_s: seconds to wait for the aggregator's welcome after the hello.
         backoff_initial_s, backoff_max_s: the reconnect delay starts at the first and doubles up to
-            the second after each failed attempt; a welcome resets it.
+            the second after each failed attempt or connection that broke within
+            :data:`_HEALTHY_CONNECTION_S` of its welcome; each pause is jittered down to half its
+            length. A connection that broke after working longer is retried at once.
 
     Example::
 
@@ -105,6 +111,7 @@ class TransportClient:
         self._welcome_timeout_s = welcome_timeout_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._jitter = random.Random()  # seeded from the OS: ranks restarted together spread out
 
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Any] = deque()
@@ -262,6 +269,8 @@ class TransportClient:
         frame: memoryview | None = None
         offset = 0
         backoff = self._backoff_initial_s
+        pause = False  # the last attempt failed, or its connection died young: wait before the next one
+        connected_at: float | None = None
         try:
             while self._refused_reason is None:
                 if self._closing and self._remaining() <= 0:
@@ -269,16 +278,25 @@ class TransportClient:
                 if sock is None:
                     if self._closing and frame is None and not self._queue:
                         break  # nothing left to send; rank_finished below gets its own attempt
+                    if connected_at is not None and time.monotonic() - connected_at >= _HEALTHY_CONNECTION_S:
+                        # The connection that just broke had worked: retry at once, then back off anew.
+                        pause, backoff = False, self._backoff_initial_s
+                    connected_at = None
+                    if pause:
+                        # Exponential backoff with jitter: a port that keeps failing (a reset, or
+                        # an aggregator that drops each connection after its welcome) sees a few
+                        # attempts a second at first and one per backoff_max_s later, not a storm.
+                        self._sleep(backoff * self._jitter.uniform(0.5, 1.0))
+                        backoff = min(backoff * 2, self._backoff_max_s)
                     # Nothing leaves the queue before a connection is welcomed, so while the
                     # aggregator is away every waiting batch takes part in drop-oldest.
                     sock = self._connect()
+                    pause = True
                     if sock is None:
                         if self._refused_reason is not None:
                             break
-                        self._sleep(backoff)
-                        backoff = min(backoff * 2, self._backoff_max_s)
                         continue
-                    backoff = self._backoff_initial_s
+                    connected_at = time.monotonic()
                 if frame is None:
                     frame = self._next_frame(wait=True)
                     offset = 0
@@ -363,16 +381,38 @@ class TransportClient:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self._timeout(self._connect_timeout_s))
-            nonce = jobsecret.new_nonce()
-            sock.sendall(frames.encode_frame(frames.hello(self.session_id, self.identity, self._secret, nonce)))
-            answer = self._read_control(sock, self._timeout(self._welcome_timeout_s))
+            reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
+            first = self._read_control(sock, reader, self._timeout(self._welcome_timeout_s))
+            challenge = frames.challenge_value(first)
+            nonce = ""
+            if challenge is None:
+                answer = first  # a refusal (e.g. too many waiting connections), or not our aggregator
+            else:
+                nonce = jobsecret.new_nonce()
+                hello = frames.hello(self.session_id, self.identity, self._secret, challenge, nonce)
+                sock.sendall(frames.encode_frame(hello))
+                answer = self._read_control(sock, reader, self._timeout(self._welcome_timeout_s))
         except (OSError, frames.FrameError) as exc:
             self._last_error = f"hello to {host}:{port} failed: {exc}"
             sock.close()
             return None
+        if first is None:
+            sock.close()
+            self._last_error = f"no challenge from {host}:{port}"
+            return None
         kind = frames.control_kind(answer)
+        if challenge is None and kind != frames.REFUSED:
+            # Something answers on that port, but not with this protocol's challenge: a listener
+            # that is not this job's aggregator (or an aggregator of another TraceML version).
+            sock.close()
+            self._unverified = True
+            self._refuse(f"it did not open with a protocol {frames.PROTOCOL_VERSION} challenge: it may be another "
+                         "process on that port, or an aggregator of another TraceML version",
+                         what="could not be verified as this job's aggregator")
+            return None
         if kind == frames.WELCOME and isinstance(answer, dict) and answer.get("protocol") == frames.PROTOCOL_VERSION:
-            if frames.welcome_is_genuine(answer, self._secret, self.session_id, nonce):
+            assert challenge is not None
+            if frames.welcome_is_genuine(answer, self._secret, self.session_id, challenge, nonce):
                 sock.settimeout(_SEND_SLICE_S)
                 self._connected = True
                 self._connections += 1
@@ -394,11 +434,12 @@ class TransportClient:
         return None
 
     @staticmethod
-    def _read_control(sock: socket.socket, timeout_s: float) -> Any:
-        """The first frame the aggregator sends, or None when it closes or stays silent for ``timeout_s``."""
-        reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
+    def _read_control(sock: socket.socket, reader: frames.FrameReader, timeout_s: float) -> Any:
+        """The next frame the peer sends, or None when it closes or stays silent for ``timeout_s``."""
         end = time.monotonic() + timeout_s
         while True:
+            for body in reader.bodies():
+                return body
             left = end - time.monotonic()
             if left <= 0:
                 return None
@@ -410,8 +451,6 @@ class TransportClient:
             if not chunk:
                 return None
             reader.feed(chunk)
-            for body in reader.bodies():
-                return body
 
     def _refuse(self, reason: str, what: str = "refused this rank") -> None:
         with self._cond:

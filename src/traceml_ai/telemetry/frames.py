@@ -1,9 +1,11 @@
-"""Frames on a telemetry connection (DESIGN §3.1, protocol 1).
+"""Frames on a telemetry connection (DESIGN §3.1, protocol 2).
 
-A frame is a 4-byte big-endian unsigned length followed by that many bytes of msgpack. The first
-frame a rank sends is a *hello* (with a fresh ``nonce`` and the ``proof`` that it holds the job
-secret, :mod:`~traceml_ai.telemetry.jobsecret`); the aggregator answers *welcome* (with its own
-``proof`` for that nonce) or closes the connection after a *refused* frame that says why. Before a
+A frame is a 4-byte big-endian unsigned length followed by that many bytes of msgpack. On accepting
+a connection the aggregator sends a *challenge* (a fresh random ``challenge``); the rank answers with
+a *hello* (its identity, a fresh ``nonce`` and the ``proof`` that it holds the job secret, bound to
+the challenge and to every field of the hello, :mod:`~traceml_ai.telemetry.jobsecret`); the
+aggregator answers *welcome* (with its own ``proof`` for the challenge and the nonce) or closes the
+connection after a *refused* frame that says why. Before a
 welcome each side reads frames of at most :data:`MAX_HELLO_BYTES`. The rank's last frame is
 *rank_finished* with its sent and dropped batch counts. Every other frame is a telemetry payload:
 one envelope or a list of envelopes.
@@ -21,7 +23,9 @@ import msgspec
 
 from traceml_ai.telemetry import jobsecret
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the aggregator's challenge comes first and the hello's proof covers every hello field (1 had
+no challenge: a caught hello could be replayed, issue 12)."""
 
 # A frame larger than this is refused by both sides: a corrupt length must not make a reader
 # allocate gigabytes. Rank-side batches are far smaller (a few hundred rows, well under 1 MiB).
@@ -36,6 +40,7 @@ MAX_HELLO_FIELD_CHARS = 256
 
 HEADER = struct.Struct(">I")
 
+CHALLENGE = "challenge"
 HELLO = "hello"
 WELCOME = "welcome"
 REFUSED = "refused"
@@ -120,25 +125,45 @@ class FrameReader:
 # -- control frames -----------------------------------------------------------------------------------
 
 
-def hello(session_id: str, identity: dict[str, Any], secret: str, nonce: str | None = None) -> dict[str, Any]:
-    """The first frame of a rank: protocol version, session id, its identity (``meta`` fields), a
-    fresh ``nonce`` and the ``proof`` that it holds the job secret (:mod:`~traceml_ai.telemetry.jobsecret`)."""
-    nonce = jobsecret.new_nonce() if nonce is None else nonce
-    return {**identity, "control": HELLO, "protocol": PROTOCOL_VERSION, "session_id": session_id, "nonce": nonce,
-            "proof": jobsecret.rank_proof(secret, session_id, nonce)}
+def challenge(value: str | None = None) -> dict[str, Any]:
+    """The aggregator's first frame on a connection: a fresh random ``challenge`` (hex) the hello
+    must sign."""
+    return {"control": CHALLENGE, "protocol": PROTOCOL_VERSION,
+            "challenge": jobsecret.new_nonce() if value is None else value}
 
 
-def welcome(secret: str, session_id: str, nonce: str) -> dict[str, Any]:
-    """The aggregator's answer to an accepted hello, with its own ``proof`` for the hello's ``nonce``."""
+def challenge_value(body: Any) -> str | None:
+    """The challenge of a challenge frame of this protocol, or None for any other frame."""
+    if control_kind(body) != CHALLENGE or not isinstance(body, dict) or body.get("protocol") != PROTOCOL_VERSION:
+        return None
+    value = body.get("challenge")
+    return value if jobsecret.is_nonce(value) else None
+
+
+def hello(session_id: str, identity: dict[str, Any], secret: str, challenge: str,
+          nonce: str | None = None) -> dict[str, Any]:
+    """The rank's answer to a challenge: protocol version, session id, its identity (``meta``
+    fields, plain values), a fresh ``nonce`` and the ``proof`` over all of them and ``challenge``
+    (:func:`~traceml_ai.telemetry.jobsecret.hello_proof`)."""
+    body = {**identity, "control": HELLO, "protocol": PROTOCOL_VERSION, "session_id": session_id,
+            "nonce": jobsecret.new_nonce() if nonce is None else nonce}
+    body.pop("proof", None)
+    body["proof"] = jobsecret.hello_proof(secret, challenge, body)
+    return body
+
+
+def welcome(secret: str, session_id: str, challenge: str, nonce: str) -> dict[str, Any]:
+    """The aggregator's answer to an accepted hello, with its own ``proof`` for this connection's
+    ``challenge`` and the hello's ``nonce``."""
     return {"control": WELCOME, "protocol": PROTOCOL_VERSION,
-            "proof": jobsecret.aggregator_proof(secret, session_id, nonce)}
+            "proof": jobsecret.welcome_proof(secret, session_id, challenge, nonce)}
 
 
-def welcome_is_genuine(body: Any, secret: str, session_id: str, nonce: str) -> bool:
+def welcome_is_genuine(body: Any, secret: str, session_id: str, challenge: str, nonce: str) -> bool:
     """True when ``body`` is a welcome whose proof only a holder of ``secret`` could make."""
     if control_kind(body) != WELCOME or not isinstance(body, dict):
         return False
-    return jobsecret.proof_matches(jobsecret.aggregator_proof(secret, session_id, nonce), body.get("proof"))
+    return jobsecret.proof_matches(jobsecret.welcome_proof(secret, session_id, challenge, nonce), body.get("proof"))
 
 
 def refused(reason: str) -> dict[str, Any]:

@@ -428,21 +428,25 @@ def test_unauthenticated_peers_cannot_make_the_aggregator_hold_memory(
     assert rows(run_dir / "aggregator" / "telemetry.sqlite", "SELECT count(*) FROM step_time_samples") == [(5,)]
 
 
-def test_connections_waiting_for_a_hello_are_bounded(tmp_path: Path) -> None:
+def test_connections_waiting_for_a_hello_are_bounded_and_cannot_keep_a_rank_out(tmp_path: Path) -> None:
+    """Another local user holding every waiting slot open (a reviewer's 300 idle connections kept a
+    real rank from delivering anything): a new connection closes the one that waited longest, so at
+    most ``max_pending`` are held and a rank's hello still gets through."""
     agg = AggregatorThread(tmp_path / "run", max_pending=4, hello_timeout_s=30)
     try:
         idle = [socket.create_connection(("127.0.0.1", agg.port)) for _ in range(4)]
         time.sleep(0.3)
-        extra = socket.create_connection(("127.0.0.1", agg.port))
-        extra.settimeout(10)
-        assert extra.recv(10) == b""  # closed at once
-        extra.close()
+        client = RankClient(agg.port, 0)
+        assert client.hello()["control"] == frames.WELCOME  # was: refused while the slots were held
+        client.close()
+        oldest = idle[0]
+        oldest.settimeout(10)
+        received = b""
+        while chunk := oldest.recv(65536):  # its challenge, then the close that made room
+            received += chunk
+        assert received  # it had its challenge before it was closed
         for sock in idle:
             sock.close()
-        time.sleep(0.3)
-        client = RankClient(agg.port, 0)
-        assert client.hello()["control"] == frames.WELCOME  # room again once they left
-        client.close()
     finally:
         agg.stop()
     assert agg.agg.stats.refused_connections >= 1

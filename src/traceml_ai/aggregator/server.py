@@ -9,7 +9,8 @@ frame, closed, and counted in ``refused_connections``. The welcome carries the a
 proof, so a rank can tell its aggregator from a listener squatting on the port.
 
 What an unauthenticated peer can make the aggregator hold is bounded (issue 12 point 3): at most
-:data:`MAX_PENDING` connections wait for a hello, each reads one frame of at most
+:data:`MAX_PENDING` connections wait for a hello (a newer one closes the one that waited longest, so
+idle connections cannot keep ranks out), each reads one frame of at most
 ``frames.MAX_HELLO_BYTES``, within ``hello_timeout_s``; refusal reasons quote at most a few dozen
 characters of what the peer sent. After the welcome, frames are at most ``frames.MAX_FRAME_BYTES``
 and the inbound queue holds at most ``inbound_max`` frames and ``inbound_max_bytes`` bytes.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -143,7 +145,8 @@ class Aggregator:
         self.hello_timeout_s = hello_timeout_s
         self.inbound_max_bytes = inbound_max_bytes
         self.max_pending = max_pending
-        self._pending = 0
+        # Connections waiting for their hello, oldest first (each closed in turn when more arrive).
+        self._pending: OrderedDict[object, asyncio.StreamWriter] = OrderedDict()
         self._open_ranks = 0
         self._queued_bytes = 0
         self._bytes_lock = threading.Lock()
@@ -222,14 +225,20 @@ class Aggregator:
             self._connections.add(task)
         self.stats.connections += 1
         try:
-            if self._pending >= self.max_pending:
-                self.stats.refuse(f"more than {self.max_pending} connections waiting for their hello")
-                return
-            self._pending += 1
+            if len(self._pending) >= self.max_pending:
+                # Full: close the connection that has waited longest, not the new one. A real rank
+                # sends its hello within a round trip of the challenge, so connections held open
+                # without a hello (another local user filling the slots) cannot keep ranks out.
+                _, oldest = self._pending.popitem(last=False)
+                self.stats.refuse(f"{_peer(oldest)}: closed while waiting for its hello (the oldest of "
+                                  f"{self.max_pending} connections waiting for their hello)")
+                oldest.close()
+            key = object()
+            self._pending[key] = writer
             try:
                 rank = await self._admit(reader, writer)
             finally:
-                self._pending -= 1
+                self._pending.pop(key, None)
             if rank is not None:
                 self._open_ranks += 1
                 try:

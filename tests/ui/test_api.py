@@ -234,6 +234,7 @@ def test_unknown_runs_are_404_but_a_fault_of_the_viewer_is_a_logged_500(
         response = client.get(path, params=params)
         assert response.status_code == 404 and response.json()["error"], path
     assert client.get("/api/runs/%2Fnope/telemetry").status_code == 404
+    assert client.get("/api/runs/%2Fnope/performance").status_code == 404  # was a 500 after a merge
 
     def lookup_bug(*args: object, **kwargs: object) -> object:
         return {}["best"]  # a KeyError raised by our own code, not "no such run"

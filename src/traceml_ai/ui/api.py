@@ -174,7 +174,7 @@ def routes(viewer: Viewer) -> list[Route]:
         key = request.path_params["key"]
         run = viewer.store.get(key)
         if run is None:
-            raise KeyError(f"no run {key!r}")
+            raise NotFoundError(f"no run {key!r}")
         payload = await asyncio.to_thread(performance.payload, run)
         return JSONResponse(payload, headers={"cache-control": "no-store"})
 

@@ -14,7 +14,9 @@ pytest.importorskip("torch")
 
 RANK = """
 import os, sys, time
-print("rank", os.environ["RANK"], "up", flush=True)
+# One write per line: print() writes each argument apart, and two ranks' words then interleave.
+sys.stdout.write(f"rank {os.environ['RANK']} up\\n")
+sys.stdout.flush()
 time.sleep(120)
 """
 

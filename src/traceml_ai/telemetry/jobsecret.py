@@ -29,13 +29,15 @@ jobs on the cluster's private network.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+if TYPE_CHECKING:
+    import msgspec
 
 ENV_JOB_SECRET = "TRACEML_JOB_SECRET"
 """The environment variable that carries the job secret to the aggregator and to every rank."""
@@ -50,7 +52,15 @@ NONCE_CHARS = 32
 _HELLO = b"traceml-hello"
 _WELCOME = b"traceml-welcome"
 _PROOF_FIELD = "proof"
-_canonical = msgspec.msgpack.Encoder()
+
+
+@functools.cache
+def _canonical_encoder() -> msgspec.msgpack.Encoder:
+    """msgspec's msgpack encoder, made on first use: the launcher imports this module for the secret
+    alone, before the training starts, and should not pay for msgspec (issue 14, item 1)."""
+    import msgspec
+
+    return msgspec.msgpack.Encoder()
 
 
 def new_secret() -> str:
@@ -94,7 +104,7 @@ def signed_bytes(challenge: str, fields: Mapping[str, Any]) -> bytes:
     if any(not isinstance(k, str) for k in fields):
         raise TypeError("hello field names must be strings")
     items = sorted(((k, v) for k, v in fields.items() if k != _PROOF_FIELD), key=lambda item: item[0])
-    return _canonical.encode([_HELLO.decode(), challenge, [[k, v] for k, v in items]])
+    return _canonical_encoder().encode([_HELLO.decode(), challenge, [[k, v] for k, v in items]])
 
 
 def hello_proof(secret: str, challenge: str, fields: Mapping[str, Any]) -> str:

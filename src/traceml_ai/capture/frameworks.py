@@ -164,7 +164,9 @@ def _make_lightning_class() -> type:
 # -- automatic attachment under `traceml run` ----------------------------------------------------------
 
 
-def _patch_hf(module: ModuleType) -> None:
+def _wrap_trainer_init(module: ModuleType, attach: Callable[[Any], None], framework: str) -> None:
+    """Make ``module.Trainer.__init__`` call ``attach(trainer)`` after the original (once per class);
+    a failure of ``attach`` is one warning naming ``framework``, never an error of the user's script."""
     trainer_cls: Any = getattr(module, "Trainer", None)
     if trainer_cls is None or getattr(trainer_cls.__init__, "__traceml_patch__", False):
         return
@@ -174,44 +176,42 @@ def _patch_hf(module: ModuleType) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig(self, *args, **kwargs)
         try:
-            cls = huggingface_callback_class()
-            handler = getattr(self, "callback_handler", None)
-            present = getattr(handler, "callbacks", [])
-            if any(isinstance(cb, cls) or cb is cls for cb in present):
-                return
-            self.add_callback(cls())
-            _note_once("hf", "attached TraceML's Hugging Face Trainer callback (one step per optimizer update); "
-                             "pass callbacks=[TraceMLTrainerCallback()] to attach it yourself")
+            attach(self)
         except Exception as exc:
-            warn(f"could not attach step timing to the Hugging Face Trainer: {exc!r}")
+            warn(f"could not attach step timing to the {framework} Trainer: {exc!r}")
 
     __init__.__traceml_patch__ = True  # type: ignore[attr-defined]
     trainer_cls.__init__ = __init__
+
+
+def _attach_hf(trainer: Any) -> None:
+    cls = huggingface_callback_class()
+    handler = getattr(trainer, "callback_handler", None)
+    present = getattr(handler, "callbacks", [])
+    if any(isinstance(cb, cls) or cb is cls for cb in present):
+        return
+    trainer.add_callback(cls())
+    _note_once("hf", "attached TraceML's Hugging Face Trainer callback (one step per optimizer update); "
+                     "pass callbacks=[TraceMLTrainerCallback()] to attach it yourself")
+
+
+def _attach_lightning(trainer: Any) -> None:
+    cls = lightning_callback_class()
+    present = getattr(trainer, "callbacks", [])
+    if any(isinstance(cb, cls) for cb in present):
+        return
+    # Lightning reads trainer.callbacks when it calls hooks, so appending is enough.
+    trainer.callbacks.append(cls())
+    _note_once("lightning", "attached TraceML's Lightning callback (one step per optimizer update); pass "
+                            "callbacks=[TraceMLCallback()] to attach it yourself")
+
+
+def _patch_hf(module: ModuleType) -> None:
+    _wrap_trainer_init(module, _attach_hf, "Hugging Face")
 
 
 def _patch_lightning(module: ModuleType) -> None:
-    trainer_cls: Any = getattr(module, "Trainer", None)
-    if trainer_cls is None or getattr(trainer_cls.__init__, "__traceml_patch__", False):
-        return
-    orig = trainer_cls.__init__
-
-    @functools.wraps(orig)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        orig(self, *args, **kwargs)
-        try:
-            cls = lightning_callback_class()
-            present = getattr(self, "callbacks", [])
-            if any(isinstance(cb, cls) for cb in present):
-                return
-            # Lightning reads trainer.callbacks when it calls hooks, so appending is enough.
-            self.callbacks.append(cls())
-            _note_once("lightning", "attached TraceML's Lightning callback (one step per optimizer update); pass "
-                                    "callbacks=[TraceMLCallback()] to attach it yourself")
-        except Exception as exc:
-            warn(f"could not attach step timing to the Lightning Trainer: {exc!r}")
-
-    __init__.__traceml_patch__ = True  # type: ignore[attr-defined]
-    trainer_cls.__init__ = __init__
+    _wrap_trainer_init(module, _attach_lightning, "Lightning")
 
 
 _PATCHES: dict[str, Callable[[ModuleType], None]] = {HF_MODULE: _patch_hf, LIGHTNING_MODULE: _patch_lightning}

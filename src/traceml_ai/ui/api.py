@@ -157,26 +157,21 @@ def routes(viewer: Viewer) -> list[Route]:
         return JSONResponse(await asyncio.to_thread(viewer.details_payload, key))
 
     telemetry = TelemetryViews()
+    performance = PerformanceViews()
 
-    async def get_telemetry(request: Request) -> Response:
+    async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
         key = request.path_params["key"]
         run = viewer.store.get(key)
         if run is None:
             raise NotFoundError(f"no run {key!r}")
-        payload = await asyncio.to_thread(telemetry.payload, run)
-        return JSONResponse(payload, headers={"cache-control": "no-store"})
+        return JSONResponse(await asyncio.to_thread(build, run), headers={"cache-control": "no-store"})
 
-    performance = PerformanceViews()
+    async def get_telemetry(request: Request) -> Response:
+        return await run_view(request, telemetry.payload)
 
     async def get_performance(request: Request) -> Response:
-        # As for telemetry: a known run's key, never a path from the client.
-        key = request.path_params["key"]
-        run = viewer.store.get(key)
-        if run is None:
-            raise NotFoundError(f"no run {key!r}")
-        payload = await asyncio.to_thread(performance.payload, run)
-        return JSONResponse(payload, headers={"cache-control": "no-store"})
+        return await run_view(request, performance.payload)
 
     async def get_file(request: Request) -> Response:
         q = request.query_params

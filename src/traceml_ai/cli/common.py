@@ -12,6 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 
+from traceml_ai.runs.store import NotFoundError
 from traceml_ai.settings import Settings, SettingsError, load_settings
 
 out = Console(highlight=False, soft_wrap=False)
@@ -61,7 +62,11 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn user-causable errors into one stderr line and exit code 1, or 2 for a bad flag or setting
-    value (DESIGN §7; a traceback with --debug)."""
+    value (DESIGN §7; a traceback with --debug).
+
+    Only the project's own not-found error (:class:`traceml_ai.runs.store.NotFoundError`) counts among
+    the KeyErrors: a bare ``KeyError`` is a lookup bug in our code and prints as an ``internal error``
+    line (exit 1), with the traceback under ``--debug``."""
 
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -69,10 +74,10 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
-        except (UserError, SettingsError, ValueError, KeyError, OSError) as e:
+        except (UserError, SettingsError, ValueError, NotFoundError, OSError) as e:
             if DEBUG["on"]:
                 raise
-            text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            text = e.args[0] if isinstance(e, NotFoundError) and e.args else str(e)
             raise fail(printable(str(text)), code=2 if isinstance(e, (UsageError, SettingsError)) else 1) from None
         except Exception as e:
             if DEBUG["on"]:

@@ -117,3 +117,33 @@ def test_the_worst_rank_is_the_straggler_even_when_ddp_makes_every_iteration_equ
     assert re.search(r"iteration\s*│\s*23\.0 ms\s*│\s*23\.0 ms", text)
     assert re.search(r"forward\s*│\s*4\.0 ms\s*│\s*10\.0 ms", text)
     snap.close()
+
+
+def test_legacy_rows_timed_only_in_duration_ms_show_their_phases(tmp_path: Path) -> None:
+    """Rows written before ``cpu_ms``/``gpu_ms`` existed carry only ``duration_ms``: the view reads
+    them as the diagnoses do (it once left those phases out of the table), and a phase timed on two
+    devices counts once (the longest), not summed."""
+    from rich.console import Console
+
+    from tests.diagnose.telemetry_db import TelemetryDB
+    from traceml_ai.cli.live_view import TelemetrySnapshot, breakdown_table
+    from traceml_ai.telemetry import schema
+
+    db = TelemetryDB(tmp_path / "run" / "aggregator" / "telemetry.sqlite")
+    for step in range(10):
+        legacy = {name: {"cpu": {"duration_ms": ms}} for name, ms in
+                  ((schema.FORWARD, 4.0), (schema.BACKWARD, 6.0), (schema.STEP, 12.0))}
+        legacy[schema.OPTIMIZER_STEP] = {"cpu": {"duration_ms": 1.0}, "cuda:0": {"duration_ms": 1.5}}
+        db.step(0, step, legacy, ts_ns=None)
+    db.close()
+    snap = TelemetrySnapshot(db.path)
+    snap.refresh()
+    console = Console(width=160, record=True)
+    console.print(breakdown_table(snap))
+    text = console.export_text()
+    snap.close()
+    assert "no steps yet" not in text
+    assert re.search(r"forward\s*│\s*4\.0 ms", text)
+    assert re.search(r"optimizer_step\s*│\s*1\.5 ms", text)
+    assert re.search(r"iteration\s*│\s*12\.0 ms", text)
+    assert re.search(r"other\s*│\s*0\.5 ms", text)

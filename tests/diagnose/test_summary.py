@@ -16,6 +16,7 @@ from traceml_ai.diagnose import (
     load_final_summary,
     write_final_summary,
 )
+from traceml_ai.diagnose.summary import read_final_summary, verdict
 from traceml_ai.telemetry import schema
 
 
@@ -170,3 +171,52 @@ def test_a_failing_rule_abstains_and_the_others_still_judge(
     assert {"rule": "input_bound", "reason": "internal error in this rule: ZeroDivisionError: boom"} in \
         [a.to_dict() for a in result.abstained]
     assert result.findings[0].kind == "straggler"
+
+
+@pytest.mark.parametrize("spec", [
+    RunSpec(ranks=3, steps=40, phases=lambda r, s: {**HEALTHY_CPU, schema.FORWARD: 9.0 if r == 1 else 3.0}),
+    RunSpec(steps=30, gpu=True, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 30.0}),
+    RunSpec(steps=0),
+])
+def test_the_typed_reader_gives_back_every_field_the_summary_wrote(tmp_path: Path, spec: RunSpec) -> None:
+    """read_final_summary is the one reader of final_summary.json: what it returns writes back the
+    same document, for runs with findings, GPU memory, several ranks, and none at all."""
+    run_dir = tmp_path / "run"
+    write_run(run_dir, spec)
+    path = write_final_summary(run_dir, step_counts={"discarded_steps": 2, "dropped_updates": 1,
+                                                     "dropped_micro_batches": 3})
+    written = json.loads(path.read_text())
+    summary = read_final_summary(run_dir)
+    assert summary is not None
+    assert summary.to_dict() == written
+
+
+def test_the_typed_reader_tolerates_a_damaged_summary_and_says_what_it_left_out(tmp_path: Path) -> None:
+    """A hand-edited or damaged summary reads as far as it goes: wrong-typed fields are not given,
+    an unreadable finding is counted in problems (never silently dropped, never a crash)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "aggregator").mkdir(parents=True)
+    (run_dir / "aggregator" / "final_summary.json").write_text(json.dumps({
+        "schema_version": 1, "telemetry": {"status": "sideways", "problems": ["a", 3]},
+        "steps": {"seen": "many", "first": 1, "last": 9}, "ranks": {"seen": [0, "x", None], "world_size": 2},
+        "step_time": {"phases": [{"name": "traceml:forward", "median_ms": "fast"}, {"median_ms": 1}],
+                      "per_rank": [{"rank": 0, "median_ms": 5}], "worst_rank": True},
+        "memory": {"rss_peak_bytes": {"0": 100, "1": "big"}},
+        "findings": [{"kind": "input_bound", "severity": "warning", "summary": "slow", "action": "fix",
+                      "evidence": {"metric": "share", "value": 0.5, "ranks": [0], "steps": [1, 9]}},
+                     {"kind": "x", "severity": "apocalyptic"}, "nonsense"],
+        "abstained": [{"rule": "straggler", "reason": "one rank"}, {"rule": 1}],
+    }))
+    summary = read_final_summary(run_dir)
+    assert summary is not None
+    assert summary.telemetry_status == "unreadable" and verdict(summary)[0] == "no_verdict"
+    assert summary.steps_seen == 0 and (summary.first_step, summary.last_step) == (1, 9)
+    assert summary.ranks == (0, None) and summary.missing_ranks == [1]
+    assert summary.step_time is not None and summary.step_time.worst_rank is None
+    assert [(p.name, p.median_ms) for p in summary.step_time.phases] == [("traceml:forward", None)]
+    assert summary.memory.rss_peak_bytes == {"0": 100.0}
+    (finding,) = summary.findings
+    assert finding.kind == "input_bound" and finding.evidence.steps == (1, 9) and finding.evidence.ranks == (0,)
+    assert [a.rule for a in summary.abstained] == ["straggler"]
+    assert summary.problems == ("a", "2 finding(s) in the summary could not be read and are left out",
+                                "1 abstention(s) in the summary could not be read and are left out")

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.markup import escape
 
@@ -93,27 +92,25 @@ def _report(result: LaunchResult, mode: str, *, watch: bool = False) -> None:
 
 def _print_findings(run_dir: Path, *, watch: bool = False) -> None:
     """The verdict of aggregator/final_summary.json, shortly (``traceml summary RUN`` shows all)."""
-    from traceml_ai.diagnose.summary import verdict
+    from traceml_ai.diagnose.summary import SummaryFileError, read_final_summary, verdict
 
     try:
-        summary = orjson.loads((run_dir / "aggregator" / "final_summary.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        summary = read_final_summary(run_dir)
+    except (OSError, SummaryFileError) as e:
+        err.print(f"[yellow]the final summary cannot be read:[/] {escape(printable(str(e)))}", soft_wrap=True)
+        return
+    if summary is None:
         warning = run_dir / "aggregator" / "finalization_warning.json"
         where = " (see aggregator/finalization_warning.json)" if warning.exists() else ""
         err.print(f"[yellow]no final summary was written[/]{where}")
-        return
-    if not isinstance(summary, dict):
-        err.print("[yellow]the final summary is not a JSON object[/]")
         return
     kind, text = verdict(summary, watch=watch)
     if kind != "findings":
         style = {"healthy": "green", "not_judged": "yellow"}.get(kind, "bold red")
         out.print(f"[{style}]diagnosis:[/] {escape(printable(text))}", soft_wrap=True)
-    for f in summary.get("findings") or []:
-        if not isinstance(f, dict):
-            continue
-        out.print(f"[bold]{escape(printable(str(f.get('severity', ''))))}[/] "
-                  f"{escape(printable(str(f.get('kind', ''))))}: {escape(printable(str(f.get('summary', ''))))}")
+    for f in summary.findings:
+        out.print(f"[bold]{escape(printable(f.severity))}[/] {escape(printable(f.kind))}: "
+                  f"{escape(printable(f.summary))}")
 
 
 # Options only TraceML has (a training script is unlikely to take them): seen after SCRIPT, they were

@@ -11,6 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.filesize import decimal
 
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.settings import Settings, SettingsError, load_settings
@@ -113,6 +114,14 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, list):
         return ", ".join(str(x) for x in v)
     return str(v)
+
+
+def fmt_bytes(v: float | None, *, missing: str = "") -> str:
+    """A size in bytes as the terminal shows it, with Rich's decimal units (``1.5 GB``, ``640.0 kB``,
+    ``12 bytes``); ``missing`` for None or a negative size."""
+    if v is None or not v >= 0:
+        return missing
+    return decimal(int(v))
 
 
 def fmt_duration(seconds: float | None) -> str:

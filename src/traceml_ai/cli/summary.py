@@ -19,9 +19,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceml_ai.cli.common import UserError, err, fmt_value, one_line_errors, out, printable
+from traceml_ai.cli.common import UserError, err, fmt_bytes, fmt_value, one_line_errors, out, printable
 from traceml_ai.cli.runs import open_store
 from traceml_ai.diagnose import (
+    StepTimeSummary,
+    Summary,
     SummaryFileError,
     diagnose,
     final_summary_path,
@@ -62,7 +64,8 @@ def resolve_run(ref: str, roots: list[str] | None) -> Path:
 
 
 def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str]:
-    """The run's summary document and where it came from."""
+    """The run's summary document and where it came from: final_summary.json as written, else the
+    diagnosis of telemetry.sqlite made now (a warning first when the file cannot be used)."""
     try:
         doc = load_final_summary(run_dir)
     except SummaryFileError as e:
@@ -92,91 +95,92 @@ def summary(
     if as_json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    _print_summary(run_dir, doc, origin)
+    _print_summary(run_dir, Summary.from_dict(doc), origin)
 
 
-def _get(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}"
 
 
-def _ms(v: Any) -> str:
-    return f"{v:.2f}" if isinstance(v, (int, float)) else ""
-
-
-def _share(v: Any) -> str:
-    return f"{v * 100:.1f}%" if isinstance(v, (int, float)) else ""
+def _share(v: float | None) -> str:
+    return "" if v is None else f"{v * 100:.1f}%"
 
 
 def _bytes(v: Any) -> str:
-    if not isinstance(v, (int, float)):
-        return ""
-    if abs(v) >= 1024**3:
-        return f"{v / 1024**3:.2f} GiB"
-    return f"{v / 1024**2:.0f} MiB"
+    return fmt_bytes(v) if isinstance(v, (int, float)) else ""
 
 
-def _pct_value(v: Any) -> str:
-    return f"{v:.0f}%" if isinstance(v, (int, float)) else ""
+def _pct_value(v: float | None) -> str:
+    return "" if v is None else f"{v:.0f}%"
 
 
 def _text(v: Any) -> str:
     return printable(str(v)) if v is not None else ""
 
 
-def _steps_left_out(doc: dict[str, Any]) -> str:
+def _rank(r: int | None) -> str:
+    return "?" if r is None else str(r)
+
+
+def _steps_left_out(summary: Summary) -> str:
     """The steps that have no row by design (``steps.discarded``, ``steps.dropped_updates``), in words;
     empty when there are none or the summary does not say."""
+    counts = summary.step_counts
+    if counts is None:
+        return ""
     parts = []
-    discarded = _get(doc, "steps", "discarded")
-    if isinstance(discarded, int) and discarded > 0:
-        parts.append(f"{discarded} step(s) raised inside trace_step and were discarded")
-    updates = _get(doc, "steps", "dropped_updates")
-    if isinstance(updates, int) and updates > 0:
-        micro = _get(doc, "steps", "dropped_micro_batches")
-        held = f" of {micro} micro-batch(es)" if isinstance(micro, int) else ""
-        parts.append(f"{updates} incomplete update(s){held} at the end dropped (no optimizer step followed)")
+    if counts.discarded > 0:
+        parts.append(f"{counts.discarded} step(s) raised inside trace_step and were discarded")
+    if counts.dropped_updates > 0:
+        held = f" of {counts.dropped_micro_batches} micro-batch(es)"
+        parts.append(f"{counts.dropped_updates} incomplete update(s){held} at the end dropped "
+                     "(no optimizer step followed)")
     return "; ".join(parts)
 
 
-def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
-    head = Text()
-    head.append(printable(run_dir.name), style="bold")
+def _print_summary(run_dir: Path, summary: Summary, origin: str) -> None:
+    """The whole terminal summary: the header panel, the verdict and findings, the step-time and rank
+    tables, memory and system, and the rules that could not judge."""
+    _print_header(run_dir, summary, origin)
+    _print_verdict(summary)
+    _print_findings(summary)
+    if summary.step_time is not None:
+        _print_step_time(summary.step_time)
+    _print_resources(summary)
+    _print_abstained(summary)
+
+
+def _print_header(run_dir: Path, summary: Summary, origin: str) -> None:
     info = Table.grid(padding=(0, 2))
     info.add_column(style="dim")
     info.add_column()
-    status = _get(doc, "telemetry", "status")
+    status = summary.telemetry_status
     info.add_row("source", Text(origin))
-    info.add_row("telemetry", Text(_text(status) + (f": {_text(_get(doc, 'telemetry', 'detail'))}"
-                                                   if _get(doc, "telemetry", "detail") else ""),
+    detail = f": {_text(summary.telemetry_detail)}" if summary.telemetry_detail else ""
+    info.add_row("telemetry", Text(_text(status) + detail,
                                    style="" if status == "ok" else "yellow" if status == "degraded" else "bold red"))
-    first, last = _get(doc, "steps", "first"), _get(doc, "steps", "last")
-    span = f" (steps {first}..{last})" if first is not None else ""
-    warm = fmt_value(_get(doc, "warmup", "steps_skipped_per_rank"))
-    info.add_row("steps", Text(f"{fmt_value(_get(doc, 'steps', 'seen'))} seen{span}, "
-                               f"{fmt_value(_get(doc, 'steps', 'analysed'))} rank-steps analysed, first "
-                               f"{warm} per rank skipped as warm-up"))
-    left_out = _steps_left_out(doc)
+    span = f" (steps {summary.first_step}..{summary.last_step})" if summary.first_step is not None else ""
+    info.add_row("steps", Text(f"{fmt_value(summary.steps_seen)} seen{span}, "
+                               f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "
+                               f"{fmt_value(summary.warmup_steps)} per rank skipped as warm-up"))
+    left_out = _steps_left_out(summary)
     if left_out:
         info.add_row("", Text(left_out, style="yellow"))
-    ranks = _get(doc, "ranks", "seen") or []
-    missing = _get(doc, "ranks", "missing") or []
-    rank_text = ", ".join("?" if r is None else str(r) for r in ranks) or "none"
-    if _get(doc, "ranks", "world_size") is not None:
-        rank_text += f" (world size {_get(doc, 'ranks', 'world_size')})"
+    missing = summary.missing_ranks
+    rank_text = ", ".join(_rank(r) for r in summary.ranks) or "none"
+    if summary.world_size is not None:
+        rank_text += f" (world size {summary.world_size})"
     if missing:
         rank_text += f" (missing: {', '.join(str(r) for r in missing)})"
     info.add_row("ranks", Text(rank_text, style="bold red" if missing else ""))
-    for problem in _get(doc, "telemetry", "problems") or []:
+    for problem in summary.problems:
         info.add_row("problem", Text(_text(problem), style="yellow"))
-    out.print(Panel.fit(info, title=head, title_align="left"))
+    out.print(Panel.fit(info, title=Text(printable(run_dir.name), style="bold"), title_align="left"))
 
-    findings = [f for f in _get(doc, "findings") or [] if isinstance(f, dict)]
-    kind, text = verdict(doc)
-    if status == "degraded":
+
+def _print_verdict(summary: Summary) -> None:
+    kind, text = verdict(summary)
+    if summary.telemetry_status == "degraded":
         # Readable but cut short: the findings stand for the part that was recorded, and say so.
         out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "
                        "stopped", style="bold yellow"))
@@ -188,84 +192,83 @@ def _print_summary(run_dir: Path, doc: dict[str, Any], origin: str) -> None:
         out.print(Text(f"? {text}", style="bold yellow"))
     elif kind == "healthy":
         out.print(Text("✓ no bottleneck found", style="bold green"))
-    for f in findings:
-        sev = str(f.get("severity", ""))
+
+
+def _print_findings(summary: Summary) -> None:
+    for f in summary.findings:
         line = Text()
-        line.append(f"{sev.upper():8} ", style=SEVERITY_STYLE.get(sev, ""))
-        line.append(_text(f.get("kind")), style="bold")
-        line.append("  " + _text(f.get("summary")))
+        line.append(f"{f.severity.upper():8} ", style=SEVERITY_STYLE.get(f.severity, ""))
+        line.append(_text(f.kind), style="bold")
+        line.append("  " + _text(f.summary))
         out.print(line)
-        out.print(Text("         → " + _text(f.get("action")), style="dim"))
-        ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
-        assert isinstance(ev, dict)
-        bits = [f"{_text(ev.get('metric'))} = {fmt_value(ev.get('value'))} "
-                f"(threshold {fmt_value(ev.get('threshold'))})"]
-        if ev.get("ranks"):
-            bits.append("ranks " + ", ".join("?" if r is None else str(r) for r in ev["ranks"]))
-        if ev.get("steps"):
-            bits.append(f"steps {ev['steps'][0]}..{ev['steps'][-1]}")
+        out.print(Text("         → " + _text(f.action), style="dim"))
+        ev = f.evidence
+        bits = [f"{_text(ev.metric)} = {fmt_value(ev.value)} (threshold {fmt_value(ev.threshold)})"]
+        if ev.ranks:
+            bits.append("ranks " + ", ".join(_rank(r) for r in ev.ranks))
+        if ev.steps:
+            bits.append(f"steps {ev.steps[0]}..{ev.steps[-1]}")
         out.print(Text("           " + " · ".join(bits), style="dim"))
 
-    st = _get(doc, "step_time")
-    if isinstance(st, dict):
-        table = Table(title="step time", title_justify="left", box=None, header_style="bold")
-        for c in ("phase", "median ms", "p90 ms", "share"):
-            table.add_column(c, justify="left" if c == "phase" else "right")
-        table.add_row(Text("iteration", style="bold"), _ms(st.get("iteration_median_ms")),
-                      _ms(st.get("iteration_p90_ms")), "100%")
-        for p in st.get("phases") or []:
-            table.add_row(_text(p.get("name")), _ms(p.get("median_ms")), _ms(p.get("p90_ms")), _share(p.get("share")))
-        out.print(table)
-        tput = st.get("throughput_steps_per_s")
-        if tput is not None:
-            out.print(Text(f"throughput {tput:.3g} steps/s (slowest rank per step)", style="dim"))
-        micro = st.get("micro_batches_per_step")
-        if isinstance(micro, int) and micro > 1:
-            out.print(Text(f"{micro} micro-batches per step (gradient accumulation: one step per optimizer update)",
-                           style="dim"))
-        per_rank = st.get("per_rank") or []
-        if len(per_rank) > 1:
-            ranks_table = Table(title="ranks", title_justify="left", box=None, header_style="bold")
-            for c in ("rank", "steps", "median ms", "p90 ms", "outside backward ms"):
-                ranks_table.add_column(c, justify="right")
-            for r in per_rank:
-                worst = r.get("rank") == st.get("worst_rank")
-                ranks_table.add_row(Text(_text(r.get("rank")) + (" (slowest)" if worst else ""),
-                                         style="bold" if worst else ""),
-                                    fmt_value(r.get("steps")), _ms(r.get("median_ms")), _ms(r.get("p90_ms")),
-                                    _ms(r.get("outside_backward_median_ms")))
-            out.print(ranks_table)
-            if st.get("skew") is not None:
-                out.print(Text(f"skew: slowest rank +{st['skew'] * 100:.1f}% over the median of the others",
-                               style="dim"))
 
-    mem, system = _get(doc, "memory") or {}, _get(doc, "system") or {}
+def _print_step_time(st: StepTimeSummary) -> None:
+    table = Table(title="step time", title_justify="left", box=None, header_style="bold")
+    for c in ("phase", "median ms", "p90 ms", "share"):
+        table.add_column(c, justify="left" if c == "phase" else "right")
+    table.add_row(Text("iteration", style="bold"), _ms(st.iteration_median_ms), _ms(st.iteration_p90_ms), "100%")
+    for p in st.phases:
+        table.add_row(_text(p.name), _ms(p.median_ms), _ms(p.p90_ms), _share(p.share))
+    out.print(table)
+    if st.throughput_steps_per_s is not None:
+        out.print(Text(f"throughput {st.throughput_steps_per_s:.3g} steps/s (slowest rank per step)", style="dim"))
+    micro = st.micro_batches_per_step
+    if micro is not None and micro > 1:
+        out.print(Text(f"{micro} micro-batches per step (gradient accumulation: one step per optimizer update)",
+                       style="dim"))
+    if len(st.per_rank) > 1:
+        _print_ranks(st)
+
+
+def _print_ranks(st: StepTimeSummary) -> None:
+    table = Table(title="ranks", title_justify="left", box=None, header_style="bold")
+    for c in ("rank", "steps", "median ms", "p90 ms", "outside backward ms"):
+        table.add_column(c, justify="right")
+    for r in st.per_rank:
+        worst = r.rank == st.worst_rank
+        table.add_row(Text(_text(r.rank) + (" (slowest)" if worst else ""), style="bold" if worst else ""),
+                      fmt_value(r.steps), _ms(r.median_ms), _ms(r.p90_ms), _ms(r.outside_backward_median_ms))
+    out.print(table)
+    if st.skew is not None:
+        out.print(Text(f"skew: slowest rank +{st.skew * 100:.1f}% over the median of the others", style="dim"))
+
+
+def _print_resources(summary: Summary) -> None:
+    mem, system = summary.memory, summary.system
     lines = []
-    if mem.get("peak_alloc_bytes") is not None or mem.get("peak_reserved_bytes") is not None:
-        lines.append(f"GPU peak allocated {_bytes(mem.get('peak_alloc_bytes'))}, reserved "
-                     f"{_bytes(mem.get('peak_reserved_bytes'))} of {_bytes(mem.get('device_total_bytes')) or '?'}")
-    rss = mem.get("rss_peak_bytes") or {}
-    if rss:
-        lines.append("peak RSS " + ", ".join(f"rank {k}: {_bytes(v)}" for k, v in rss.items())
-                     + (f" (host RAM {_bytes(mem.get('ram_total_bytes'))})" if mem.get("ram_total_bytes") else ""))
-    if system.get("cpu_percent_median") is not None:
-        lines.append(f"host CPU {system['cpu_percent_median']:.0f}% median, "
-                     f"{_pct_value(system.get('cpu_percent_p90'))} p90")
-    if system.get("ram_used_fraction_max") is not None:
-        lines.append(f"host RAM used {_share(system.get('ram_used_fraction_median'))} median, "
-                     f"{_share(system.get('ram_used_fraction_max'))} max")
-    if system.get("gpu_util_median") is not None:
-        lines.append(f"{system.get('gpu_count')} GPU(s) {system['gpu_util_median']:.0f}% busy median")
+    if mem.peak_alloc_bytes is not None or mem.peak_reserved_bytes is not None:
+        lines.append(f"GPU peak allocated {_bytes(mem.peak_alloc_bytes)}, reserved "
+                     f"{_bytes(mem.peak_reserved_bytes)} of {_bytes(mem.device_total_bytes) or '?'}")
+    if mem.rss_peak_bytes:
+        lines.append("peak RSS " + ", ".join(f"rank {k}: {_bytes(v)}" for k, v in mem.rss_peak_bytes.items())
+                     + (f" (host RAM {_bytes(mem.ram_total_bytes)})" if mem.ram_total_bytes else ""))
+    if system.cpu_percent_median is not None:
+        lines.append(f"host CPU {system.cpu_percent_median:.0f}% median, {_pct_value(system.cpu_percent_p90)} p90")
+    if system.ram_used_fraction_max is not None:
+        lines.append(f"host RAM used {_share(system.ram_used_fraction_median)} median, "
+                     f"{_share(system.ram_used_fraction_max)} max")
+    if system.gpu_util_median is not None:
+        lines.append(f"{system.gpu_count} GPU(s) {system.gpu_util_median:.0f}% busy median")
     if lines:
         out.print(Text("memory & system", style="bold"))
         for item in lines:
             out.print(Text("  " + item))
-    abstained = _get(doc, "abstained") or []
-    if abstained:
+
+
+def _print_abstained(summary: Summary) -> None:
+    if summary.abstained:
         out.print(Text("not judged", style="bold dim"))
-        for a in abstained:
-            if isinstance(a, dict):
-                out.print(Text(f"  {_text(a.get('rule'))}: {_text(a.get('reason'))}", style="dim"))
+        for a in summary.abstained:
+            out.print(Text(f"  {_text(a.rule)}: {_text(a.reason)}", style="dim"))
 
 
 def _check_pct(value: float | None) -> float | None:

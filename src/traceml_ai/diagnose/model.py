@@ -27,6 +27,24 @@ class Evidence:
     ranks: tuple[int | None, ...] = ()
     steps: tuple[int, int] | None = None
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> Evidence:
+        """The evidence of a finding as :meth:`to_dict` wrote it; a wrong-typed field is "not
+        given" (empty metric, None, no ranks), never an error."""
+        d = doc if isinstance(doc, dict) else {}
+        found = d.get("ranks")
+        ranks: list[Any] = found if isinstance(found, list) else []
+        steps = d.get("steps")
+        window = ((steps[0], steps[-1]) if isinstance(steps, list) and len(steps) == 2
+                  and all(isinstance(x, int) and not isinstance(x, bool) for x in steps) else None)
+        return cls(
+            metric=d["metric"] if isinstance(d.get("metric"), str) else "",
+            value=number(d.get("value")),
+            threshold=number(d.get("threshold")),
+            ranks=tuple(r for r in ranks if r is None or (isinstance(r, int) and not isinstance(r, bool))),
+            steps=window,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
@@ -53,6 +71,23 @@ class Finding:
     evidence: Evidence
     strength: float = 1.0
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> Finding | None:
+        """A finding as :meth:`to_dict` wrote it; None when it has no text ``kind`` or no known
+        ``severity`` (the caller counts it as unreadable)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+            return None
+        severity = doc.get("severity")
+        if severity not in SEVERITIES:
+            return None
+        return cls(
+            kind=doc["kind"],
+            severity=severity,
+            summary=doc["summary"] if isinstance(doc.get("summary"), str) else "",
+            action=doc["action"] if isinstance(doc.get("action"), str) else "",
+            evidence=Evidence.from_dict(doc.get("evidence")),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -70,6 +105,13 @@ class Abstention:
     rule: str
     reason: str
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> Abstention | None:
+        """An abstention as :meth:`to_dict` wrote it; None unless ``rule`` and ``reason`` are text."""
+        if isinstance(doc, dict) and isinstance(doc.get("rule"), str) and isinstance(doc.get("reason"), str):
+            return cls(doc["rule"], doc["reason"])
+        return None
+
     def to_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "reason": self.reason}
 
@@ -85,3 +127,11 @@ def round_sig(value: float | None) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return float(f"{value:.6g}")
+
+
+def number(value: Any) -> float | None:
+    """A finite JSON number as float; anything else (text, bool, null, NaN) is None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None

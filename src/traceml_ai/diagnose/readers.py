@@ -222,14 +222,60 @@ def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connectio
         yield conn
 
 
-_STEP_COLS = "global_rank, rank, step, timestamp_unix_ns, events_json, world_size"
-_MEMORY_COLS = "global_rank, rank, step, device, timestamp_unix_ns, peak_alloc_bytes, peak_reserved_bytes, world_size"
-_PROCESS_COLS = (
+STEP_COLS = "global_rank, rank, step, timestamp_unix_ns, events_json, world_size"
+MEMORY_COLS = "global_rank, rank, step, device, timestamp_unix_ns, peak_alloc_bytes, peak_reserved_bytes, world_size"
+PROCESS_COLS = (
     "global_rank, rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, "
     "gpu_device_index, gpu_mem_used_bytes, gpu_mem_reserved_bytes, gpu_mem_total_bytes, world_size"
 )
-_SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, gpu_count"
-_GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
+SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, gpu_count"
+GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
+
+
+# -- one row → one typed sample (the full read here and the live tail in diagnose.live share them) --
+
+
+def step_sample(row: tuple[Any, ...]) -> StepSample | Literal["step", "events"]:
+    """One ``step_time_samples`` row (columns :data:`STEP_COLS`) as a :class:`StepSample`, or why it
+    cannot be used: ``"step"`` (no integer step) or ``"events"`` (``events_json`` unreadable or not an
+    object). Phase times follow the module docs (GPU, else CPU, else legacy ``duration_ms``)."""
+    g, r, step, ts, events_json = row[:5]
+    if type(step) is not int:
+        return "step"
+    try:
+        events = orjson.loads(events_json) if events_json is not None else {}
+    except orjson.JSONDecodeError:
+        return "events"
+    if type(events) is not dict:
+        return "events"
+    rank = g if type(g) is int else _int(r)
+    phases = {name: event_ms(by_device) for name, by_device in events.items()}
+    return StepSample(rank, step, ts if type(ts) is int else None, phases, _calls(events.get(schema.STEP)))
+
+
+def process_sample(row: tuple[Any, ...]) -> ProcessSample:
+    """One ``process_samples`` row (columns :data:`PROCESS_COLS`) as a :class:`ProcessSample`."""
+    g, r, host, seq, ts, cpu, rss, total, gidx, gused, gres, gtotal = row[:12]
+    return ProcessSample(_rank(g, r), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu),
+                         _num(rss), _num(total), _int(gidx), _num(gused), _num(gres), _num(gtotal))
+
+
+def system_sample(row: tuple[Any, ...]) -> SystemSample:
+    """One ``system_samples`` row (columns :data:`SYSTEM_COLS`) as a :class:`SystemSample`."""
+    g, host, seq, ts, cpu, used, total, count = row
+    return SystemSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu),
+                        _num(used), _num(total), _int(count))
+
+
+def gpu_sample(row: tuple[Any, ...]) -> GpuSample | None:
+    """One ``system_gpu_samples`` row (columns :data:`GPU_COLS`) as a :class:`GpuSample`; None
+    without an integer ``gpu_idx``."""
+    g, host, seq, ts, idx, util, used, total = row
+    gpu_idx = _int(idx)
+    if gpu_idx is None:
+        return None
+    return GpuSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), gpu_idx, _num(util),
+                     _num(used), _num(total))
 
 
 def _select(
@@ -304,25 +350,18 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
 
     steps: dict[tuple[int | None, int], StepSample] = {}
     bad_step, bad_events = 0, 0
-    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, _STEP_COLS, problems, where, params)
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    for g, r, step, ts, events_json, ws in step_rows:
+    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, STEP_COLS, problems, where, params)
+    for row in step_rows:
+        ws = row[-1]
         if type(ws) is int:
             world_sizes.add(ws)
-        if type(step) is not int:
+        sample = step_sample(row)
+        if type(sample) is StepSample:
+            steps[(sample.rank, sample.step)] = sample
+        elif sample == "step":
             bad_step += 1
-            continue
-        try:
-            events = loads(events_json) if events_json is not None else {}
-        except decode_error:
-            events = None
-        if type(events) is not dict:
+        else:
             bad_events += 1
-            continue
-        rank = g if type(g) is int else _int(r)
-        phases = {name: event_ms(by_device) for name, by_device in events.items()}
-        steps[(rank, step)] = StepSample(rank, step, ts if type(ts) is int else None, phases,
-                                         _calls(events.get(schema.STEP)))
     if bad_step:
         problems.append(f"{bad_step} step_time row(s) without an integer step left out")
     if bad_events:
@@ -330,7 +369,7 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
 
     memory: dict[tuple[int | None, str | None, int], MemorySample] = {}
     for g, r, step, device, ts, alloc, reserved, ws in _select(
-        conn, schema.STEP_MEMORY_SAMPLES.name, _MEMORY_COLS, problems, where, params
+        conn, schema.STEP_MEMORY_SAMPLES.name, MEMORY_COLS, problems, where, params
     ):
         if type(ws) is int:
             world_sizes.add(ws)
@@ -342,30 +381,15 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
         memory[(rank, dev, step_no)] = MemorySample(rank, step_no, dev, _int(ts), _num(alloc), _num(reserved))
 
     process = []
-    for row in _select(conn, schema.PROCESS_SAMPLES.name, _PROCESS_COLS, problems):
-        g, r, host, seq, ts, cpu, rss, total, gidx, gused, gres, gtotal, ws = row
+    for row in _select(conn, schema.PROCESS_SAMPLES.name, PROCESS_COLS, problems):
+        ws = row[-1]
         if type(ws) is int:
             world_sizes.add(ws)
-        process.append(
-            ProcessSample(
-                _rank(g, r), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu), _num(rss),
-                _num(total), _int(gidx), _num(gused), _num(gres), _num(gtotal),
-            )
-        )
+        process.append(process_sample(row))
 
-    system = [
-        SystemSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu), _num(used),
-                     _num(total), _int(count))
-        for g, host, seq, ts, cpu, used, total, count in _select(conn, schema.SYSTEM_SAMPLES.name, _SYSTEM_COLS,
-                                                                 problems)
-    ]
-    gpus = [
-        GpuSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), idx, _num(util),
-                  _num(used), _num(total))
-        for g, host, seq, ts, idx, util, used, total in _select(conn, schema.SYSTEM_GPU_SAMPLES.name, _GPU_COLS,
-                                                                problems)
-        if _int(idx) is not None
-    ]
+    system = [system_sample(row) for row in _select(conn, schema.SYSTEM_SAMPLES.name, SYSTEM_COLS, problems)]
+    gpus = [g for row in _select(conn, schema.SYSTEM_GPU_SAMPLES.name, GPU_COLS, problems)
+            if (g := gpu_sample(row)) is not None]
     peaks = tuple(
         MemoryPeak(_rank(g, r), device if isinstance(device, str) else None, _num(alloc), _num(reserved),
                    _int(first), _int(last))

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 import numpy as np
 import orjson
 
-from traceml_ai.diagnose.model import Abstention, Finding, order_findings, round_sig
+from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup
 from traceml_ai.diagnose.stats import median, percentile
@@ -183,11 +183,58 @@ class Summary:
         """No warning or critical finding."""
         return not any(f.severity != "info" for f in self.findings)
 
+    @property
+    def missing_ranks(self) -> list[int]:
+        """The ranks below ``world_size`` that sent nothing (empty when the world size is unknown)."""
+        return [r for r in range(self.world_size) if r not in self.ranks] if self.world_size is not None else []
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Summary:
+        """The summary a final_summary.json document (shape: :meth:`to_dict`) holds.
+
+        Tolerant like every reader of a run file: a missing or wrong-typed field is "not given"
+        (None, 0, empty), an unknown telemetry status reads as ``unreadable``, and findings or
+        abstentions that cannot be read are left out and counted in ``problems``. Never raises.
+        """
+        tel, steps, ranks = _obj(doc.get("telemetry")), _obj(doc.get("steps")), _obj(doc.get("ranks"))
+        found = tel.get("status")
+        status = cast(TelemetryStatus, found if found in get_args(TelemetryStatus) else "unreadable")
+        problems = [p for p in _items(tel.get("problems")) if isinstance(p, str)]
+        findings = [Finding.from_dict(f) for f in _items(doc.get("findings"))]
+        abstained = [Abstention.from_dict(a) for a in _items(doc.get("abstained"))]
+        for what, parsed in (("finding", findings), ("abstention", abstained)):
+            bad = sum(1 for x in parsed if x is None)
+            if bad:
+                problems.append(f"{bad} {what}(s) in the summary could not be read and are left out")
+        rows = _obj(tel.get("rows"))
+        return cls(
+            schema_version=_int(doc.get("schema_version")) or SCHEMA_VERSION,
+            generated_at=str(doc.get("generated_at") or ""),
+            source=str(tel.get("source") or ""),
+            telemetry_status=status,
+            telemetry_detail=tel["detail"] if isinstance(tel.get("detail"), str) else None,
+            row_counts={k: v for k, v in rows.items() if isinstance(k, str) and _int(v) is not None},
+            problems=tuple(problems),
+            steps_seen=_int(steps.get("seen")) or 0,
+            first_step=_int(steps.get("first")),
+            last_step=_int(steps.get("last")),
+            ranks=tuple(r for r in _items(ranks.get("seen")) if r is None or _int(r) is not None),
+            world_size=_int(ranks.get("world_size")),
+            warmup_steps=_int(_obj(doc.get("warmup")).get("steps_skipped_per_rank")) or 0,
+            steps_analysed=_int(steps.get("analysed")) or 0,
+            sampled_every=_int(steps.get("sampled_every")) or 1,
+            step_time=_step_time_from(doc.get("step_time")),
+            memory=_memory_from(_obj(doc.get("memory"))),
+            system=_system_from(_obj(doc.get("system"))),
+            findings=tuple(f for f in findings if f is not None),
+            abstained=tuple(a for a in abstained if a is not None),
+            rules_checked=tuple(r for r in _items(doc.get("rules_checked")) if isinstance(r, str)),
+            step_counts=_step_counts_from(steps),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of final_summary.json (every number rounded to 6 significant digits)."""
-        missing = (
-            [r for r in range(self.world_size) if r not in self.ranks] if self.world_size is not None else []
-        )
+        missing = self.missing_ranks
         st = self.step_time
         return {
             "schema_version": self.schema_version,
@@ -257,12 +304,84 @@ class Summary:
         }
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _step_time_from(value: Any) -> StepTimeSummary | None:
+    if not isinstance(value, dict):
+        return None
+    phases = tuple(
+        PhaseStats(p["name"], number(p.get("median_ms")), number(p.get("p90_ms")), number(p.get("share")),
+                   _int(p.get("steps")) or 0)
+        for p in _items(value.get("phases")) if isinstance(p, dict) and isinstance(p.get("name"), str)
+    )
+    per_rank = tuple(
+        RankStats(_int(r.get("rank")), _int(r.get("steps")) or 0, number(r.get("median_ms")),
+                  number(r.get("p90_ms")), number(r.get("outside_backward_median_ms")))
+        for r in _items(value.get("per_rank")) if isinstance(r, dict)
+    )
+    return StepTimeSummary(
+        iteration_median_ms=number(value.get("iteration_median_ms")),
+        iteration_p90_ms=number(value.get("iteration_p90_ms")),
+        throughput_steps_per_s=number(value.get("throughput_steps_per_s")),
+        phases=phases,
+        per_rank=per_rank,
+        worst_rank=_int(value.get("worst_rank")),
+        skew=number(value.get("skew")),
+        dataloader_outside_step=_int(value.get("dataloader_outside_step")) or 0,
+        micro_batches_per_step=_int(value.get("micro_batches_per_step")),
+        iteration_p95_ms=number(value.get("iteration_p95_ms")),
+    )
+
+
+def _memory_from(m: dict[str, Any]) -> MemorySummary:
+    rss = {k: n for k, v in _obj(m.get("rss_peak_bytes")).items() if (n := number(v)) is not None}
+    return MemorySummary(
+        device=m["device"] if isinstance(m.get("device"), str) else None,
+        peak_alloc_bytes=number(m.get("peak_alloc_bytes")),
+        peak_reserved_bytes=number(m.get("peak_reserved_bytes")),
+        device_total_bytes=number(m.get("device_total_bytes")),
+        rss_peak_bytes=rss,
+        ram_total_bytes=number(m.get("ram_total_bytes")),
+    )
+
+
+def _system_from(s: dict[str, Any]) -> SystemSummary:
+    return SystemSummary(
+        samples=_int(s.get("samples")) or 0,
+        cpu_percent_median=number(s.get("cpu_percent_median")),
+        cpu_percent_p90=number(s.get("cpu_percent_p90")),
+        ram_used_fraction_median=number(s.get("ram_used_fraction_median")),
+        ram_used_fraction_max=number(s.get("ram_used_fraction_max")),
+        gpu_count=_int(s.get("gpu_count")) or 0,
+        gpu_util_median=number(s.get("gpu_util_median")),
+        gpu_util_p90=number(s.get("gpu_util_p90")),
+        gpu_util_mean=number(s.get("gpu_util_mean")),
+    )
+
+
+def _step_counts_from(steps: dict[str, Any]) -> StepCounts | None:
+    counts = {k: _int(steps.get(k)) for k in ("discarded", "dropped_updates", "dropped_micro_batches")}
+    if all(v is None for v in counts.values()):
+        return None
+    return StepCounts(counts["discarded"] or 0, counts["dropped_updates"] or 0, counts["dropped_micro_batches"] or 0)
+
+
 STEP_RULES = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
 """The rules that judge where the step time goes: "no bottleneck found" needs one of them to have judged."""
 
 
-def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
-    """The one-line verdict of a final_summary.json document (shape: :meth:`Summary.to_dict`).
+def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:
+    """The one-line verdict of a run's summary (e.g. :func:`read_final_summary`).
 
     Returns ``(kind, text)``: ``findings`` (a warning or critical finding; the text says how
     many), ``healthy`` ("no bottleneck found": a step-time rule judged and found nothing),
@@ -271,20 +390,15 @@ def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
     telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason.
     A partial (degraded) telemetry still gets one of the first three; the caller says it is partial.
     """
-    telemetry = doc.get("telemetry") if isinstance(doc.get("telemetry"), dict) else {}
-    status = telemetry.get("status") if isinstance(telemetry, dict) else None
-    if status not in (None, "ok", "degraded"):
+    if summary.telemetry_status not in ("ok", "degraded"):
         return "no_verdict", "no verdict: the telemetry could not be read"
-    findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
-    serious = [f for f in findings if f.get("severity") in ("warning", "critical")]
+    serious = [f for f in summary.findings if f.severity in ("warning", "critical")]
     if serious:
         return "findings", f"{len(serious)} finding{'s' if len(serious) != 1 else ''}"
-    checked = [r for r in doc.get("rules_checked") or [] if isinstance(r, str)]
-    steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
-    seen = steps.get("seen") if isinstance(steps, dict) else None
+    seen = summary.steps_seen
     # A rule listed as checked judged nothing when no step was timed (a summary written from what an
     # aggregator that died had committed): that is never a green verdict.
-    if seen and any(r in STEP_RULES for r in checked):
+    if seen and any(r in STEP_RULES for r in summary.rules_checked):
         return "healthy", "no bottleneck found"
     if watch:
         why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
@@ -292,8 +406,7 @@ def verdict(doc: dict[str, Any], *, watch: bool = False) -> tuple[str, str]:
         why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
                "or it ended before its first step)")
     else:
-        reasons = [str(a.get("reason")) for a in doc.get("abstained") or []
-                   if isinstance(a, dict) and a.get("rule") in STEP_RULES and a.get("reason")]
+        reasons = [a.reason for a in summary.abstained if a.rule in STEP_RULES and a.reason]
         why = reasons[0] if reasons else "no step-time rule had the data to judge"
     return "not_judged", f"not judged: {why}"
 
@@ -539,6 +652,14 @@ def write_final_summary(
         summary = dataclasses.replace(summary, step_counts=counted)
     write_atomic(target, dumps(summary))
     return target
+
+
+def read_final_summary(run_dir: str | os.PathLike[str]) -> Summary | None:
+    """The typed :class:`Summary` of ``<run_dir>/aggregator/final_summary.json`` (see
+    :meth:`Summary.from_dict`), or None when the run has none. Errors as :func:`load_final_summary`.
+    """
+    doc = load_final_summary(run_dir)
+    return None if doc is None else Summary.from_dict(doc)
 
 
 def load_final_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

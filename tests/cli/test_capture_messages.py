@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import run_traceml
-from traceml_ai.diagnose.summary import verdict
+from traceml_ai.diagnose.summary import Summary
+from traceml_ai.diagnose.summary import verdict as summary_verdict
+
+
+def verdict(doc: dict[str, Any]) -> tuple[str, str]:
+    """The verdict of a final_summary.json document as the commands read it (the typed reader)."""
+    return summary_verdict(Summary.from_dict(doc))
 
 ARGPARSE_SCRIPT = """
 import argparse
@@ -79,7 +86,7 @@ def test_verdict_is_green_only_when_a_step_rule_judged() -> None:
     kind, text = verdict({**base, "rules_checked": ["cpu_pressure"],
                           "abstained": [{"rule": "input_bound", "reason": "no dataloader events were recorded"}]})
     assert (kind, text) == ("not_judged", "not judged: no dataloader events were recorded")
-    kind, _ = verdict({**base, "rules_checked": [], "findings": [{"severity": "warning"}]})
+    kind, _ = verdict({**base, "rules_checked": [], "findings": [{"kind": "input_bound", "severity": "warning"}]})
     assert kind == "findings"
     assert verdict({**base, "telemetry": {"status": "corrupt"}, "rules_checked": []})[0] == "no_verdict"
 

@@ -9,8 +9,12 @@ Everything is read from the run folder's ``aggregator/`` files, read-only:
   the iteration and ``other`` times per step come from :mod:`traceml_ai.diagnose.timeline` and the
   per-rank medians from :func:`traceml_ai.diagnose.summary.summarise`, the same math the final
   summary uses;
-- ``final_summary.json`` (the findings), ``finalization_warning.json`` (its ``summary`` lines);
-- the last :data:`LOG_TAIL_LINES` lines of each ``rank_<g>.log``.
+- ``final_summary.json`` (the findings) through :func:`traceml_ai.diagnose.summary.read_final_summary`;
+- ``manifest.json``, ``finalization_warning.json`` (its ``summary`` lines) and the last
+  :data:`LOG_TAIL_LINES` lines of each ``rank_<g>.log`` through :mod:`traceml_ai.runs.aggregator_files`.
+
+This module opens no run file itself (DESIGN §1): it lists the ``aggregator/`` folder, asks those
+readers, and shapes their typed answers into the JSON of the page.
 
 A run without an ``aggregator/`` folder answers ``state: "none"``; a database that is missing,
 empty, corrupt or locked answers that ``state`` plus a warning, never an error. Every series is
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import time
 from collections import OrderedDict, defaultdict
@@ -35,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
 from traceml_ai.diagnose.summary import (
@@ -44,36 +46,31 @@ from traceml_ai.diagnose.summary import (
     TELEMETRY_DB,
     Summary,
     SummaryFileError,
-    load_final_summary,
+    read_final_summary,
     summarise,
 )
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import ITERATION, build_step_table
+from traceml_ai.runs.aggregator_files import (
+    FINALIZATION_WARNING,
+    MANIFEST,
+    RANK_LOG,
+    rank_log_order,
+    read_finalization_warning,
+    read_manifest,
+    read_rank_log_tail,
+)
 from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.runs.safeio import open_regular
 from traceml_ai.runs.series import downsample_indices
 
 MAX_POINTS = 2000
 """Points per chart (steps or snapshots), after min/max downsampling."""
 LOG_TAIL_LINES = 500
 """Lines sent of each rank log (its last ones)."""
-LOG_TAIL_MAX_BYTES = 1024 * 1024
-"""At most this much of the end of a rank log is read for its tail (longer lines are cut)."""
-MAX_LINE_CHARS = 4000
-"""A log line longer than this is cut (with a marker), so one huge line cannot bloat the answer."""
-FINALIZATION_WARNING = "finalization_warning.json"
-MANIFEST = "manifest.json"
-MAX_JSON_BYTES = 16 * 1024 * 1024
 LIVE_MIN_INTERVAL_S = 1.0
 CACHE_RUNS = 16
 LIVE_STATUSES = ("running", "running?")
-
-_RANK_LOG = re.compile(r"^rank_(\d+|unknown)\.log$")
-_STREAM_PREFIXES = (("stdout | ", "stdout"), ("stderr | ", "stderr"))
-# Terminal control sequences (colours, cursor moves) a script printed: shown raw they read as
-# "[31mred[0m"; the page shows the text without them (the rank log on disk keeps them).
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 Stamp = tuple[str, int, int]
 
@@ -152,17 +149,19 @@ class TelemetryViews:
             return out
         warnings: list[str] = out["warnings"]
         names = {name for name, _, _ in stamps}
-        out["manifest"] = _manifest(agg, warnings) if MANIFEST in names else None
-        out["finalization"] = _finalization(agg, warnings) if FINALIZATION_WARNING in names else None
-        final: dict[str, Any] | None = None
+        manifest = read_manifest(agg, warnings) if MANIFEST in names else None
+        out["manifest"] = None if manifest is None else manifest.to_dict()
+        lost = read_finalization_warning(agg, warnings) if FINALIZATION_WARNING in names else None
+        out["finalization"] = None if lost is None else {"summary": list(lost.summary)}
+        final: Summary | None = None
         if FINAL_SUMMARY in names:
             try:
-                final = load_final_summary(run_dir)
+                final = read_final_summary(run_dir)
             except (SummaryFileError, OSError) as err:
                 warnings.append(f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}: {err}")
         out["logs"] = [
-            _log_tail(os.path.join(agg, name), name, self.tail_lines, warnings)
-            for name in sorted((n for n in names if _RANK_LOG.match(n)), key=_log_order)
+            read_rank_log_tail(agg, name, self.tail_lines, warnings).to_dict()
+            for name in sorted((n for n in names if RANK_LOG.match(n)), key=rank_log_order)
         ]
 
         telemetry: Telemetry | None = None
@@ -355,56 +354,41 @@ def _rank_text(rank: int | None) -> str:
 # -- diagnoses and ranks -------------------------------------------------------------------------
 
 
-def _diagnoses(final: dict[str, Any] | None, live: Summary | None) -> dict[str, Any] | None:
+def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | None:
     """The findings of final_summary.json, or (a live run, or no summary written) the rules run
     over the telemetry read now, marked ``source: "live"``."""
-    doc: dict[str, Any]
     if final is not None:
-        doc, source = final, "final_summary"
+        summary, source = final, "final_summary"
     elif live is not None:
-        doc, source = live.to_dict(), "live"
+        summary, source = live, "live"
     else:
         return None
-    found = doc.get("telemetry")
-    tel: dict[str, Any] = found if isinstance(found, dict) else {}
-    findings = [f for f in _list(doc.get("findings")) if isinstance(f, dict)]
+    doc = summary.to_dict()
     return {
         "source": source,
-        "generated_at": doc.get("generated_at"),
-        "status": tel.get("status"),
-        "detail": tel.get("detail"),
-        "problems": [p for p in _list(tel.get("problems")) if isinstance(p, str)],
-        "findings": findings,
-        "abstained": [a for a in _list(doc.get("abstained")) if isinstance(a, dict)],
-        "rules_checked": [r for r in _list(doc.get("rules_checked")) if isinstance(r, str)],
-        "healthy": not any(f.get("severity") in ("warning", "critical") for f in findings),
-        "steps": doc.get("steps") if isinstance(doc.get("steps"), dict) else None,
-        "ranks": doc.get("ranks") if isinstance(doc.get("ranks"), dict) else None,
+        "generated_at": summary.generated_at,
+        "status": summary.telemetry_status,
+        "detail": summary.telemetry_detail,
+        "problems": list(summary.problems),
+        "findings": doc["findings"],
+        "abstained": doc["abstained"],
+        "rules_checked": list(summary.rules_checked),
+        "healthy": summary.healthy,
+        "steps": doc["steps"],
+        "ranks": doc["ranks"],
     }
 
 
-def _ranks(final: dict[str, Any] | None, live: Summary | None) -> dict[str, Any] | None:
+def _ranks(final: Summary | None, live: Summary | None) -> dict[str, Any] | None:
     """Per-rank median iteration and work outside backward (ms) for the skew view: the final
     summary's when the run has one, else the live summary's."""
-    st: Any = None
-    if final is not None:
-        st = final.get("step_time")
-    elif live is not None:
-        st = live.to_dict().get("step_time")
-    if not isinstance(st, dict) or not isinstance(st.get("per_rank"), list):
+    summary = final if final is not None else live
+    st = None if summary is None else summary.to_dict()["step_time"]
+    if st is None:
         return None
-    per_rank = [
-        {k: r.get(k) for k in ("rank", "steps", "median_ms", "p90_ms", "outside_backward_median_ms")}
-        for r in st["per_rank"] if isinstance(r, dict)
-    ]
-    return {"per_rank": per_rank, "worst_rank": st.get("worst_rank"), "skew": st.get("skew"),
-            "iteration_median_ms": st.get("iteration_median_ms"),
-            "throughput_steps_per_s": st.get("throughput_steps_per_s"),
-            "phases": [p for p in _list(st.get("phases")) if isinstance(p, dict)]}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+    return {"per_rank": st["per_rank"], "worst_rank": st["worst_rank"], "skew": st["skew"],
+            "iteration_median_ms": st["iteration_median_ms"],
+            "throughput_steps_per_s": st["throughput_steps_per_s"], "phases": st["phases"]}
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -428,7 +412,7 @@ def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
         return (), real, f"{AGGREGATOR_DIR}/ cannot be listed ({err})"
     skipped: list[str] = []
     for name in names:
-        if name not in wanted and not _RANK_LOG.match(name):
+        if name not in wanted and not RANK_LOG.match(name):
             continue
         st, reason = stat_confined(os.path.join(real, name), run_dir)
         if st is not None:
@@ -436,87 +420,3 @@ def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
         else:  # a FIFO, a device, a link leaving the run folder: said, not silently left out
             skipped.append(f"{AGGREGATOR_DIR}/{name}: {reason or 'not a regular file'}; not read")
     return tuple(out), real, ("; ".join(skipped[:5]) or None)
-
-
-def _log_order(name: str) -> tuple[bool, int]:
-    m = _RANK_LOG.match(name)
-    rank = m.group(1) if m else "unknown"
-    return (rank == "unknown", int(rank) if rank.isdigit() else 0)
-
-
-def _read_json(path: str, name: str, warnings: list[str]) -> dict[str, Any] | None:
-    try:
-        with open_regular(os.path.realpath(path)) as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-    except OSError as err:
-        warnings.append(f"{AGGREGATOR_DIR}/{name}: cannot be read ({err})")
-        return None
-    if len(data) > MAX_JSON_BYTES:
-        warnings.append(f"{AGGREGATOR_DIR}/{name}: larger than {MAX_JSON_BYTES // (1024 * 1024)} MB, not read")
-        return None
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as err:
-        warnings.append(f"{AGGREGATOR_DIR}/{name}: not valid JSON ({err})")
-        return None
-    if not isinstance(doc, dict):
-        warnings.append(f"{AGGREGATOR_DIR}/{name}: not a JSON object")
-        return None
-    return doc
-
-
-def _manifest(agg: str, warnings: list[str]) -> dict[str, Any] | None:
-    doc = _read_json(os.path.join(agg, MANIFEST), MANIFEST, warnings)
-    if doc is None:
-        return None
-    keys = ("session_id", "status", "world_size", "nnodes", "nproc_per_node", "mode", "started_at_ns",
-            "ended_at_ns", "exit_code", "hostname")
-    return {k: doc.get(k) for k in keys if isinstance(doc.get(k), (str, int, float, type(None)))}
-
-
-def _finalization(agg: str, warnings: list[str]) -> dict[str, Any] | None:
-    """The loss lines of finalization_warning.json (what was lost during capture)."""
-    doc = _read_json(os.path.join(agg, FINALIZATION_WARNING), FINALIZATION_WARNING, warnings)
-    if doc is None:
-        return None
-    lines = [s for s in _list(doc.get("summary")) if isinstance(s, str)]
-    return {"summary": lines}
-
-
-def _log_tail(path: str, name: str, tail_lines: int, warnings: list[str]) -> dict[str, Any]:
-    """The last ``tail_lines`` lines of one rank log, each as ``[stream, text]`` (stream ``stdout``,
-    ``stderr``, or null for a line without a prefix)."""
-    m = _RANK_LOG.match(name)
-    rank = m.group(1) if m else "unknown"
-    entry: dict[str, Any] = {"rank": rank, "name": name, "lines": [], "size": None, "truncated": False}
-    try:
-        with open_regular(os.path.realpath(path)) as f:
-            size = os.fstat(f.fileno()).st_size
-            entry["size"] = size
-            start = max(0, size - LOG_TAIL_MAX_BYTES)
-            f.seek(start)
-            data = f.read(size - start)
-    except OSError as err:
-        warnings.append(f"{AGGREGATOR_DIR}/{name}: cannot be read ({err})")
-        return entry
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline after the last line
-    if start > 0 and lines:
-        lines.pop(0)  # began mid-line
-    entry["truncated"] = start > 0 or len(lines) > tail_lines
-    out = []
-    for line in lines[-tail_lines:]:
-        line = line.rstrip("\r")
-        stream = None
-        for prefix, which in _STREAM_PREFIXES:
-            if line.startswith(prefix):
-                stream, line = which, line[len(prefix):]
-                break
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS] + f" … [{len(line) - MAX_LINE_CHARS:,} more characters]"
-        out.append([stream, line])
-    entry["lines"] = out
-    return entry

@@ -63,7 +63,7 @@ from traceml_ai.runs.rundb import (
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import atomic_write, iso_utc
-from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png, set_png_dpi
+from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png
 
 UI_STATE_FILE: Final = "ui-state.json"
 HIDDEN_RUNS_FILE: Final = "hidden-runs.json"
@@ -712,7 +712,6 @@ __all__ = [
     "plot_name",
     "png_dpi",
     "render_chart_png",
-    "set_png_dpi",
     "slugify",
     "table_export_name",
 ]

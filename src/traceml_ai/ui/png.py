@@ -2,7 +2,7 @@
 data the chart shows; 003 seed, "Exporting chart data").
 
 Drawn with matplotlib's Agg canvas (no pyplot, no global state) in the viewer's dark theme, from the
-same data as the page (:mod:`traceml_ai.runs.analysis`); :func:`set_png_dpi` stamps the ``pHYs``
+same data as the page (:mod:`traceml_ai.runs.analysis`); ``savefig(dpi=300)`` writes the ``pHYs``
 chunk and :func:`png_dpi` reads it back. matplotlib is imported only when a PNG is drawn. Writing the
 file is :mod:`traceml_ai.ui.cache`'s job, never this module's.
 """
@@ -59,25 +59,6 @@ def png_dpi(data: bytes) -> float | None:
     return None
 
 
-def set_png_dpi(data: bytes, dpi: float) -> bytes:
-    """``data`` with exactly one ``pHYs`` chunk saying ``dpi`` (pixels per metre, unit 1), placed
-    right after ``IHDR``.
-
-    Raises:
-        ValueError: ``data`` is not a PNG.
-    """
-    chunks = _png_chunks(data)
-    if not chunks or chunks[0][0] != b"IHDR":
-        raise ValueError("not a PNG image")
-    ppm = round(dpi / 0.0254)
-    phys = (b"pHYs", struct.pack(">IIB", ppm, ppm, 1))
-    kept = [c for c in chunks if c[0] != b"pHYs"]
-    out = [_PNG_SIGNATURE]
-    for kind, body in [kept[0], phys, *kept[1:]]:
-        out.append(struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body)))
-    return b"".join(out)
-
-
 def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]] | None:
     if not data.startswith(_PNG_SIGNATURE):
         return None
@@ -123,7 +104,7 @@ def render_chart_png(
     max_points: int = DEFAULT_MAX_POINTS,
     theme: Theme = "dark",
 ) -> bytes:
-    """Draw a chart as PNG bytes at 300 DPI with ``pHYs`` set (DESIGN §4: the PNG is rendered
+    """Draw a chart as PNG bytes at 300 DPI (``pHYs`` written by matplotlib's ``savefig``; DESIGN §4: the PNG is rendered
     server-side from the data the chart shows).
 
     - line: one panel per metric; per run the downsampled series (:func:`~traceml_ai.runs.analysis.
@@ -161,7 +142,7 @@ def render_chart_png(
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
-    return set_png_dpi(buffer.getvalue(), PNG_DPI)
+    return buffer.getvalue()
 
 
 def _style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
@@ -324,4 +305,4 @@ def _draw_box(ax: Axes, spec: BoxSpec, runs: Sequence[RunSummary], colors: Mappi
     ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
 
 
-__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "set_png_dpi"]
+__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png"]

@@ -104,8 +104,8 @@ def render_chart_png(
     max_points: int = DEFAULT_MAX_POINTS,
     theme: Theme = "dark",
 ) -> bytes:
-    """Draw a chart as PNG bytes at 300 DPI (``pHYs`` written by matplotlib's ``savefig``; DESIGN §4: the PNG is rendered
-    server-side from the data the chart shows).
+    """Draw a chart as PNG bytes at 300 DPI (``pHYs`` written by matplotlib's ``savefig``; DESIGN §4:
+    the PNG is rendered server-side from the data the chart shows).
 
     - line: one panel per metric; per run the downsampled series (:func:`~traceml_ai.runs.analysis.
       line_points`), faded with the EMA drawn over it when ``ema`` > 0; with ``group_by`` one mean

@@ -247,3 +247,13 @@ def test_a_wrong_token_beside_a_right_one_is_refused(viewer: Viewer) -> None:
     assert client.get("/api/runs").status_code == 200
     assert client.get("/api/runs", headers={"x-traceml-token": "bad"}).status_code == 403
     assert client.get("/api/runs", headers={"x-traceml-token": TOKEN}).status_code == 200
+
+
+@pytest.mark.parametrize("order", [("bad", TOKEN), (TOKEN, "bad")])
+def test_a_repeated_token_header_with_one_wrong_value_is_refused(viewer: Viewer, order: tuple[str, str]) -> None:
+    """Two ``X-TraceML-Token`` headers, one of them wrong: refused whichever comes first (one
+    parser used to keep only the last, another only the first)."""
+    client = client_for(viewer)
+    headers = [("x-traceml-token", order[0]), ("x-traceml-token", order[1])]
+    assert client.get("/api/runs", headers=headers).status_code == 403
+    assert client.get("/api/runs", headers=[("x-traceml-token", TOKEN)] * 2).status_code == 200

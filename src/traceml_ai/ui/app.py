@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from traceml_ai.ui.api import routes
-from traceml_ai.ui.auth import GuardMiddleware
+from traceml_ai.ui.auth import GuardMiddleware, guard
 from traceml_ai.ui.service import Viewer
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -56,4 +56,4 @@ def create_app(
     if static_dir.is_dir():
         app_routes.append(Mount("/static", StaticFiles(directory=static_dir), name="static"))
     app = Starlette(routes=app_routes, lifespan=lifespan)
-    return GuardMiddleware(app, token, allowed_hosts)
+    return guard(app, token, allowed_hosts)

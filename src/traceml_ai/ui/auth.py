@@ -7,8 +7,9 @@
   goes only to a path on this server (``//evil.example/?token=T`` lands on ``/evil.example/``).
 - The cookie is named per port (``traceml_token_<port>``): browsers send cookies to every port of
   a host, so two viewers in one browser must not overwrite each other's.
-- A Host header other than the viewer's own address is refused, an empty one too (DNS-rebinding
-  guard).
+- A Host header other than the viewer's own address (name and port) is refused, an empty one too
+  (DNS-rebinding guard). This exact ``name:port`` check runs first; Starlette's
+  ``TrustedHostMiddleware`` behind it checks the name again (:func:`guard`).
 - Requests other pages make: a request whose ``Origin`` is not this viewer's, or that the browser
   marks as coming from another site or another port (``Sec-Fetch-Site: same-site`` or
   ``cross-site``, other than a top-level navigation) is refused. Every state-changing request
@@ -19,16 +20,21 @@
 - Every response carries a strict Content-Security-Policy: only the app's own scripts, styles and
   connections; no inline scripts or event handlers, no remote resources, no framing.
 
-A pure ASGI middleware (not Starlette's BaseHTTPMiddleware) so server-sent events stream untouched.
+A pure ASGI middleware (not Starlette's BaseHTTPMiddleware) so server-sent events stream untouched;
+headers, cookies and the query string are parsed by Starlette (``HTTPConnection``).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable
-from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import quote, urlencode
+
+from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp as StarletteApp
 
 COOKIE = "traceml_token"
 """The cookie's name prefix; the name is ``traceml_token_<port>`` (:func:`cookie_name`)."""
@@ -101,7 +107,8 @@ class GuardMiddleware:
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
             await _plain(send, 400, "bad request: the path holds a control character")
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        conn = HTTPConnection(scope)
+        headers = conn.headers
         host = headers.get("host", "").strip().lower()  # host names are case-insensitive
         if not host or host not in {h.lower() for h in self.allowed_hosts()}:
             await _plain(send, 403, "forbidden: this viewer only answers requests addressed to itself")
@@ -110,31 +117,30 @@ class GuardMiddleware:
         if refusal is not None:
             await _plain(send, 403, f"forbidden: {refusal}")
             return
-        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        query = dict(pairs)
         cookie = cookie_name(host)
-        if "token" in query:
+        given = conn.query_params.getlist("token")
+        if given:
             # Every token given must be this viewer's: ``?token=bad&token=GOOD`` is refused too.
-            if not all(_token_matches(v, self.token) for k, v in pairs if k == "token"):
+            if not all(_token_matches(v, self.token) for v in given):
                 await _plain(send, 403, "forbidden: that token is not this viewer's (open the URL of `traceml ui`)")
                 return
             if path.startswith("/api/"):
                 # A script calling the API with ?token= gets the data, not a redirect.
                 await self._call(scope, receive, send, headers, by_cookie=False)
                 return
-            rest = {k: v for k, v in query.items() if k != "token"}
+            rest = {k: v for k, v in conn.query_params.multi_items() if k != "token"}
             location = same_server_location(path, urlencode(rest))
             value = f"{cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
             await _send(send, 303, b"", [(b"location", location.encode("latin-1")), (b"set-cookie", value.encode())])
             return
-        way = self._authorised(headers, cookie)
+        way = self._authorised(conn, cookie)
         if way is None:
             await _plain(send, 403, "forbidden: open the URL printed by `traceml ui` (it carries the token)")
             return
         await self._call(scope, receive, send, headers, by_cookie=way == "cookie")
 
     async def _call(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any],
-                    headers: dict[str, str], *, by_cookie: bool) -> None:
+                    headers: Headers, *, by_cookie: bool) -> None:
         method = str(scope.get("method", "GET")).upper()
         if method in STATE_CHANGING:
             media = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -148,21 +154,31 @@ class GuardMiddleware:
                 return
         await self.app(scope, receive, _with_security_headers(send))
 
-    def _authorised(self, headers: dict[str, str], cookie_key: str) -> str | None:
+    def _authorised(self, conn: HTTPConnection, cookie_key: str) -> str | None:
         """``"header"`` or ``"cookie"``: how the request proved it holds the token; None: it did not."""
-        if HEADER in headers:  # a wrong header is refused even beside a valid cookie
-            return "header" if _token_matches(headers[HEADER], self.token) else None
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:
-            return None
-        if cookie_key in cookie and _token_matches(cookie[cookie_key].value, self.token):
+        sent = conn.headers.getlist(HEADER)
+        if sent:  # a wrong header is refused even beside a valid cookie or another, right header
+            return "header" if all(_token_matches(v, self.token) for v in sent) else None
+        if _token_matches(conn.cookies.get(cookie_key), self.token):
             return "cookie"
         return None
 
 
-def _foreign_page(scope: dict[str, Any], headers: dict[str, str], host: str) -> str | None:
+def guard(app: StarletteApp, token: str, allowed_hosts: Callable[[], Iterable[str]]) -> GuardMiddleware:
+    """``app`` behind Starlette's ``TrustedHostMiddleware`` (the host names of ``allowed_hosts``,
+    ports dropped) and, on top, the stricter :class:`GuardMiddleware` (exact ``name:port``, token,
+    foreign pages, security headers)."""
+    names = sorted({_host_name(h) for h in allowed_hosts()})
+    return GuardMiddleware(TrustedHostMiddleware(app, allowed_hosts=names, www_redirect=False), token, allowed_hosts)
+
+
+def _host_name(host: str) -> str:
+    """``127.0.0.1:8765`` → ``127.0.0.1``; ``[::1]:8765`` → ``[::1]`` (Starlette keeps the brackets)."""
+    name, sep, port = host.rpartition(":")
+    return name.lower() if sep and port.isdigit() and not name.endswith(":") else host.lower()
+
+
+def _foreign_page(scope: dict[str, Any], headers: Headers, host: str) -> str | None:
     """Why the request comes from a page that is not this viewer's (one line), or None."""
     origin = headers.get("origin")
     if origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}"):

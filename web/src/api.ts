@@ -2,6 +2,7 @@
 // cookie set by the first visit, so requests are plain same-origin fetches.
 
 import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, ExportResponse, LineSpec, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis } from "./types";
+import type { ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest } from "./requests";
 
 /** A failed API call; `message` is the server's one-line `error` when it sent one. */
 export class ApiError extends Error {
@@ -92,12 +93,12 @@ export function tableParams(q: TableQuery): URLSearchParams {
 
 export const api = {
   runs: (since: number) => request<RunsResponse>("GET", `/api/runs?since=${since}`),
-  refresh: (since: number) => request<RunsResponse>("POST", "/api/refresh", { since }),
+  refresh: (since: number) => request<RunsResponse>("POST", "/api/refresh", { since } satisfies RefreshRequest),
   table: (q: TableQuery) => request<TableResponse>("GET", `/api/table?${tableParams(q).toString()}`),
   /** The table as the remembered view asks for it (index.html preloads exactly this URL). */
   rememberedTable: () => request<RememberedTableResponse>("GET", "/api/table?remembered=1"),
   series: (keys: string[], metrics: string[], x: XAxis, ema: number) =>
-    request<SeriesResponse>("POST", "/api/series", { keys, metrics, x, ema }),
+    request<SeriesResponse>("POST", "/api/series", { keys, metrics, x, ema } satisfies SeriesRequest),
   bar: (spec: BarSpec) => request<BarResponse>("POST", "/api/chart", { chart: "bar", ...spec }),
   scatter: (spec: ScatterSpec) => request<ScatterResponse>("POST", "/api/chart", { chart: "scatter", ...spec }),
   box: (spec: BoxSpec) => request<BoxResponse>("POST", "/api/chart", { chart: "box", ...spec }),
@@ -108,11 +109,12 @@ export const api = {
   performance: (key: string) => request<PerformanceResponse>("GET", `/api/runs/${encodeURIComponent(key)}/performance`),
   attachments: (key: string) => request<AttachmentsResponse>("GET", `/api/runs/${encodeURIComponent(key)}/attachments`),
   attachment: (token: string) => request<string>("GET", `/api/attachments/${encodeURIComponent(token)}`),
-  hide: (keys: string[], hidden: boolean) => request<{ hidden: string[] }>("POST", "/api/hide", { keys, hidden }),
+  hide: (keys: string[], hidden: boolean) =>
+    request<{ hidden: string[] }>("POST", "/api/hide", { keys, hidden } satisfies HideRequest),
   getUiState: () => request<Record<string, unknown>>("GET", "/api/ui-state"),
   putUiState: (state: object) => request<{ ok: boolean }>("PUT", "/api/ui-state", state),
   exportTable: (keys: string[], columns: string[]) =>
-    request<ExportResponse>("POST", "/api/export/table", { keys, columns }),
+    request<ExportResponse>("POST", "/api/export/table", { keys, columns } satisfies ExportTableRequest),
   exportChart: (
     spec:
       | ({ chart: "line" } & LineSpec)

@@ -21,6 +21,7 @@ from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
 from traceml_ai.ui.performance import PerformanceViews
+from traceml_ai.ui.requests import ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest, parse
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
@@ -73,13 +74,6 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _str_list(body: dict[str, Any], name: str) -> list[str]:
-    value = body.get(name, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise RequestError(f"{name} must be a list of strings")
-    return value
-
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -129,14 +123,8 @@ def routes(viewer: Viewer) -> list[Route]:
         return JSONResponse(payload)
 
     async def post_series(request: Request) -> Response:
-        body = await _body(request)
-        ema = body.get("ema", 0.0)
-        if not isinstance(ema, (int, float)) or isinstance(ema, bool):
-            raise RequestError("ema must be a number")
-        payload = await asyncio.to_thread(
-            viewer.series_payload, _str_list(body, "keys"), _str_list(body, "metrics"), str(body.get("x", "step")),
-            float(ema),
-        )
+        body = parse(SeriesRequest, await _body(request))
+        payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema)
         return JSONResponse(payload)
 
     async def post_chart(request: Request) -> Response:
@@ -191,17 +179,13 @@ def routes(viewer: Viewer) -> list[Route]:
         return PlainTextResponse(text, headers={"cache-control": "no-store", "x-content-type-options": "nosniff"})
 
     async def post_refresh(request: Request) -> Response:
-        body = await _body(request)
-        since = body.get("since", 0)
+        body = parse(RefreshRequest, await _body(request))
         await asyncio.to_thread(viewer.poll, refresh=True)
-        return JSONResponse(await asyncio.to_thread(viewer.runs_payload, since if isinstance(since, int) else 0))
+        return JSONResponse(await asyncio.to_thread(viewer.runs_payload, body.since))
 
     async def post_hide(request: Request) -> Response:
-        body = await _body(request)
-        hidden = body.get("hidden", True)
-        if not isinstance(hidden, bool):
-            raise RequestError("hidden must be true or false")
-        return JSONResponse({"hidden": await asyncio.to_thread(viewer.set_hidden, _str_list(body, "keys"), hidden)})
+        body = parse(HideRequest, await _body(request))
+        return JSONResponse({"hidden": await asyncio.to_thread(viewer.set_hidden, body.keys, body.hidden)})
 
     async def ui_state(request: Request) -> Response:
         if viewer.cache is None:
@@ -213,11 +197,11 @@ def routes(viewer: Viewer) -> list[Route]:
         return JSONResponse({"ok": True})
 
     async def export_table(request: Request) -> Response:
-        body = await _body(request)
+        body = parse(ExportTableRequest, await _body(request))
         if viewer.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
-        runs = viewer.runs_by_keys(_str_list(body, "keys"))
-        columns = [c for c in _str_list(body, "columns") if c != CATALOG_COLUMN]  # not a runs.table column
+        runs = viewer.runs_by_keys(body.keys)
+        columns = [c for c in body.columns if c != CATALOG_COLUMN]  # not a runs.table column
         path, latest = await asyncio.to_thread(viewer.cache.export_table_csv, runs, columns)
         return JSONResponse({"path": path, "latest": latest, "rows": len(runs)})
 

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from traceml_ai.aggregator.stats import IngestStats
+from traceml_ai.aggregator.stats import IngestStats, RankStats
 from traceml_ai.aggregator.store import StoreStats
 
 WARNING_NAME = "finalization_warning.json"
@@ -58,6 +58,49 @@ def _key(rank: int | None) -> str:
 
 def _sort_key(rank: int | None) -> tuple[int, int]:
     return (1, 0) if rank is None else (0, rank)
+
+
+def _per_rank(ranks: Mapping[int | None, RankStats], value: Callable[[RankStats], Any]) -> dict[str, Any]:
+    """``value`` of each rank where it is non-zero (non-empty), keyed by rank text, ranks in order."""
+    return {_key(r): v for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0])) if (v := value(s))}
+
+
+def _job_lines(ingest: IngestStats, store: StoreStats) -> list[str]:
+    """The summary lines of losses that are not one rank's: rejected frames, projection, SQLite,
+    rank logs, payload sinks, refused and dropped connections."""
+    lines: list[str] = []
+    if ingest.rejected_frames:
+        first = ingest.rejection_reasons[0] if ingest.rejection_reasons else "unknown"
+        lines.append(f"{ingest.rejected_frames} frames rejected; first reason: {first}")
+    if ingest.projection_skipped:
+        lines.append(f"{ingest.projection_skipped} telemetry items or rows did not fit their table")
+    lines += [f"{count} rows of unknown stream {stream!r} were not stored"
+              for stream, count in sorted(ingest.unknown_streams.items())]
+    if store.errors or store.lost_rows:
+        lines.append(f"SQLite: {store.errors} errors, {store.lost_rows} rows lost")
+    if store.log_errors or store.lost_log_lines:
+        lines.append(f"rank logs: {store.log_errors} errors, {store.lost_log_lines} lines lost")
+    if ingest.sink_errors:
+        lines.append(f"payload sinks raised {ingest.sink_errors} times")
+    if ingest.refused_connections:
+        first = ingest.refusal_reasons[0] if ingest.refusal_reasons else "unknown"
+        lines.append(f"{ingest.refused_connections} connections were refused before a valid hello "
+                     f"(telemetry that is not from this job's ranks is never stored); first: {first}")
+    if ingest.dropped_connections:
+        lines.append(f"{ingest.dropped_connections} rank connections were closed for a frame over the size limit")
+    return lines
+
+
+def _extra_lines(extra: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The summary lines of the ``extra`` blocks (their ``summary_line``; an export block's failure)."""
+    lines: list[str] = []
+    for name, block in extra.items():
+        if isinstance(block.get("summary_line"), str):
+            lines.append(str(block["summary_line"]))
+        if block.get("exporter_failed"):  # the 000 seed's export block: say it in a line too
+            lines.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); "
+                         f"{block.get('failed_records')} records were not exported")
+    return lines
 
 
 def loss_report(
@@ -76,78 +119,33 @@ def loss_report(
     ranks that said hello can be reported as never finished. ``extra`` blocks are copied into the
     report under their names; ``extra_lost`` says they hold a loss (so the file is written).
     """
-    summary: list[str] = []
     ranks = ingest.ranks
     admitted = {r for r, s in ranks.items() if s.hellos > 0}
-    never_connected: list[int] = []
-    if world_size is not None:
-        never_connected = [r for r in range(world_size) if r not in admitted]
-        if never_connected:
-            summary.append(f"{len(never_connected)} of {world_size} ranks never connected: {never_connected}")
+    never_connected = [r for r in range(world_size) if r not in admitted] if world_size is not None else []
     never_finished = [r for r in sorted(admitted, key=_sort_key) if not ranks[r].finished]
-    if never_finished:
-        shown = [_key(r) if r is None else r for r in never_finished]
-        summary.append(f"ranks that connected but never sent rank_finished: {shown}")
-
-    dropped = {
-        _key(r): s.dropped_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
-        if s.dropped_batches
-    }
-    for rank, count in dropped.items():
-        summary.append(f"rank {rank} dropped {count} batches (its send queue was full)")
-    dropped_lines = {
-        _key(r): s.dropped_output_lines for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
-        if s.dropped_output_lines
-    }
-    for rank, count in dropped_lines.items():
-        summary.append(f"rank {rank} dropped {count} stdout/stderr lines (its output buffer was full)")
-    lost_rows = {
-        _key(r): dict(sorted(s.lost_rows.items()))
-        for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0])) if s.lost_rows
-    }
-    for rank, by_stream in lost_rows.items():
-        for stream, count in by_stream.items():
-            summary.append(f"rank {rank} dropped {count} {stream} rows before sending (its hand-off queue was full)")
-    undelivered = {
-        _key(r): s.undelivered_batches for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
-        if s.undelivered_batches
-    }
-    for rank, count in undelivered.items():
-        summary.append(f"rank {rank} sent {count} batches that never arrived")
-
-    rejected_by_rank = {
-        _key(r): s.rejected_frames for r, s in sorted(ranks.items(), key=lambda kv: _sort_key(kv[0]))
-        if s.rejected_frames
-    }
+    dropped = _per_rank(ranks, lambda s: s.dropped_batches)
+    dropped_lines = _per_rank(ranks, lambda s: s.dropped_output_lines)
+    lost_rows = _per_rank(ranks, lambda s: dict(sorted(s.lost_rows.items())))
+    undelivered = _per_rank(ranks, lambda s: s.undelivered_batches)
+    rejected_by_rank = _per_rank(ranks, lambda s: s.rejected_frames)
     unattributed = ingest.rejected_frames - sum(rejected_by_rank.values())
     if unattributed > 0:
         rejected_by_rank["unknown"] = rejected_by_rank.get("unknown", 0) + unattributed
-    if ingest.rejected_frames:
-        first = ingest.rejection_reasons[0] if ingest.rejection_reasons else "unknown"
-        summary.append(f"{ingest.rejected_frames} frames rejected; first reason: {first}")
-    if ingest.projection_skipped:
-        summary.append(f"{ingest.projection_skipped} telemetry items or rows did not fit their table")
-    for stream, count in sorted(ingest.unknown_streams.items()):
-        summary.append(f"{count} rows of unknown stream {stream!r} were not stored")
-    if store.errors or store.lost_rows:
-        summary.append(f"SQLite: {store.errors} errors, {store.lost_rows} rows lost")
-    if store.log_errors or store.lost_log_lines:
-        summary.append(f"rank logs: {store.log_errors} errors, {store.lost_log_lines} lines lost")
-    if ingest.sink_errors:
-        summary.append(f"payload sinks raised {ingest.sink_errors} times")
-    if ingest.refused_connections:
-        first = ingest.refusal_reasons[0] if ingest.refusal_reasons else "unknown"
-        summary.append(f"{ingest.refused_connections} connections were refused before a valid hello "
-                       f"(telemetry that is not from this job's ranks is never stored); first: {first}")
-    if ingest.dropped_connections:
-        summary.append(f"{ingest.dropped_connections} rank connections were closed for a frame over the size limit")
 
-    for name, block in (extra or {}).items():
-        if isinstance(block.get("summary_line"), str):
-            summary.append(str(block["summary_line"]))
-        if block.get("exporter_failed"):  # the 000 seed's export block: say it in a line too
-            summary.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); "
-                           f"{block.get('failed_records')} records were not exported")
+    summary: list[str] = []
+    if never_connected:
+        summary.append(f"{len(never_connected)} of {world_size} ranks never connected: {never_connected}")
+    if never_finished:
+        shown = [_key(r) if r is None else r for r in never_finished]
+        summary.append(f"ranks that connected but never sent rank_finished: {shown}")
+    summary += [f"rank {rank} dropped {count} batches (its send queue was full)" for rank, count in dropped.items()]
+    summary += [f"rank {rank} dropped {count} stdout/stderr lines (its output buffer was full)"
+                for rank, count in dropped_lines.items()]
+    summary += [f"rank {rank} dropped {count} {stream} rows before sending (its hand-off queue was full)"
+                for rank, by_stream in lost_rows.items() for stream, count in by_stream.items()]
+    summary += [f"rank {rank} sent {count} batches that never arrived" for rank, count in undelivered.items()]
+    summary += _job_lines(ingest, store)
+    summary += _extra_lines(extra or {})
     if not summary and not extra_lost:
         return None
     report: dict[str, Any] = {

@@ -9,7 +9,7 @@ means "checked, nothing wrong".
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -544,16 +544,24 @@ class _Creep:
 def memory_creep(ctx: Context) -> RuleResult:
     """Memory creep: after warm-up, a rank's per-step peak allocated GPU memory, or its process RSS
     over time, rises steadily (:func:`~traceml_ai.diagnose.stats.creep_test`)."""
-    rule = "memory_creep"
-    tel = ctx.telemetry
-    tested = 0
-    creeps: dict[str, list[_Creep]] = {"gpu_peak_alloc": [], "process_rss": []}
+    gpu_series, gpu_tested, gpu_creeps = _gpu_creeps(ctx)
+    rss_series, training_end_ns, rss_tested, rss_creeps = _rss_creeps(ctx)
+    if not gpu_tested and not rss_tested:
+        return _creep_abstention(ctx, bool(gpu_series), rss_series, training_end_ns)
+    return [_creep_finding(metric, found) for metric, found in
+            (("gpu_peak_alloc", gpu_creeps), ("process_rss", rss_creeps)) if found]
 
-    gpu_series: dict[int | None, list[tuple[int, float]]] = defaultdict(list)
-    for m in tel.memory:
+
+def _gpu_creeps(ctx: Context) -> tuple[dict[int | None, list[tuple[int, float]]], int, list[_Creep]]:
+    """Each rank's post-warm-up per-step peak allocated GPU memory, how many series could be
+    tested, and those that creep (rate in bytes per step)."""
+    series: dict[int | None, list[tuple[int, float]]] = defaultdict(list)
+    for m in ctx.telemetry.memory:
         if _is_gpu_device(m.device) and m.peak_alloc_bytes is not None:
-            gpu_series[m.rank].append((m.step, m.peak_alloc_bytes))
-    for rank, points in gpu_series.items():
+            series[m.rank].append((m.step, m.peak_alloc_bytes))
+    tested = 0
+    creeps = []
+    for rank, points in series.items():
         pts = sorted(points)[ctx.table.warmup_steps :]
         test = creep_test([v for _, v in pts])
         if test is None:
@@ -561,19 +569,26 @@ def memory_creep(ctx: Context) -> RuleResult:
         tested += 1
         if test.creeping:
             rate = slope_per_unit([s for s, _ in pts], [v for _, v in pts])
-            creeps["gpu_peak_alloc"].append(_Creep(rank, test, rate, "step", (pts[0][0], pts[-1][0])))
+            creeps.append(_Creep(rank, test, rate, "step", (pts[0][0], pts[-1][0])))
+    return series, tested, creeps
 
-    rss_series: dict[int | None, list[ProcessSample]] = defaultdict(list)
+
+def _rss_creeps(ctx: Context) -> tuple[dict[int | None, list[ProcessSample]], int | None, int, list[_Creep]]:
+    """Each rank's RSS snapshots up to the last training step, the time of that step (ns; None
+    without steps), how many series could be tested, and those that creep (bytes per second)."""
+    series: dict[int | None, list[ProcessSample]] = defaultdict(list)
     # RSS is judged over the training steps only: before them it grows with imports and data loading,
     # after the last step it falls as the script frees what it held. A run without steps (no
     # trace_step, `traceml watch`) has no such window, so RSS creep is not judged there.
-    step_times = [s.timestamp_ns for s in tel.steps if s.timestamp_ns is not None]
+    step_times = [s.timestamp_ns for s in ctx.telemetry.steps if s.timestamp_ns is not None]
     training_end_ns = max(step_times) if step_times else None
     if ctx.warmup_end_ns is not None and training_end_ns is not None:
-        for p in tel.process:
+        for p in ctx.telemetry.process:
             if p.rss_bytes is not None and (p.timestamp_ns is None or p.timestamp_ns <= training_end_ns):
-                rss_series[p.rank].append(p)
-    for rank, samples in rss_series.items():
+                series[p.rank].append(p)
+    tested = 0
+    creeps = []
+    for rank, samples in series.items():
         kept = post_warmup(samples, ctx.warmup_end_ns)
         rss = [s.rss_bytes if s.rss_bytes is not None else np.nan for s in kept]
         test = creep_test(rss)
@@ -582,49 +597,51 @@ def memory_creep(ctx: Context) -> RuleResult:
         tested += 1
         if test.creeping:
             times = [s.timestamp_ns / 1e9 if s.timestamp_ns is not None else np.nan for s in kept]
-            rate = slope_per_unit(times, rss)
-            creeps["process_rss"].append(_Creep(rank, test, rate, "s", _steps_between(ctx, rank, kept)))
+            creeps.append(_Creep(rank, test, slope_per_unit(times, rss), "s", _steps_between(ctx, rank, kept)))
+    return series, training_end_ns, tested, creeps
 
-    if not tested:
-        gpu_note = "none" if not gpu_series else "too few steps"
-        rss_counts = [len(post_warmup(v, ctx.warmup_end_ns)) for v in rss_series.values()]
-        if training_end_ns is None or ctx.warmup_end_ns is None:
-            rss_note = "judged over training steps only, and this run recorded none (no trace_step)"
-        elif not rss_series:
-            rss_note = "none"
-        else:
-            rss_note = (f"at most {max(rss_counts)} per rank between the end of warm-up and the last step; "
-                        "sample more often with --interval, or train longer")
-        return Abstention(
-            rule,
-            f"no series with {th.MIN_CREEP_SAMPLES} post-warm-up points: per-step peak GPU memory ({gpu_note}), "
-            f"process RSS snapshots ({rss_note})",
-        )
-    findings = []
-    for metric, found in creeps.items():
-        if not found:
-            continue
-        worst = max(found, key=lambda c: c.test.relative)
-        t = worst.test
-        what = "Peak allocated GPU memory per step" if metric == "gpu_peak_alloc" else "Process memory (RSS)"
-        rate_text = ""
-        if worst.rate is not None and worst.rate > 0:
-            rate_text = (f", about {worst.rate * 100 / _MIB:,.1f} MiB per 100 steps" if worst.rate_unit == "step"
-                    else f", about {worst.rate * 60 / _MIB:,.1f} MiB per minute")
-        ranks = tuple(sorted((c.rank for c in found), key=rank_key))
-        windows = [c.steps for c in found if c.steps is not None]
-        findings.append(Finding(
-            kind=rule,
-            severity="critical" if t.relative >= th.CREEP_CRITICAL_GROWTH else "warning",
-            summary=f"{what} of {_ranks_text(ranks)} grows steadily after warm-up: {_mib(t.early)} → {_mib(t.late)} "
-            f"(+{_pct(t.relative)}){rate_text}.",
-            action="Something keeps references across steps: e.g. a list that collects tensors (append loss.item(), "
-            "not loss), caches keyed by batch, or growing histories; detach and convert, or clear them.",
-            evidence=Evidence(f"{metric}_growth", t.relative, th.CREEP_MIN_GROWTH, ranks,
-                              (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None),
-            strength=_strength(t.relative, th.CREEP_MIN_GROWTH),
-        ))
-    return findings
+
+def _creep_abstention(ctx: Context, any_gpu: bool, rss_series: Mapping[int | None, Sequence[ProcessSample]],
+                      training_end_ns: int | None) -> Abstention:
+    """Why no memory series had enough post-warm-up points to judge."""
+    gpu_note = "too few steps" if any_gpu else "none"
+    if training_end_ns is None or ctx.warmup_end_ns is None:
+        rss_note = "judged over training steps only, and this run recorded none (no trace_step)"
+    elif not rss_series:
+        rss_note = "none"
+    else:
+        most = max(len(post_warmup(v, ctx.warmup_end_ns)) for v in rss_series.values())
+        rss_note = (f"at most {most} per rank between the end of warm-up and the last step; "
+                    "sample more often with --interval, or train longer")
+    return Abstention(
+        "memory_creep",
+        f"no series with {th.MIN_CREEP_SAMPLES} post-warm-up points: per-step peak GPU memory ({gpu_note}), "
+        f"process RSS snapshots ({rss_note})",
+    )
+
+
+def _creep_finding(metric: str, found: Sequence[_Creep]) -> Finding:
+    """One finding for every rank whose ``metric`` creeps, with the numbers of the worst of them."""
+    worst = max(found, key=lambda c: c.test.relative)
+    t = worst.test
+    what = "Peak allocated GPU memory per step" if metric == "gpu_peak_alloc" else "Process memory (RSS)"
+    rate_text = ""
+    if worst.rate is not None and worst.rate > 0:
+        rate_text = (f", about {worst.rate * 100 / _MIB:,.1f} MiB per 100 steps" if worst.rate_unit == "step"
+                     else f", about {worst.rate * 60 / _MIB:,.1f} MiB per minute")
+    ranks = tuple(sorted((c.rank for c in found), key=rank_key))
+    windows = [c.steps for c in found if c.steps is not None]
+    return Finding(
+        kind="memory_creep",
+        severity="critical" if t.relative >= th.CREEP_CRITICAL_GROWTH else "warning",
+        summary=f"{what} of {_ranks_text(ranks)} grows steadily after warm-up: {_mib(t.early)} → {_mib(t.late)} "
+        f"(+{_pct(t.relative)}){rate_text}.",
+        action="Something keeps references across steps: e.g. a list that collects tensors (append loss.item(), "
+        "not loss), caches keyed by batch, or growing histories; detach and convert, or clear them.",
+        evidence=Evidence(f"{metric}_growth", t.relative, th.CREEP_MIN_GROWTH, ranks,
+                          (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None),
+        strength=_strength(t.relative, th.CREEP_MIN_GROWTH),
+    )
 
 
 def _steps_between(ctx: Context, rank: int | None, samples: Sequence[ProcessSample]) -> tuple[int, int] | None:

@@ -606,25 +606,10 @@ class RunStore:
             stale_after_seconds=self.stale_after_seconds,
         )
 
-    def _build_summary(self, state: _RunState) -> None:
-        if state.seed is not None:
-            # A seeded run has no parsed files yet: parse them before building from them.
-            state.seed = None
-            for name in _TABLE_FILES:
-                self._update_file(state, name)
-            self._update_head(state)
-        loc = state.loc
+    def _warnings(self, state: _RunState, rj: RunJson | None) -> list[str]:
+        """Every warning of a run: each file's own and its parse error, the metrics.jsonl head's
+        problem and the tail's (or head's) warnings, no run file at all, a heartbeat in the future."""
         files = state.files
-        rj: RunJson | None = files[RUN_JSON].value
-        mj: MetricsJson | None = files[METRICS_JSON].value
-        params: dict[str, Any] = files[PARAMS_YAML].value or {}
-        legacy = not files[RUN_JSON].present and files[RUN_JSON].error is None
-        m = RUN_ID_RE.match(loc.id)
-        name = (rj.name if rj else None) or (m.group("name") if m else loc.id)
-        started = rj.started_at if rj else None
-        if started is None and legacy and m:
-            stamp = m.group("stamp")
-            started = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
         warnings: list[str] = []
         for fname in (RUN_JSON, PARAMS_YAML, METRICS_JSON, CONFIG_JSON):
             fs = files.get(fname)
@@ -639,6 +624,23 @@ class RunStore:
             warnings.append("no run files here (run.json, params.yaml, metrics.json, metrics.jsonl)")
         if rj is not None and rj.heartbeat_s is not None and rj.heartbeat_s > self.clock() + _CLOCK_SKEW_S:
             warnings.append("run.json: heartbeat_at is in the future (clocks of two machines disagree?)")
+        return warnings
+
+    def _build_summary(self, state: _RunState) -> None:
+        if state.seed is not None:
+            # A seeded run has no parsed files yet: parse them before building from them.
+            state.seed = None
+            for name in _TABLE_FILES:
+                self._update_file(state, name)
+            self._update_head(state)
+        loc = state.loc
+        files = state.files
+        rj: RunJson | None = files[RUN_JSON].value
+        mj: MetricsJson | None = files[METRICS_JSON].value
+        params: dict[str, Any] = files[PARAMS_YAML].value or {}
+        legacy = not files[RUN_JSON].present and files[RUN_JSON].error is None
+        name, started = _name_and_start(loc.id, rj, legacy)
+        warnings = self._warnings(state, rj)
         head = state.head
         perf = state.summary.perf if state.summary is not None else {}  # set by set_perf, kept
         # The summary shares the parsed dicts instead of copying them (they are never mutated):
@@ -673,6 +675,18 @@ class RunStore:
             warnings=warnings,
             perf=perf,
         )
+
+
+def _name_and_start(run_id: str, rj: RunJson | None, legacy: bool) -> tuple[str, str | None]:
+    """The run's name (run.json's, else the one in its folder name, else the folder name) and start
+    (run.json's; a legacy folder without run.json starts at its folder name's UTC stamp)."""
+    m = RUN_ID_RE.match(run_id)
+    name = (rj.name if rj else None) or (m.group("name") if m else run_id)
+    started = rj.started_at if rj else None
+    if started is None and legacy and m:
+        stamp = m.group("stamp")
+        started = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
+    return name, started
 
 
 def _first_values(rows: Iterable[dict[str, Any]], names: list[str], *, finite: bool) -> dict[str, MetricValue]:

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import fmt_bytes, fmt_duration, printable
-from traceml_ai.diagnose.live import OTHER, RECENT_STEPS, TelemetryTail, recent_breakdown
+from traceml_ai.diagnose.live import OTHER, RECENT_STEPS, TelemetryTail
 from traceml_ai.diagnose.summary import telemetry_path
 from traceml_ai.diagnose.timeline import ITERATION
 from traceml_ai.launcher.launch import Tick
@@ -50,7 +50,7 @@ def _fmt_bytes(v: float | None) -> str:
 def breakdown_table(snap: TelemetryTail) -> Table | Text:
     """Per phase: median over the last steps for the median rank and the worst rank, and the skew
     (:func:`traceml_ai.diagnose.live.recent_breakdown`)."""
-    bd = recent_breakdown(snap.steps)
+    bd = snap.breakdown()
     if bd is None:
         return Text("step time: no steps yet (wrap your step in traceml_ai.trace_step(model))", style="dim")
     table = Table(title=f"step time · last {RECENT_STEPS} steps · {bd.ranks} rank(s)", title_justify="left",

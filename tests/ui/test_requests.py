@@ -18,7 +18,7 @@ def test_the_pages_request_types_are_generated_from_the_current_models() -> None
     """Fails when a model changed and ``python -m traceml_ai.ui.requests`` was not run: the page
     would send bodies the server no longer takes (strict tsc then checks the page against it)."""
     written = (ROOT / TYPES_FILE).read_text(encoding="utf-8")
-    assert written == typescript(), "web/src/requests.ts is stale: run `python -m traceml_ai.ui.requests`"
+    assert written == typescript(), "stale: run `python -m traceml_ai.ui.requests > web/src/requests.ts`"
 
 
 def test_the_page_builds_its_bodies_from_the_generated_types() -> None:

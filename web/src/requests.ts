@@ -1,5 +1,6 @@
 // Generated from the pydantic models in src/traceml_ai/ui/requests.py by
-// `python -m traceml_ai.ui.requests`; do not edit (tests/ui/test_requests.py checks it).
+// `python -m traceml_ai.ui.requests > web/src/requests.ts`; do not edit
+// (tests/ui/test_requests.py checks it).
 
 /** `POST /api/series`: the runs (keys) and metrics to draw, the x axis, and the EMA weight (0 = no smoothing; in [0, 1)). */
 export interface SeriesRequest {

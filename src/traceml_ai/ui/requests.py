@@ -3,7 +3,7 @@
 Each model is the one definition of its request: :func:`parse` checks a decoded body against it
 (unknown fields ignored, no coercion: ``"1"`` is not a number, ``1`` is not a boolean), and
 :func:`typescript` writes the page's types from the same models' JSON Schema into
-``web/src/requests.ts`` (``python -m traceml_ai.ui.requests``; ``tests/ui/test_requests.py`` fails
+``web/src/requests.ts`` (``python -m traceml_ai.ui.requests > web/src/requests.ts``; ``tests/ui/test_requests.py`` fails
 when that file is stale), so the server and the page cannot drift apart.
 
 Chart specs (``POST /api/chart``, ``/api/export/chart``) are checked by
@@ -109,7 +109,8 @@ def typescript() -> str:
     """
     lines = [
         "// Generated from the pydantic models in src/traceml_ai/ui/requests.py by",
-        "// `python -m traceml_ai.ui.requests`; do not edit (tests/ui/test_requests.py checks it).",
+        "// `python -m traceml_ai.ui.requests > web/src/requests.ts`; do not edit",
+        "// (tests/ui/test_requests.py checks it).",
         "",
     ]
     for model in REQUESTS:
@@ -128,10 +129,8 @@ def typescript() -> str:
 
 
 TYPES_FILE = Path("web") / "src" / "requests.ts"
-"""Where :func:`typescript` is written, relative to the repository root."""
+"""Where the output of :func:`typescript` goes, relative to the repository root."""
 
 
-if __name__ == "__main__":  # python -m traceml_ai.ui.requests [ROOT]
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
-    (root / TYPES_FILE).write_text(typescript(), encoding="utf-8")
-    print(f"wrote {root / TYPES_FILE}")
+if __name__ == "__main__":  # python -m traceml_ai.ui.requests > web/src/requests.ts (the viewer writes no file)
+    sys.stdout.write(typescript())

@@ -6,19 +6,22 @@ Every reader is read-only and tolerant: it opens only regular files
 (:func:`traceml_ai.runs.safeio.open_regular`, so a FIFO or device never blocks it), reads at most a
 bounded number of bytes, and turns what is wrong with a file into one warning line
 (``aggregator/<name>: <what>``) appended to the caller's list, returning None (or an empty tail)
-instead of raising. The telemetry database and ``final_summary.json`` have their readers in
-:mod:`traceml_ai.diagnose`.
+instead of raising. :func:`list_aggregator_files` lists the folder (confined to the run folder)
+with each file's ``(mtime_ns, size)`` for a reader's cache. The telemetry database and
+``final_summary.json`` have their readers in :mod:`traceml_ai.diagnose`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
+from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.safeio import open_regular
 
 AGGREGATOR_DIR: Final = "aggregator"
@@ -40,6 +43,8 @@ _STREAM_PREFIXES = (("stdout | ", "stdout"), ("stderr | ", "stderr"))
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 Scalar = str | int | float | None
+Stamp = tuple[str, int, int]
+"""``(name, mtime_ns, size)`` of one file: a reader's cache key."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,37 @@ class RankLogTail:
         """``{"rank", "name", "lines": [[stream, text], ...], "size", "truncated"}``."""
         return {"rank": self.rank, "name": self.name, "lines": [list(line) for line in self.lines],
                 "size": self.size, "truncated": self.truncated}
+
+
+def list_aggregator_files(
+    run_dir: str, wanted: Callable[[str], bool]
+) -> tuple[tuple[Stamp, ...], str | None, str | None]:
+    """The :data:`Stamp` of each ``wanted`` file in ``<run_dir>/aggregator/`` (by name), the folder's
+    real path (None when there is none, or it is refused), and why something was refused or left
+    out (None when nothing was): an ``aggregator/`` that is a link out of the run folder is not read;
+    a FIFO, device or link out of the run folder inside it is left out and named (at most five).
+    Only ``stat`` calls: nothing is opened."""
+    path = os.path.join(run_dir, AGGREGATOR_DIR)
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        return (), None, None
+    if not inside(real, run_dir):
+        return (), None, f"{AGGREGATOR_DIR}/ points outside the run folder: not read"
+    try:
+        names = sorted(e.name for e in os.scandir(real))
+    except OSError as err:
+        return (), real, f"{AGGREGATOR_DIR}/ cannot be listed ({err})"
+    out: list[Stamp] = []
+    skipped: list[str] = []
+    for name in names:
+        if not wanted(name):
+            continue
+        st, reason = stat_confined(os.path.join(real, name), run_dir)
+        if st is not None:
+            out.append((name, st.st_mtime_ns, st.st_size))
+        else:  # a FIFO, a device, a link leaving the run folder: said, not silently left out
+            skipped.append(f"{AGGREGATOR_DIR}/{name}: {reason or 'not a regular file'}; not read")
+    return tuple(out), real, ("; ".join(skipped[:5]) or None)
 
 
 def rank_log_order(name: str) -> tuple[bool, int]:

@@ -55,12 +55,13 @@ from traceml_ai.runs.aggregator_files import (
     FINALIZATION_WARNING,
     MANIFEST,
     RANK_LOG,
+    Stamp,
+    list_aggregator_files,
     rank_log_order,
     read_finalization_warning,
     read_manifest,
     read_rank_log_tail,
 )
-from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.series import downsample_indices
 
@@ -71,8 +72,6 @@ LOG_TAIL_LINES = 500
 LIVE_MIN_INTERVAL_S = 1.0
 CACHE_RUNS = 16
 LIVE_STATUSES = ("running", "running?")
-
-Stamp = tuple[str, int, int]
 
 
 @dataclass
@@ -395,28 +394,7 @@ def _ranks(final: Summary | None, live: Summary | None) -> dict[str, Any] | None
 
 
 def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
-    """``(name, mtime_ns, size)`` of every file the answer reads (the database's ``-wal`` too, which
-    is what changes while a run is live), the aggregator folder's real path (None when absent or
-    refused), and why it was refused (a symlink leaving the run folder)."""
-    path = os.path.join(run_dir, AGGREGATOR_DIR)
-    real = os.path.realpath(path)
-    if not os.path.isdir(real):
-        return (), None, None
-    if not inside(real, run_dir):
-        return (), None, f"{AGGREGATOR_DIR}/ points outside the run folder: not read"
-    wanted = {TELEMETRY_DB, TELEMETRY_DB + "-wal", FINAL_SUMMARY, FINALIZATION_WARNING, MANIFEST}
-    out: list[Stamp] = []
-    try:
-        names = sorted(e.name for e in os.scandir(real))
-    except OSError as err:
-        return (), real, f"{AGGREGATOR_DIR}/ cannot be listed ({err})"
-    skipped: list[str] = []
-    for name in names:
-        if name not in wanted and not RANK_LOG.match(name):
-            continue
-        st, reason = stat_confined(os.path.join(real, name), run_dir)
-        if st is not None:
-            out.append((name, st.st_mtime_ns, st.st_size))
-        else:  # a FIFO, a device, a link leaving the run folder: said, not silently left out
-            skipped.append(f"{AGGREGATOR_DIR}/{name}: {reason or 'not a regular file'}; not read")
-    return tuple(out), real, ("; ".join(skipped[:5]) or None)
+    """The stamps of the files the answer reads (the database's ``-wal`` too, which is what changes
+    while a run is live): see :func:`traceml_ai.runs.aggregator_files.list_aggregator_files`."""
+    wanted = frozenset({TELEMETRY_DB, TELEMETRY_DB + "-wal", FINAL_SUMMARY, FINALIZATION_WARNING, MANIFEST})
+    return list_aggregator_files(run_dir, lambda name: name in wanted or RANK_LOG.match(name) is not None)

@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
-from rich.filesize import decimal
+from rich.filesize import pick_unit_and_suffix
 
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.settings import Settings, SettingsError, load_settings
@@ -117,11 +117,18 @@ def fmt_value(v: Any) -> str:
 
 
 def fmt_bytes(v: float | None, *, missing: str = "") -> str:
-    """A size in bytes as the terminal shows it, with Rich's decimal units (``1.5 GB``, ``640.0 kB``,
-    ``12 bytes``); ``missing`` for None or a negative size."""
+    """A size in bytes as the terminal shows it, in binary units as GPU tools print memory
+    (``1.50 GiB``, ``640.0 KiB``, ``12 bytes``; Rich's unit picker with base 1024); ``missing`` for
+    None or a negative size."""
     if v is None or not v >= 0:
         return missing
-    return decimal(int(v))
+    size = int(v)
+    if size < 1024:
+        return f"{size} bytes"
+    unit, suffix = pick_unit_and_suffix(
+        size, ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"], 1024
+    )
+    return f"{size / unit:.2f} {suffix}" if unit >= 1024**3 else f"{size / unit:.1f} {suffix}"
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -20,7 +20,7 @@ from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
-from traceml_ai.ui.performance import PerformanceViews
+from traceml_ai.ui.performance import CompareViews, PerformanceViews
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
@@ -158,6 +158,7 @@ def routes(viewer: Viewer) -> list[Route]:
 
     telemetry = TelemetryViews()
     performance = PerformanceViews()
+    comparisons = CompareViews()
 
     async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
@@ -172,6 +173,31 @@ def routes(viewer: Viewer) -> list[Route]:
 
     async def get_performance(request: Request) -> Response:
         return await run_view(request, performance.payload)
+
+    async def get_compare(request: Request) -> Response:
+        base = viewer.store.get(request.query_params.get("baseline", ""))
+        if base is None:
+            raise NotFoundError(f"no run {request.query_params.get('baseline', '')!r}")
+        return await run_view(request, lambda run: comparisons.payload(base, run))
+
+    async def export_performance(request: Request) -> Response:
+        from traceml_ai.ui.perf_export import PanelError, export_panel
+
+        body = await _body(request)
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder to write exports into")
+        run = viewer.store.get(str(body.get("key", "")))
+        if run is None:
+            raise NotFoundError(f"no run {body.get('key')!r}")
+        fmt, share, heat = body.get("format", "png"), body.get("share", False), body.get("heat")
+        if fmt not in ("png", "csv") or not isinstance(share, bool) or heat not in (None, "iteration", "local"):
+            raise RequestError("format must be png or csv, share true or false, heat iteration or local")
+        try:
+            panel = str(body.get("panel", ""))
+            path = await asyncio.to_thread(export_panel, viewer.cache, run, panel, fmt, share=share, heat=heat)
+        except PanelError as err:
+            raise RequestError(str(err)) from None
+        return JSONResponse({"path": path})
 
     async def get_file(request: Request) -> Response:
         q = request.query_params
@@ -271,6 +297,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/file", guarded(get_file), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
+        Route("/api/runs/{key:path}/compare", guarded(get_compare), methods=["GET"]),
         Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),
         Route("/api/attachments/{token}", guarded(get_attachment), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
@@ -279,6 +306,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/ui-state", guarded(ui_state), methods=["GET", "PUT"]),
         Route("/api/export/table", guarded(export_table), methods=["POST"]),
         Route("/api/export/chart", guarded(export_chart), methods=["POST"]),
+        Route("/api/export/performance", guarded(export_performance), methods=["POST"]),
     ]
 
 

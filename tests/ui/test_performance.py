@@ -77,3 +77,55 @@ def test_the_breakdown_takes_the_waited_for_rank_so_the_phases_add_up_to_the_ste
     assert {s["name"] for s in b["series"]} >= {schema.FORWARD, schema.BACKWARD, "other"}
     coarse = breakdown(str(db), max_points=7)
     assert coarse is not None and coarse["bucket_steps"] == 6 and len(coarse["x"]) == len(coarse["iteration"]) == 7
+
+
+def test_the_heatmap_has_the_work_outside_backward_and_the_summarys_medians(tmp_path: Path) -> None:
+    """Issue 13 nit: under DDP a straggler's iteration can read lowest (the others wait for it in
+    backward); its work outside backward is what the heatmap and its medians show it by."""
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.summary import summarise
+    from traceml_ai.telemetry import schema
+
+    def phases(rank: int, step: int) -> dict[str, float]:
+        # rank 1 spends 12 ms more before backward; rank 0 waits those 12 ms inside backward
+        return {**HEALTHY_CPU, schema.FORWARD: 4.0 + (12.0 if rank else 0.0),
+                schema.BACKWARD: 7.0 + (0.0 if rank else 12.3)}
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=90, phases=phases, noise=0.02))
+    hm = heatmap(str(db), max_buckets=20)
+    medians = {rank: m for rank, m in zip(hm["ranks"], hm["medians"], strict=True)}
+    assert medians[1]["median_ms"] < medians[0]["median_ms"]  # the straggler's iteration reads lower ...
+    assert medians[1]["outside_backward_ms"] > 2 * medians[0]["outside_backward_ms"]  # ... its own work higher
+    local = np.array(hm["z_local"], dtype=float)
+    assert np.all(local[1] > local[0] + 10)
+    summary = summarise(read_telemetry(db)).to_dict()
+    for r in summary["step_time"]["per_rank"]:
+        assert medians[r["rank"]]["median_ms"] == pytest.approx(r["median_ms"], rel=1e-3)
+        assert medians[r["rank"]]["outside_backward_ms"] == pytest.approx(r["outside_backward_median_ms"], rel=1e-3)
+
+
+@pytest.mark.parametrize("buckets", [7, 30, 200])
+def test_bucket_medians_are_the_median_of_each_buckets_steps(tmp_path: Path, buckets: int) -> None:
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.timeline import build_step_table
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=1, steps=150, noise=0.3))
+    hm = heatmap(str(db), max_buckets=buckets)
+    (tl,) = build_step_table(read_telemetry(db).steps, warmup_steps=0).ranks
+    width = hm["bucket_steps"]
+    for j, got in enumerate(hm["z"][0]):
+        chunk = tl.iteration_ms[(tl.steps >= j * width) & (tl.steps < (j + 1) * width)]
+        assert got == pytest.approx(round(float(np.median(chunk)), 4))
+
+
+def test_the_two_answers_of_the_performance_view_share_one_read(tmp_path: Path) -> None:
+    from traceml_ai.ui.reads import SharedReads
+
+    db = write_run(tmp_path / "run", RunSpec(steps=30))
+    reads = SharedReads(keep_s=60)
+    first = reads.read(db)
+    assert reads.read(db) is first and reads.reads == 1
+    write_run(tmp_path / "run", RunSpec(steps=30, seed=1))  # the database changed: read again
+    again = reads.read(db)
+    assert again is not first and reads.reads == 2 and len(again.process) > len(first.process)
+    assert SharedReads(keep_s=0).read(db) is not again  # kept no longer than keep_s

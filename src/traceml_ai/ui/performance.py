@@ -35,6 +35,7 @@ from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
 from traceml_ai.runs.model import RunSummary
+from traceml_ai.ui.reads import shared_read
 
 MAX_BUCKETS = 240
 """Columns of the heatmap at most (steps are bucketed beyond that)."""
@@ -45,10 +46,11 @@ CACHE_RUNS = 16
 
 def performance(db_path: str, max_buckets: int = MAX_BUCKETS,
                 max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any]:
-    """``{"heatmap": heatmap(...), "breakdown": breakdown(...)}`` of one telemetry database, read once."""
-    tel = read_telemetry(db_path)
-    hm = _heatmap(tel, max_buckets)
+    """``{"heatmap": heatmap(...), "breakdown": breakdown(...)}`` of one telemetry database, read once
+    (the read is shared with the telemetry answer asked at the same time: :mod:`traceml_ai.ui.reads`)."""
+    tel = shared_read(db_path)
     table = build_step_table(tel.steps, warmup_steps=0) if tel.status == "ok" else None
+    hm = _heatmap(tel, max_buckets, table)
     return {"heatmap": hm, "breakdown": _breakdown(table, max_points) if table is not None else None}
 
 
@@ -73,9 +75,16 @@ def rank_medians(tel: Telemetry) -> dict[int | None, dict[str, float | None]]:
     is what tells it (the straggler rule reads that)."""
     if tel.status != "ok":
         return {}
+    return _rank_medians(build_step_table(tel.steps, warmup_steps=0))
+
+
+def _rank_medians(table: StepTable) -> dict[int | None, dict[str, float | None]]:
+    """:func:`rank_medians` from a table built with ``warmup_steps=0``: each rank's first
+    :data:`WARMUP_STEPS` steps (in step order, as :func:`build_step_table` drops them) left out."""
     out: dict[int | None, dict[str, float | None]] = {}
-    for tl in build_step_table(tel.steps).ranks:
-        out[tl.rank] = {"median_ms": _median(tl.iteration_ms), "outside_backward_ms": _median(local_work(tl))}
+    for tl in table.ranks:
+        out[tl.rank] = {"median_ms": _median(tl.iteration_ms[WARMUP_STEPS:]),
+                        "outside_backward_ms": _median(local_work(tl)[WARMUP_STEPS:])}
     return out
 
 
@@ -151,11 +160,12 @@ def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:
     return _heatmap(read_telemetry(db_path), max_buckets)
 
 
-def _heatmap(tel: Telemetry, max_buckets: int) -> dict[str, Any]:
+def _heatmap(tel: Telemetry, max_buckets: int, table: StepTable | None = None) -> dict[str, Any]:
     out: dict[str, Any] = _empty_heatmap(tel.status, tel.detail)
     if tel.status != "ok":
         return out
-    table = build_step_table(tel.steps, warmup_steps=0)  # warm-up included: the page shades it
+    if table is None:
+        table = build_step_table(tel.steps, warmup_steps=0)  # warm-up included: the page shades it
     ranks = [tl for tl in table.ranks if tl.steps.size]
     out["warmup_steps"] = WARMUP_STEPS
     if not ranks:
@@ -172,7 +182,7 @@ def _heatmap(tel: Telemetry, max_buckets: int) -> dict[str, Any]:
         bounds = np.searchsorted(idx[order], np.arange(buckets + 1))
         z.append(_bucket_medians(tl.iteration_ms[order], bounds, width))
         z_local.append(_bucket_medians(local_work(tl)[order], bounds, width))
-    medians = rank_medians(tel)
+    medians = _rank_medians(table)
     out.update(ranks=[tl.rank for tl in ranks], first_step=first, bucket_steps=width, z=z, z_local=z_local,
                medians=[medians.get(tl.rank, {"median_ms": None, "outside_backward_ms": None}) for tl in ranks])
     return out
@@ -277,7 +287,7 @@ class CompareViews:
             hit = self._cache.get(key)
         if hit is not None and hit[0] == tuple(stamps):
             return hit[1]
-        tels = [read_telemetry(p) if p is not None else
+        tels = [shared_read(p) if p is not None else
                 Telemetry(path=os.path.join(r.key, AGGREGATOR_DIR, TELEMETRY_DB), status="missing",
                           detail=f"{r.name or r.id}: no {AGGREGATOR_DIR}/{TELEMETRY_DB} (not captured by TraceML)")
                 for p, r in zip(paths, (baseline, run), strict=True)]

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
+from traceml_ai.diagnose.readers import Telemetry, rank_key
 from traceml_ai.diagnose.summary import (
     AGGREGATOR_DIR,
     FINAL_SUMMARY,
@@ -53,6 +53,7 @@ from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.safeio import open_regular
 from traceml_ai.runs.series import downsample_indices
+from traceml_ai.ui.reads import shared_read
 
 MAX_POINTS = 2000
 """Points per chart (steps or snapshots), after min/max downsampling."""
@@ -168,7 +169,7 @@ class TelemetryViews:
         telemetry: Telemetry | None = None
         live: Summary | None = None
         if TELEMETRY_DB in names:
-            telemetry = read_telemetry(os.path.join(agg, TELEMETRY_DB))
+            telemetry = shared_read(os.path.join(agg, TELEMETRY_DB))  # the Performance view reads it too
             out["state"] = telemetry.status
             out["detail"] = telemetry.detail
             if telemetry.status != "ok":

@@ -129,3 +129,23 @@ def test_the_two_answers_of_the_performance_view_share_one_read(tmp_path: Path) 
     again = reads.read(db)
     assert again is not first and reads.reads == 2 and len(again.process) > len(first.process)
     assert SharedReads(keep_s=0).read(db) is not again  # kept no longer than keep_s
+
+
+def test_a_live_run_is_read_again_at_most_once_per_interval(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    run_dir = tmp_path / "runs" / "r"
+    write_run(run_dir, RunSpec(steps=30))
+    done = RunSummary(key=str(run_dir), id="r", root=str(tmp_path / "runs"), name="r", status="completed",
+                      display_status="completed")
+    live = replace(done, status="running", display_status="running")
+    views = PerformanceViews(live_min_interval_s=3600)
+    first = views.payload(live)
+    write_run(run_dir, RunSpec(steps=30, seed=1))  # the live run wrote more
+    assert views.payload(live) is first and views.reads == 1  # too soon: the last answer
+    assert views.payload(done) is not first and views.reads == 2  # a finished run: its stamps decide
+    eager = PerformanceViews(live_min_interval_s=0, live_cost_factor=0)
+    eager.payload(live)
+    write_run(run_dir, RunSpec(steps=30, seed=2))
+    eager.payload(live)
+    assert eager.reads == 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -218,12 +219,22 @@ def _empty_heatmap(state: str, detail: str | None) -> dict[str, Any]:
             "z_local": [], "medians": [], "warmup_steps": 0, "unit": "ms"}
 
 
-class PerformanceViews:
-    """``GET /api/runs/{key}/performance`` answers, cached per run by the database's stamps."""
+LIVE_MIN_INTERVAL_S = 1.0
+LIVE_STATUSES = ("running", "running?")
 
-    def __init__(self, *, max_buckets: int = MAX_BUCKETS) -> None:
+
+class PerformanceViews:
+    """``GET /api/runs/{key}/performance`` answers, cached per run by the database's stamps. A live
+    run's database changes all the time: its answer is built again at most every
+    ``live_min_interval_s`` seconds, or twice as long as the last build took (a big run's read
+    must not pin the CPU while a page follows it), as the telemetry answer is."""
+
+    def __init__(self, *, max_buckets: int = MAX_BUCKETS, live_min_interval_s: float = LIVE_MIN_INTERVAL_S,
+                 live_cost_factor: float = 2.0) -> None:
         self.max_buckets = max_buckets
-        self._cache: OrderedDict[str, tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict()
+        self.live_min_interval_s = live_min_interval_s
+        self.live_cost_factor = live_cost_factor
+        self._cache: OrderedDict[str, tuple[tuple[Any, ...], dict[str, Any], float, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0
 
@@ -242,12 +253,16 @@ class PerformanceViews:
         stamps = (st.st_mtime_ns, st.st_size, None if wal is None else (wal.st_mtime_ns, wal.st_size))
         with self._lock:
             hit = self._cache.get(run.key)
-        if hit is not None and hit[0] == stamps:
-            return hit[1]
+        if hit is not None:
+            old, answer, read_at, build_s = hit
+            wait = max(self.live_min_interval_s, self.live_cost_factor * build_s)
+            if old == stamps or (run.display_status in LIVE_STATUSES and time.monotonic() - read_at < wait):
+                return answer
+        t = time.monotonic()
         answer = performance(os.path.realpath(db), self.max_buckets)
         self.reads += 1
         with self._lock:
-            self._cache[run.key] = (stamps, answer)
+            self._cache[run.key] = (stamps, answer, time.monotonic(), time.monotonic() - t)
             self._cache.move_to_end(run.key)
             while len(self._cache) > CACHE_RUNS:
                 self._cache.popitem(last=False)

@@ -149,3 +149,27 @@ def test_a_live_run_is_read_again_at_most_once_per_interval(tmp_path: Path) -> N
     write_run(run_dir, RunSpec(steps=30, seed=2))
     eager.payload(live)
     assert eager.reads == 2
+
+
+def test_the_compare_answer_is_traceml_compares_and_says_why_for_an_uncaptured_run(tmp_path: Path) -> None:
+    from traceml_ai.diagnose.compare import compare
+    from traceml_ai.telemetry import schema
+    from traceml_ai.ui.performance import CompareViews
+
+    root = tmp_path / "runs"
+    write_run(root / "a", RunSpec(steps=60))
+    write_run(root / "b", RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 9.0}))
+    (root / "plain").mkdir()
+    a, b, plain = (RunSummary(key=str(root / n), id=n, root=str(root), name=n, status="completed",
+                              display_status="completed") for n in ("a", "b", "plain"))
+    views = CompareViews()
+    got = views.payload(a, b)
+    want = compare(root / "a", root / "b").to_dict()
+    assert [(m["metric"], m["verdict"], m["ratio"]) for m in got["metrics"]] == \
+        [(m["metric"], m["verdict"], m["ratio"]) for m in want["metrics"]]
+    assert next(m for m in got["metrics"] if m["metric"] == "dataloader_next_ms")["verdict"] == "regression"
+    assert got["run_a"] == "a" and got["run_b"] == "b" and got["live"] is False
+    assert views.payload(a, b) is got and views.reads == 1  # cached until a database changes
+    none = views.payload(a, plain)
+    assert {m["verdict"] for m in none["metrics"]} == {"inconclusive"}
+    assert any("not captured" in p for p in none["problems"])

@@ -277,11 +277,15 @@ class CompareViews:
     The answer is :meth:`Comparison.to_dict <traceml_ai.diagnose.compare.Comparison.to_dict>` with
     ``run_a``/``run_b`` the two runs' names and ``live`` true when either database may still grow
     (its verdicts are then provisional). A run that was not captured has every metric
-    ``inconclusive`` and a ``problems`` line saying so.
+    ``inconclusive`` and a ``problems`` line saying so. While either run is live the verdicts are
+    computed again at most every ``live_min_interval_s`` seconds (or twice the last computation).
     """
 
-    def __init__(self) -> None:
-        self._cache: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict()
+    def __init__(self, *, live_min_interval_s: float = 5.0, live_cost_factor: float = 2.0) -> None:
+        self.live_min_interval_s = live_min_interval_s
+        self.live_cost_factor = live_cost_factor
+        self._cache: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any], float, float]] = \
+            OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0
 
@@ -298,10 +302,15 @@ class CompareViews:
             stamps.append(None if st is None else (st.st_mtime_ns, st.st_size,
                                                    None if wal is None else (wal.st_mtime_ns, wal.st_size)))
         key = (baseline.key, run.key)
+        live = any(r.display_status in LIVE_STATUSES for r in (baseline, run))
         with self._lock:
             hit = self._cache.get(key)
-        if hit is not None and hit[0] == tuple(stamps):
-            return hit[1]
+        if hit is not None:
+            old, cached, done_at, took = hit
+            wait = max(self.live_min_interval_s, self.live_cost_factor * took)
+            if old == tuple(stamps) or (live and time.monotonic() - done_at < wait):
+                return cached
+        t = time.monotonic()
         tels = [shared_read(p) if p is not None else
                 Telemetry(path=os.path.join(r.key, AGGREGATOR_DIR, TELEMETRY_DB), status="missing",
                           detail=f"{r.name or r.id}: no {AGGREGATOR_DIR}/{TELEMETRY_DB} (not captured by TraceML)")
@@ -310,7 +319,7 @@ class CompareViews:
         answer = {**result.to_dict(), "live": not (baseline.finished and run.finished)}
         self.reads += 1
         with self._lock:
-            self._cache[key] = (tuple(stamps), answer)
+            self._cache[key] = (tuple(stamps), answer, time.monotonic(), time.monotonic() - t)
             self._cache.move_to_end(key)
             while len(self._cache) > CACHE_RUNS:
                 self._cache.popitem(last=False)

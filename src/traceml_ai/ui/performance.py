@@ -36,7 +36,7 @@ from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.ui.reads import shared_read
+from traceml_ai.ui.reads import shared_read, shared_step_table
 
 MAX_BUCKETS = 240
 """Columns of the heatmap at most (steps are bucketed beyond that)."""
@@ -50,7 +50,7 @@ def performance(db_path: str, max_buckets: int = MAX_BUCKETS,
     """``{"heatmap": heatmap(...), "breakdown": breakdown(...)}`` of one telemetry database, read once
     (the read is shared with the telemetry answer asked at the same time: :mod:`traceml_ai.ui.reads`)."""
     tel = shared_read(db_path)
-    table = build_step_table(tel.steps, warmup_steps=0) if tel.status == "ok" else None
+    table = shared_step_table(tel) if tel.status == "ok" else None
     hm = _heatmap(tel, max_buckets, table)
     return {"heatmap": hm, "breakdown": _breakdown(table, max_points) if table is not None else None}
 

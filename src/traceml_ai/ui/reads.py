@@ -20,6 +20,7 @@ from collections import OrderedDict
 from typing import Final
 
 from traceml_ai.diagnose.readers import Telemetry, read_telemetry
+from traceml_ai.diagnose.timeline import StepTable, build_step_table
 
 KEEP_S: Final = 30.0
 """How long a read is kept for the other answers (a few seconds would do: the page asks at once)."""
@@ -45,6 +46,7 @@ class SharedReads:
         self.max_databases = max_databases
         self._kept: OrderedDict[str, tuple[tuple[_Stamp, _Stamp], float, Telemetry]] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
+        self._tables: OrderedDict[int, tuple[Telemetry, StepTable]] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0
         """How many databases were read (tests count them)."""
@@ -53,6 +55,21 @@ class SharedReads:
         """Forget every read kept (the benchmark's cold start)."""
         with self._lock:
             self._kept.clear()
+            self._tables.clear()
+
+    def step_table(self, tel: Telemetry) -> StepTable:
+        """``build_step_table(tel.steps, warmup_steps=0)`` (every step, warm-up included: the charts
+        shade it), built once per read and shared like the read. Treat it as read-only."""
+        with self._lock:
+            hit = self._tables.get(id(tel))
+        if hit is not None and hit[0] is tel:
+            return hit[1]
+        table = build_step_table(tel.steps, warmup_steps=0)
+        with self._lock:
+            self._tables[id(tel)] = (tel, table)  # the read is held too, so its id is not reused
+            while len(self._tables) > self.max_databases:
+                self._tables.popitem(last=False)
+        return table
 
     def read(self, db_path: str | os.PathLike[str]) -> Telemetry:
         """:func:`~traceml_ai.diagnose.read_telemetry` of ``db_path``, or the read another answer
@@ -87,3 +104,8 @@ SHARED: Final = SharedReads()
 def shared_read(db_path: str | os.PathLike[str]) -> Telemetry:
     """:meth:`SharedReads.read` on the process's one :class:`SharedReads`."""
     return SHARED.read(db_path)
+
+
+def shared_step_table(tel: Telemetry) -> StepTable:
+    """:meth:`SharedReads.step_table` on the process's one :class:`SharedReads`."""
+    return SHARED.step_table(tel)

@@ -48,12 +48,12 @@ from traceml_ai.diagnose.summary import (
     summarise,
 )
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
-from traceml_ai.diagnose.timeline import ITERATION, build_step_table
+from traceml_ai.diagnose.timeline import ITERATION
 from traceml_ai.runs.discovery import inside, stat_confined
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.safeio import open_regular
 from traceml_ai.runs.series import downsample_indices
-from traceml_ai.ui.reads import shared_read
+from traceml_ai.ui.reads import shared_read, shared_step_table
 
 MAX_POINTS = 2000
 """Points per chart (steps or snapshots), after min/max downsampling."""
@@ -210,7 +210,7 @@ class TelemetryViews:
         steps included (the chart marks them; the medians leave them out)."""
         if not tel.steps:
             return None
-        table = build_step_table(tel.steps, warmup_steps=0)
+        table = shared_step_table(tel)  # build_step_table(tel.steps, warmup_steps=0), shared with /performance
         names = (ITERATION, *table.phase_names)
         series = []
         for name in names:

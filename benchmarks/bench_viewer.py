@@ -7,7 +7,13 @@
    10,000 runs (≤ 2.5 s) — needs the built front end, Playwright and /usr/bin/chromium;
 5. the perf.* columns of 1,000 captured runs (issue 13 item 5): read cold from their
    final_summary.json files (≤ 0.2 s; a fresh process, the files in the OS cache), and what a
-   no-change poll adds (nothing read; the time of the join's pass over the runs is printed).
+   no-change poll adds (nothing read; the time of the join's pass over the runs is printed);
+6. the Performance view of one run of 8 ranks x 100,000 steps (issue 13 item 5): the two answers
+   the page asks for (``/telemetry`` and ``/performance``, built one after the other, so the sum is
+   an upper bound of the page's wait) cold (≤ 1.0 s: fresh caches, the database in the OS cache)
+   and warm (≤ 50 ms: the same run asked again, nothing changed). The database is written
+   synthetically with the real schema (tests/diagnose/telemetry_db.py, as the aggregator writes it:
+   WAL, every table, GPU ranks with per-step memory, 1 s snapshots).
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ from typing import Any
 import orjson
 
 from traceml_ai.diagnose.perf import PerfIndex
+from traceml_ai.diagnose.summary import write_final_summary
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.perf import join_perf
+from traceml_ai.ui.performance import PerformanceViews
+from traceml_ai.ui.reads import SHARED as SHARED_READS
 from traceml_ai.ui.service import Viewer
+from traceml_ai.ui.telemetry import TelemetryViews
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.diagnose.telemetry_db import RunSpec, write_run
 
 ROWS: list[tuple[str, float, float, str]] = []
 
@@ -243,11 +256,54 @@ def perf_columns(root: Path) -> None:
     assert body["keys"] and "perf.share.dataloader" in body["columns"]["numeric"]
 
 
+def performance_view(root: Path, ranks: int = 8, steps: int = 100_000) -> None:
+    """One captured run of ``ranks`` x ``steps``; its Performance view's answers cold and warm."""
+    generate(root, runs=1, seed=2)
+    run_dir = next(p for p in root.iterdir() if p.is_dir())
+    t = time.perf_counter()
+    write_run(run_dir, RunSpec(ranks=ranks, steps=steps, gpu=True, interval_s=1.0, noise=0.1))
+    write_final_summary(run_dir)  # a finished capture has one (a live run is judged on each read instead)
+    print(f"wrote {ranks} ranks x {steps:,} steps in {time.perf_counter() - t:.1f} s "
+          f"({(run_dir / 'aggregator' / 'telemetry.sqlite').stat().st_size / 1e6:.0f} MB)", flush=True)
+    store = RunStore([root])
+    store.poll()
+    (run,) = store.runs()
+    cold, warm, parts, cpu = [], [], [], []
+    for _ in range(3):
+        SHARED_READS.clear()  # forget the shared read: a cold start
+        telemetry, performance = TelemetryViews(), PerformanceViews()
+        t, c = time.perf_counter(), time.process_time()
+        telemetry.payload(run)
+        t_tel = time.perf_counter() - t
+        performance.payload(run)
+        cold.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+        parts.append((t_tel, cold[-1] - t_tel))
+        for _ in range(5):
+            t = time.perf_counter()
+            telemetry.payload(run)
+            performance.payload(run)
+            warm.append(time.perf_counter() - t)
+    best = min(range(len(cold)), key=lambda i: cold[i])
+    record(f"Performance view of {ranks} ranks x {steps:,} steps, cold (both answers)", statistics.median(cold), 1.0)
+    print(f"{'  of which /telemetry, /performance (fastest round)':<62} "
+          f"{parts[best][0] * 1e3:>6.0f} + {parts[best][1] * 1e3:.0f} ms", flush=True)
+    print(f"{'  CPU seconds of the cold build (median; the machine may be shared)':<62} "
+          f"{statistics.median(cpu):>10.3f} s", flush=True)
+    record("  warm (asked again, nothing changed)", statistics.median(warm), 0.05)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-run figures")
     parser.add_argument("--only-perf", action="store_true", help="only the perf.* column figures (item 5 of issue 13)")
+    parser.add_argument("--only-perf-view", action="store_true",
+                        help="only the Performance view of 8 ranks x 100,000 steps (item 5 of issue 13)")
     args = parser.parse_args()
+    if args.only_perf_view:
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            performance_view(Path(tmp) / "traceml" / "runs")
+        return
     if args.only_perf:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
             root = Path(tmp) / "traceml" / "runs"
@@ -263,6 +319,7 @@ def main() -> None:
         series_cold_warm(root)
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
         perf_columns(root)
+        performance_view(Path(tmp) / "perfview" / "traceml" / "runs")
         if not args.skip_10k:
             root10 = Path(tmp) / "big" / "traceml" / "runs"
             t = time.perf_counter()

@@ -59,3 +59,86 @@ def test_plot_errors_are_one_line(fake_root: Path) -> None:
     assert proc.returncode == 2
     proc = run_traceml("plot", "baseline", "--metric", "val/auc", "--x", "wall", "--root", str(fake_root))
     assert proc.returncode == 2
+
+
+# -- --telemetry: a panel of the Performance view, on a real captured run (issue 13 item 4) ----------
+
+
+@pytest.fixture(scope="module")
+def captured_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs root holding one run ``traceml run`` captured: the digits example on 2 ranks with the
+    planted straggler, beside a run that was not captured."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from traceml_ai.examples import TRAIN_DIGITS
+
+    work = tmp_path_factory.mktemp("captured")
+    root = work / "traceml" / "runs"
+    done = run_traceml("run", "--mode", "quiet", "--name", "lagging", "--logs-dir", str(root),
+                       "--nproc-per-node", "2", str(TRAIN_DIGITS), "--epochs", "1", "--plant", "straggler",
+                       cwd=work, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    generate(root, runs=1, seed=4)
+    return root
+
+
+def png_dpi_of(data: bytes) -> tuple[int, int, int]:
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    phys = data.index(b"pHYs")
+    x, y, unit = struct.unpack(">IIB", data[phys + 4 : phys + 13])
+    return x, y, unit
+
+
+@pytest.mark.parametrize("panel", ["step", "ranks", "memory", "gpu"])
+def test_plot_telemetry_writes_each_panel_as_a_300_dpi_png(captured_root: Path, panel: str) -> None:
+    pytest.importorskip("matplotlib")
+    proc = run_traceml("plot", "lagging", "--telemetry", panel, "--root", str(captured_root))
+    assert proc.returncode == 0, proc.stderr
+    path = Path(proc.stdout.strip())
+    assert path.parent == captured_root.parent / ".cache" / "plots"
+    assert path.name.startswith(f"plot-lagging-telemetry-{panel}-") and path.suffix == ".png"
+    assert png_dpi_of(path.read_bytes()) == (11811, 11811, 1)
+
+
+def test_plot_telemetry_csv_holds_the_numbers_of_traceml_summary(captured_root: Path, tmp_path: Path) -> None:
+    import json
+    import statistics
+
+    from traceml_ai.diagnose.thresholds import WARMUP_STEPS
+
+    (run_folder,) = [p for p in captured_root.iterdir() if "_lagging_" in p.name]
+    summary = json.loads(run_traceml("summary", str(run_folder), "--json").stdout)
+    proc = run_traceml("plot", str(run_folder), "--telemetry", "ranks", "--format", "csv",
+                       "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(Path(proc.stdout.strip()).read_text(encoding="utf-8"))))
+    assert len(rows) == summary["steps"]["seen"]
+    first = int(rows[0]["step"])
+    for r in summary["step_time"]["per_rank"]:
+        for column, key in ((f"rank_{r['rank']}_ms", "median_ms"),
+                            (f"rank_{r['rank']}_outside_backward_ms", "outside_backward_median_ms")):
+            values = [float(x[column]) for x in rows if int(x["step"]) >= first + WARMUP_STEPS and x[column]]
+            assert statistics.median(values) == pytest.approx(r[key], rel=1e-4), column
+    # the step panel: one row per step, the phases of the rank the job waited for add up to its step
+    proc = run_traceml("plot", str(run_folder), "--telemetry", "step", "--format", "csv",
+                       "--cache-dir", str(tmp_path / "cache"))
+    steps = list(csv.DictReader(io.StringIO(Path(proc.stdout.strip()).read_text(encoding="utf-8"))))
+    assert len(steps) == summary["steps"]["seen"]
+    phases = [c for c in steps[0] if c.endswith("_ms") and c != "iteration_ms"]
+    assert "other_ms" in phases and "backward_ms" in phases
+    for x in steps:
+        assert sum(float(x[c] or 0) for c in phases) == pytest.approx(float(x["iteration_ms"]), rel=1e-3)
+
+
+def test_plot_telemetry_errors_are_one_line(captured_root: Path) -> None:
+    fake = str(next(p for p in captured_root.iterdir() if "_lagging_" not in p.name))
+    proc = run_traceml("plot", fake, "--telemetry", "ranks", "--root", str(captured_root))
+    assert proc.returncode == 1 and "not captured" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+    proc = run_traceml("plot", "lagging", fake, "--telemetry", "ranks", "--root", str(captured_root))
+    assert proc.returncode == 1 and "one run" in proc.stderr
+    proc = run_traceml("plot", "lagging", "--telemetry", "ranks", "--metric", "val/acc", "--root", str(captured_root))
+    assert proc.returncode == 1 and "not both" in proc.stderr
+    proc = run_traceml("plot", "lagging", "--telemetry", "heat", "--root", str(captured_root))
+    assert proc.returncode == 2  # not a panel: the usage error lists the choices
+    assert "step" in proc.stderr and "gpu" in proc.stderr

@@ -154,8 +154,48 @@ def test_the_index_reads_a_folder_again_only_when_its_summary_changed(tmp_path: 
     assert index.update([(str(done), True)], force=True)[str(done)]["verdict"] == "healthy"
 
 
+def test_a_live_runs_growing_telemetry_is_reported_until_it_finishes(tmp_path: Path) -> None:
+    """Issue 13 item 3: the viewer learns that a live run's database grew (and pushes it to the page)."""
+    from tests.diagnose.telemetry_db import TelemetryDB, cpu_events
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.ui.perf import join_perf
+
+    root = tmp_path / "runs"
+    live = root / "live"
+    live.mkdir(parents=True)
+    (live / "run.json").write_text(json.dumps({"schema_version": 1, "id": "live", "name": "live",
+                                               "status": "running"}))
+    db = TelemetryDB(live / "aggregator" / "telemetry.sqlite")
+    db.step(0, 0, cpu_events(HEALTHY_CPU), ts_ns=1)
+    db.commit()
+    index, grown = PerfIndex(), set[str]()
+    assert index.update([(str(live), False)], grown=grown) == {str(live): {"telemetry": "pending"}}
+    assert grown == set()  # first seen: in the answer already
+    assert index.update([(str(live), False)], grown=grown) == {} and grown == set()  # nothing written
+    db.step(0, 1, cpu_events(HEALTHY_CPU), ts_ns=2)
+    db.commit()  # the WAL file grows
+    assert index.update([(str(live), False)], grown=grown) == {} and grown == {str(live)}
+    # join_perf hands the grown run to the viewer as changed, once per change
+    store = RunStore([root])
+    store.poll()
+    index = PerfIndex()
+    join_perf(store, index)
+    assert join_perf(store, index) == []
+    db.step(0, 2, cpu_events(HEALTHY_CPU), ts_ns=3)
+    db.commit()
+    assert join_perf(store, index) == [store.runs()[0].key]
+    assert join_perf(store, index) == []
+    db.close()
+    # a finished run with its final summary is frozen: its database is not looked at
+    write_final_summary(live)
+    finished, grown = PerfIndex(), set[str]()
+    finished.update([(str(live), True)], grown=grown)
+    os.utime(live / "aggregator" / "telemetry.sqlite", ns=(1, 1))
+    assert finished.update([(str(live), True)], grown=grown) == {} and grown == set()
+
+
 def test_the_reader_names_the_files_and_schema_as_the_summary_writer_does() -> None:
     from traceml_ai.diagnose import perf, summary
 
-    assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION) == (
-        summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION)
+    assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION, perf.TELEMETRY_DB) == (
+        summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION, summary.TELEMETRY_DB)

@@ -1,6 +1,7 @@
-"""The performance columns in a real browser (issue 13 items 1 and 6): real runs captured by
-``traceml run`` on the digits example (1 rank healthy, 1 rank with the planted input stall, 2 ranks
-with the planted straggler) beside runs that were not captured, in Debian's chromium.
+"""The performance columns and the Performance view in a real browser (issue 13 items 1-4 and 6):
+real runs captured by ``traceml run`` on the digits example (1 rank healthy, 1 rank with the planted
+input stall, 2 ranks with the planted straggler) beside runs that were not captured, and a captured
+run that is still training while the page is open, in Debian's chromium.
 
 The captures are made once for the module (each takes tens of seconds on a busy machine).
 Screenshots land in ``test-artifacts/screens/perf-*.png``.
@@ -11,8 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import statistics
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +25,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.conftest import run_traceml
-from tests.ui.test_browser import CHROMIUM, LAUNCH_ARGS, expect, open_viewer, row, select_runs, serve, shot, sync_api
+from tests.ui.test_browser import (
+    CHROMIUM,
+    LAUNCH_ARGS,
+    WAIT_MS,
+    expect,
+    open_viewer,
+    png_phys,
+    redrawn,
+    row,
+    select_runs,
+    serve,
+    shot,
+    sync_api,
+    x_range,
+)
 from traceml_ai.examples import TRAIN_DIGITS
 from traceml_ai.runs.fake import generate
 
@@ -270,3 +288,201 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         expect(stall_section.get_by_test_id("perf-fact-verdict")).to_have_text("input_bound")
         shot(page, "perf-view-two-runs")
         s.assert_clean()
+
+
+def median_shown(heat_row: Any) -> float:
+    """The median a heatmap row shows on its right (ms)."""
+    return float(heat_row.get_by_test_id("heat-median").get_attribute("data-value") or "nan")
+
+
+def test_the_heatmap_tells_the_ddp_straggler_by_its_work_outside_backward(browser: Browser, viewer: Viewer,
+                                                                          perf_root: Path) -> None:
+    lagging = summary_json(perf_root, "lagging")
+    named = {str(r) for f in lagging["findings"] if f["kind"] == "straggler" for r in f["evidence"]["ranks"]}
+    per_rank = {str(r["rank"]): r for r in lagging["step_time"]["per_rank"]}
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        heat = page.get_by_test_id("perf-heatmap")
+        # A straggler is named: the heatmap shows the work outside backward first, where under DDP the
+        # straggler stands out (its iteration is like the others', the fast ranks wait in backward).
+        expect(heat.get_by_test_id("heat-svg")).to_have_attribute("data-mode", "local")
+        medians = {r.get_attribute("data-rank"): median_shown(r) for r in heat.get_by_test_id("heat-row").all()}
+        for rank, value in medians.items():
+            assert value == pytest.approx(per_rank[str(rank)]["outside_backward_median_ms"], rel=1e-3)
+        (straggler,) = named
+        assert medians[straggler] == max(medians.values())
+        # The iteration view has traceml summary's per-rank medians.
+        heat.get_by_test_id("perf-heat-iteration").click()
+        expect(heat.get_by_test_id("heat-svg")).to_have_attribute("data-mode", "iteration")
+        for r in heat.get_by_test_id("heat-row").all():
+            assert median_shown(r) == pytest.approx(per_rank[str(r.get_attribute("data-rank"))]["median_ms"], rel=1e-3)
+        # The table formats the step time in ms.
+        page.get_by_test_id("nav-runs").click()
+        p50 = cell(page, "lagging", "perf.step_ms.p50")
+        expect(p50).to_have_text(re.compile(r"^\d+(\.\d{1,2})? ms$"))
+        s.assert_clean()
+
+
+def test_every_performance_panel_exports_csv_and_a_300_dpi_png(browser: Browser, viewer: Viewer,
+                                                               perf_root: Path) -> None:
+    lagging = summary_json(perf_root, "lagging")
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        lag = page.get_by_test_id("perf-run").first
+        expect(lag.get_by_test_id("perf-heatmap").get_by_test_id("heat-svg")).to_be_visible()
+        written: dict[tuple[str, str], Path] = {}
+        for panel in ("step", "ranks", "memory", "gpu"):
+            for fmt in ("csv", "png"):
+                before = page.get_by_test_id("export-path").all_inner_texts()
+                lag.get_by_test_id(f"perf-export-{fmt}-{panel}").click()
+                path_el = page.get_by_test_id("export-path")
+                expect(path_el).to_have_text(re.compile(rf"plot-lagging-telemetry-{panel}-.*\.{fmt}$"))
+                assert path_el.all_inner_texts() != before
+                path = Path(path_el.inner_text())
+                assert path.parent == viewer.cache / "plots" and path.is_file()
+                written[(panel, fmt)] = path
+        shot(page, "perf-view-exported")
+        s.assert_clean()
+    for panel in ("step", "ranks", "memory", "gpu"):
+        data = written[(panel, "png")].read_bytes()
+        assert png_phys(data) == (11811, 11811, 1)  # 300 DPI
+    # The step CSV is the job's step by step: one row per step seen, its median the summary's throughput.
+    rows = list(csv.DictReader(io.StringIO(written[("step", "csv")].read_text(encoding="utf-8"))))
+    assert len(rows) == lagging["steps"]["seen"]
+    assert {"step", "rank", "iteration_ms", "dataloader_next_ms", "forward_ms", "backward_ms"} <= set(rows[0])
+    warm = int(rows[0]["step"]) + viewer.api(
+        f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")["heatmap"]["warmup_steps"]
+    after = [float(r["iteration_ms"]) for r in rows if int(r["step"]) >= warm and r["iteration_ms"]]
+    assert 1000 / statistics.median(after) == pytest.approx(lagging["step_time"]["throughput_steps_per_s"], rel=1e-4)
+    # The ranks CSV: a column per rank, the summary's per-rank medians after warm-up.
+    ranks = list(csv.DictReader(io.StringIO(written[("ranks", "csv")].read_text(encoding="utf-8"))))
+    for r in lagging["step_time"]["per_rank"]:
+        column = f"rank_{r['rank']}_ms"
+        values = [float(x[column]) for x in ranks if int(x["step"]) >= warm and x[column]]
+        assert statistics.median(values) == pytest.approx(r["median_ms"], rel=1e-4)
+    # A CPU run: the GPU CSV has host rows and no GPU rows.
+    gpu = list(csv.DictReader(io.StringIO(written[("gpu", "csv")].read_text(encoding="utf-8"))))
+    assert gpu and {g["series"] for g in gpu} <= {"CPU", "RAM"}
+
+
+def test_two_runs_side_by_side_show_traceml_compares_verdict_per_metric(browser: Browser, viewer: Viewer,
+                                                                        perf_root: Path) -> None:
+    done = run_traceml("compare", str(run_dir(perf_root, "steady")), str(run_dir(perf_root, "stall")), "--json")
+    assert done.returncode == 0, done.stderr
+    verdicts = {m["metric"]: m["verdict"] for m in json.loads(done.stdout)["metrics"]}
+    assert verdicts["dataloader_next_ms"] == "regression"
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        select_runs(page, "steady", "stall")
+        page.get_by_test_id("nav-performance").click()
+        table = page.get_by_test_id("perf-verdicts")
+        expect(table.get_by_test_id("perf-verdict-row")).to_have_count(len(verdicts))
+        for metric, verdict in verdicts.items():
+            expect(table.locator(f"[data-testid=perf-verdict-row][data-metric='{metric}']")).to_have_attribute(
+                "data-verdict", verdict)
+        expect(table.locator("[data-testid=perf-verdict-row][data-metric=dataloader_next_ms]")
+               .get_by_test_id("perf-verdict")).to_have_text("regression")
+        expect(table.get_by_test_id("perf-verdicts-provisional")).to_have_count(0)  # both runs finished
+        table.scroll_into_view_if_needed()
+        shot(page, "perf-view-verdicts")
+        s.assert_clean()
+
+
+# -- live: a captured run that trains while the page is open -----------------------------------------
+
+LIVE_SCRIPT = """
+import os, sys, time, torch, traceml_ai
+stop = sys.argv[1]
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(100000):
+    with traceml_ai.trace_step(model):
+        loss = model(torch.randn(32, 16)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    time.sleep(0.02)
+    if i >= 40 and os.path.exists(stop):
+        break
+print("stopped at step", i, flush=True)
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_live_captured_run_updates_its_performance_view_by_push_and_keeps_the_zoom(
+        browser: Browser, tmp_path: Path) -> None:
+    root = tmp_path / "traceml" / "runs"
+    root.mkdir(parents=True)
+    generate(root, runs=2, seed=1)
+    script, stop = tmp_path / "train_live.py", tmp_path / "stop"
+    script.write_text(LIVE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--name", "live-perf",
+         "--logs-dir", str(root), str(script), str(stop)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+            page = s.page
+            page.evaluate("window.__notReloaded = true")
+            expect(row(page, "live-perf").get_by_test_id("status-badge")).to_have_text("running", timeout=120_000)
+            row(page, "live-perf").locator(".cell-name").click()
+            page.get_by_test_id("inspector-performance").click()
+            run = page.locator("[data-testid=perf-run][data-name=live-perf]")
+            expect(run.get_by_test_id("perf-live")).to_be_visible(timeout=WAIT_MS)
+            # provisional diagnoses: no final summary yet, the rules judge the rows written so far
+            expect(run.get_by_test_id("perf-fact-verdict")).to_contain_text("(provisional)")
+            expect(run.get_by_test_id("telemetry-diagnoses")).to_contain_text("provisional")
+            # pushed updates: the breakdown and the heatmap grow without a reload
+            area = run.get_by_test_id("perf-area")
+            expect(area).to_be_visible(timeout=WAIT_MS)
+            first = int(area.get_attribute("data-last-step") or "0")
+            page.wait_for_function(
+                "(n) => { const a = document.querySelector('[data-name=live-perf] [data-testid=perf-area]');"
+                " return !!a && Number(a.dataset.lastStep) > n; }", arg=first, timeout=60_000)
+            heat = run.get_by_test_id("heat-svg")
+            expect(heat).to_have_attribute("data-last-step", re.compile(r"^\d+$"))
+            # zoom the step chart: live redraws keep the zoomed range
+            chart = run.get_by_test_id("telemetry-steps")
+            expect(chart.locator(".uplot")).to_be_visible(timeout=WAIT_MS)
+            chart.scroll_into_view_if_needed()
+            for _ in range(5):
+                box = chart.locator(".u-over").bounding_box()
+                if box is None:
+                    page.wait_for_timeout(100)
+                    continue
+                y = box["y"] + box["height"] / 2
+                page.mouse.move(box["x"] + box["width"] * 0.25, y)
+                page.mouse.down()
+                page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=12)
+                page.mouse.up()
+                if chart.locator(".uplot[data-zoomed='1']").count():
+                    break
+            else:
+                raise AssertionError("dragging across the step chart did not zoom it")
+            zoomed = x_range(page, chart)
+            for _ in range(2):
+                redrawn(page, chart)
+                expect(chart.locator(".uplot")).to_have_attribute("data-zoomed", "1")
+                assert x_range(page, chart) == zoomed
+            shot(page, "perf-view-live")
+            # the run ends: the final summary replaces the provisional diagnoses, still without a reload
+            stop.write_text("")
+            assert proc.wait(timeout=240) == 0, proc.stderr.read() if proc.stderr else ""
+            expect(run.get_by_test_id("perf-live")).to_be_hidden(timeout=60_000)
+            expect(run.get_by_test_id("perf-fact-verdict")).not_to_contain_text("provisional", timeout=60_000)
+            expect(run.get_by_test_id("perf-fact-telemetry")).to_have_text(re.compile("^(ok|partial|degraded)$"))
+            assert page.evaluate("window.__notReloaded") is True
+            assert any("/api/events" in u for u in s.requests)
+            s.assert_clean()
+    finally:
+        stop.write_text("")
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()

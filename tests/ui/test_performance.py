@@ -77,3 +77,99 @@ def test_the_breakdown_takes_the_waited_for_rank_so_the_phases_add_up_to_the_ste
     assert {s["name"] for s in b["series"]} >= {schema.FORWARD, schema.BACKWARD, "other"}
     coarse = breakdown(str(db), max_points=7)
     assert coarse is not None and coarse["bucket_steps"] == 6 and len(coarse["x"]) == len(coarse["iteration"]) == 7
+
+
+def test_the_heatmap_has_the_work_outside_backward_and_the_summarys_medians(tmp_path: Path) -> None:
+    """Issue 13 nit: under DDP a straggler's iteration can read lowest (the others wait for it in
+    backward); its work outside backward is what the heatmap and its medians show it by."""
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.summary import summarise
+    from traceml_ai.telemetry import schema
+
+    def phases(rank: int, step: int) -> dict[str, float]:
+        # rank 1 spends 12 ms more before backward; rank 0 waits those 12 ms inside backward
+        return {**HEALTHY_CPU, schema.FORWARD: 4.0 + (12.0 if rank else 0.0),
+                schema.BACKWARD: 7.0 + (0.0 if rank else 12.3)}
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=2, steps=90, phases=phases, noise=0.02))
+    hm = heatmap(str(db), max_buckets=20)
+    medians = {rank: m for rank, m in zip(hm["ranks"], hm["medians"], strict=True)}
+    assert medians[1]["median_ms"] < medians[0]["median_ms"]  # the straggler's iteration reads lower ...
+    assert medians[1]["outside_backward_ms"] > 2 * medians[0]["outside_backward_ms"]  # ... its own work higher
+    local = np.array(hm["z_local"], dtype=float)
+    assert np.all(local[1] > local[0] + 10)
+    summary = summarise(read_telemetry(db)).to_dict()
+    for r in summary["step_time"]["per_rank"]:
+        assert medians[r["rank"]]["median_ms"] == pytest.approx(r["median_ms"], rel=1e-3)
+        assert medians[r["rank"]]["outside_backward_ms"] == pytest.approx(r["outside_backward_median_ms"], rel=1e-3)
+
+
+@pytest.mark.parametrize("buckets", [7, 30, 200])
+def test_bucket_medians_are_the_median_of_each_buckets_steps(tmp_path: Path, buckets: int) -> None:
+    from traceml_ai.diagnose.readers import read_telemetry
+    from traceml_ai.diagnose.timeline import build_step_table
+
+    db = write_run(tmp_path / "run", RunSpec(ranks=1, steps=150, noise=0.3))
+    hm = heatmap(str(db), max_buckets=buckets)
+    (tl,) = build_step_table(read_telemetry(db).steps, warmup_steps=0).ranks
+    width = hm["bucket_steps"]
+    for j, got in enumerate(hm["z"][0]):
+        chunk = tl.iteration_ms[(tl.steps >= j * width) & (tl.steps < (j + 1) * width)]
+        assert got == pytest.approx(round(float(np.median(chunk)), 4))
+
+
+def test_the_two_answers_of_the_performance_view_share_one_read(tmp_path: Path) -> None:
+    from traceml_ai.ui.reads import SharedReads
+
+    db = write_run(tmp_path / "run", RunSpec(steps=30))
+    reads = SharedReads(keep_s=60)
+    first = reads.read(db)
+    assert reads.read(db) is first and reads.reads == 1
+    write_run(tmp_path / "run", RunSpec(steps=30, seed=1))  # the database changed: read again
+    again = reads.read(db)
+    assert again is not first and reads.reads == 2 and len(again.process) > len(first.process)
+    assert SharedReads(keep_s=0).read(db) is not again  # kept no longer than keep_s
+
+
+def test_a_live_run_is_read_again_at_most_once_per_interval(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    run_dir = tmp_path / "runs" / "r"
+    write_run(run_dir, RunSpec(steps=30))
+    done = RunSummary(key=str(run_dir), id="r", root=str(tmp_path / "runs"), name="r", status="completed",
+                      display_status="completed")
+    live = replace(done, status="running", display_status="running")
+    views = PerformanceViews(live_min_interval_s=3600)
+    first = views.payload(live)
+    write_run(run_dir, RunSpec(steps=30, seed=1))  # the live run wrote more
+    assert views.payload(live) is first and views.reads == 1  # too soon: the last answer
+    assert views.payload(done) is not first and views.reads == 2  # a finished run: its stamps decide
+    eager = PerformanceViews(live_min_interval_s=0, live_cost_factor=0)
+    eager.payload(live)
+    write_run(run_dir, RunSpec(steps=30, seed=2))
+    eager.payload(live)
+    assert eager.reads == 2
+
+
+def test_the_compare_answer_is_traceml_compares_and_says_why_for_an_uncaptured_run(tmp_path: Path) -> None:
+    from traceml_ai.diagnose.compare import compare
+    from traceml_ai.telemetry import schema
+    from traceml_ai.ui.performance import CompareViews
+
+    root = tmp_path / "runs"
+    write_run(root / "a", RunSpec(steps=60))
+    write_run(root / "b", RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 9.0}))
+    (root / "plain").mkdir()
+    a, b, plain = (RunSummary(key=str(root / n), id=n, root=str(root), name=n, status="completed",
+                              display_status="completed") for n in ("a", "b", "plain"))
+    views = CompareViews()
+    got = views.payload(a, b)
+    want = compare(root / "a", root / "b").to_dict()
+    assert [(m["metric"], m["verdict"], m["ratio"]) for m in got["metrics"]] == \
+        [(m["metric"], m["verdict"], m["ratio"]) for m in want["metrics"]]
+    assert next(m for m in got["metrics"] if m["metric"] == "dataloader_next_ms")["verdict"] == "regression"
+    assert got["run_a"] == "a" and got["run_b"] == "b" and got["live"] is False
+    assert views.payload(a, b) is got and views.reads == 1  # cached until a database changes
+    none = views.payload(a, plain)
+    assert {m["verdict"] for m in none["metrics"]} == {"inconclusive"}
+    assert any("not captured" in p for p in none["problems"])

@@ -1,8 +1,8 @@
 // The only module that talks to the server (docs/viewer-api.md). The token lives in an HttpOnly
 // cookie set by the first visit, so requests are plain same-origin fetches.
 
-import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, ExportResponse, LineSpec, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis } from "./types";
-import type { ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest } from "./requests";
+import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, CompareResponse, ExportResponse, LineSpec, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis } from "./types";
+import type { ExportPerformanceRequest, ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest } from "./requests";
 
 /** A failed API call; `message` is the server's one-line `error` when it sent one. */
 export class ApiError extends Error {
@@ -107,6 +107,10 @@ export const api = {
     request<string>("GET", `/api/file?key=${encodeURIComponent(key)}&name=${encodeURIComponent(name)}`),
   telemetry: (key: string) => request<TelemetryResponse>("GET", `/api/runs/${encodeURIComponent(key)}/telemetry`),
   performance: (key: string) => request<PerformanceResponse>("GET", `/api/runs/${encodeURIComponent(key)}/performance`),
+  compare: (key: string, baseline: string) =>
+    request<CompareResponse>("GET", `/api/runs/${encodeURIComponent(key)}/compare?baseline=${encodeURIComponent(baseline)}`),
+  exportPerformance: (key: string, panel: "step" | "ranks" | "memory" | "gpu", format: "csv" | "png", share = false, heat: "iteration" | "local" | null = null) =>
+    request<ExportResponse>("POST", "/api/export/performance", { key, panel, format, share, heat } satisfies ExportPerformanceRequest),
   attachments: (key: string) => request<AttachmentsResponse>("GET", `/api/runs/${encodeURIComponent(key)}/attachments`),
   attachment: (token: string) => request<string>("GET", `/api/attachments/${encodeURIComponent(token)}`),
   hide: (keys: string[], hidden: boolean) =>

@@ -168,6 +168,8 @@ export function fmtPerf(column: string, v: number): string {
   if (column.startsWith("perf.share.")) return `${(v * 100).toFixed(1)}%`;
   if (column.startsWith("perf.peak_mem.")) return fmtBytes(v);
   if (column === "perf.skew_pct" || column === "perf.gpu_util_pct") return `${fmtNum(v)}%`;
+  if (column.startsWith("perf.step_ms.")) return `${v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)} ms`;
+  if (column === "perf.steps_per_s") return `${v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)}/s`;
   return fmtNum(v);
 }
 

@@ -26,3 +26,12 @@ export interface ExportTableRequest {
   keys?: string[];
   columns?: string[];
 }
+
+/** `POST /api/export/performance`: write one Performance panel of the run `key` into the cache, as a 300-DPI PNG or CSV; `share` draws phases as shares of the step, `heat` picks the ranks heatmap's measure (`None`: the view's default). */
+export interface ExportPerformanceRequest {
+  key?: string;
+  panel?: "step" | "ranks" | "memory" | "gpu";
+  format?: "png" | "csv";
+  share?: boolean;
+  heat?: "iteration" | "local" | null;
+}

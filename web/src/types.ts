@@ -327,6 +327,10 @@ export interface PerformanceResponse {
     first_step: number | null;
     bucket_steps: number;
     z: (number | null)[][];
+    /** The work outside backward (iteration minus backward), per rank and bucket: what tells a DDP straggler. */
+    z_local?: (number | null)[][];
+    /** Each rank's medians after warm-up (aligned with `ranks`). */
+    medians?: { median_ms: number | null; outside_backward_ms: number | null }[];
     warmup_steps: number;
     unit: "ms";
   };
@@ -361,4 +365,22 @@ export interface TelemetryResponse {
   gpu: TelemetryChart | null;
   t0_unix_ns: number | null;
   logs: RankLog[];
+}
+
+/** GET /api/runs/<key>/compare?baseline=<key>: `traceml compare`'s verdicts (docs/viewer-api.md). */
+export interface CompareResponse {
+  run_a: string;
+  run_b: string;
+  live: boolean;
+  metrics: {
+    metric: string;
+    unit: string;
+    better: "lower" | "higher";
+    median_a: number | null;
+    median_b: number | null;
+    change_pct: number | null;
+    verdict: "regression" | "improvement" | "equivalent" | "inconclusive";
+    reason: string;
+  }[];
+  problems: string[];
 }

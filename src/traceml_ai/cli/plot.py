@@ -1,5 +1,7 @@
 """``traceml plot``: save a line chart of runs' metric histories as a 300-DPI PNG or as CSV data, the
-same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting chart data").
+same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting chart data"); with
+``--telemetry PANEL``, one panel of a captured run's Performance view (issue 13 item 4,
+:mod:`traceml_ai.ui.perf_export`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class PlotFormat(str, Enum):
     csv = "csv"
 
 
+class TelemetryPanel(str, Enum):
+    step = "step"
+    ranks = "ranks"
+    memory = "memory"
+    gpu = "gpu"
+
+
 def _check_ema(value: float) -> float:
     if not 0.0 <= value < 1.0:
         raise typer.BadParameter(f"{value} is not in [0, 1); try 0.6")
@@ -41,8 +50,20 @@ def plot(
         list[str], typer.Argument(metavar="RUN", help="Run ids, unique id prefixes, names, or run folder paths.")
     ],
     metric: Annotated[
-        list[str], typer.Option("--metric", "-m", metavar="M", help="Metric to plot, e.g. val/auc (repeatable).")
-    ],
+        list[str] | None,
+        typer.Option("--metric", "-m", metavar="M", help="Metric to plot, e.g. val/auc (repeatable)."),
+    ] = None,
+    telemetry: Annotated[
+        TelemetryPanel | None,
+        typer.Option(
+            "--telemetry", metavar="PANEL",
+            help="Instead of metrics, a panel of one captured run's Performance view: step (time by phase), "
+                 "ranks (step time per rank), memory, or gpu (host and GPU).",
+        ),
+    ] = None,
+    share: Annotated[
+        bool, typer.Option("--share", help="With --telemetry step: phases as shares of the step, not ms.")
+    ] = False,
     x: Annotated[XAxis, typer.Option("--x", help="X axis: step, epoch, or time (seconds since the run's start).")] = (
         XAxis.step
     ),
@@ -64,6 +85,8 @@ def plot(
     """Save a chart of metric histories into the cache folder and print its path.
 
     Example: traceml plot baseline high-lr --metric val/auc --ema 0.6 --root traceml/runs
+
+    Example: traceml plot lagging --telemetry ranks --root traceml/runs
     """
     if roots is None:
         folders = [r for r in run_refs if os.path.isdir(r)]
@@ -76,9 +99,16 @@ def plot(
         run = store.find(ref)
         if run.key not in {r.key for r in runs}:
             runs.append(run)
+    if telemetry is not None:
+        if metric:
+            raise UserError("give either --metric or --telemetry, not both")
+        if len(runs) != 1:
+            raise UserError(f"--telemetry draws one run; {len(runs)} given")
+        _plot_telemetry(store.roots, runs[0], telemetry.value, fmt.value, share, cache_dir)
+        return
     if len(runs) > MAX_LINE_RUNS:
         raise UserError(f"{len(runs)} runs given; a chart shows at most {MAX_LINE_RUNS}")
-    metrics = list(dict.fromkeys(m for m in metric if m))
+    metrics = list(dict.fromkeys(m for m in metric or [] if m))
     if not metrics:
         raise UserError("give a metric with --metric, e.g. --metric val/auc")
     histories: list[tuple[RunSummary, MetricsTail]] = [(run, store.history(run.key)) for run in runs]
@@ -87,11 +117,28 @@ def plot(
             logged = sorted({name for _, tail in histories for name in tail.metric_names()})
             shown = ", ".join(logged[:20]) + (" …" if len(logged) > 20 else "")
             raise UserError(f"no given run logged metric {m!r}; logged: {shown or '(none)'}")
+    folder = _cache_folder(store.roots, cache_dir)
     st = settings(cache_dir=cache_dir)
-    cache = default_cache_dir(store.roots, st.cache_dir)
-    if st.cache_dir is None:
-        migrate_cache_dir(store.roots, cache)
-    folder = CacheFolder(cache, roots=store.roots)
     spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=x.value, ema=ema, log_y=log_y)
     path = folder.export_chart(spec, runs, histories, fmt=fmt.value, max_points=st.max_points_per_series)
+    out.print(path, markup=False, highlight=False, soft_wrap=True)
+
+
+def _cache_folder(roots: list[str], cache_dir: str | None) -> CacheFolder:
+    st = settings(cache_dir=cache_dir)
+    cache = default_cache_dir(roots, st.cache_dir)
+    if st.cache_dir is None:
+        migrate_cache_dir(roots, cache)
+    return CacheFolder(cache, roots=roots)
+
+
+def _plot_telemetry(roots: list[str], run: RunSummary, panel: str, fmt: str, share: bool,
+                    cache_dir: str | None) -> None:
+    from traceml_ai.ui.perf_export import PanelError, export_panel
+
+    folder = _cache_folder(roots, cache_dir)
+    try:
+        path = export_panel(folder, run, panel, fmt, share=share)
+    except PanelError as err:
+        raise UserError(str(err)) from None
     out.print(path, markup=False, highlight=False, soft_wrap=True)

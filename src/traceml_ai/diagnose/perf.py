@@ -66,6 +66,7 @@ AGGREGATOR_DIR: Final = "aggregator"
 FINAL_SUMMARY: Final = "final_summary.json"
 SCHEMA_VERSION: Final = 1
 
+TELEMETRY_DB: Final = "telemetry.sqlite"
 FINALIZATION_WARNING: Final = "finalization_warning.json"
 MAX_SUMMARY_BYTES: Final = 16 * 1024 * 1024
 """A larger final_summary.json is not read (a real one is a few KB)."""
@@ -278,6 +279,16 @@ class _Entry:
     facts: dict[str, PerfValue]
     warning: str | None
     frozen: bool
+    telemetry: tuple[Stamp | None, Stamp | None] = (None, None)
+    """The ``(mtime_ns, size)`` of telemetry.sqlite and its ``-wal`` file when last looked at
+    (unfinished captured runs only: their database grows while the run is live)."""
+
+
+def _telemetry_stamps(run_dir: str) -> tuple[Stamp | None, Stamp | None]:
+    db = os.path.join(run_dir, AGGREGATOR_DIR, TELEMETRY_DB)
+    st, wal = _regular(db), _regular(db + "-wal")
+    return (None if st is None else (st.st_mtime_ns, st.st_size),
+            None if wal is None else (wal.st_mtime_ns, wal.st_size))
 
 
 class PerfIndex:
@@ -287,7 +298,9 @@ class PerfIndex:
     :meth:`update` checks the given run folders: a folder whose run is finished and whose final
     summary has been read (or that has no ``aggregator/`` folder at all) is frozen and costs nothing
     until ``force=True`` (the viewer's Refresh); any other folder costs one or two ``stat`` calls, and
-    its final summary is parsed again only when its ``(mtime_ns, size)`` changed.
+    its final summary is parsed again only when its ``(mtime_ns, size)`` changed. A captured run
+    that is not frozen costs two more (``telemetry.sqlite`` and its ``-wal``), so that the caller
+    learns when a live run's telemetry grew (issue 13 item 3: the Performance view follows it).
     """
 
     def __init__(self) -> None:
@@ -296,10 +309,15 @@ class PerfIndex:
         self.reads = 0
         """How many final summaries were parsed (tests and the benchmark count them)."""
 
-    def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False) -> dict[str, dict[str, PerfValue]]:
+    def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False,
+               grown: set[str] | None = None) -> dict[str, dict[str, PerfValue]]:
         """Check ``runs`` (``(run folder, finished)`` pairs) and return the facts of those whose facts
         changed since the last call; a folder seen for the first time is always returned (``{}`` when
-        it was not captured). Folders not listed are forgotten."""
+        it was not captured). Folders not listed are forgotten.
+
+        ``grown``: when given, the folders of captured, not yet frozen runs whose telemetry database
+        (or its ``-wal`` file) changed since the last call are added to it (not a folder seen for the
+        first time: it is in the answer anyway)."""
         changed: dict[str, dict[str, PerfValue]] = {}
         with self._lock:
             seen: set[str] = set()
@@ -310,12 +328,15 @@ class PerfIndex:
                     continue
                 facts, warning, stamps, captured = self._check(run_dir, entry)
                 frozen = finished and (not captured or stamps[0] is not None)
+                tel = _telemetry_stamps(run_dir) if captured and not frozen and grown is not None else (None, None)
                 if entry is None:
                     # Reported even when empty: the caller may hold older facts (from its run database).
-                    self._entries[run_dir] = _Entry(stamps, facts, warning, frozen)
+                    self._entries[run_dir] = _Entry(stamps, facts, warning, frozen, tel)
                     changed[run_dir] = facts
                     continue
-                entry.frozen = frozen
+                if grown is not None and tel != (None, None) and tel != entry.telemetry:
+                    grown.add(run_dir)
+                entry.frozen, entry.telemetry = frozen, tel
                 if facts != entry.facts:
                     changed[run_dir] = facts
                 entry.stamps, entry.facts, entry.warning = stamps, facts, warning

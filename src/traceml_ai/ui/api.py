@@ -20,8 +20,15 @@ from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
-from traceml_ai.ui.performance import PerformanceViews
-from traceml_ai.ui.requests import ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest, parse
+from traceml_ai.ui.performance import CompareViews, PerformanceViews
+from traceml_ai.ui.requests import (
+    ExportPerformanceRequest,
+    ExportTableRequest,
+    HideRequest,
+    RefreshRequest,
+    SeriesRequest,
+    parse,
+)
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
 from traceml_ai.ui.telemetry import TelemetryViews
 
@@ -146,6 +153,7 @@ def routes(viewer: Viewer) -> list[Route]:
 
     telemetry = TelemetryViews()
     performance = PerformanceViews()
+    comparisons = CompareViews()
 
     async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
@@ -160,6 +168,29 @@ def routes(viewer: Viewer) -> list[Route]:
 
     async def get_performance(request: Request) -> Response:
         return await run_view(request, performance.payload)
+
+    async def get_compare(request: Request) -> Response:
+        base = viewer.store.get(request.query_params.get("baseline", ""))
+        if base is None:
+            raise NotFoundError(f"no run {request.query_params.get('baseline', '')!r}")
+        return await run_view(request, lambda run: comparisons.payload(base, run))
+
+    async def export_performance(request: Request) -> Response:
+        from traceml_ai.ui.perf_export import PanelError, export_panel
+
+        body = parse(ExportPerformanceRequest, await _body(request))
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder to write exports into")
+        run = viewer.store.get(body.key)
+        if run is None:
+            raise NotFoundError(f"no run {body.key!r}")
+        try:
+            path = await asyncio.to_thread(
+                export_panel, viewer.cache, run, body.panel, body.format, share=body.share, heat=body.heat
+            )
+        except PanelError as err:
+            raise RequestError(str(err)) from None
+        return JSONResponse({"path": path})
 
     async def get_file(request: Request) -> Response:
         q = request.query_params
@@ -255,6 +286,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/file", guarded(get_file), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
+        Route("/api/runs/{key:path}/compare", guarded(get_compare), methods=["GET"]),
         Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),
         Route("/api/attachments/{token}", guarded(get_attachment), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
@@ -263,6 +295,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/ui-state", guarded(ui_state), methods=["GET", "PUT"]),
         Route("/api/export/table", guarded(export_table), methods=["POST"]),
         Route("/api/export/chart", guarded(export_chart), methods=["POST"]),
+        Route("/api/export/performance", guarded(export_performance), methods=["POST"]),
     ]
 
 

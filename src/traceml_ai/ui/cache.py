@@ -518,14 +518,31 @@ class CacheFolder:
         if fmt == "csv":
             data = table_csv(chart_csv_rows(spec, runs, histories)).encode("utf-8")
         elif fmt == "png":
-            _matplotlib_home(self.path)
+            self.prepare_png()
             data = render_chart_png(spec, runs, histories, max_points=max_points, theme=theme)
-            if not is_png(data) or png_dpi(data) is None or round(png_dpi(data) or 0) != PNG_DPI:
-                raise RuntimeError("the rendered chart is not a 300-DPI PNG")
         else:
             raise CacheError(f"format must be png or csv, got {fmt!r}")
+        return self.save_plot(chart_slug_source(spec), data, fmt, now=now)
+
+    def prepare_png(self) -> None:
+        """Point matplotlib's config and font cache into this cache folder (call before drawing)."""
+        _matplotlib_home(self.path)
+
+    def save_plot(self, words: str, data: bytes, fmt: ChartFormat, *, now: float | None = None) -> str:
+        """Save chart bytes as ``plots/plot-<slug of words>-YYYYMMDD-HHMMSS.<fmt>`` (the newest 50 of
+        each format kept) and return the absolute path. A PNG must be a 300-DPI PNG.
+
+        Raises:
+            RuntimeError: ``fmt`` is png and ``data`` is not a 300-DPI PNG.
+            CacheError: ``fmt`` is not png or csv.
+            OSError: the file could not be written.
+        """
+        if fmt not in ("png", "csv"):
+            raise CacheError(f"format must be png or csv, got {fmt!r}")
+        if fmt == "png" and (not is_png(data) or round(png_dpi(data) or 0) != PNG_DPI):
+            raise RuntimeError("the rendered chart is not a 300-DPI PNG")
         t = self.clock() if now is None else now
-        slug = slugify(chart_slug_source(spec))
+        slug = slugify(words)
         folder = self._folder(PLOTS_DIR)
         path = _create_new(folder, lambda n: plot_name(slug, t, fmt, n), PLOT_RE, data)
         _prune(folder, PLOT_RE, KEEP_PLOTS, ext=fmt)

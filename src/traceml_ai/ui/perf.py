@@ -21,8 +21,12 @@ def join_perf(store: RunStore, index: PerfIndex, *, force: bool = False) -> list
     viewer's Refresh); an unfinished or legacy captured run costs one or two ``stat`` calls.
 
     Returns:
-        The keys of the runs whose facts changed (the caller bumps their versions).
+        The keys of the runs whose facts changed, then those of live captured runs whose telemetry
+        database grew since the last call (the caller bumps their versions, so an open Performance
+        view or inspector is pushed the news and reads the telemetry again).
     """
     runs = store.runs()
-    changed = index.update(((r.key, r.finished) for r in runs), force=force)
-    return [key for key, facts in changed.items() if store.set_perf(key, dict(facts))]
+    grown: set[str] = set()
+    changed = index.update(((r.key, r.finished) for r in runs), force=force, grown=grown)
+    keys = [key for key, facts in changed.items() if store.set_perf(key, dict(facts))]
+    return keys + sorted(grown.difference(keys))

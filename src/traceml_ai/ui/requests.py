@@ -63,7 +63,25 @@ class ExportTableRequest(_Body):
     columns: list[str] = Field(default_factory=list)
 
 
-REQUESTS: tuple[type[BaseModel], ...] = (SeriesRequest, RefreshRequest, HideRequest, ExportTableRequest)
+class ExportPerformanceRequest(_Body):
+    """``POST /api/export/performance``: write one Performance panel of the run ``key`` into the
+    cache, as a 300-DPI PNG or CSV; ``share`` draws phases as shares of the step, ``heat`` picks the
+    ranks heatmap's measure (``None``: the view's default)."""
+
+    key: str = ""
+    panel: Literal["step", "ranks", "memory", "gpu"] = "step"
+    format: Literal["png", "csv"] = "png"
+    share: bool = False
+    heat: Literal["iteration", "local"] | None = None
+
+
+REQUESTS: tuple[type[BaseModel], ...] = (
+    SeriesRequest,
+    RefreshRequest,
+    HideRequest,
+    ExportTableRequest,
+    ExportPerformanceRequest,
+)
 """Every request model, in the order :func:`typescript` writes them."""
 
 M = TypeVar("M", bound=BaseModel)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
+from traceml_ai.diagnose.readers import Telemetry, rank_key
 from traceml_ai.diagnose.summary import (
     AGGREGATOR_DIR,
     FINAL_SUMMARY,
@@ -50,7 +50,7 @@ from traceml_ai.diagnose.summary import (
     summarise,
 )
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
-from traceml_ai.diagnose.timeline import ITERATION, build_step_table
+from traceml_ai.diagnose.timeline import ITERATION
 from traceml_ai.runs.aggregator_files import (
     FINALIZATION_WARNING,
     MANIFEST,
@@ -64,6 +64,7 @@ from traceml_ai.runs.aggregator_files import (
 )
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.series import downsample_indices
+from traceml_ai.ui.reads import shared_read, shared_step_table
 
 MAX_POINTS = 2000
 """Points per chart (steps or snapshots), after min/max downsampling."""
@@ -166,7 +167,7 @@ class TelemetryViews:
         telemetry: Telemetry | None = None
         live: Summary | None = None
         if TELEMETRY_DB in names:
-            telemetry = read_telemetry(os.path.join(agg, TELEMETRY_DB))
+            telemetry = shared_read(os.path.join(agg, TELEMETRY_DB))  # the Performance view reads it too
             out["state"] = telemetry.status
             out["detail"] = telemetry.detail
             if telemetry.status != "ok":
@@ -207,7 +208,7 @@ class TelemetryViews:
         steps included (the chart marks them; the medians leave them out)."""
         if not tel.steps:
             return None
-        table = build_step_table(tel.steps, warmup_steps=0)
+        table = shared_step_table(tel)  # build_step_table(tel.steps, warmup_steps=0), shared with /performance
         names = (ITERATION, *table.phase_names)
         series = []
         for name in names:

@@ -3,17 +3,22 @@
 // the steps (a stacked area of rolling medians, the warm-up shaded, ms or share), the ranks × steps
 // heatmap of step time with the per-rank medians and the straggler marked, then the inspector's
 // telemetry blocks (memory, host and GPU, the captured output with stream and rank filters, what was
-// lost). With two or more runs, their phase shares as paired bars with the difference on top. A panel
-// without data says why. Everything comes from GET /api/runs/<key>/telemetry and /performance; every
-// value from a run's files goes in as text.
+// lost). With two or more runs, their phase shares as paired bars with the difference on top, and
+// `traceml compare`'s verdict per metric of each run against the first. A panel without data says why.
+// Everything comes from GET /api/runs/<key>/telemetry, /performance and /compare; every value from a
+// run's files goes in as text. Live (issue 13 item 3): when the server pushes that a shown run changed
+// (its telemetry grew), both answers are fetched again and the page redrawn in place; the diagnoses of
+// a run without a final summary are marked provisional, and a zoom on a chart is kept. Exports (item 4):
+// each panel saves its data as CSV and its picture as a 300-DPI PNG, drawn by the server.
 
+import { runExport } from "../actions";
 import { api } from "../api";
 import { fmtPerf, isCaptured } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
-import { fmtNum } from "../format";
+import { fmtBytes, fmtNum } from "../format";
 import type { ViewModule } from "../shell";
 import { store } from "../store";
-import type { PerformanceResponse, RunRow, TelemetryResponse } from "../types";
+import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse } from "../types";
 import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
 import { TelemetryPanel } from "./telemetry";
 
@@ -29,6 +34,9 @@ const PHASES: [string, string, string][] = [
 const PHASE_COLOR: Record<string, number> = { dataloader: 1, h2d: 5, forward: 0, backward: 4, optimizer: 2, other: 7 };
 const MAX_RUNS = 4;
 const W = 860;
+type Panel = "step" | "ranks" | "memory" | "gpu";
+const PANEL_LABEL: Record<Panel, string> = { step: "step time by phase", ranks: "step time per rank", memory: "memory", gpu: "host and GPU" };
+const VERDICT_CLASS: Record<string, string> = { regression: "sev-critical", improvement: "sev-ok", equivalent: "sev-info", inconclusive: "sev-muted" };
 
 let focusKey: string | null = null;
 
@@ -49,6 +57,14 @@ function shownRuns(): RunRow[] {
   return selected.slice(0, MAX_RUNS);
 }
 
+/** A compare median in its unit (`12.3 ms`, `466 MB`, `81.2 steps/s`, `40%`). */
+function amount(v: number | null, unit: string): string {
+  if (v === null) return "–";
+  if (unit === "bytes") return fmtBytes(v);
+  if (unit === "percent") return `${fmtNum(v)}%`;
+  return `${fmtNum(v)} ${unit}`;
+}
+
 /** A rolling median of `values` over `window` points (nulls skipped). */
 function rollingMedian(values: (number | null)[], window: number): (number | null)[] {
   const half = Math.floor(window / 2);
@@ -66,7 +82,15 @@ export class PerformanceView implements ViewModule {
   private visible = false;
   private panels = new Map<string, TelemetryPanel>();
   private heat = new Map<string, PerformanceResponse | string>();
+  /** Each run's "live" badge, kept across redraws and set from every telemetry answer. */
+  private liveBadges = new Map<string, HTMLElement>();
+  /** Runs whose /performance answer is being fetched (one request at a time per run). */
+  private loading = new Set<string>();
+  /** `traceml compare` answers by "baseline|run". */
+  private verdicts = new Map<string, CompareResponse | string>();
   private mode: "ms" | "share" = "ms";
+  /** What the heatmap colours: each rank's iteration, or its work outside backward (tells a DDP straggler). */
+  private heatMode: "iteration" | "local" | null = null;
 
   mount(host: HTMLElement): void {
     this.host = h("div", { class: "perf-view", testid: "performance" });
@@ -75,6 +99,50 @@ export class PerformanceView implements ViewModule {
       focusKey = null; // a new selection is what the user wants to see
       if (this.visible) this.render();
     });
+    // Pushed over server-sent events (live.ts): a shown run changed (a live run's telemetry grew, or
+    // its final summary arrived). Fetch its answers again; the old ones stay on screen until then.
+    store.on("runs", (changed) => {
+      if (!this.visible || !Array.isArray(changed)) return;
+      const shown = shownRuns().map((r) => r.key);
+      const hit = shown.filter((k) => changed.includes(k));
+      if (!hit.length) return;
+      for (const key of hit) {
+        this.fetchPerformance(key);
+        for (const id of [...this.verdicts.keys()]) if (id.split("|").includes(key)) this.fetchVerdicts(id);
+      }
+    });
+  }
+
+  private fetchPerformance(key: string): void {
+    if (this.loading.has(key)) return;
+    this.loading.add(key);
+    const done = (res: PerformanceResponse | string) => {
+      this.loading.delete(key);
+      this.heat.set(key, res);
+      if (this.visible) this.render();
+    };
+    api.performance(key).then(done, (err: unknown) => done(String(err)));
+  }
+
+  private fetchVerdicts(id: string): void {
+    const [base, key] = id.split("|") as [string, string];
+    const done = (res: CompareResponse | string) => {
+      this.verdicts.set(id, res);
+      if (this.visible) this.render();
+    };
+    api.compare(key, base).then(done, (err: unknown) => done(String(err)));
+  }
+
+  /** CSV and PNG buttons of one panel: the server writes the file into its cache folder. */
+  private exportButtons(run: RunRow, panel: Panel): HTMLElement {
+    const go = (format: "csv" | "png") => () =>
+      void runExport(`${run.name || run.id}: ${PANEL_LABEL[panel]} ${format.toUpperCase()}`, () => api.exportPerformance(run.key, panel, format, panel === "step" && this.mode === "share", panel === "ranks" ? this.heatMode : null));
+    return h(
+      "span",
+      { class: "perf-export", data: { panel } },
+      button("CSV", { small: true, kind: "ghost", icon: "download", testid: `perf-export-csv-${panel}`, title: `Save the ${PANEL_LABEL[panel]} data as CSV`, onClick: go("csv") }),
+      button("PNG", { small: true, kind: "ghost", icon: "download", testid: `perf-export-png-${panel}`, title: `Save the ${PANEL_LABEL[panel]} as a 300-DPI PNG`, onClick: go("png") }),
+    );
   }
 
   show(): void {
@@ -101,7 +169,7 @@ export class PerformanceView implements ViewModule {
       return;
     }
     const sections: Child[] = [];
-    if (runs.length >= 2) sections.push(this.pairedShares(runs));
+    if (runs.length >= 2) sections.push(this.pairedShares(runs), this.verdictTable(runs));
     for (const run of runs) sections.push(this.runSection(run));
     replace(this.host, ...sections);
   }
@@ -146,6 +214,59 @@ export class PerformanceView implements ViewModule {
     );
   }
 
+  /** `traceml compare`'s verdict per metric of each run against the first (the baseline). */
+  private verdictTable(runs: RunRow[]): HTMLElement {
+    const base = runs[0]!;
+    const parts: Child[] = [];
+    for (const run of runs.slice(1)) {
+      const id = `${base.key}|${run.key}`;
+      if (!this.verdicts.has(id)) {
+        this.verdicts.set(id, "");
+        this.fetchVerdicts(id);
+      }
+      const res = this.verdicts.get(id);
+      const head = h("div", { class: "perf-card-hint", text: `${run.name || run.id} against ${base.name || base.id}` });
+      if (res === "" || res === undefined) {
+        parts.push(head, h("div", { class: "muted", text: "Comparing…" }));
+        continue;
+      }
+      if (typeof res === "string") {
+        parts.push(head, h("div", { class: "callout callout-error", text: res }));
+        continue;
+      }
+      const rows = res.metrics.map((m) =>
+        h(
+          "tr",
+          { testid: "perf-verdict-row", data: { metric: m.metric, verdict: m.verdict, run: run.name } },
+          h("td", { class: "perf-verdict-metric", text: m.metric }),
+          h("td", { class: "num", text: amount(m.median_a, m.unit) }),
+          h("td", { class: "num", text: amount(m.median_b, m.unit) }),
+          h("td", { class: "num", text: m.change_pct === null ? "–" : `${m.change_pct >= 0 ? "+" : "−"}${Math.abs(m.change_pct).toFixed(1)}%` }),
+          h("td", {}, h("span", { class: `sev-badge ${VERDICT_CLASS[m.verdict] ?? ""}`, testid: "perf-verdict", text: m.verdict, title: m.reason })),
+          h("td", { class: "perf-verdict-reason muted", text: m.reason }),
+        ),
+      );
+      parts.push(
+        head,
+        res.live ? h("div", { class: "telem-note", testid: "perf-verdicts-provisional", text: "provisional: a run is still live, the verdicts use the rows written so far" }) : null,
+        h(
+          "table",
+          { class: "kv-table perf-verdicts-table" },
+          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change", "verdict", "why"].map((t) => h("th", { text: t })))),
+          h("tbody", {}, ...rows),
+        ),
+        ...res.problems.map((p) => h("div", { class: "telem-note", testid: "perf-verdict-problem", text: p })),
+      );
+    }
+    return h(
+      "section",
+      { class: "perf-card", testid: "perf-verdicts" },
+      h("h2", { class: "perf-card-title", text: "Verdict per metric (traceml compare)" }),
+      h("div", { class: "perf-card-hint", text: "Ratio of medians after warm-up with a 95% bootstrap interval: regression or improvement only when the whole interval is past the margin." }),
+      ...parts,
+    );
+  }
+
   // -- one run ----------------------------------------------------------------------------------------
 
   private runSection(run: RunRow): HTMLElement {
@@ -155,26 +276,8 @@ export class PerformanceView implements ViewModule {
       this.panels.set(run.key, panel);
     }
     panel.show(run.key);
-    if (!this.heat.has(run.key)) {
-      void api.performance(run.key).then(
-        (res) => {
-          this.heat.set(run.key, res);
-          if (this.visible) this.render();
-        },
-        (err) => {
-          this.heat.set(run.key, String(err));
-          if (this.visible) this.render();
-        },
-      );
-    }
-    const p = run.perf;
-    const facts: [string, string][] = [
-      ["verdict", typeof p.verdict === "string" ? p.verdict : "–"],
-      ["median step", typeof p["step_ms.p50"] === "number" ? `${fmtNum(p["step_ms.p50"])} ms` : "–"],
-      ["p95 step", typeof p["step_ms.p95"] === "number" ? `${fmtNum(p["step_ms.p95"])} ms` : "–"],
-      ["steps / s", typeof p.steps_per_s === "number" ? fmtNum(p.steps_per_s) : "–"],
-      ["telemetry", typeof p.telemetry === "string" ? p.telemetry : "–"],
-    ];
+    if (!this.heat.has(run.key)) this.fetchPerformance(run.key);
+    const facts = h("dl", { class: "perf-facts" }, ...this.facts(run, panel.current));
     return h(
       "section",
       { class: "perf-run", testid: "perf-run", data: { key: run.key, name: run.name } },
@@ -184,15 +287,54 @@ export class PerformanceView implements ViewModule {
         swatch(paletteColor(store.colorOf(run.key))),
         h("h2", { class: "perf-run-name", text: run.name || run.id }),
         h("span", { class: "perf-run-id", text: run.id }),
+        this.liveBadge(run.key, panel.current),
       ),
-      h("dl", { class: "perf-facts" }, ...facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v })])),
+      facts,
       panel.host,
     );
   }
 
+  private liveBadge(key: string, d: TelemetryResponse | null): HTMLElement {
+    let badge = this.liveBadges.get(key);
+    if (!badge) {
+      badge = h("span", { class: "telem-live", testid: "perf-live", text: "live", title: "The run is still running: this page follows it" });
+      this.liveBadges.set(key, badge);
+    }
+    badge.hidden = !d?.live;
+    return badge;
+  }
+
+  /** The run's headline facts: its perf.* columns, or, while it has no final summary yet, what the
+   * rules find in the rows written so far (marked provisional). */
+  private facts(run: RunRow, d: TelemetryResponse | null): HTMLElement[] {
+    const p = run.perf;
+    const live = d?.diagnoses?.source === "live" ? d : null;
+    const ms = (v: unknown) => (typeof v === "number" ? fmtPerf("perf.step_ms.p50", v) : "–");
+    let verdict = typeof p.verdict === "string" ? p.verdict : "–";
+    if (live?.diagnoses) verdict = `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)`;
+    const facts: [string, string][] = [
+      ["verdict", verdict],
+      ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
+      ["p95 step", ms(p["step_ms.p95"])],
+      ["steps / s", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
+      ["telemetry", typeof p.telemetry === "string" ? p.telemetry : "–"],
+    ];
+    return facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v })]);
+  }
+
   /** The blocks this view adds after the diagnoses of a run's telemetry answer. */
   private extra(run: RunRow, d: TelemetryResponse): Child[] {
-    return [this.breakdown(run, d), this.heatmap(run, d), this.missing(d)];
+    // The facts above the panel follow the answer just arrived (a live run's provisional verdict).
+    const section = this.host.querySelector<HTMLElement>(`[data-testid=perf-run][data-key="${CSS.escape(run.key)}"] .perf-facts`);
+    if (section) replace(section, ...this.facts(store.runs.get(run.key) ?? run, d));
+    this.liveBadge(run.key, d);
+    const exports = h(
+      "div",
+      { class: "telem-block perf-block perf-exports", testid: "perf-exports" },
+      h("span", { class: "telem-note", text: "Save a panel:" }),
+      ...(["memory", "gpu"] as Panel[]).map((p) => h("span", { class: "perf-export-item" }, h("span", { text: PANEL_LABEL[p] }), this.exportButtons(run, p))),
+    );
+    return [this.breakdown(run, d), this.heatmap(run, d), exports, this.missing(d)];
   }
 
   /** The step broken down by phase over the steps: a stacked area of rolling medians. */
@@ -222,7 +364,7 @@ export class PerformanceView implements ViewModule {
     const x1 = st.x[n - 1]!;
     const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
     const ys = (v: number) => pad.t + (1 - v / top) * (H - pad.t - pad.b);
-    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-source": b ? "waited-for rank" : "per-phase max" });
+    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-source": b ? "waited-for rank" : "per-phase max", "data-last-step": x1 });
     const warmEnd = (st.first_step ?? x0) + st.warmup_steps;
     if (st.warmup_steps > 0 && warmEnd > x0) {
       svg.appendChild(s("rect", { x: xs(x0), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(x0)), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
@@ -255,12 +397,13 @@ export class PerformanceView implements ViewModule {
     );
     const whose = b ? "The phases of the rank the job waited for (the longest iteration) at each step" : "Each phase's time on its slowest rank per step";
     const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
-    return block(h("div", {}, hint, svg, legend), toggleMode);
+    return block(h("div", {}, hint, svg, legend), toggleMode, this.exportButtons(run, "step"));
   }
 
   /** Ranks × steps heatmap of step time, with each rank's median and the straggler marked. */
   private heatmap(run: RunRow, d: TelemetryResponse): HTMLElement {
-    const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" })), ...body);
+    const tools: Child[] = [];
+    const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" }), ...tools, this.exportButtons(run, "ranks")), ...body);
     const res = this.heat.get(run.key);
     if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
     if (typeof res === "string") return block(h("div", { class: "callout callout-error", text: res }));
@@ -268,16 +411,39 @@ export class PerformanceView implements ViewModule {
     if (hm.state !== "ok") return block(h("div", { class: "muted", testid: "perf-why", text: hm.detail ?? `telemetry ${hm.state}` }));
     if (!hm.ranks.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step." }));
     const stragglers = new Set((d.diagnoses?.findings ?? []).filter((f) => f.kind === "straggler").flatMap((f) => f.evidence?.ranks ?? []).map(String));
-    const medians = new Map((d.ranks?.per_rank ?? []).map((r) => [String(r.rank), r.median_ms]));
+    // Under DDP the fast ranks wait for a straggler inside backward, so every iteration is alike (and
+    // the straggler's can read lowest); its work outside backward is what stands out. With a
+    // straggler named, that is what the heatmap shows first.
+    const hasLocal = !!hm.z_local && hm.ranks.length > 1 && hm.z_local.some((row, i) => row.some((v, j) => v !== hm.z[i]![j]));
+    const mode = hasLocal ? (this.heatMode ?? (stragglers.size ? "local" : "iteration")) : "iteration";
+    if (hasLocal) {
+      tools.push(
+        segmented<"iteration" | "local">(
+          [
+            { value: "iteration", label: "iteration" },
+            { value: "local", label: "outside backward" },
+          ],
+          mode,
+          (m) => {
+            this.heatMode = m;
+            this.render();
+          },
+          (m) => `perf-heat-${m}`,
+          "segmented-sm",
+        ),
+      );
+    }
+    const z = mode === "local" && hm.z_local ? hm.z_local : hm.z;
+    const medianOf = (i: number): number | null | undefined => (hm.medians ? (mode === "local" ? hm.medians[i]?.outside_backward_ms : hm.medians[i]?.median_ms) : d.ranks?.per_rank.find((r) => String(r.rank) === String(hm.ranks[i]))?.median_ms);
     const worst = d.ranks?.worst_rank;
-    const all = hm.z.flat().filter((v): v is number => v !== null);
+    const all = z.flat().filter((v): v is number => v !== null);
     const lo = Math.min(...all);
     const hi = Math.max(...all);
-    const cols = hm.z[0]?.length ?? 0;
+    const cols = z[0]?.length ?? 0;
     const labelW = 150;
     const cellW = Math.max(2, Math.min(24, (W - labelW - 90) / Math.max(1, cols)));
     const cellH = Math.max(14, Math.min(28, 200 / hm.ranks.length));
-    const svg = s("svg", { class: "perf-heat-svg", width: labelW + cols * cellW + 90, height: hm.ranks.length * cellH + 24 });
+    const svg = s("svg", { class: "perf-heat-svg", width: labelW + cols * cellW + 90, height: hm.ranks.length * cellH + 24, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
     hm.ranks.forEach((rank, i) => {
       const id = String(rank ?? "?");
       const straggler = stragglers.has(id);
@@ -287,18 +453,19 @@ export class PerformanceView implements ViewModule {
       const slowest = !stragglers.size && worst !== null && worst !== undefined && String(worst) === id;
       const label = `rank ${id}${straggler ? " · straggler" : slowest ? " · slowest" : ""}`;
       g.appendChild(s("text", { x: 0, y: i * cellH + cellH / 2, class: `perf-axis-label${straggler ? " is-straggler" : ""}`, "dominant-baseline": "middle" }, label));
-      hm.z[i]!.forEach((v, j) => {
+      z[i]!.forEach((v, j) => {
         const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
         const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
         g.appendChild(s("rect", { x: labelW + j * cellW, y: i * cellH + 1, width: cellW, height: cellH - 2, fill: v === null ? "transparent" : `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)` }, svgTitle(`rank ${id}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`)));
       });
-      const m = medians.get(id);
-      g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
+      const m = medianOf(i);
+      g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
       svg.appendChild(g);
     });
     svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label" }, `step ${hm.first_step ?? 0}`));
     svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end" }, `step ${(hm.first_step ?? 0) + cols * hm.bucket_steps - 1}`));
-    const hint = h("div", { class: "perf-card-hint", text: `Iteration time of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${fmtNum(lo)} ms (blue) to ${fmtNum(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
+    const what = mode === "local" ? "Work outside backward (the iteration minus backward, where DDP ranks wait for a straggler)" : "Iteration time";
+    const hint = h("div", { class: "perf-card-hint", text: `${what} of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${fmtNum(lo)} ms (blue) to ${fmtNum(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
     return block(hint, svg);
   }
 

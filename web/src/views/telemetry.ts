@@ -47,6 +47,8 @@ interface PlotOpts {
   spanGaps?: boolean;
   /** A shaded x range (the warm-up steps). */
   band?: [number, number] | null;
+  /** The chart's name: a zoom made on it is kept across live redraws of the same run. */
+  id?: string;
 }
 
 /** `1.2 GB` style bytes for axes and tooltips (format.ts's fmtBytes stops at MB). */
@@ -81,6 +83,8 @@ export class TelemetryPanel {
   private logStream: Stream = "all";
   private logY = false;
   private open = true;
+  /** The x range the user zoomed each chart to (by PlotOpts.id), restored when a live update redraws it. */
+  private zooms = new Map<string, [number, number]>();
   private resizeObs = new ResizeObserver(debounce(() => this.resize(), 80));
 
   /**
@@ -106,6 +110,7 @@ export class TelemetryPanel {
       this.error = null;
       this.logRank = null;
       this.logStream = "all";
+      this.zooms.clear();
       this.destroyPlots();
       replace(this.host);
     }
@@ -350,6 +355,7 @@ export class TelemetryPanel {
         yFmt: (v) => `${fmtNum(v)}`,
         logY: this.logY,
         band: c.warmup_steps ? [first, first + c.warmup_steps - 1] : null,
+        id: "telemetry-steps",
       }),
     );
     return h("div", { class: "telem-block" }, card);
@@ -431,7 +437,7 @@ export class TelemetryPanel {
       if (!c || !c.x.length || !c.series.length) return;
       const { card, plot, legend } = this.card(title, testid, c);
       const lines: Line[] = c.series.map((s, i) => ({ label: s.name, color: paletteColor(i), width: 1.5, values: s.y }));
-      mounts.push(() => this.mountPlot(plot, legend, c.x, lines, { xLabel, xFmt, yFmt, spanGaps }));
+      mounts.push(() => this.mountPlot(plot, legend, c.x, lines, { xLabel, xFmt, yFmt, spanGaps, id: testid }));
       cards.push(card);
     };
     const pct = (v: number) => `${fmtNum(v)}%`;
@@ -453,6 +459,24 @@ export class TelemetryPanel {
     const bandColor = withAlpha(token("--st-stale", "#d9a32e"), 0.08);
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
     const band = o.band;
+    // A zoom (drag) is remembered per chart and put back on the redraw a live update brings; zoomed
+    // out to the whole data (double-click) it is forgotten, and the chart follows the run again.
+    const id = o.id;
+    let armed = false;
+    const zoomHooks = id
+      ? {
+          setScale: [
+            (pu: uPlot, key: string) => {
+              if (!armed || key !== "x" || !x.length) return;
+              const { min, max } = pu.scales.x!;
+              if (min === undefined || max === undefined || min === null || max === null) return;
+              if (min <= x[0]! && max >= x[x.length - 1]!) this.zooms.delete(id);
+              else this.zooms.set(id, [min, max]);
+              pu.root.dataset.zoomed = this.zooms.has(id) ? "1" : "0";
+            },
+          ],
+        }
+      : {};
     const u = new UPlot(
       {
         width: Math.max(240, el.clientWidth || 400),
@@ -502,11 +526,21 @@ export class TelemetryPanel {
               ]
             : [],
           setCursor: [(pu: uPlot) => this.tip(pu, tooltip, lines, o)],
+          ...zoomHooks,
         },
       },
       data,
       el,
     );
+    if (id) {
+      // uPlot sets its first x range in a microtask queued while it was built; after that one, put
+      // the remembered zoom back and start recording the user's.
+      queueMicrotask(() => {
+        armed = true;
+        const z = this.zooms.get(id);
+        if (z && u.root.isConnected) u.setScale("x", { min: z[0], max: z[1] });
+      });
+    }
     el.appendChild(tooltip);
     u.over.addEventListener("mouseleave", () => {
       tooltip.hidden = true;

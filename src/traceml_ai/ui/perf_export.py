@@ -1,0 +1,481 @@
+"""The Performance view's panels as files: CSV data and 300-DPI PNG pictures (issue 13 item 4;
+DESIGN §4: PNGs are drawn server-side with matplotlib from the data the panel shows).
+
+Four panels, named as ``traceml plot RUN --telemetry PANEL`` names them (:data:`PANELS`):
+
+``step``
+    The step broken down by phase over the steps, on the rank the job waited for at each step
+    (:func:`traceml_ai.ui.performance.breakdown`'s math). CSV: one row per step, ``step, rank,
+    iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the page's stacked area of
+    rolling medians, the warm-up shaded.
+``ranks``
+    Each rank's iteration time per step and its work outside backward (the iteration minus backward:
+    under DDP the fast ranks wait for a straggler inside backward, so that is what tells it). CSV:
+    ``step, rank_<r>_ms..., rank_<r>_outside_backward_ms...`` (every step). PNG: the ranks x steps
+    heatmap (median per bucket of steps, as the page draws it) of the iteration, or of the work
+    outside backward when the diagnosis names a straggler (the page's default too), with each rank's
+    median after warm-up, the straggler marked.
+``memory``
+    PyTorch's per-step peak allocated/reserved bytes per rank and device, and each rank's process
+    RSS over wall time. CSV: ``series, unit, step, time_s, value`` (``step`` for the per-step
+    peaks, ``time_s`` (seconds since the run's first sample) for RSS). PNG: two panels.
+``gpu``
+    Host CPU and RAM (percent) and each GPU's utilisation and memory used (percent of its total)
+    over wall time. CSV: ``series, unit, time_s, value``. PNG: two panels; a host without GPU
+    samples says so on the picture (and in the CSV's absence of GPU rows).
+
+Everything comes from ``aggregator/telemetry.sqlite`` through :func:`traceml_ai.diagnose.read_telemetry`
+(read-only) and the findings of ``aggregator/final_summary.json`` (or the rules run over the rows
+written so far, for a live run), so the numbers are the page's. matplotlib is imported only when a
+PNG is drawn; writing the file is :class:`~traceml_ai.ui.cache.CacheFolder`'s job.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import numpy as np
+
+from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
+from traceml_ai.diagnose.rules import local_work
+from traceml_ai.diagnose.summary import AGGREGATOR_DIR, TELEMETRY_DB, SummaryFileError, load_final_summary, summarise
+from traceml_ai.diagnose.thresholds import WARMUP_STEPS
+from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
+from traceml_ai.runs.analysis import Table
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, set_png_dpi
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from traceml_ai.ui.cache import CacheFolder
+
+Panel = Literal["step", "ranks", "memory", "gpu"]
+HeatMode = Literal["iteration", "local"]
+PANELS: Final[tuple[Panel, ...]] = ("step", "ranks", "memory", "gpu")
+PANEL_TITLES: Final[dict[str, str]] = {
+    "step": "Step time by phase",
+    "ranks": "Step time per rank",
+    "memory": "Memory",
+    "gpu": "Host and GPU",
+}
+PHASE_LABELS: Final[dict[str, str]] = {name: name.removeprefix("traceml:") for name in (*INNER_PHASES, OTHER)}
+"""Phase name in the telemetry → the label the page shows (``dataloader_next``, ..., ``other``)."""
+# The page's fixed phase colours (web/src/views/performance.ts, PHASE_COLOR): palette indices.
+_PHASE_COLOR: Final[dict[str, int]] = {"dataloader_next": 1, "h2d": 5, "forward": 0, "backward": 4,
+                                       "optimizer_step": 2, "other": 7}
+
+
+class PanelError(ValueError):
+    """An unknown panel name, or a run without telemetry to draw."""
+
+
+def check_panel(name: str) -> Panel:
+    """``name`` as a :data:`Panel`.
+
+    Raises:
+        PanelError: not one of :data:`PANELS`.
+    """
+    for panel in PANELS:
+        if panel == name:
+            return panel
+    raise PanelError(f"unknown telemetry panel {name!r}; choose one of {', '.join(PANELS)}")
+
+
+def telemetry_of(run: RunSummary) -> Telemetry:
+    """The run's telemetry database, read (read-only).
+
+    Raises:
+        PanelError: the run was not captured (no ``aggregator/`` folder).
+    """
+    agg = os.path.join(run.key, AGGREGATOR_DIR)
+    if not os.path.isdir(agg):
+        raise PanelError(f"{run.name or run.id} was not captured by TraceML (no {AGGREGATOR_DIR}/ folder)")
+    return read_telemetry(os.path.join(agg, TELEMETRY_DB))
+
+
+def straggler_ranks(run: RunSummary, tel: Telemetry) -> list[int | None]:
+    """The ranks the straggler finding names: from ``final_summary.json``, else (a live run) from the
+    rules run over the rows written so far. Empty when there is none or nothing can be judged."""
+    try:
+        final = load_final_summary(run.key)
+    except SummaryFileError:
+        final = None
+    if final is not None:
+        findings = final.get("findings") if isinstance(final, dict) else None
+    elif tel.status == "ok":
+        findings = summarise(tel, source=f"{AGGREGATOR_DIR}/{TELEMETRY_DB}").to_dict().get("findings")
+    else:
+        findings = None
+    out: list[int | None] = []
+    for f in findings if isinstance(findings, list) else []:
+        if isinstance(f, dict) and f.get("kind") == "straggler":
+            ranks = (f.get("evidence") or {}).get("ranks") if isinstance(f.get("evidence"), dict) else None
+            out += [r for r in ranks or [] if r is None or isinstance(r, int)]
+    return out
+
+
+# -- the data (CSV) ------------------------------------------------------------------------------
+
+
+def _t0(tel: Telemetry) -> int | None:
+    starts = [s.timestamp_ns for s in tel.steps if s.timestamp_ns is not None]
+    starts += [p.timestamp_ns for p in tel.process if p.timestamp_ns is not None]
+    starts += [s.timestamp_ns for s in tel.system if s.timestamp_ns is not None]
+    return min(starts) if starts else None
+
+
+def _secs(ts: int, t0: int) -> float:
+    return round((ts - t0) / 1e9, 6)
+
+
+def _rank_text(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+def panel_table(tel: Telemetry, panel: Panel) -> Table:
+    """The CSV table of one panel (header, rows; see the module docs), never downsampled. A panel
+    without data is its header alone."""
+    if panel == "step":
+        return _step_table(tel)
+    if panel == "ranks":
+        return _ranks_table(tel)
+    if panel == "memory":
+        return _memory_table(tel)
+    return _gpu_table(tel)
+
+
+def _step_table(tel: Telemetry) -> Table:
+    b = breakdown_of(tel, max_points=None) if tel.status == "ok" else None
+    if b is None:
+        return (["step", "rank", "iteration_ms"], [])
+    names = [s["name"] for s in b["series"]]
+    header = ["step", "rank", "iteration_ms", *(f"{PHASE_LABELS.get(n, n)}_ms" for n in names)]
+    columns = [s["y"] for s in b["series"]]
+    rows = [[step, b["rank"][i], b["iteration"][i], *(col[i] for col in columns)] for i, step in enumerate(b["x"])]
+    return header, rows
+
+
+def _ranks_table(tel: Telemetry) -> Table:
+    if tel.status != "ok":
+        return (["step"], [])
+    table = build_step_table(tel.steps, warmup_steps=0)
+    ranks = [tl for tl in table.ranks if tl.steps.size]
+    header = ["step", *(f"rank_{_rank_text(tl.rank)}_ms" for tl in ranks),
+              *(f"rank_{_rank_text(tl.rank)}_outside_backward_ms" for tl in ranks)]
+    if not ranks:
+        return header, []
+    steps = np.unique(np.concatenate([tl.steps for tl in ranks]))
+    cols = []
+    for pick in (lambda tl: tl.iteration_ms, local_work):
+        for tl in ranks:
+            col = np.full(steps.size, np.nan)
+            col[np.searchsorted(steps, tl.steps)] = pick(tl)
+            cols.append(col)
+    mat = np.vstack(cols).T
+    rows: list[list[Any]] = [[int(step), *(None if not math.isfinite(v) else float(v) for v in vals)]
+                             for step, vals in zip(steps.tolist(), mat.tolist(), strict=True)]
+    return header, rows
+
+
+def _memory_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float]]]],
+                                            list[tuple[str, list[tuple[float, float]]]]]:
+    """(per-step peaks: ``(label, [(step, bytes)])``, RSS: ``(label, [(seconds, bytes)])``)."""
+    by: dict[tuple[int | None, str | None], list[tuple[int, float | None, float | None]]] = defaultdict(list)
+    for m in tel.memory:
+        by[(m.rank, m.device)].append((m.step, m.peak_alloc_bytes, m.peak_reserved_bytes))
+    peaks = []
+    for (rank, device), got in sorted(by.items(), key=lambda kv: (rank_key(kv[0][0]), kv[0][1] or "")):
+        for i, kind in ((1, "alloc"), (2, "reserved")):
+            pts = [(float(r[0]), float(v)) for r in got if (v := r[i]) is not None]
+            if pts:
+                peaks.append((f"rank {_rank_text(rank)} {device or '?'} {kind}", pts))
+    rss = []
+    t0 = _t0(tel)
+    if t0 is not None:
+        per: dict[int | None, list[tuple[float, float]]] = defaultdict(list)
+        for p in tel.process:
+            if p.timestamp_ns is not None and p.rss_bytes is not None:
+                per[p.rank].append((_secs(p.timestamp_ns, t0), float(p.rss_bytes)))
+        rss = [(f"rank {_rank_text(r)} RSS", pts) for r, pts in sorted(per.items(), key=lambda kv: rank_key(kv[0]))]
+    return peaks, rss
+
+
+def _memory_table(tel: Telemetry) -> Table:
+    peaks, rss = _memory_series(tel)
+    rows: list[list[Any]] = [[label, "bytes", int(x), None, v] for label, pts in peaks for x, v in pts]
+    rows += [[label, "bytes", None, x, v] for label, pts in rss for x, v in pts]
+    return ["series", "unit", "step", "time_s", "value"], rows
+
+
+def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float]]]],
+                                         list[tuple[str, list[tuple[float, float]]]]]:
+    """(host CPU/RAM percent, GPU util/memory percent): ``(label, [(seconds, percent)])`` each."""
+    t0 = _t0(tel)
+    if t0 is None:
+        return [], []
+    hosts = {s.hostname for s in tel.system}
+    host: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in tel.system:
+        if s.timestamp_ns is None:
+            continue
+        prefix = f"{s.hostname or 'host'} " if len(hosts) > 1 else ""
+        t = _secs(s.timestamp_ns, t0)
+        if s.cpu_percent is not None:
+            host[f"{prefix}CPU"].append((t, float(s.cpu_percent)))
+        if s.ram_used_bytes is not None and s.ram_total_bytes:
+            host[f"{prefix}RAM"].append((t, s.ram_used_bytes / s.ram_total_bytes * 100.0))
+    gpu_hosts = {g.hostname for g in tel.gpus}
+    gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for g in sorted(tel.gpus, key=lambda g: (g.hostname or "", g.gpu_idx)):
+        if g.timestamp_ns is None:
+            continue
+        name = f"{g.hostname} GPU {g.gpu_idx}" if len(gpu_hosts) > 1 else f"GPU {g.gpu_idx}"
+        t = _secs(g.timestamp_ns, t0)
+        if g.util is not None:
+            gpu[f"{name} util"].append((t, float(g.util)))
+        if g.mem_used_bytes is not None and g.mem_total_bytes:
+            gpu[f"{name} memory"].append((t, g.mem_used_bytes / g.mem_total_bytes * 100.0))
+    return sorted(host.items()), list(gpu.items())
+
+
+def _gpu_table(tel: Telemetry) -> Table:
+    host, gpu = _gpu_series(tel)
+    rows: list[list[Any]] = [[label, "percent", t, v] for label, pts in (*host, *gpu) for t, v in pts]
+    return ["series", "unit", "time_s", "value"], rows
+
+
+# -- the picture (PNG) ---------------------------------------------------------------------------
+
+
+_THEMES: Final[dict[str, dict[str, str]]] = {
+    "dark": {"bg": "#16181d", "fg": "#d7dae0", "muted": "#8b919c", "grid": "#2c313a", "warm": "#d9a32e"},
+    "light": {"bg": "#ffffff", "fg": "#1f2328", "muted": "#59636e", "grid": "#d8dee4", "warm": "#b07f12"},
+}
+
+
+def rolling_median(values: Sequence[float | None], window: int) -> list[float | None]:
+    """The page's rolling median (performance.ts, ``rollingMedian``): over ``window`` points centred
+    on each, None skipped; None where the window holds no number."""
+    half = window // 2
+    out: list[float | None] = []
+    for i in range(len(values)):
+        part = [v for v in values[max(0, i - half): i + half + 1] if v is not None and math.isfinite(v)]
+        out.append(float(np.median(part)) if part else None)
+    return out
+
+
+def smoothing_window(points: int) -> int:
+    """The page's rolling-median window for a breakdown of ``points`` points (odd, 1..25)."""
+    return max(1, min(25, round(points / 40))) | 1
+
+
+def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Sequence[int | None] = (),
+                     share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark") -> bytes:
+    """One panel as PNG bytes at 300 DPI (``pHYs`` set). ``title``: the run's name, put above the
+    panel's; ``stragglers``: the ranks the diagnosis named (the ``ranks`` panel marks them);
+    ``share``: the ``step`` panel as shares of the step instead of milliseconds (the page's toggle);
+    ``heat``: what the ``ranks`` heatmap colours, ``iteration`` or ``local`` (the work outside
+    backward); None: ``local`` when a straggler is named and backward was measured on several ranks.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    colors = _THEMES[theme]
+    two = panel in ("memory", "gpu")
+    fig = Figure(figsize=(9.0, 6.0 if two else 4.5), dpi=PNG_DPI, facecolor=colors["bg"])
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(2 if two else 1, 1, squeeze=False)[:, 0])
+    for ax in axes:
+        _style(ax, colors)
+    fig.suptitle(f"{title} · {PANEL_TITLES[panel]}", color=colors["fg"], fontsize=10, x=0.01, ha="left")
+    if tel.status != "ok":
+        _note(axes[0], tel.detail or f"telemetry {tel.status}", colors)
+    elif panel == "step":
+        _draw_step(axes[0], tel, share, colors)
+    elif panel == "ranks":
+        _draw_ranks(fig, axes[0], tel, stragglers, heat, colors)
+    elif panel == "memory":
+        _draw_memory(axes, tel, colors)
+    else:
+        _draw_gpu(axes, tel, colors)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
+    return set_png_dpi(buffer.getvalue(), PNG_DPI)
+
+
+def _style(ax: Axes, colors: Mapping[str, str]) -> None:
+    ax.set_facecolor(colors["bg"])
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color(colors["grid"])
+    ax.tick_params(which="both", colors=colors["muted"], labelsize=7)
+    ax.grid(True, color=colors["grid"], linewidth=0.5)
+    ax.set_axisbelow(True)
+
+
+def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=colors["muted"], fontsize=9,
+            wrap=True)
+
+
+def _legend(ax: Axes, colors: Mapping[str, str]) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, frameon=False, labelcolor=colors["fg"], loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _draw_step(ax: Axes, tel: Telemetry, share: bool, colors: Mapping[str, str]) -> None:
+    b = breakdown_of(tel, max_points=MAX_BREAKDOWN_POINTS)
+    if b is None or not b["series"]:
+        _note(ax, "No step times: this run was not traced with trace_step (or sent no step yet).", colors)
+        return
+    x = np.asarray(b["x"], dtype=np.float64)
+    window = smoothing_window(x.size)
+    smooth = [np.asarray([math.nan if v is None else v for v in rolling_median(s["y"], window)]) for s in b["series"]]
+    stack = np.nan_to_num(np.vstack(smooth))
+    if share:
+        totals = stack.sum(axis=0)
+        stack = np.divide(stack, totals, out=np.zeros_like(stack), where=totals > 0)
+    labels = [PHASE_LABELS.get(s["name"], s["name"]) for s in b["series"]]
+    ax.stackplot(x, stack, labels=labels, alpha=0.85,
+                 colors=[PALETTE[_PHASE_COLOR.get(label, 7) % len(PALETTE)] for label in labels])
+    first = x[0]
+    if WARMUP_STEPS > 0:
+        ax.axvspan(first, min(first + WARMUP_STEPS, x[-1]), color=colors["warm"], alpha=0.12, linewidth=0,
+                   label="warm-up")
+    ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)
+    ax.set_xlabel("step", color=colors["muted"], fontsize=8)
+    ax.set_ylabel("share of the step" if share else "ms", color=colors["muted"], fontsize=8)
+    ax.set_title(f"phases of the rank the job waited for, rolling median over {window} point"
+                 f"{'' if window == 1 else 's'}" + (f" (buckets of {b['bucket_steps']} steps)"
+                                                   if b["bucket_steps"] > 1 else ""),
+                 color=colors["muted"], fontsize=7, loc="left")
+    _legend(ax, colors)
+
+
+def _draw_ranks(fig: Figure, ax: Axes, tel: Telemetry, stragglers: Sequence[int | None], heat: HeatMode | None,
+                colors: Mapping[str, str]) -> None:
+    hm = heatmap_of(tel, MAX_BUCKETS)
+    if not hm["ranks"]:
+        _note(ax, "No step times: this run was not traced with trace_step.", colors)
+        return
+    has_local = len(hm["ranks"]) > 1 and hm["z_local"] != hm["z"]
+    local = has_local and (heat == "local" or (heat is None and bool(stragglers)))
+    z = np.asarray([[math.nan if v is None else v for v in row] for row in hm["z_local" if local else "z"]],
+                   dtype=np.float64)
+    first, width = hm["first_step"] or 0, hm["bucket_steps"]
+    extent = (first, first + z.shape[1] * width, len(hm["ranks"]) - 0.5, -0.5)
+    image = ax.imshow(z, aspect="auto", interpolation="nearest", cmap="turbo", extent=extent)
+    bar = fig.colorbar(image, ax=ax, pad=0.12)
+    bar.set_label("outside backward (ms)" if local else "iteration (ms)", color=colors["muted"], fontsize=7)
+    bar.ax.tick_params(colors=colors["muted"], labelsize=6)
+    ax.grid(False)
+    medians = rank_medians(tel)
+    which = "outside_backward_ms" if local else "median_ms"
+    named = {_rank_text(r) for r in stragglers}
+    labels = []
+    for i, rank in enumerate(hm["ranks"]):
+        text = _rank_text(rank)
+        labels.append(f"rank {text}" + (" · straggler" if text in named else ""))
+        m = medians.get(rank, {}).get(which)
+        ax.text(1.01, 1 - (i + 0.5) / len(hm["ranks"]), "–" if m is None else f"{m:.3g} ms",
+                transform=ax.transAxes, va="center", fontsize=6,
+                color=PALETTE[3] if text in named else colors["fg"])
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    for tick, label in zip(ax.get_yticklabels(), labels, strict=True):
+        if label.endswith("straggler"):
+            tick.set_color(PALETTE[3])
+    ax.set_xlabel("step", color=colors["muted"], fontsize=8)
+    what = ("work outside backward per rank (the iteration minus backward, where DDP ranks wait for a straggler)"
+            if local else "iteration time per rank")
+    ax.set_title(what + (f" (median of {width} steps per column)" if width > 1 else "")
+                 + "; medians after warm-up on the right", color=colors["muted"], fontsize=7, loc="left")
+
+
+def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], colors: Mapping[str, str]) -> None:
+    for j, (label, pts) in enumerate(series):
+        xs, ys = zip(*pts, strict=True)
+        ax.plot(xs, ys, color=PALETTE[j % len(PALETTE)], linewidth=1.0, label=label,
+                marker="o" if len(pts) <= 60 else None, markersize=2)
+    _legend(ax, colors)
+
+
+def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
+    peaks, rss = _memory_series(tel)
+    top, bottom = axes
+    top.set_title("peak device memory per step (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    if peaks:
+        _lines(top, peaks, colors)
+        top.set_xlabel("step", color=colors["muted"], fontsize=8)
+    else:
+        _note(top, "No per-step memory rows (a CPU run measures host RSS only).", colors)
+    bottom.set_title("process RSS per rank (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    if rss:
+        _lines(bottom, rss, colors)
+        bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+    else:
+        _note(bottom, "No process samples.", colors)
+
+
+def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
+    host, gpu = _gpu_series(tel)
+    top, bottom = axes
+    top.set_title("host CPU and RAM (%)", color=colors["muted"], fontsize=7, loc="left")
+    if host:
+        _lines(top, host, colors)
+    else:
+        _note(top, "No system samples.", colors)
+    bottom.set_title("GPU utilisation and memory (%)", color=colors["muted"], fontsize=7, loc="left")
+    if gpu:
+        _lines(bottom, gpu, colors)
+    else:
+        _note(bottom, "No GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).", colors)
+    bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+
+
+# -- saving ----------------------------------------------------------------------------------------
+
+
+def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, share: bool = False,
+                 heat: HeatMode | None = None) -> str:
+    """Save one Performance panel of ``run`` into the cache folder's ``plots/`` as
+    ``plot-<run name>-telemetry-<panel>-YYYYMMDD-HHMMSS.<csv|png>`` and return its absolute path
+    (``share``, ``heat``: as :func:`render_panel_png` takes them).
+
+    Raises:
+        PanelError: an unknown panel, or the run was not captured.
+        CacheError: ``fmt`` is not png or csv.
+        OSError: the file could not be written.
+    """
+    from traceml_ai.runs.analysis import table_csv
+
+    which = check_panel(panel)
+    tel = telemetry_of(run)
+    name = f"{run.name or run.id} telemetry {which}"
+    if fmt == "csv":
+        data = table_csv(panel_table(tel, which)).encode("utf-8")
+    elif fmt == "png":
+        cache.prepare_png()
+        data = render_panel_png(tel, which, title=run.name or run.id, share=share, heat=heat,
+                                stragglers=straggler_ranks(run, tel) if which == "ranks" else ())
+    else:
+        from traceml_ai.ui.cache import CacheError
+
+        raise CacheError(f"format must be png or csv, got {fmt!r}")
+    return cache.save_plot(name, data, "csv" if fmt == "csv" else "png")
+
+
+__all__ = ["PANELS", "Panel", "PanelError", "check_panel", "export_panel", "panel_table", "render_panel_png",
+           "straggler_ranks", "telemetry_of"]

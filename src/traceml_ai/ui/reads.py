@@ -1,0 +1,111 @@
+"""One read of a telemetry database for the answers the Performance view asks for together
+(issue 13 item 5).
+
+The page asks ``GET /api/runs/{key}/telemetry`` and ``/performance`` at the same time; both are
+built from :func:`traceml_ai.diagnose.read_telemetry` of the same ``aggregator/telemetry.sqlite``,
+which for a long run is most of the cost. :func:`shared_read` lets the second answer use the first
+one's read: the :class:`~traceml_ai.diagnose.readers.Telemetry` is kept for :data:`KEEP_S` seconds
+(at most :data:`KEEP_DATABASES` databases), keyed by the database's real path and the
+``(mtime_ns, size)`` of it and its ``-wal`` file, so a database that changed is read again. A request
+that comes while the same database is being read waits for that read instead of starting another.
+Read-only, like the reader.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Final
+
+from traceml_ai.diagnose.readers import Telemetry, read_telemetry
+from traceml_ai.diagnose.timeline import StepTable, build_step_table
+
+KEEP_S: Final = 30.0
+"""How long a read is kept for the other answers (a few seconds would do: the page asks at once)."""
+KEEP_DATABASES: Final = 4
+"""Databases kept at most (two runs side by side, each asked for twice, and compared)."""
+
+_Stamp = tuple[int, int] | None
+
+
+def _stamp(path: str) -> _Stamp:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+class SharedReads:
+    """Reads of telemetry databases, each shared by the answers that ask within :data:`KEEP_S`."""
+
+    def __init__(self, keep_s: float = KEEP_S, max_databases: int = KEEP_DATABASES) -> None:
+        self.keep_s = keep_s
+        self.max_databases = max_databases
+        self._kept: OrderedDict[str, tuple[tuple[_Stamp, _Stamp], float, Telemetry]] = OrderedDict()
+        self._locks: dict[str, threading.Lock] = {}
+        self._tables: OrderedDict[int, tuple[Telemetry, StepTable]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = 0
+        """How many databases were read (tests count them)."""
+
+    def clear(self) -> None:
+        """Forget every read kept (the benchmark's cold start)."""
+        with self._lock:
+            self._kept.clear()
+            self._tables.clear()
+
+    def step_table(self, tel: Telemetry) -> StepTable:
+        """``build_step_table(tel.steps, warmup_steps=0)`` (every step, warm-up included: the charts
+        shade it), built once per read and shared like the read. Treat it as read-only."""
+        with self._lock:
+            hit = self._tables.get(id(tel))
+        if hit is not None and hit[0] is tel:
+            return hit[1]
+        table = build_step_table(tel.steps, warmup_steps=0)
+        with self._lock:
+            self._tables[id(tel)] = (tel, table)  # the read is held too, so its id is not reused
+            while len(self._tables) > self.max_databases:
+                self._tables.popitem(last=False)
+        return table
+
+    def read(self, db_path: str | os.PathLike[str]) -> Telemetry:
+        """:func:`~traceml_ai.diagnose.read_telemetry` of ``db_path``, or the read another answer
+        made of the same, unchanged database less than ``keep_s`` seconds ago. Never raises for a
+        bad file (see :class:`~traceml_ai.diagnose.readers.Telemetry` ``status``)."""
+        path = os.path.realpath(db_path)
+        with self._lock:
+            lock = self._locks.setdefault(path, threading.Lock())
+        with lock:  # a second request for the same database waits for the first one's read
+            stamps = (_stamp(path), _stamp(path + "-wal"))
+            now = time.monotonic()
+            with self._lock:
+                hit = self._kept.get(path)
+            if hit is not None and hit[0] == stamps and now - hit[1] < self.keep_s and stamps[0] is not None:
+                return hit[2]
+            tel = read_telemetry(path)
+            self.reads += 1
+            with self._lock:
+                self._kept[path] = (stamps, time.monotonic(), tel)
+                self._kept.move_to_end(path)
+                while len(self._kept) > self.max_databases:
+                    gone, _ = self._kept.popitem(last=False)
+                    self._locks.pop(gone, None)
+                for old in [k for k, (_, at, _) in self._kept.items() if now - at >= self.keep_s]:
+                    del self._kept[old]
+            return tel
+
+
+SHARED: Final = SharedReads()
+
+
+def shared_read(db_path: str | os.PathLike[str]) -> Telemetry:
+    """:meth:`SharedReads.read` on the process's one :class:`SharedReads`."""
+    return SHARED.read(db_path)
+
+
+def shared_step_table(tel: Telemetry) -> StepTable:
+    """:meth:`SharedReads.step_table` on the process's one :class:`SharedReads`."""
+    return SHARED.step_table(tel)

@@ -1,0 +1,70 @@
+"""The Performance view's panels as files (issue 13 item 4): CSV data and 300-DPI PNGs drawn by the
+server, from real telemetry databases written with the aggregator's schema (a GPU run, a corrupt
+database, a run that was not captured)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from tests.diagnose.telemetry_db import GIB, RunSpec, write_run
+from traceml_ai.runs.model import RunSummary
+from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.perf_export import PANELS, PanelError, export_panel
+from traceml_ai.ui.png import png_dpi
+
+pytest.importorskip("matplotlib")
+
+
+def run_of(run_dir: Path) -> RunSummary:
+    return RunSummary(key=str(run_dir), id=run_dir.name, root=str(run_dir.parent), name=run_dir.name)
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8"))))
+
+
+def test_a_gpu_run_exports_every_panel_with_its_devices(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "gpu-run"
+    write_run(run_dir, RunSpec(ranks=2, steps=40, gpu=True, interval_s=0.1, gpu_util=lambda t: 80.0,
+                               peak_alloc=lambda r, s: (10 + r) * GIB))
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    run = run_of(run_dir)
+    for panel in PANELS:
+        png = export_panel(cache, run, panel, "png")
+        assert Path(png).name.startswith(f"plot-gpu-run-telemetry-{panel}-")
+        assert png_dpi(Path(png).read_bytes()) == pytest.approx(300, abs=0.01)
+    memory = rows(export_panel(cache, run, "memory", "csv"))
+    alloc = {r["value"] for r in memory if r["series"] == "rank 1 cuda:1 alloc"}
+    assert alloc == {str(float(11 * GIB))}
+    assert {r["series"] for r in memory if r["time_s"]} == {"rank 0 RSS", "rank 1 RSS"}
+    gpu = rows(export_panel(cache, run, "gpu", "csv"))
+    assert {r["value"] for r in gpu if r["series"] == "GPU 0 util"} == {"80.0"}
+    assert {"CPU", "RAM", "GPU 0 memory", "GPU 1 memory"} <= {r["series"] for r in gpu}
+    share = export_panel(cache, run, "step", "png", share=True)
+    assert Path(share).read_bytes() != Path(export_panel(cache, run, "step", "png")).read_bytes()
+
+
+def test_a_corrupt_database_exports_a_picture_that_says_so_and_a_bare_csv(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "broken"
+    (run_dir / "aggregator").mkdir(parents=True)
+    (run_dir / "aggregator" / "telemetry.sqlite").write_bytes(b"not a database" * 200)
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    for panel in PANELS:
+        assert png_dpi(Path(export_panel(cache, run_of(run_dir), panel, "png")).read_bytes()) is not None
+        assert rows(export_panel(cache, run_of(run_dir), panel, "csv")) == []
+
+
+def test_a_run_that_was_not_captured_or_an_unknown_panel_is_a_clear_error(tmp_path: Path) -> None:
+    plain = tmp_path / "runs" / "plain"
+    plain.mkdir(parents=True)
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    with pytest.raises(PanelError, match="not captured"):
+        export_panel(cache, run_of(plain), "step", "png")
+    write_run(tmp_path / "runs" / "ok", RunSpec(steps=10))
+    with pytest.raises(PanelError, match="step, ranks, memory, gpu"):
+        export_panel(cache, run_of(tmp_path / "runs" / "ok"), "heat", "csv")
+    assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())

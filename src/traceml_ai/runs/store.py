@@ -324,9 +324,10 @@ class RunStore:
         state.run_json = (stamp, run.raw)
         return run.raw
 
-    def read_file(self, key: str, name: str, max_bytes: int) -> tuple[bytes, int]:
-        """The first ``max_bytes`` bytes of one of the six viewable files of a known run, and the
-        file's size (003 seed, security: "a known run plus one of six fixed file names").
+    def read_file(self, key: str, name: str, max_bytes: int, *, tail: bool = False) -> tuple[bytes, int]:
+        """The first ``max_bytes`` bytes (the last ones with ``tail=True``) of one of the
+        viewable files of a known run, and the file's size (003 seed, security: "a known run plus
+        one of a few fixed file names"; :data:`~traceml_ai.runs.layout.VIEWABLE_FILES`).
 
         Raises:
             NotFoundError: unknown run, a name outside :data:`VIEWABLE_FILES` (such as ``../../secret``),
@@ -341,6 +342,8 @@ class RunStore:
                 raise NotFoundError(f"{name} of {state.loc.id}: {reason or 'not found'}")
             try:
                 with open_regular(os.path.realpath(os.path.join(state.loc.path, name))) as f:
+                    if tail and st.st_size > max_bytes:
+                        f.seek(st.st_size - max_bytes)
                     return f.read(max_bytes), st.st_size
             except NotRegularFile as err:
                 raise NotFoundError(f"{name} of {state.loc.id}: {err.strerror}") from None

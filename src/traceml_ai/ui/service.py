@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
-from traceml_ai.runs.analysis import first_time, line_points
+from traceml_ai.runs.analysis import line_points, time_axis_label, time_origin
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
-from traceml_ai.runs.layout import VIEWABLE_FILES
+from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
+from traceml_ai.runs.status import run_duration
 from traceml_ai.runs.store import NotFoundError, PollResult, RunStore
 from traceml_ai.runs.table import (
     ColumnError,
@@ -399,6 +400,7 @@ class Viewer:
             raise RequestError(f"ema must be in [0, 1), got {ema_weight}")
         out: list[dict[str, Any]] = []
         warnings: dict[str, list[str]] = {}
+        origins: list[str] = []
         for key in keys:
             if self.store.get(key) is None:
                 continue
@@ -409,19 +411,23 @@ class Viewer:
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
             points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
+            origins.append(points[0]["time_origin"] if points else time_origin(self.store.get(key), tail)[1])
             if tail.warnings:
                 warnings[key] = tail.warnings
             out.extend(points)
-        return {"version": self.version, "series": out, "warnings": warnings}
+        # The wall-time axis label: time since each run's started_at (first logged row without one).
+        time_label = time_axis_label(origins) if x == "time" else None  # type: ignore[arg-type]
+        return {"version": self.version, "series": out, "warnings": warnings, "time_label": time_label}
 
     def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
         rows = len(tail.rows)
-        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points)
+        t0, origin = time_origin(self.store.get(key), tail)
+        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, t0)
         hit = self._series_cache.get(cache_key)
         if hit is not None:
             return hit
         # The same points the PNG export draws: EMA over the full history, then min/max buckets.
-        points = line_points(tail.series(metric), x, weight, self.max_points, first_time(tail))  # type: ignore[arg-type]
+        points = line_points(tail.series(metric), x, weight, self.max_points, t0)  # type: ignore[arg-type]
         item = {
             "key": key,
             "metric": metric,
@@ -430,6 +436,7 @@ class Viewer:
             "smoothed": points.smoothed.tolist() if points.smoothed is not None else None,
             "raw_points": points.raw_points,
             "downsampled": points.downsampled,
+            "time_origin": origin,
         }
         if len(self._series_cache) > 512:
             self._series_cache.clear()
@@ -452,11 +459,16 @@ class Viewer:
         }
 
     def file_text(self, key: str, name: str) -> str:
-        """``GET /api/file``: one of the six viewable files as text (at most 2 MB). NotFoundError when
-        the run or the name is not known."""
+        """``GET /api/file``: one of the viewable files as text (at most 2 MB; ``logs/run.log``, a
+        log, its last 2 MB, from a whole line). NotFoundError when the run or the name is not known."""
         if name not in VIEWABLE_FILES:
             raise NotFoundError(f"{name!r} is not a viewable file")
-        data, size = self.store.read_file(key, name, MAX_FILE_BYTES)
+        tail = name in TAIL_FIRST_FILES
+        data, size = self.store.read_file(key, name, MAX_FILE_BYTES, tail=tail)
+        if tail and size > len(data):
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else data  # start at a whole line
+            text = data.decode("utf-8", errors="replace")
+            return f"[TraceML: showing the last {len(data):,} of {size:,} bytes]\n…\n" + text
         text = data.decode("utf-8", errors="replace")
         if size > len(data):
             text += f"\n… [TraceML: showing the first {len(data):,} of {size:,} bytes]\n"
@@ -583,12 +595,16 @@ class RunRow:
     for a run that was not captured."""
     catalog_run: str | None = None
     """The run id of the catalog run holding this run folder's session (docs/catalog.md, "In the viewer")."""
+    duration_derived: bool = False
+    """True when ``duration_s`` is not run.json's but derived from its times (running: now −
+    ``started_at``; stale: ``heartbeat_at`` − ``started_at``; finished: ``ended_at`` − ``started_at``)."""
 
 
 def run_row(run: RunSummary) -> RunRow:
     """A RunSummary as the API's ``RunRow`` (docs/viewer-api.md). The summary's dicts are shared,
     not copied. NaN/inf become null when the response is encoded (orjson)."""
     error = run.error if run.exit else None
+    duration, derived = run_duration(run, time.time())
     return RunRow(
         run.key,
         run.id,
@@ -602,7 +618,7 @@ def run_row(run: RunSummary) -> RunRow:
         run.started_at,
         run.ended_at,
         run.heartbeat_at,
-        run.duration_s,
+        duration,
         run.step,
         run.epoch,
         run.key,
@@ -616,4 +632,5 @@ def run_row(run: RunSummary) -> RunRow:
         run.summary,
         run.metric_names,
         run.perf,
+        duration_derived=derived,
     )

@@ -277,6 +277,12 @@ class RunStore:
                 self._build_summary(state)
             return state.tail
 
+    def loaded_rows(self, key: str) -> int:
+        """How many rows of the run's metrics.jsonl are loaded now (0 before :meth:`history` was
+        first asked, and for an unknown run); reads nothing."""
+        state = self._runs.get(key)
+        return len(state.tail.rows) if state is not None and state.tail is not None else 0
+
     def details(self, key: str) -> RunDetails:
         """The run's summary with :attr:`RunSummary.run_json` filled, plus its config.json (both
         read on request and cached by mtime and size; a file that cannot be read now gives the

@@ -10,6 +10,7 @@ every ``refresh_interval_seconds``; finished runs only on Refresh.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import threading
@@ -22,6 +23,7 @@ from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.analysis import line_points, time_axis_label, time_origin
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
+from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
 from traceml_ai.runs.status import run_duration
 from traceml_ai.runs.store import NotFoundError, PollResult, RunStore
@@ -44,6 +46,8 @@ from traceml_ai.ui.perf import join_perf
 log = logging.getLogger("traceml.ui")
 
 MAX_SERIES_RUNS = 30
+FREEZE_AFTER_ROWS = 50_000
+"""A history load that adds this many rows or more is followed by ``gc.freeze()`` (:meth:`Viewer.history`)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 DB_SAVE_EVERY_S = 10.0
 
@@ -405,7 +409,7 @@ class Viewer:
             if self.store.get(key) is None:
                 continue
             try:
-                tail = self.store.history(key)
+                tail = self.history(key)
             except NotFoundError:
                 continue  # removed since the check above: like an unknown key
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
@@ -418,6 +422,23 @@ class Viewer:
         # The wall-time axis label: time since each run's started_at (first logged row without one).
         time_label = time_axis_label(origins) if x == "time" else None  # type: ignore[arg-type]
         return {"version": self.version, "series": out, "warnings": warnings, "time_label": time_label}
+
+    def history(self, key: str) -> MetricsTail:
+        """:meth:`RunStore.history`, and after a load of many rows (:data:`FREEZE_AFTER_ROWS`) the
+        objects alive then are moved out of the garbage collector's way (``gc.collect()`` once, then
+        ``gc.freeze()``): a 200,000-row history is long-lived, and without this every later full
+        collection walks it again, which a re-poll pays (issue 15, item 24). Frozen objects are still
+        freed when their last reference goes (a history's rows hold no reference cycles).
+
+        Raises:
+            NotFoundError: unknown run.
+        """
+        before = self.store.loaded_rows(key)
+        tail = self.store.history(key)
+        if len(tail.rows) - before >= FREEZE_AFTER_ROWS:
+            gc.collect()  # what is garbage now is freed, not frozen
+            gc.freeze()
+        return tail
 
     def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
         rows = len(tail.rows)
@@ -447,7 +468,7 @@ class Viewer:
         """``GET /api/run``: the inspector's data. Raises NotFoundError for an unknown run."""
         if self.store.get(key) is None:
             raise NotFoundError(f"no run {key!r}")
-        self.store.history(key)  # so history warnings (corrupt lines) are part of the summary
+        self.history(key)  # so history warnings (corrupt lines) are part of the summary
         details = self.store.details(key)
         error = details.summary.error
         return {
@@ -491,7 +512,7 @@ class Viewer:
         if self.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
         runs = self.runs_by_keys(list(spec.keys))
-        histories = [(run, self.store.history(run.key)) for run in runs] if spec.kind == "line" else []
+        histories = [(run, self.history(run.key)) for run in runs] if spec.kind == "line" else []
         return self.cache.export_chart(spec, runs, histories, fmt=fmt, max_points=self.max_points)  # type: ignore[arg-type]
 
     def runs_by_keys(self, keys: Sequence[str]) -> list[RunSummary]:

@@ -14,7 +14,7 @@ import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, t
 import { openPerformance } from "./performance";
 import { TelemetryPanel } from "./telemetry";
 
-const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json"];
+const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json", "logs/run.log"];
 const TRACEBACK_TAIL = 25;
 
 export class Inspector {

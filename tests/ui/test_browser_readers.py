@@ -1,6 +1,6 @@
 """Issue 15 reader items seen in a real browser (Debian's chromium via Playwright, a real
 ``traceml ui``): the run's log in the inspector, tail first; a traceback written as a list of lines;
-text sorted naturally in the table."""
+a derived duration marked as such; text sorted naturally in the table."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def readers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
         folder.mkdir(parents=True)
         run = {"schema_version": 1, "name": name, "status": "completed", "started_at": f"2026-11-2{i}T10:00:00Z",
                "ended_at": f"2026-11-2{i}T10:30:00Z", "duration_s": 1800.0}
+        if name == "Run-3":
+            del run["duration_s"]  # derived: ended_at − started_at
         if name == "run-1":
             run.update(status="failed", exit={"code": 1, "error_type": "ValueError", "error_message": "bad batch",
                                               "traceback": TRACEBACK})
@@ -59,6 +61,18 @@ def test_the_inspector_shows_a_list_traceback_as_text_and_the_log_from_its_end(
         expect(content).to_contain_text("the last line")
         expect(content).to_contain_text(re.compile(r"^\[TraceML: showing the last [\d,]+ of [\d,]+ bytes\]"))
         assert "log line 0000000 " not in content.inner_text()
+        s.assert_clean()
+
+
+def test_the_inspector_marks_a_derived_duration(browser: Browser, readers: Viewer) -> None:
+    with open_viewer(browser, readers) as s:
+        page = s.page
+        row(page, "Run-3").locator(".cell-name").click()
+        info = page.get_by_test_id("inspector-info")
+        expect(info).to_contain_text("(derived from the times)")
+        row(page, "run-2").locator(".cell-name").click()
+        expect(page.get_by_test_id("inspector-name")).to_have_text("run-2")
+        expect(page.get_by_test_id("inspector-info")).not_to_contain_text("derived")
         s.assert_clean()
 
 

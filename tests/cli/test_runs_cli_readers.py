@@ -164,3 +164,14 @@ def test_default_columns_show_the_params_that_differ(tmp_path: Path) -> None:
     proc = run_traceml("runs", "ls", str(root), "--csv")
     header = proc.stdout.splitlines()[0].split(",")
     assert "config.lr" in header and "config.same0" not in header
+
+
+def test_the_chart_csv_counts_wall_time_from_started_at(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    start = 1796032800.0  # 2026-11-30T10:00:00Z, the run's started_at
+    write_run(root, "a", _done("timed"), rows=[{"step": i, "loss": 1.0, "time": start + 60 + 10 * i} for i in range(3)])
+    proc = run_traceml("plot", "timed", "--root", str(root), "--metric", "loss", "--x", "time", "--format", "csv",
+                       "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(Path(proc.stdout.strip()).read_text())))
+    assert [float(r["time_s"]) for r in rows] == [60.0, 70.0, 80.0]

@@ -5,6 +5,12 @@
 3. server RSS with 10,000 runs after the page's first requests (≤ 150 MB);
 4. page usable (table rows and a chart painted) in headless chromium on 1,000 runs (≤ 1.0 s) and
    10,000 runs (≤ 2.5 s) — needs the built front end, Playwright and /usr/bin/chromium;
+2b. issue 15 items 23-24, on the same 200,000-line run: the history load, the first chart once the
+   rows are parsed (cold: the per-metric arrays built; ≤ 0.2 s) and again (warm: ≤ 20 ms), and the
+   re-polls after the load (≤ 1 ms each: the time the garbage collector spends in them, and the
+   polls themselves), with and without ``gc.freeze()`` after the load (CPU seconds: the machine
+   may be shared), on a root of 10 runs beside the big one (a poll of 1,000 run folders costs
+   about 3 ms of listing and stat calls with or without a history);
 5. the perf.* columns of 1,000 captured runs (issue 13 item 5): read cold from their
    final_summary.json files (≤ 0.2 s; a fresh process, the files in the OS cache), and what a
    no-change poll adds (nothing read; the time of the join's pass over the runs is printed);
@@ -19,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import http.cookiejar
 import json
 import os
@@ -93,6 +100,70 @@ def series_cold_warm(root: Path) -> None:
         del viewer
     record("series of a 200,000-line run, cold (history load included)", statistics.median(cold), 0.4)
     record("series of a 200,000-line run, warm", statistics.median(warm), 0.020)
+
+
+def chart_after_load_and_repolls(root: Path) -> None:
+    """Issue 15 items 23-24: figures in CPU seconds of this process (a shared machine slows wall
+    time, not CPU time), the medians of 3 fresh viewers each."""
+    import traceml_ai.ui.service as service
+
+    big = str(next(p for p in root.iterdir() if "_big-run_" in p.name))
+    gc_spent: list[float] = []
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started.append(time.process_time())
+        elif started:
+            gc_spent.append(time.process_time() - started.pop())
+
+    gc.callbacks.append(on_gc)
+    try:
+        for freeze in (False, True):
+            service.FREEZE_AFTER_ROWS = 50_000 if freeze else 10**12
+            load, cold, warm, first_poll, worst_poll, poll_gc, full_gc = [], [], [], [], [], [], []
+            for _ in range(3):
+                gc.unfreeze()
+                gc.collect()
+                viewer = Viewer(RunStore([root]), None)
+                viewer.poll()
+                t = time.process_time()
+                viewer.history(big)
+                load.append(time.process_time() - t)
+                t = time.process_time()
+                viewer.series_payload([big], ["val/auc"], "step", 0.0)
+                cold.append(time.process_time() - t)
+                t = time.process_time()
+                viewer.series_payload([big], ["val/auc"], "step", 0.0)
+                warm.append(time.process_time() - t)
+                t = time.process_time()
+                gc.collect()  # what a re-poll pays when it is the one that triggers a full collection
+                full_gc.append(time.process_time() - t)
+                polls = []
+                gc_spent.clear()
+                for _ in range(20):
+                    t = time.process_time()
+                    viewer.poll()
+                    polls.append(time.process_time() - t)
+                    # What the page does between polls: a table answer (allocations that trigger the collector).
+                    viewer._tables.clear()
+                    viewer.table_payload()
+                first_poll.append(polls[0])
+                worst_poll.append(max(polls))
+                poll_gc.append(sum(gc_spent))
+                del viewer
+            tag = "with gc.freeze" if freeze else "no gc.freeze "
+            if freeze:
+                record("200,000-line history: load (parse), CPU", statistics.median(load), 0.4)
+                record("first chart once the rows are parsed (cold), CPU", statistics.median(cold), 0.2)
+                record("first chart, warm, CPU", statistics.median(warm), 0.020)
+            record(f"a full collection after the load ({tag}), CPU", statistics.median(full_gc), 0.001)
+            record(f"re-polls after the load ({tag}): collector time in 20 polls", statistics.median(poll_gc), 0.001)
+            record(f"re-polls after the load ({tag}): first poll, CPU", statistics.median(first_poll), 0.001)
+            record(f"re-polls after the load ({tag}): slowest of 20, CPU", statistics.median(worst_poll), 0.001)
+    finally:
+        gc.callbacks.remove(on_gc)
+        gc.unfreeze()
 
 
 def start_ui(root: Path) -> tuple[subprocess.Popen[str], str]:
@@ -299,10 +370,18 @@ def main() -> None:
     parser.add_argument("--only-perf", action="store_true", help="only the perf.* column figures (item 5 of issue 13)")
     parser.add_argument("--only-perf-view", action="store_true",
                         help="only the Performance view of 8 ranks x 100,000 steps (item 5 of issue 13)")
+    parser.add_argument("--only-chart", action="store_true",
+                        help="only the chart and re-poll figures of a 200,000-line run (items 23-24 of issue 15)")
     args = parser.parse_args()
     if args.only_perf_view:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
             performance_view(Path(tmp) / "traceml" / "runs")
+        return
+    if args.only_chart:
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            root = Path(tmp) / "traceml" / "runs"
+            generate(root, runs=10, seed=0, big_run_lines=200_000)
+            chart_after_load_and_repolls(root)
         return
     if args.only_perf:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
@@ -317,6 +396,9 @@ def main() -> None:
         print(f"wrote 1,000 runs + a 200,000-line run in {time.perf_counter() - t:.1f} s", flush=True)
         first_table_from_db(root, Path(tmp) / "traceml" / ".cache")
         series_cold_warm(root)
+        small = Path(tmp) / "small" / "traceml" / "runs"  # re-polls of the big run, not of 1,000 folders
+        generate(small, runs=10, seed=0, big_run_lines=200_000)
+        chart_after_load_and_repolls(small)
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
         perf_columns(root)
         performance_view(Path(tmp) / "perfview" / "traceml" / "runs")

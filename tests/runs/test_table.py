@@ -120,6 +120,8 @@ def test_available_and_default_columns() -> None:
         "tags",
         "started",
         "duration_s",
+        "config.a",  # params that differ between the runs (b has none), before best and summary
+        "config.b",
         "run.best.val/auc",
         "run.best.val/loss",
         "summary.test/auc",

@@ -84,7 +84,7 @@ def test_run_rows_encode_as_the_documented_run_row(work: Path) -> None:
     assert list(row) == [
         "key", "id", "name", "group", "tags", "notes", "status", "display_status", "legacy", "started_at",
         "ended_at", "heartbeat_at", "duration_s", "step", "epoch", "path", "root", "warnings", "error", "params",
-        "start", "last", "best", "summary", "metric_names", "perf", "catalog_run",
+        "start", "last", "best", "summary", "metric_names", "perf", "catalog_run", "duration_derived",
     ]
     assert row["path"] == row["key"] == failed.key
     assert set(row["error"]) == {"type", "message", "code", "signal"} and row["error"]["type"]

@@ -57,6 +57,8 @@ export interface RunRow {
   perf: Record<string, Scalar>;
   /** The catalog run holding this run folder's session (docs/catalog.md, "In the viewer"). */
   catalog_run: string | null;
+  /** True when duration_s is derived from run.json's times, not written (docs/viewer-api.md). */
+  duration_derived?: boolean;
 }
 
 /** One attachment of a catalog run (GET /api/runs/{key}/attachments). */

@@ -95,8 +95,12 @@ def settings(**flags: Any) -> Settings:
 
 
 def roots_or_default(roots: Sequence[str] | None, st: Settings) -> list[str]:
-    """Roots from the arguments, else from settings."""
-    return list(roots) if roots else list(st.roots)
+    """Roots from the arguments, else from settings; glob patterns (``**/runs``) expanded as a shell
+    would (:func:`traceml_ai.runs.discovery.expand_root_patterns`: a quoted pattern, or one from
+    the settings, works too)."""
+    from traceml_ai.runs.discovery import expand_root_patterns
+
+    return expand_root_patterns(roots if roots else st.roots)
 
 
 def fmt_value(v: Any) -> str:

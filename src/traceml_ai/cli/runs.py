@@ -35,6 +35,7 @@ from traceml_ai.runs.discovery import NoRootError
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import CORE_FILES
 from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.status import run_duration
 from traceml_ai.runs.store import RunStore, heartbeat_age
 from traceml_ai.runs.table import (
     ColumnError,
@@ -236,7 +237,7 @@ def _cells(run: RunSummary, cols: list[str]) -> list[Text]:
         if c == "status":
             cells.append(Text(str(v), style=STATUS_STYLE.get(str(v), "")))
         elif c == "duration_s":
-            cells.append(Text(fmt_duration(run.duration_s)))
+            cells.append(Text(fmt_duration(v if isinstance(v, float) else None)))  # derived when not written
         elif c in ("started", "ended", "heartbeat"):
             cells.append(Text(fmt_time(v if isinstance(v, str) else None)))
         elif c == "name":
@@ -244,6 +245,19 @@ def _cells(run: RunSummary, cols: list[str]) -> list[Text]:
         else:
             cells.append(Text(printable(fmt_value(v))))
     return cells
+
+
+_DERIVED_FROM = {"stale": "heartbeat_at", "running": "now", "running?": "now"}
+
+
+def _duration_text(run: RunSummary, now: float) -> str:
+    """The duration, saying how it was derived when run.json has no ``duration_s``."""
+    value, derived = run_duration(run, now)
+    text = fmt_duration(value)
+    if derived:
+        end = "ended_at" if run.finished else _DERIVED_FROM.get(run.display_status, "now")
+        text += f" (derived: {end} − started_at)"
+    return text
 
 
 @app.command("show")
@@ -296,7 +310,7 @@ def show(
         ("tags", ", ".join(run.tags)),
         ("started", fmt_time(run.started_at)),
         ("ended", fmt_time(run.ended_at)),
-        ("duration", fmt_duration(run.duration_s)),
+        ("duration", _duration_text(run, time.time())),
         ("heartbeat", f"{fmt_time(run.heartbeat_at)} ({fmt_duration(age)} ago)" if age is not None else ""),
         ("step / epoch", f"{fmt_value(run.step)} / {fmt_value(run.epoch)}"),
         ("history", f"{len(history.rows)} rows in metrics.jsonl"),

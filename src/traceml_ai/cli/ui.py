@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from traceml_ai.cli.common import UserError, err, one_line_errors, out, roots_or_default, settings
-from traceml_ai.runs.discovery import NoRootError, resolve_roots
+from traceml_ai.runs.discovery import NoRootError, list_runs, resolve_roots
 
 
 @one_line_errors
@@ -40,7 +40,10 @@ def ui(
     st = settings(ui_port=port, ui_host=host, cache_dir=cache_dir, refresh_interval_seconds=refresh_interval_seconds)
     chosen = roots_or_default(roots, st)
     if not resolve_roots(chosen)[0]:
-        raise UserError(str(NoRootError(f"no runs folder found (looked for: {', '.join(chosen)}); pass a folder")))
+        try:
+            list_runs(chosen)
+        except NoRootError as e:
+            raise UserError(str(e)) from None
     cache = default_cache_dir(chosen, st.cache_dir)
     if st.cache_dir is None:
         for name in migrate_cache_dir(chosen, cache):

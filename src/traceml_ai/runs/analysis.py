@@ -507,6 +507,34 @@ def first_time(tail: MetricsTail) -> float | None:
     return None
 
 
+TimeOrigin = Literal["started_at", "first_row"]
+
+
+def time_origin(run: RunSummary | None, tail: MetricsTail) -> tuple[float | None, TimeOrigin]:
+    """Where the wall-time axis of a run starts (Unix seconds) and what that is (003 seed: the
+    time axis is relative to the run's start): run.json's ``started_at`` when the run has one,
+    else the first logged ``time`` in metrics.jsonl (``(None, "first_row")`` without either)."""
+    if run is not None and run.started_at is not None and not run.legacy:
+        from traceml_ai.runs.readers import parse_iso
+
+        started = parse_iso(run.started_at)
+        if started is not None:
+            return started, "started_at"
+    return first_time(tail), "first_row"
+
+
+def time_axis_label(origins: Iterable[TimeOrigin]) -> str:
+    """The wall-time axis label for runs whose origins are ``origins``: "time since start (s)"
+    when every run has a ``started_at``, "time since first logged row (s)" when none has, and
+    "time since start or first logged row (s)" for a mix."""
+    kinds = set(origins)
+    if kinds == {"started_at"}:
+        return "time since start (s)"
+    if kinds == {"first_row"}:
+        return "time since first logged row (s)"
+    return "time since start or first logged row (s)" if kinds else "time (s)"
+
+
 def x_values(series: Series, x: XAxis, t0: float | None = None) -> FloatArray:
     """The x values of ``series``: steps, epochs (NaN where a row had none) or seconds since ``t0``
     (default: the series' own first time)."""
@@ -612,13 +640,14 @@ def line_csv_rows(histories: Sequence[tuple[RunSummary, MetricsTail]], metrics: 
     ``run,path,step,epoch,time_s,<metric>...``, one row per metrics.jsonl row that logged one of the
     metrics, in file order, runs in the order given.
 
-    ``run`` is the run name, ``path`` the run folder, ``time_s`` seconds since the run's first logged
-    time (the chart's time axis); a null, NaN or missing value is None (an empty cell).
+    ``run`` is the run name, ``path`` the run folder, ``time_s`` seconds since the run's
+    ``started_at``, or its first logged time without one (the chart's time axis,
+    :func:`time_origin`); a null, NaN or missing value is None (an empty cell).
     """
     header = ["run", "path", "step", "epoch", "time_s", *metrics]
     rows: list[list[Scalar]] = []
     for run, tail in histories:
-        t0 = first_time(tail)
+        t0 = time_origin(run, tail)[0]
         for step, row in zip(tail.steps, tail.rows, strict=True):
             values: list[Scalar] = []
             found = False
@@ -809,5 +838,7 @@ __all__ = [
     "scatter_csv_rows",
     "scatter_data",
     "table_csv",
+    "time_axis_label",
+    "time_origin",
     "x_values",
 ]

@@ -53,6 +53,33 @@ def inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_pattern(root: str | os.PathLike[str]) -> bool:
+    """True when ``root`` holds a glob character (``*``, ``?``, ``[``)."""
+    return not _GLOB_CHARS.isdisjoint(os.fspath(root))
+
+
+def expand_root_patterns(roots: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """Roots with glob patterns expanded as a shell would (``**`` matches any depth, hidden folders
+    are not matched): ``**/runs`` → every folder named ``runs`` below the working directory, sorted.
+    A root that names an existing folder is kept as it is, even with glob characters in its name; a
+    pattern that matches no folder is kept as given, so that it is reported as missing.
+    """
+    out: list[str] = []
+    for root in roots:
+        text = os.fspath(root)
+        if not is_pattern(text) or os.path.isdir(os.path.expanduser(text)):
+            out.append(text)
+            continue
+        import glob
+
+        matches = sorted(p for p in glob.glob(os.path.expanduser(text), recursive=True) if os.path.isdir(p))
+        out.extend(matches or [text])
+    return out
+
+
 def resolve_roots(roots: Iterable[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
     """Return ``(existing real paths, missing as given)``, duplicates removed, order kept."""
     found: list[str] = []
@@ -75,7 +102,10 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
     real_roots, missing = resolve_roots(roots)
     if not real_roots:
         shown = ", ".join(os.fspath(r) for r in roots) or "(none)"
-        raise NoRootError(f"no runs folder found (looked for: {shown}); pass a folder or set TRACEML_ROOTS")
+        patterns = [os.fspath(r) for r in roots if is_pattern(r)]
+        hint = (f"; the pattern {patterns[0]!r} matches no folder (patterns are expanded like a shell's, "
+                "from the working directory)" if patterns else "")
+        raise NoRootError(f"no runs folder found (looked for: {shown}){hint}; pass a folder or set TRACEML_ROOTS")
     listing = Listing(missing_roots=missing, roots=real_roots)
     seen: set[str] = set()
     for root in real_roots:

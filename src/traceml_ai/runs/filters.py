@@ -4,12 +4,14 @@ was ambiguous"; DESIGN §4).
 One filter applies to one column (names as in :mod:`traceml_ai.runs.table`):
 
 ==================  ===============================================================================
-``> x`` ``>= x``    ordering. Numerically when the value and ``x`` are both numbers; a text value is
-``< x`` ``<= x``    compared with ``x`` as text (case-insensitive); on a column that holds only numbers
-                    a text ``x`` is an error (:class:`FilterError`), not a filter that matches nothing
+``> x`` ``>= x``    ordering. Numerically when ``x`` is a number: then a text or boolean value never
+``< x`` ``<= x``    matches (``> 0`` does not match ``abc``). A text ``x`` compares text values as text
+                    (case-insensitive); on a column that holds only numbers a text ``x`` is an error
+                    (:class:`FilterError`), not a filter that matches nothing
 ``= x`` ``!= x``    equality: numerically when both are numbers (``0.001`` = ``1e-3``), otherwise as
                     case-insensitive text (``true``/``false`` for booleans). ``==`` is accepted too
-``a..b``            inclusive range, numeric or (for text values) as text
+``a..b``            inclusive range: numeric when both ends are numbers (text values never match),
+                    else as text
 ``/regex/``         Python ``re.search``, case-insensitive, on the value's text
 bare number         equality in a numeric column, substring in a text column
 anything else       case-insensitive substring of the value's text
@@ -142,13 +144,18 @@ class ColumnFilter:
             if self.number is None or is_nan(value):
                 return False
             return _compare(self.op, value, self.number)
+        if self.number is not None:
+            return False  # a numeric operator never matches text or a boolean
         return _compare(self.op, format_cell(value).casefold(), self.operand.casefold())
 
     def _in_range(self, value: Scalar) -> bool:
+        numeric = self.number is not None and self.high_number is not None
         if is_number(value):
-            if self.number is None or self.high_number is None or is_nan(value):
+            if not numeric or is_nan(value):
                 return False
             return bool(self.number <= value <= self.high_number)  # type: ignore[operator]
+        if numeric:
+            return False  # a numeric range never matches text or a boolean
         text = format_cell(value).casefold()
         return self.operand.casefold() <= text <= self.high.casefold()
 

@@ -26,9 +26,18 @@ CORE_FILES: Final = (*SMALL_FILES, METRICS_JSONL)
 
 FINAL_SUMMARY_JSON: Final = "aggregator/final_summary.json"
 
-VIEWABLE_FILES: Final = (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSONL, METRICS_JSON, FINAL_SUMMARY_JSON)
-"""The six files a viewer may show of a run (003 seed, security: "a known run plus one of six fixed
-file names"): the five core files and TraceML's verdict (DESIGN §2.1, §3.5)."""
+RUN_LOG: Final = "logs/run.log"
+"""The run's console log (the reference reader shows it, tail first)."""
+
+VIEWABLE_FILES: Final = (
+    RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSONL, METRICS_JSON, FINAL_SUMMARY_JSON, RUN_LOG
+)
+"""The seven files a viewer may show of a run (003 seed, security: "a known run plus one of a few
+fixed file names"): the five core files, TraceML's verdict (DESIGN §2.1, §3.5) and ``logs/run.log``."""
+
+TAIL_FIRST_FILES: Final = frozenset({RUN_LOG})
+"""Viewable files shown from their end when they are larger than the viewer shows (a log's news is
+at its end)."""
 
 SUBFOLDERS: Final = ("logs", "checkpoints", "artifacts")
 

@@ -164,8 +164,10 @@ class MetricsTail:
         self.resets = 0
         self.truncated_at: int | None = None
         self.read_error: str | None = None
+        self.vanished = False  # the file was read, then deleted: the history was reset
         self._stamp: tuple[int, int, int] | None = None
         self._names: set[str] = set()
+        self._numeric_names: set[str] = set()  # keys with a number or null in some row
         self._names_upto = 0
         self._series: dict[str, _CachedSeries] = {}
         self._axes_cache: dict[str, np.ndarray] = {}
@@ -176,10 +178,20 @@ class MetricsTail:
         """Read what was appended since the last call; return the number of new rows.
 
         An unchanged file costs one ``stat``. Raises nothing for a missing or unreadable file:
-        a missing file means no rows yet; an unreadable one keeps the rows read so far.
+        a missing file means no rows yet; a file deleted after it was read resets the history
+        (rows, offsets, counts; :attr:`resets` grows and a warning says so until the file is back);
+        an unreadable one keeps the rows read so far.
         """
         try:
             st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._stamp is not None or self.rows:
+                # Deleted after it was read: its rows are no longer the run's history.
+                resets = self.resets + 1
+                self._reset()
+                self.resets = resets
+                self.vanished = True
+            return 0
         except OSError:
             return 0
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -220,6 +232,7 @@ class MetricsTail:
                 gc.enable()
         self._stamp = stamp
         self.read_error = None
+        self.vanished = False
         return len(self.rows) - before
 
     def _consume(self, data: bytes) -> int:
@@ -324,6 +337,9 @@ class MetricsTail:
     def warnings(self) -> list[str]:
         """One line per problem, prefixed with the file name; empty when the file is clean."""
         out: list[str] = [self.read_error] if self.read_error else []
+        if self.vanished:
+            out.append("metrics.jsonl: deleted after it was read; the history was reset (nothing to plot "
+                       "until the file is written again)")
         if self.corrupt_lines:
             out.append(
                 f"metrics.jsonl: {self.corrupt_lines} corrupt line(s) skipped ({'; '.join(self.corrupt_examples)})"
@@ -340,6 +356,13 @@ class MetricsTail:
                 "metrics.jsonl: steps go backwards (a resumed run?); both segments kept: "
                 + "; ".join(self.backward_steps)
             )
+        text = self.text_keys()
+        if text:
+            shown = ", ".join(text[:5]) + (", …" if len(text) > 5 else "")
+            out.append(
+                f"metrics.jsonl: {len(text)} key(s) hold only text or true/false values, not numbers, "
+                f"and are not plotted ({shown})"
+            )
         if self.truncated_at is not None:
             out.append(
                 f"metrics.jsonl: only the first {self.truncated_at / 2**20:.0f} MB read "
@@ -347,13 +370,37 @@ class MetricsTail:
             )
         return out
 
-    def metric_names(self) -> list[str]:
-        """Every metric key seen in the rows so far, sorted (step, epoch and time excluded)."""
+    def _update_names(self) -> None:
+        """Take the keys of the rows appended since the last call, and find which hold a number
+        (or null) in some row: one C-level pass for the keys, and a scan of the new rows only
+        while a key has shown nothing but text or booleans."""
         rows = self.rows
-        if self._names_upto < len(rows):
-            self._names.update(*rows[self._names_upto :])  # iterating a dict gives its keys
-            self._names_upto = len(rows)
-        return sorted(self._names - RESERVED_METRIC_KEYS)
+        done = self._names_upto
+        if done >= len(rows):
+            return
+        self._names.update(*rows[done:])  # iterating a dict gives its keys
+        pending = self._names - self._numeric_names - RESERVED_METRIC_KEYS
+        for row in islice(rows, done, None):
+            if not pending:
+                break
+            for key in pending.intersection(row):
+                if type(row[key]) in _NUMERIC_TYPES:
+                    self._numeric_names.add(key)
+                    pending.discard(key)
+        self._names_upto = len(rows)
+
+    def metric_names(self) -> list[str]:
+        """Every metric key seen in the rows so far, sorted: keys with a number or null in at least
+        one row (step, epoch and time excluded). Keys that only ever hold text or booleans
+        (``"phase": "val"``) are not metrics: see :meth:`text_keys`."""
+        self._update_names()
+        return sorted(self._numeric_names - RESERVED_METRIC_KEYS)
+
+    def text_keys(self) -> list[str]:
+        """Keys of the rows whose values are all text, booleans, lists or objects (nothing to
+        plot), sorted; they are left out of :meth:`metric_names` and named in one warning."""
+        self._update_names()
+        return sorted(self._names - self._numeric_names - RESERVED_METRIC_KEYS)
 
     def series(self, metric: str) -> Series:
         """The history of ``metric``: rows where it is a number or null, in file order.

@@ -97,7 +97,8 @@ class RunSummary:
         """The failure of a failed run: ``{"type", "message", "traceback", "code", "signal"}`` or None.
 
         Both layouts of the 003 seed are accepted: flat ``exit.error_type``/``error_message``/``traceback``
-        and a nested ``exit.error`` object.
+        and a nested ``exit.error`` object. A traceback written as a list of lines (what
+        ``traceback.format_exception`` returns) is joined into one text (:func:`join_traceback`).
         """
         if not isinstance(self.exit, dict):
             return None
@@ -108,10 +109,24 @@ class RunSummary:
         info = {
             "type": src.get("error_type"),
             "message": src.get("error_message"),
-            "traceback": src.get("traceback"),
+            "traceback": join_traceback(src.get("traceback")),
             "code": self.exit.get("code"),
             "signal": self.exit.get("signal"),
         }
         if info["type"] is None and info["message"] is None and info["traceback"] is None:
             return None
         return info
+
+
+def join_traceback(value: Any) -> Any:
+    """A traceback as one text: a list of lines (with or without their newlines, as
+    ``traceback.format_exception`` or ``str.splitlines`` give them) is joined, one line each;
+    any other value is returned as it is (None stays None).
+
+    >>> join_traceback(["Traceback (most recent call last):\\n", '  File "x.py", line 1\\n', "OSError"])
+    'Traceback (most recent call last):\\n  File "x.py", line 1\\nOSError'
+    """
+    if not isinstance(value, list):
+        return value
+    lines = [item if isinstance(item, str) else str(item) for item in value]
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")

@@ -239,6 +239,20 @@ def _opt_int(v: Any) -> int | None:
     return None
 
 
+def _schema_version(obj: dict[str, Any], file: str, warnings: list[str]) -> int | None:
+    """``obj["schema_version"]`` as an integer (None when absent or not one, with a warning), and a
+    warning when it is newer than this TraceML reads (the file is then read as far as it matches)."""
+    version = _opt_int(obj.get("schema_version"))
+    if version is None and obj.get("schema_version") is not None:
+        warnings.append(f"{file}: schema_version should be an integer, got {obj['schema_version']!r}; ignored")
+    if version is not None and version > SCHEMA_VERSION:
+        warnings.append(
+            f"{file}: schema_version {version} is newer than this TraceML reads ({SCHEMA_VERSION}); "
+            "some fields may not be shown"
+        )
+    return version
+
+
 def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True) -> tuple[RunJson, list[str]]:
     """Parse run.json (003 seed §3). Fields of the wrong type are dropped with a warning; a
     ``schema_version`` above 1 is read as far as it matches version 1, with a warning.
@@ -251,14 +265,7 @@ def parse_run_json(data: bytes, file: str = "run.json", *, keep_raw: bool = True
     obj, warnings = load_json(data, file)
     if not isinstance(obj, dict):
         raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
-    version = _opt_int(obj.get("schema_version"))
-    if version is None and obj.get("schema_version") is not None:
-        warnings.append(f"{file}: schema_version should be an integer, got {obj['schema_version']!r}; ignored")
-    if version is not None and version > SCHEMA_VERSION:
-        warnings.append(
-            f"{file}: schema_version {version} is newer than this TraceML reads ({SCHEMA_VERSION}); "
-            "some fields may not be shown"
-        )
+    version = _schema_version(obj, file, warnings)
     tags_raw = obj.get("tags")
     tags: list[str] = []
     if isinstance(tags_raw, list):
@@ -521,7 +528,8 @@ def metric_number(v: Any) -> MetricValue | bool:
 
 
 def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[MetricsJson, list[str]]:
-    """Parse metrics.json. Non-numeric ``last``/``best`` values are skipped with one warning.
+    """Parse metrics.json. Non-numeric ``last``/``best`` values are skipped with one warning; a
+    ``schema_version`` above 1 is read as far as it matches version 1, with a warning (as run.json's).
 
     Raises:
         RunFileError: not JSON or not an object.
@@ -529,6 +537,7 @@ def parse_metrics_json(data: bytes, file: str = "metrics.json") -> tuple[Metrics
     obj, warnings = load_json(data, file)
     if not isinstance(obj, dict):
         raise RunFileError(file, f"expected a JSON object, got {type(obj).__name__}")
+    _schema_version(obj, file, warnings)
     out = MetricsJson(step=_opt_int(obj.get("step")), epoch=_opt_int(obj.get("epoch")))
     if isinstance(obj.get("updated_at"), str):
         out.updated_at = obj["updated_at"]

@@ -277,6 +277,12 @@ class RunStore:
                 self._build_summary(state)
             return state.tail
 
+    def loaded_rows(self, key: str) -> int:
+        """How many rows of the run's metrics.jsonl are loaded now (0 before :meth:`history` was
+        first asked, and for an unknown run); reads nothing."""
+        state = self._runs.get(key)
+        return len(state.tail.rows) if state is not None and state.tail is not None else 0
+
     def details(self, key: str) -> RunDetails:
         """The run's summary with :attr:`RunSummary.run_json` filled, plus its config.json (both
         read on request and cached by mtime and size; a file that cannot be read now gives the
@@ -324,9 +330,10 @@ class RunStore:
         state.run_json = (stamp, run.raw)
         return run.raw
 
-    def read_file(self, key: str, name: str, max_bytes: int) -> tuple[bytes, int]:
-        """The first ``max_bytes`` bytes of one of the six viewable files of a known run, and the
-        file's size (003 seed, security: "a known run plus one of six fixed file names").
+    def read_file(self, key: str, name: str, max_bytes: int, *, tail: bool = False) -> tuple[bytes, int]:
+        """The first ``max_bytes`` bytes (the last ones with ``tail=True``) of one of the
+        viewable files of a known run, and the file's size (003 seed, security: "a known run plus
+        one of a few fixed file names"; :data:`~traceml_ai.runs.layout.VIEWABLE_FILES`).
 
         Raises:
             NotFoundError: unknown run, a name outside :data:`VIEWABLE_FILES` (such as ``../../secret``),
@@ -341,6 +348,8 @@ class RunStore:
                 raise NotFoundError(f"{name} of {state.loc.id}: {reason or 'not found'}")
             try:
                 with open_regular(os.path.realpath(os.path.join(state.loc.path, name))) as f:
+                    if tail and st.st_size > max_bytes:
+                        f.seek(st.st_size - max_bytes)
                     return f.read(max_bytes), st.st_size
             except NotRegularFile as err:
                 raise NotFoundError(f"{name} of {state.loc.id}: {err.strerror}") from None

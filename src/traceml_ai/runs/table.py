@@ -24,12 +24,16 @@ import csv
 import difflib
 import io
 import math
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any, Final
 
 from traceml_ai.runs.model import RunSummary, Scalar
+from traceml_ai.runs.status import run_duration
 
 FIXED_COLUMNS: Final = (
     "id",
@@ -49,7 +53,10 @@ FIXED_COLUMNS: Final = (
     "warnings",
 )
 """Columns every run has. ``status`` is the display status (it shows ``stale``), ``started``/``ended``/
-``heartbeat`` are run.json's ISO-8601 UTC strings, ``warnings`` is the number of file warnings."""
+``heartbeat`` are run.json's ISO-8601 UTC strings, ``warnings`` is the number of file warnings.
+``duration_s`` is run.json's, or derived from the times when it is not written (running: now −
+``started_at``; stale: ``heartbeat_at`` − ``started_at``; finished: ``ended_at`` − ``started_at``;
+:func:`traceml_ai.runs.status.run_duration`)."""
 
 KIND_PREFIXES: Final = ("config.", "run.start.", "run.last.", "run.best.", "summary.", "perf.")
 """Prefixes of logged-value columns; the rest of such a column name is the key, verbatim."""
@@ -61,6 +68,8 @@ NONE_GROUP_LABEL: Final = "(none)"
 """Label of the group of runs without a value (003 seed, "Decisions made where the spec was ambiguous")."""
 
 _DEFAULT_LEAD: Final = ("name", "status", "group", "tags", "started", "duration_s")
+MAX_DEFAULT_PARAMS: Final = 6
+"""At most this many params that differ between the runs are shown by default."""
 PERF_DEFAULT: Final = ("verdict", "step_ms.p50", "share.dataloader")
 """The ``perf.*`` columns shown by default when any run was captured."""
 
@@ -171,7 +180,6 @@ _FIXED_GETTERS: Final[dict[str, Callable[[RunSummary], Scalar]]] = {
     "started": attrgetter("started_at"),
     "ended": attrgetter("ended_at"),
     "heartbeat": attrgetter("heartbeat_at"),
-    "duration_s": attrgetter("duration_s"),
     "step": attrgetter("step"),
     "epoch": attrgetter("epoch"),
     "legacy": attrgetter("legacy"),
@@ -199,7 +207,7 @@ def _fixed_cell(run: RunSummary, column: str) -> Scalar:
     if column == "heartbeat":
         return run.heartbeat_at
     if column == "duration_s":
-        return run.duration_s
+        return run_duration(run, time.time())[0]
     if column == "step":
         return run.step
     if column == "epoch":
@@ -274,9 +282,12 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
     numeric.update(f"run.best.{k}" for k in best_numeric)
     numeric.update(f"summary.{k}" for k in summary_numeric)
     numeric.update(f"perf.{k}" for k in perf_numeric)
-    for column in ("duration_s", "step", "epoch"):
+    for column in ("step", "epoch"):
         if any(map(_not_none, map(attrgetter(column), items))):
             numeric.add(column)
+    now = time.time()
+    if any(run_duration(run, now)[0] is not None for run in items):
+        numeric.add("duration_s")
     available = [
         *FIXED_COLUMNS,
         *(f"config.{k}" for k in sorted(config)),
@@ -286,7 +297,9 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
         *(f"summary.{k}" for k in sorted(summary)),
         *(f"perf.{k}" for k in sorted(perf)),
     ]
+    differing = differing_config_keys(items)[:MAX_DEFAULT_PARAMS]
     default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
+               *(f"config.{k}" for k in differing),
                *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
     return ColumnFacts(available, default, numeric)
 
@@ -329,8 +342,10 @@ def available_columns(runs: Iterable[RunSummary]) -> list[str]:
 def default_columns(runs: Iterable[RunSummary]) -> list[str]:
     """The columns shown before the user picks: ``name, status, group, tags, started, duration_s``,
     then ``perf.verdict``, ``perf.step_ms.p50`` and ``perf.share.dataloader`` when a run was
-    captured, then every ``run.best.*`` and ``summary.*`` column present, sorted by key (003 seed:
-    "the table shows every best and summary metric as a column by default")."""
+    captured, then the params that differ between the runs (``config.*``, the first six by key, as
+    :func:`differing_config_keys` finds them), then every ``run.best.*`` and ``summary.*`` column
+    present, sorted by key (003 seed: "the table shows every best and summary metric as a column by
+    default"; the reference reader also shows the differing params: users compare sweeps by them)."""
     return column_facts(runs).default
 
 
@@ -402,6 +417,32 @@ def parse_sort_arg(arg: str) -> SortKey:
 # Sort classes: numbers, then text, then NaN, then missing (the last two in either direction).
 _NUMBER, _TEXT, _NAN, _MISSING = 0, 1, 2, 3
 
+_DIGIT_RUNS: Final = re.compile(r"[0-9]+")
+
+
+def _encode_digits(match: re.Match[str]) -> str:
+    digits = match.group().lstrip("0")
+    # "0" keeps the run where a digit sorts among other characters; the length (as one character)
+    # then orders runs numerically, and equal lengths compare digit by digit.
+    return "0" + chr(0x30 + len(digits)) + digits
+
+
+@lru_cache(maxsize=1 << 15)  # names and times repeat in every sort of the same table
+def natural_key(text: str) -> tuple[str, str]:
+    """The sort key of a text value: case-insensitive, runs of digits compared as numbers
+    (003 seed, "The runs table": ``run-1, run-2, Run-3, run-10``).
+
+    The first part is the case-folded text with each digit run written as ``0``, its length as one
+    character, then its digits without leading zeros: plain string comparison of that orders numbers
+    by value for any length, and digits among other characters where ASCII puts them. The
+    case-folded text breaks ties (``run-01`` and ``run-1``).
+
+    >>> sorted(["run-10", "Run-3", "run-2", "run-1"], key=natural_key)
+    ['run-1', 'run-2', 'Run-3', 'run-10']
+    """
+    folded = text.casefold()
+    return _DIGIT_RUNS.sub(_encode_digits, folded), folded
+
 
 def _sort_entry(value: Scalar) -> tuple[int, Any]:
     if value is None or value == "":
@@ -412,15 +453,16 @@ def _sort_entry(value: Scalar) -> tuple[int, Any]:
     if kind is int:
         return _NUMBER, value
     if kind is str:
-        return _TEXT, value.casefold()  # type: ignore[union-attr]
-    return _TEXT, format_cell(value).casefold()
+        return _TEXT, natural_key(value)
+    return _TEXT, natural_key(format_cell(value))
 
 
 def sort_runs(runs: Iterable[RunSummary], keys: Sequence[SortKey]) -> list[RunSummary]:
     """The runs sorted by ``keys`` (first key first, later keys break ties); stable.
 
-    For each key: numbers first (ascending or descending), then text (case-insensitive, ascending or
-    descending; true/false sort as text), then NaN, then missing values. NaN and missing stay last in
+    For each key: numbers first (ascending or descending), then text (natural order, case-insensitive:
+    ``run-1, run-2, Run-3, run-10``, see :func:`natural_key`; ascending or descending; true/false
+    sort as text), then NaN, then missing values. NaN and missing stay last in
     both directions, so ``-run.best.val/auc`` puts the best runs on top and runs without the metric at
     the bottom. With no keys the order is unchanged.
 
@@ -468,7 +510,7 @@ def group_runs(runs: Iterable[RunSummary], column: str) -> list[Group]:
     Each run belongs to exactly one group. Tags are joined into one label in the order written
     (``["cv", "sweep"]`` → ``"cv, sweep"``, a different group from ``["sweep", "cv"]``). Missing,
     null and empty values form the ``(none)`` group, which always comes last. The other groups are
-    ordered by value: numbers numerically, then text case-insensitively (true/false as text), then
+    ordered by value: numbers numerically, then text in natural order (:func:`natural_key`; true/false as text), then
     NaN. Equal numbers group together (1 and 1.0), a bool never groups with a number. Runs keep their
     input order inside a group, so sort first to order them.
 
@@ -503,7 +545,7 @@ def group_runs(runs: Iterable[RunSummary], column: str) -> list[Group]:
         if kind == "number":
             return 0, value, ""
         if kind in ("text", "bool"):
-            return 1, group.label.casefold(), group.label
+            return 1, natural_key(group.label), group.label
         return (2 if kind == "nan" else 3), 0, ""
 
     return [group for _, group in sorted(groups.items(), key=order)]

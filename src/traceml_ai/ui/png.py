@@ -24,11 +24,12 @@ from traceml_ai.runs.analysis import (
     ScatterSpec,
     bar_data,
     box_data,
-    first_time,
     group_labels,
     line_groups,
     line_points,
     scatter_data,
+    time_axis_label,
+    time_origin,
 )
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
@@ -181,7 +182,9 @@ def _draw_lines(
     max_points: int,
     colors: Mapping[str, str],
 ) -> None:
-    x_label = "step" if spec.group_by else {"step": "step", "epoch": "epoch", "time": "time (s)"}[spec.x]
+    x_label = "step" if spec.group_by else {
+        "step": "step", "epoch": "epoch", "time": time_axis_label(time_origin(run, tail)[1] for run, tail in histories)
+    }[spec.x]
     for i, (ax, metric) in enumerate(zip(axes, spec.metrics, strict=True)):
         ax.set_title(metric, color=colors["fg"], fontsize=9, loc="left")
         drawn = False
@@ -195,7 +198,7 @@ def _draw_lines(
                 series = tail.series(metric)
                 if not len(series):
                     continue
-                pts = line_points(series, spec.x, spec.ema, max_points, t0=first_time(tail))
+                pts = line_points(series, spec.x, spec.ema, max_points, t0=time_origin(run, tail)[0])
                 color = PALETTE[j % len(PALETTE)]
                 if pts.smoothed is not None:
                     ax.plot(pts.x, pts.y, color=color, linewidth=0.8, alpha=0.3)

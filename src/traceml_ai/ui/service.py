@@ -10,6 +10,7 @@ every ``refresh_interval_seconds``; finished runs only on Refresh.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import threading
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
-from traceml_ai.runs.analysis import first_time, line_points
+from traceml_ai.runs.analysis import line_points, time_axis_label, time_origin
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
-from traceml_ai.runs.layout import VIEWABLE_FILES
+from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
+from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
+from traceml_ai.runs.status import run_duration
 from traceml_ai.runs.store import NotFoundError, PollResult, RunStore
 from traceml_ai.runs.table import (
     ColumnError,
@@ -43,6 +46,8 @@ from traceml_ai.ui.perf import join_perf
 log = logging.getLogger("traceml.ui")
 
 MAX_SERIES_RUNS = 30
+FREEZE_AFTER_ROWS = 50_000
+"""A history load that adds this many rows or more is followed by ``gc.freeze()`` (:meth:`Viewer.history`)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 DB_SAVE_EVERY_S = 10.0
 
@@ -399,29 +404,51 @@ class Viewer:
             raise RequestError(f"ema must be in [0, 1), got {ema_weight}")
         out: list[dict[str, Any]] = []
         warnings: dict[str, list[str]] = {}
+        origins: list[str] = []
         for key in keys:
             if self.store.get(key) is None:
                 continue
             try:
-                tail = self.store.history(key)
+                tail = self.history(key)
             except NotFoundError:
                 continue  # removed since the check above: like an unknown key
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
             points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
+            origins.append(points[0]["time_origin"] if points else time_origin(self.store.get(key), tail)[1])
             if tail.warnings:
                 warnings[key] = tail.warnings
             out.extend(points)
-        return {"version": self.version, "series": out, "warnings": warnings}
+        # The wall-time axis label: time since each run's started_at (first logged row without one).
+        time_label = time_axis_label(origins) if x == "time" else None  # type: ignore[arg-type]
+        return {"version": self.version, "series": out, "warnings": warnings, "time_label": time_label}
+
+    def history(self, key: str) -> MetricsTail:
+        """:meth:`RunStore.history`, and after a load of many rows (:data:`FREEZE_AFTER_ROWS`) the
+        objects alive then are moved out of the garbage collector's way (``gc.collect()`` once, then
+        ``gc.freeze()``): a 200,000-row history is long-lived, and without this every later full
+        collection walks it again, which a re-poll pays (issue 15, item 24). Frozen objects are still
+        freed when their last reference goes (a history's rows hold no reference cycles).
+
+        Raises:
+            NotFoundError: unknown run.
+        """
+        before = self.store.loaded_rows(key)
+        tail = self.store.history(key)
+        if len(tail.rows) - before >= FREEZE_AFTER_ROWS:
+            gc.collect()  # what is garbage now is freed, not frozen
+            gc.freeze()
+        return tail
 
     def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
         rows = len(tail.rows)
-        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points)
+        t0, origin = time_origin(self.store.get(key), tail)
+        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, t0)
         hit = self._series_cache.get(cache_key)
         if hit is not None:
             return hit
         # The same points the PNG export draws: EMA over the full history, then min/max buckets.
-        points = line_points(tail.series(metric), x, weight, self.max_points, first_time(tail))  # type: ignore[arg-type]
+        points = line_points(tail.series(metric), x, weight, self.max_points, t0)  # type: ignore[arg-type]
         item = {
             "key": key,
             "metric": metric,
@@ -430,6 +457,7 @@ class Viewer:
             "smoothed": points.smoothed.tolist() if points.smoothed is not None else None,
             "raw_points": points.raw_points,
             "downsampled": points.downsampled,
+            "time_origin": origin,
         }
         if len(self._series_cache) > 512:
             self._series_cache.clear()
@@ -440,7 +468,7 @@ class Viewer:
         """``GET /api/run``: the inspector's data. Raises NotFoundError for an unknown run."""
         if self.store.get(key) is None:
             raise NotFoundError(f"no run {key!r}")
-        self.store.history(key)  # so history warnings (corrupt lines) are part of the summary
+        self.history(key)  # so history warnings (corrupt lines) are part of the summary
         details = self.store.details(key)
         error = details.summary.error
         return {
@@ -452,11 +480,16 @@ class Viewer:
         }
 
     def file_text(self, key: str, name: str) -> str:
-        """``GET /api/file``: one of the six viewable files as text (at most 2 MB). NotFoundError when
-        the run or the name is not known."""
+        """``GET /api/file``: one of the viewable files as text (at most 2 MB; ``logs/run.log``, a
+        log, its last 2 MB, from a whole line). NotFoundError when the run or the name is not known."""
         if name not in VIEWABLE_FILES:
             raise NotFoundError(f"{name!r} is not a viewable file")
-        data, size = self.store.read_file(key, name, MAX_FILE_BYTES)
+        tail = name in TAIL_FIRST_FILES
+        data, size = self.store.read_file(key, name, MAX_FILE_BYTES, tail=tail)
+        if tail and size > len(data):
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else data  # start at a whole line
+            text = data.decode("utf-8", errors="replace")
+            return f"[TraceML: showing the last {len(data):,} of {size:,} bytes]\n…\n" + text
         text = data.decode("utf-8", errors="replace")
         if size > len(data):
             text += f"\n… [TraceML: showing the first {len(data):,} of {size:,} bytes]\n"
@@ -479,7 +512,7 @@ class Viewer:
         if self.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
         runs = self.runs_by_keys(list(spec.keys))
-        histories = [(run, self.store.history(run.key)) for run in runs] if spec.kind == "line" else []
+        histories = [(run, self.history(run.key)) for run in runs] if spec.kind == "line" else []
         return self.cache.export_chart(spec, runs, histories, fmt=fmt, max_points=self.max_points)  # type: ignore[arg-type]
 
     def runs_by_keys(self, keys: Sequence[str]) -> list[RunSummary]:
@@ -583,12 +616,16 @@ class RunRow:
     for a run that was not captured."""
     catalog_run: str | None = None
     """The run id of the catalog run holding this run folder's session (docs/catalog.md, "In the viewer")."""
+    duration_derived: bool = False
+    """True when ``duration_s`` is not run.json's but derived from its times (running: now −
+    ``started_at``; stale: ``heartbeat_at`` − ``started_at``; finished: ``ended_at`` − ``started_at``)."""
 
 
 def run_row(run: RunSummary) -> RunRow:
     """A RunSummary as the API's ``RunRow`` (docs/viewer-api.md). The summary's dicts are shared,
     not copied. NaN/inf become null when the response is encoded (orjson)."""
     error = run.error if run.exit else None
+    duration, derived = run_duration(run, time.time())
     return RunRow(
         run.key,
         run.id,
@@ -602,7 +639,7 @@ def run_row(run: RunSummary) -> RunRow:
         run.started_at,
         run.ended_at,
         run.heartbeat_at,
-        run.duration_s,
+        duration,
         run.step,
         run.epoch,
         run.key,
@@ -616,4 +653,5 @@ def run_row(run: RunSummary) -> RunRow:
         run.summary,
         run.metric_names,
         run.perf,
+        duration_derived=derived,
     )

@@ -14,7 +14,7 @@ import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, t
 import { openPerformance } from "./performance";
 import { TelemetryPanel } from "./telemetry";
 
-const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json"];
+const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json", "logs/run.log"];
 const TRACEBACK_TAIL = 25;
 
 export class Inspector {
@@ -303,7 +303,7 @@ export class Inspector {
       ["started", run.started_at ? `${fmtTime(run.started_at)}  (${run.started_at})` : ""],
       ["ended", run.ended_at ? `${fmtTime(run.ended_at)}  (${run.ended_at})` : ""],
       ["heartbeat", run.heartbeat_at ? `${fmtAgo(run.heartbeat_at)}  (${run.heartbeat_at})` : ""],
-      ["duration", fmtDuration(run.duration_s)],
+      ["duration", run.duration_derived && run.duration_s !== null ? `${fmtDuration(run.duration_s)} (derived from the times)` : fmtDuration(run.duration_s)],
       ["step / epoch", [run.step, run.epoch].map((v) => (v === null ? "–" : String(v))).join(" / ")],
       ["path", h("code", { class: "path", text: run.path })],
       ["root", h("code", { class: "path", text: run.root })],

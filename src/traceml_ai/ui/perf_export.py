@@ -49,7 +49,7 @@ from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, set_png_dpi
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -312,7 +312,7 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
-    return set_png_dpi(buffer.getvalue(), PNG_DPI)
+    return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
 
 
 def _style(ax: Axes, colors: Mapping[str, str]) -> None:

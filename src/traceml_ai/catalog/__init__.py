@@ -21,14 +21,24 @@ The rows have the fields of Stormlog 0.4.3's rows (``as_dict()`` gives the same 
 of TraceML's own); real ``stormlog query`` reads the envelopes written here.
 """
 
+from traceml_ai.catalog.analysis import ISSUE_KINDS, ISSUE_STATES, SUMMARY_GROUPS, SUMMARY_METRICS, utc
 from traceml_ai.catalog.model import (
+    AttachmentFilter,
     AttachmentRow,
     CatalogWarning,
+    EventFilter,
+    EventRow,
+    ExternalAttachment,
+    IssueFilter,
+    IssueRow,
+    OOMBundleFilter,
+    OOMBundleRow,
     RunAttachmentFilter,
     RunFilter,
     RunRow,
     SessionFilter,
     SessionRow,
+    SummaryRow,
 )
 from traceml_ai.catalog.store import CacheFolderError, CatalogStore, default_cache_dir, open_catalog
 from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envelope
@@ -36,19 +46,33 @@ from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envel
 open = open_catalog  # the seed's name: traceml_ai.catalog.open(paths)
 
 __all__ = [
+    "ISSUE_KINDS",
+    "ISSUE_STATES",
+    "SUMMARY_GROUPS",
+    "SUMMARY_METRICS",
+    "AttachmentFilter",
     "AttachmentRow",
     "CacheFolderError",
     "CatalogStore",
     "CatalogWarning",
     "EnvelopeError",
+    "EventFilter",
+    "EventRow",
+    "ExternalAttachment",
+    "IssueFilter",
+    "IssueRow",
+    "OOMBundleFilter",
+    "OOMBundleRow",
     "RunAttachmentFilter",
     "RunFilter",
     "RunRow",
     "SessionFilter",
     "SessionRow",
+    "SummaryRow",
     "add_attachment",
     "default_cache_dir",
     "open",
     "open_catalog",
+    "utc",
     "write_envelope",
 ]

@@ -22,6 +22,14 @@ of TraceML's own); real ``stormlog query`` reads the envelopes written here.
 """
 
 from traceml_ai.catalog.analysis import ISSUE_KINDS, ISSUE_STATES, SUMMARY_GROUPS, SUMMARY_METRICS, utc
+from traceml_ai.catalog.correlate import (
+    DEFAULT_WINDOW_NS,
+    EVIDENCE_KINDS,
+    SCOPES,
+    CorrelationEvidence,
+    CorrelationFilter,
+    CorrelationResult,
+)
 from traceml_ai.catalog.model import (
     AttachmentFilter,
     AttachmentRow,
@@ -46,8 +54,11 @@ from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envel
 open = open_catalog  # the seed's name: traceml_ai.catalog.open(paths)
 
 __all__ = [
+    "DEFAULT_WINDOW_NS",
+    "EVIDENCE_KINDS",
     "ISSUE_KINDS",
     "ISSUE_STATES",
+    "SCOPES",
     "SUMMARY_GROUPS",
     "SUMMARY_METRICS",
     "AttachmentFilter",
@@ -55,6 +66,9 @@ __all__ = [
     "CacheFolderError",
     "CatalogStore",
     "CatalogWarning",
+    "CorrelationEvidence",
+    "CorrelationFilter",
+    "CorrelationResult",
     "EnvelopeError",
     "EventFilter",
     "EventRow",

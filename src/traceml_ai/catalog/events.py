@@ -364,3 +364,47 @@ def load_source(source: Source) -> list[LoadedSession]:
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"not valid JSON or text ({exc})") from None
     return []
+
+
+_WINDOW_INTS: Final = ("index", "start_ns", "end_ns", "event_count", "sample_count", "rank_count", "alert_count",
+                       "collector_transition_count", "oom_count")
+
+
+def read_rollups(source: Source) -> dict[str, Any] | None:
+    """A sink's ``rollups.json`` when it is current (as Stormlog's ``read_telemetry_rollups``):
+    format ``stormlog.telemetry_rollups`` v1, made from the manifest's schema version, segments,
+    event count and bytes as the manifest lists them now; else None (stale, absent or malformed
+    rollups are not used). Only what correlation uses is checked: ``window_duration_ns`` and each
+    session's ``session`` identity and ``windows``."""
+    if source.kind != "sink":
+        return None
+    from traceml_ai.catalog.sources import MANIFEST_FILE, ROLLUP_FILE
+
+    try:
+        doc = orjson.loads(_read(os.path.join(source.path, ROLLUP_FILE)))
+        manifest = orjson.loads(_read(source.manifest or os.path.join(source.path, MANIFEST_FILE)))
+    except (OSError, ValueError, _Bad):
+        return None
+    if not isinstance(doc, dict) or doc.get("schema_version") != 1 or doc.get("format") != "stormlog.telemetry_rollups":
+        return None
+    if not isinstance(doc.get("window_duration_ns"), int) or not isinstance(doc.get("sessions"), list):
+        return None
+    segments = (source.fact.get("sink") or {}).get("segments", [])
+    coverage = doc.get("coverage")
+    if isinstance(manifest, dict) and manifest.get("format") == "stormlog.append_only_telemetry_sink":
+        if not isinstance(coverage, dict) or (
+                doc.get("source_manifest_schema_version") != manifest.get("schema_version")
+                or coverage.get("retained_segment_filenames") != [g["filename"] for g in segments]
+                or coverage.get("retained_event_count") != sum(g["event_count"] for g in segments)
+                or coverage.get("retained_bytes") != sum(g["size_bytes"] for g in segments)):
+            return None
+    for s in doc["sessions"]:
+        if not isinstance(s, dict) or not isinstance(s.get("session"), dict) or not isinstance(s.get("windows"), list):
+            return None
+        if not isinstance(s["session"].get("session_id"), str):
+            return None
+        for w in s["windows"]:
+            if not isinstance(w, dict) or any(not isinstance(w.get(k), int) or isinstance(w.get(k), bool)
+                                              for k in _WINDOW_INTS):
+                return None
+    return doc

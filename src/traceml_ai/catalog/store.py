@@ -23,8 +23,20 @@ from traceml_ai.catalog.analysis import event_matches as _event_matches
 from traceml_ai.catalog.analysis import utc as _utc
 from traceml_ai.catalog.build import Catalog, build
 from traceml_ai.catalog.cache import FactCache
+from traceml_ai.catalog.correlate import (
+    CorrelationFilter,
+    CorrelationResult,
+    anchor_for,
+    attachment_evidence,
+    diagnose_evidence,
+    event_evidence,
+    marker_evidence,
+    oom_evidence,
+    ranked,
+    rollup_evidence,
+)
 from traceml_ai.catalog.discovery import Source, discover
-from traceml_ai.catalog.events import LoadedSession, load_source
+from traceml_ai.catalog.events import LoadedSession, load_source, read_rollups
 from traceml_ai.catalog.model import (
     AttachmentFilter,
     AttachmentRow,
@@ -314,6 +326,16 @@ class CatalogStore:
         rows.sort(key=lambda r: (r.created_at_utc or "", r.bundle_path))
         return rows
 
+    def _attachment_items(self) -> list[ExternalAttachment]:
+        """The sidecar items in discovery order."""
+        names = [fl.name for fl in dataclasses.fields(ExternalAttachment)]
+        rows = []
+        for a in self._catalog.sidecar_items:
+            values: dict[str, Any] = {n: a.get(n) for n in names}
+            values["metadata"] = dict(a.get("metadata") or {})
+            rows.append(ExternalAttachment(**values))
+        return rows
+
     def list_attachments(self, filters: AttachmentFilter | None = None, **fields: Any) -> list[ExternalAttachment]:
         """Every item read from ``stormlog_attachments.json`` sidecars, before resolving its run
         (Stormlog's ``list_attachments``; ``path`` absolute, ``sidecar_path`` the file), by start
@@ -323,13 +345,7 @@ class CatalogStore:
             TypeError: an unknown keyword.
         """
         f = replace(filters or AttachmentFilter(), **fields)
-        names = [fl.name for fl in dataclasses.fields(ExternalAttachment)]
-        rows = []
-        for a in self._catalog.sidecar_items:
-            values: dict[str, Any] = {n: a.get(n) for n in names}
-            values["metadata"] = dict(a.get("metadata") or {})
-            rows.append(ExternalAttachment(**values))
-        rows = [a for a in rows if all(want is None or getattr(a, name) == want for name, want in (
+        rows = [a for a in self._attachment_items() if all(want is None or getattr(a, name) == want for name, want in (
             ("session_id", f.session_id), ("job_id", f.job_id), ("rank", f.rank), ("kind", f.kind)))]
         rows.sort(key=lambda a: (a.start_ns if a.start_ns is not None else -1, a.title, a.sidecar_path))
         return rows
@@ -368,6 +384,32 @@ class CatalogStore:
             return [SummaryRow(metric, "session", s.oom_bundle_count, session_id=s.session_id, status=s.status)
                     for s in sessions if s.status == "interrupted" and s.oom_bundle_count > 0]
         return summarize_events(self.query_events(), metric, group_by or "session")
+
+    def correlate(self, filters: CorrelationFilter | None = None, **fields: Any) -> CorrelationResult:
+        """The evidence around a moment or a telemetry record (Stormlog's ``correlate``; see
+        :mod:`traceml_ai.catalog.correlate`): a :class:`CorrelationFilter` and/or its fields as
+        keywords (``store.correlate(at_ns=t, scope="distributed", job_id="train-42")``).
+
+        Raises:
+            ValueError: no anchor, an unknown record id, a record whose time is not ``at_ns``, a bad
+                scope, window or limit.
+            TypeError: an unknown keyword.
+        """
+        f = replace(filters or CorrelationFilter(), **fields)
+        rows = self.query_events()
+        anchor = anchor_for(f, rows)
+        evidence = event_evidence(rows)
+        evidence += marker_evidence([(src, s) for src, sessions in self._loaded() for s in sessions])
+        evidence += oom_evidence(self.list_oom_bundles(), {s.session_id: s for s in self._catalog.sessions})
+        evidence += diagnose_evidence([(src.path, src.manifest, src.fact["diagnose"]["summary"])
+                                       for src in self._catalog.sources if src.kind == "diagnose_bundle"
+                                       and (src.fact.get("diagnose") or {}).get("summary") is not None])
+        for src in self._catalog.sources:
+            rollup = read_rollups(src)
+            if rollup is not None:
+                evidence += rollup_evidence(src.path, rollup)
+        evidence += attachment_evidence(self._attachment_items())
+        return CorrelationResult(anchor, ranked(evidence, anchor, f), [str(w) for w in self.warnings])
 
     def list_issues(self, filters: IssueFilter | None = None, *, state_overrides: Mapping[str, str] | None = None,
                     **fields: Any) -> list[IssueRow]:

@@ -26,14 +26,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from traceml_ai.catalog import (
+    DEFAULT_WINDOW_NS,
+    EVIDENCE_KINDS,
     ISSUE_KINDS,
     ISSUE_STATES,
+    SCOPES,
     SUMMARY_GROUPS,
     SUMMARY_METRICS,
     AttachmentRow,
     CacheFolderError,
     CatalogStore,
     CatalogWarning,
+    CorrelationFilter,
     EventFilter,
     IssueFilter,
     OOMBundleFilter,
@@ -46,7 +50,8 @@ from traceml_ai.catalog import (
 from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
 
 app = typer.Typer(
-    help="Query run envelopes, sessions and attachments found under folders (the run catalog).",
+    help="Query the run catalog found under folders: runs, sessions, attachments, events, OOM bundles, issues, "
+         "summaries, correlation (every subcommand of stormlog query).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -474,3 +479,55 @@ app.command("events")(events)
 app.command("ooms")(ooms)
 app.command("issues")(issues)
 app.command("summary")(summary)
+
+
+@one_line_errors
+def correlate(
+    paths: PathsArg,
+    at_ns: Annotated[int | None, typer.Option("--at-ns", help="Anchor time (Unix epoch ns).")] = None,
+    record_id: Annotated[str | None, typer.Option("--record-id", help="Anchor event (telemetry-<32 hex>).")] = None,
+    session_id: Annotated[str | None, typer.Option("--session-id", "--session", help="Only this session.")] = None,
+    job_id: Annotated[str | None, typer.Option("--job-id", help="Only this job.")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank (rank-agnostic evidence stays).")] = None,
+    scope: Annotated[str, typer.Option("--scope", help="session (default) or distributed (the job matches too).")
+                     ] = "session",
+    window_ns: Annotated[int, typer.Option("--window-ns", help="Window either side of the anchor, ns.")
+                         ] = DEFAULT_WINDOW_NS,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help=f"Evidence kind (repeatable): "
+                                                   f"{', '.join(EVIDENCE_KINDS)}.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many rows.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """Evidence around a moment or a telemetry record: events, markers, alerts, bundles, rollup windows, attachments.
+
+    --json prints {"anchor", "evidence", "warnings"} (as stormlog query correlate --json); the other
+    formats print the evidence rows.
+
+    Example: traceml query correlate ./artifacts --at-ns 1796000000000000000 --scope distributed --job-id train-42
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    if (at_ns is None) == (record_id is None):
+        raise UsageError("give one of --at-ns and --record-id")
+    _choice("--scope", scope, SCOPES)
+    for k in kind or ():
+        _choice("--kind", k, EVIDENCE_KINDS)
+    if window_ns < 0:
+        raise UsageError("--window-ns must be >= 0")
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    shown = len(store.warnings)
+    result = store.correlate(CorrelationFilter(
+        session_id=session_id, job_id=job_id, rank=rank, scope=scope, at_ns=at_ns, record_id=record_id,
+        window_ns=window_ns, kinds=tuple(kind or ()), limit=limit))
+    _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
+    if fmt == "json":
+        sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+                                      default=str).decode() + "\n")
+    else:
+        _print_dicts([e.to_dict() for e in result.evidence], fmt, CORRELATION_COLUMNS, "evidence row",
+                     ("confidence", "kind", "title", "session_id", "rank", "start_ns", "source_kind", "reasons"))
+    _finish(store, strict)
+
+
+app.command("correlate")(correlate)

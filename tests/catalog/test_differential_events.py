@@ -344,3 +344,21 @@ def test_not_yet_hidden_memory_anomaly_issues(tmp_path: Path) -> None:
     ours = [i.as_dict() for i in catalog.open([tmp_path]).list_issues()]
     assert any(i["kind"] == "hidden_memory_anomaly" for i in theirs)
     same_rows(ours, [i for i in theirs if i["kind"] != "hidden_memory_anomaly"])
+
+
+def test_deliberate_difference_a_peak_skips_events_that_did_not_measure_it(tmp_path: Path) -> None:
+    """A schema-v4 event may leave a counter null (not measured): Stormlog's peak summary fails on
+    it (when it reads events, not rollups); TraceML's leaves that event out."""
+    lines = [event("n-1", T + 1, allocator_allocated_bytes=5, device_used_bytes=5),
+             event("n-1", T + 2, allocator_allocated_bytes=None, allocator_change_bytes=None, device_used_bytes=7)]
+    (tmp_path / "nulls.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    import stormlog.query
+
+    import traceml_ai.catalog as catalog
+
+    with pytest.raises(TypeError):
+        stormlog.query.open([tmp_path]).summarize("peak_allocator_allocated_bytes")
+    (row,) = catalog.open([tmp_path]).summarize("peak_allocator_allocated_bytes")
+    assert (row.session_id, row.value, row.details) == ("n-1", 5, {"timestamp_ns": T + 1})
+    same_rows([r.as_dict() for r in catalog.open([tmp_path]).summarize("peak_device_used_bytes")],
+              [r.as_dict() for r in stormlog.query.open([tmp_path]).summarize("peak_device_used_bytes")])

@@ -304,6 +304,31 @@ class IssueBuilder:
                      e["timestamp_ns"], e["session_id"],
                      {k: dims[k] for k in ("event_type", "collector", "backend", "category")})
 
+    def hidden_memory(self, events: Sequence[Mapping[str, Any]], source_path: str, source_kind: str) -> None:
+        """``hidden_memory_anomaly`` issues of one session's events (oldest first; at least three),
+        by classification, severity, phase, collector and backend (see :mod:`traceml_ai.catalog.gaps`)."""
+        if len(events) < 3:
+            return
+        from traceml_ai.catalog.gaps import findings
+
+        for f in findings(events):
+            ts = f["evidence_timestamp_ns"]
+            at = next((e for e in events if e["timestamp_ns"] == ts), None) if ts is not None else None
+            phase = f["phase"]
+            label = phase["label"] if phase else None
+            payload = {k: v for k, v in phase.items() if k != "label"} if phase else None
+            sid = events[0]["session_id"]
+            self.add("hidden_memory_anomaly",
+                     {"classification": f["classification"], "severity": f["severity"], "phase": label,
+                      "collector": at["collector"] if at else "unknown", "backend": backend(at) if at else "unknown"},
+                     f"Hidden-memory anomaly: {f['classification']}", f["severity"],
+                     _link(sid, ts, at["rank"] if at else None, source_path, source_kind,
+                           at["event_type"] if at else "sample",
+                           metadata={"classification": f["classification"], "confidence": f["confidence"],
+                                     "phase_attribution": payload}),
+                     ts, sid, {"classification": f["classification"], "description": f["description"],
+                               "confidence": f["confidence"], "evidence": dict(f["evidence"]), "phase": label})
+
     def rows(self, states: Mapping[str, str]) -> list[dict[str, Any]]:
         """The issues as Stormlog's ``StormlogIssue.as_dict()``, worst first, then latest seen."""
         out = []

@@ -415,7 +415,8 @@ class CatalogStore:
                     **fields: Any) -> list[IssueRow]:
         """Recurring issues grouped by fingerprint, worst severity first, then latest seen (as
         Stormlog's ``list_issues``): OOM bundles and OOM events (``oom``), collector degradation
-        events, alert events. ``state_overrides`` maps fingerprint ids to a state (default ``open``).
+        events, alert events, hidden-memory anomalies of each session's gaps. ``state_overrides``
+        maps fingerprint ids to a state (default ``open``).
 
         Raises:
             ValueError: a state override that is not one of :data:`ISSUE_STATES`.
@@ -433,6 +434,10 @@ class CatalogStore:
             builder.oom_bundle(oom)
         for row in self.query_events():
             builder.event(row)
+        for source, sessions in self._loaded():
+            for loaded in sessions:
+                path = loaded.sources_loaded[0] if loaded.sources_loaded else source.path
+                builder.hidden_memory(loaded.events, path, source.kind)
         rows = [IssueRow(**r) for r in builder.rows(states)]
         return [r for r in rows if all(want is None or got == want for want, got in (
             (f.fingerprint_id, r.fingerprint_id), (f.kind, r.kind), (f.state, r.state), (f.severity, r.severity)))

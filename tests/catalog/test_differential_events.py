@@ -392,3 +392,23 @@ def test_deliberate_difference_a_peak_skips_events_that_did_not_measure_it(tmp_p
     assert (row.session_id, row.value, row.details) == ("n-1", 5, {"timestamp_ns": T + 1})
     same_rows([r.as_dict() for r in catalog.open([tmp_path]).summarize("peak_device_used_bytes")],
               [r.as_dict() for r in stormlog.query.open([tmp_path]).summarize("peak_device_used_bytes")])
+
+
+def test_traceml_query_has_every_subcommand_and_flag_of_stormlog_query() -> None:
+    """Read from real Stormlog's own argument parser: each subcommand of ``stormlog query`` and
+    each of its option strings (``--session``, ``--no-has-alert``, ...) exists in ``traceml query``."""
+    import argparse
+
+    import typer
+    from stormlog.query_cli import _build_parser
+
+    from traceml_ai.cli.query import app
+
+    group = typer.main.get_command(app)
+    ours = {name: {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+            for name, cmd in group.commands.items()}  # type: ignore[attr-defined]
+    (sub,) = [a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) <= set(ours)
+    for name, parser in sub.choices.items():
+        theirs = {o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help")}
+        assert theirs <= ours[name], (name, theirs - ours[name])

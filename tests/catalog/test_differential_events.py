@@ -194,9 +194,21 @@ def test_every_summary_is_stormlogs(root: Path, group_by: str | None) -> None:
 
 def test_summaries_from_a_root_of_sinks_only_are_stormlogs(root: Path, tmp_path: Path) -> None:
     """With only sinks (fresh ``rollups.json`` beside them), Stormlog answers most summaries from
-    the rollups; TraceML from the events: the same rows."""
+    the rollups; TraceML from the events: the same rows, also for a sink whose oldest segments
+    its retention pruned (the rollups are remade from the segments kept)."""
+    from stormlog.session import create_session_summary
+    from stormlog.telemetry_sink import AppendOnlyTelemetrySink, TelemetrySinkConfig
+
     for name in ("ev1", "ev2"):
         shutil.copytree(root / "sinks" / name, tmp_path / name)
+    sink = AppendOnlyTelemetrySink(TelemetrySinkConfig(root_dir=tmp_path / "pruned", rollover_max_events=3,
+                                                       retention_max_files=2, flush_every_events=1))
+    sink.start_session(create_session_summary(source="x", session_id="p-1", started_at_ns=T, host="h", pid=1))
+    for i in range(12):
+        sink.append(event("p-1", T + i * S, "warning" if i in (1, 2, 9) else "sample",
+                          device_used_bytes=(100 - i) << 20))
+    sink.close()
+    assert not (tmp_path / "pruned" / "segment-000001.jsonl").exists()
     import stormlog.query
 
     import traceml_ai.catalog as catalog

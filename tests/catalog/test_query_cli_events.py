@@ -97,3 +97,28 @@ def test_a_file_stormlog_cannot_load_is_a_warning_and_the_rest_answers(root: Pat
     assert "c/bad.jsonl" in out.stderr and "timestamp_ns must be an integer" in out.stderr
     strict = run_traceml("query", "events", str(root), "--json", "--no-cache", "--strict")
     assert strict.returncode == 1
+
+
+def test_the_python_api_takes_filters_and_keywords_and_refuses_bad_ones(root: Path) -> None:
+    import traceml_ai.catalog as catalog
+
+    store = catalog.open([root])
+    assert [r.event["event_type"] for r in store.query_events(has_alert=True)] == ["warning"]
+    assert store.query_events(catalog.EventFilter(rank=1), limit=1)[0].event["session_id"] == "s-1"
+    assert store.query_events(time_start_ns=21, time_end_ns=29)[0].event["timestamp_ns"] == 25
+    with pytest.raises(TypeError):
+        store.query_events(sessions="s-1")
+    with pytest.raises(ValueError, match="unsupported summary metric"):
+        store.summarize("peak_host_bytes")
+    with pytest.raises(ValueError, match="unsupported grouping"):
+        store.summarize("alert_count", group_by="host")
+    for bad in ({"scope": "global"}, {"window_ns": -1}, {"limit": -1}):
+        with pytest.raises(ValueError):
+            catalog.CorrelationFilter(at_ns=1, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="requires --at-ns or --record-id"):
+        store.correlate()
+    result = store.correlate(at_ns=25, window_ns=0, kinds=("alert",))
+    assert [(e.kind, e.title, e.session_id) for e in result.evidence] == [("alert", "Alert: warning", "s-1")]
+    (issue,) = store.list_issues(kind="alert", session_id="s-1")
+    assert store.list_issues(fingerprint_id=issue.fingerprint_id, state_overrides={issue.fingerprint_id: "resolved"}
+                             )[0].state == "resolved"

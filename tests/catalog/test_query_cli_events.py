@@ -122,3 +122,29 @@ def test_the_python_api_takes_filters_and_keywords_and_refuses_bad_ones(root: Pa
     (issue,) = store.list_issues(kind="alert", session_id="s-1")
     assert store.list_issues(fingerprint_id=issue.fingerprint_id, state_overrides={issue.fingerprint_id: "resolved"}
                              )[0].state == "resolved"
+
+
+def test_fifos_and_links_out_of_the_roots_are_not_read_for_events(root: Path, tmp_path: Path) -> None:
+    """A FIFO named like a telemetry file or a sink segment never blocks the query (a warning
+    says so); a segment that links out of the roots, or a manifest naming a file out of its
+    folder, is not read."""
+    import os
+
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps({"session_id": "secret", "timestamp_ns": 5, "event_type": "sample"}) + "\n",
+                       encoding="utf-8")
+    sink = root / "sink"
+    sink.mkdir()
+    (sink / "manifest.json").write_text(json.dumps({
+        "format": "stormlog.append_only_telemetry_sink", "schema_version": 2, "sessions": [],
+        "segments": [{"filename": "../../outside.jsonl", "event_count": 1, "size_bytes": 1, "closed": True,
+                      "session_id": "secret"}]}), encoding="utf-8")
+    (sink / "segment-000001.jsonl").symlink_to(outside)
+    os.mkfifo(sink / "segment-000002.jsonl")
+    os.mkfifo(root / "a" / "fifo_events.jsonl")
+    for what in ("events", "issues", "summary --metric alert_count", "correlate --at-ns 10"):
+        words = what.split()
+        out = run_traceml("query", words[0], str(root), "--json", "--no-cache", *words[1:], timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "secret" not in out.stdout
+    assert "fifo_events.jsonl" in out.stderr and "FIFO" in out.stderr

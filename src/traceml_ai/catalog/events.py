@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from traceml_ai.catalog.sources import (
     legacy_session_id,
     summary_from_dict,
 )
+from traceml_ai.runs.discovery import inside
 from traceml_ai.runs.safeio import open_regular
 
 _LEGACY_COLLECTORS: Final = {"mps": "stormlog.mps_tracker", "rocm": "stormlog.rocm_tracker",
@@ -246,12 +247,14 @@ def _group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return grouped
 
 
-def _sink(source: Source) -> list[LoadedSession]:
+def _sink(source: Source, roots: Sequence[str]) -> list[LoadedSession]:
     folder = os.path.realpath(source.path)
     sink = source.fact.get("sink") or {"sessions": [], "segments": []}
     hints = {g["filename"]: g["session_id"] for g in sink["segments"]}
-    names = {n for n in source.names if n.startswith(SEGMENT_PREFIX) and n.endswith(SEGMENT_SUFFIX)}
-    names |= {n for n in hints if os.path.exists(os.path.join(folder, n))}
+    # the segments in the folder (a manifest's filename is only taken when the folder holds that
+    # name: never a path out of it), and not a link leaving the roots
+    names = {n for n in source.names if (n.startswith(SEGMENT_PREFIX) and n.endswith(SEGMENT_SUFFIX)) or n in hints}
+    names = {n for n in names if not roots or any(inside(os.path.realpath(os.path.join(folder, n)), r) for r in roots)}
     if not names:
         raise _Bad("the sink retained no segments")
     fallback = legacy_session_id(folder, "sink")
@@ -339,9 +342,10 @@ def _csv(path: str) -> list[LoadedSession]:
                      warnings)
 
 
-def load_source(source: Source) -> list[LoadedSession]:
+def load_source(source: Source, roots: Sequence[str] = ()) -> list[LoadedSession]:
     """The sessions and events of one source (a sink, or a ``.json``/``.jsonl``/``.csv`` telemetry
     file; bundles hold none), loaded as Stormlog's ``load_telemetry_sessions`` loads them.
+    ``roots``: the real paths of the roots; a sink segment that is a link leaving them is not read.
 
     Raises:
         ValueError: Stormlog would fail to load the source (the reason); it then gives no events.
@@ -349,7 +353,7 @@ def load_source(source: Source) -> list[LoadedSession]:
     """
     try:
         if source.kind == "sink":
-            return _sink(source)
+            return _sink(source, roots)
         if source.kind == "telemetry_jsonl":
             real = os.path.realpath(source.path)
             grouped = _group(_jsonl(source.path, legacy_session_id(real, "sink")))

@@ -250,7 +250,7 @@ class CatalogStore:
             if source.kind in ("diagnose_bundle", "oom_bundle"):
                 continue
             try:
-                loaded = load_source(source)
+                loaded = load_source(source, self.roots)
             except (OSError, ValueError) as exc:
                 if source.path not in warned:
                     why = getattr(exc, "strerror", None) or exc

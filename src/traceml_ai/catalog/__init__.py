@@ -10,6 +10,10 @@ Example::
     attachments = store.list_run_attachments(run_id="run-train-42")
     for w in store.warnings:
         print(w)
+    alerts = store.query_events(traceml_ai.catalog.EventFilter(has_alert=True))
+    issues = store.list_issues(kind="oom")
+    peaks = store.summarize("peak_device_used_bytes", group_by="rank")
+    around = store.correlate(at_ns=alerts[0].event["timestamp_ns"], scope="distributed")
 
     traceml_ai.catalog.write_envelope("./artifacts/train-42", "run-train-42", job_id="train-42",
                                       sessions=[{"session_id": "session-rank-0", "rank": 0}])

@@ -1,5 +1,6 @@
-"""The query store: ``open(paths)`` → runs, attachments, sessions, warnings (004 seed, "Query API";
-DESIGN §5), with the methods and rows of real Stormlog's ``stormlog.query.open()``.
+"""The query store: ``open(paths)`` → runs, attachments, sessions, warnings, and the telemetry
+events, OOM bundles, sidecar items, summaries, issues and correlations (004 seed, "Query API";
+DESIGN §5), with every method and row of real Stormlog's ``stormlog.query.open()``.
 
 Filters are Stormlog's filter objects and/or keyword arguments; each keyword takes one value or a
 list of values (any of them matches), and several filters must all match. A value of the wrong

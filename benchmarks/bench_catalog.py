@@ -13,7 +13,10 @@ Each measurement is one fresh Python process doing what ``stormlog query runs`` 
 runs`` do after their imports: open the store and list the runs (the import time is printed apart).
 Both must give the same run ids, or the benchmark stops.
 
-    .venv/bin/python benchmarks/bench_catalog.py [--sessions 10000] [--repeat 3]
+    .venv/bin/python benchmarks/bench_catalog.py [--sessions 10000] [--repeat 3] [--query runs|events|issues|summary]
+
+``--query`` asks both tools for events, issues or a summary instead (same root, same check that
+both give the same rows).
 """
 
 from __future__ import annotations
@@ -29,16 +32,29 @@ import tempfile
 import time
 from pathlib import Path
 
+ASK = """
+def ask(store, what):
+    import hashlib
+    if what == "runs":
+        runs = store.list_runs()
+        return sorted(r.run_id for r in runs), sum(r.session_count for r in runs)
+    rows = {"events": store.query_events, "issues": store.list_issues,
+            "summary": lambda: store.summarize("peak_device_used_bytes", group_by="session-rank")}[what]()
+    text = json.dumps([r.as_dict() for r in rows], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), len(rows)
+"""
+
 OURS = """
 import sys, time, json
 t0 = time.perf_counter()
 import traceml_ai.catalog as catalog
 t1 = time.perf_counter()
+""" + ASK + """
 store = catalog.open([sys.argv[1]], cache_dir=sys.argv[2] if sys.argv[2] != "-" else None)
-runs = store.list_runs()
+runs, sessions = ask(store, sys.argv[3])
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": sorted(r.run_id for r in runs),
-                  "sessions": sum(r.session_count for r in runs), "hits": store.cache_hits}))
+print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": runs, "sessions": sessions,
+                  "hits": store.cache_hits}))
 """
 
 THEIRS = """
@@ -46,11 +62,11 @@ import sys, time, json
 t0 = time.perf_counter()
 import stormlog.query
 t1 = time.perf_counter()
+""" + ASK + """
 store = stormlog.query.open([sys.argv[1]])
-runs = store.list_runs()
+runs, sessions = ask(store, sys.argv[3])
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": sorted(r.run_id for r in runs),
-                  "sessions": sum(r.session_count for r in runs), "hits": 0}))
+print(json.dumps({"import_s": t1 - t0, "open_list_s": t2 - t1, "runs": runs, "sessions": sessions, "hits": 0}))
 """
 
 T0 = 1_796_000_000_000_000_000
@@ -97,8 +113,9 @@ def generate(root: Path, sessions: int) -> None:
         shutil.rmtree(t)
 
 
-def measure(code: str, root: Path, cache: str) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-c", code, str(root), cache], capture_output=True, text=True, check=True)
+def measure(code: str, root: Path, cache: str, what: str) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-c", code, str(root), cache, what], capture_output=True, text=True,
+                          check=True)
     result: dict[str, object] = json.loads(proc.stdout)
     return result
 
@@ -108,6 +125,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the generated folder")
+    parser.add_argument("--query", choices=("runs", "events", "issues", "summary"), default="runs",
+                        help="what both tools are asked (default runs, the issue's figure); events, issues and "
+                             "summary read every segment (TraceML's parse cache does not hold events)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="traceml-bench-catalog-"))
     root = base / "artifacts"
@@ -123,20 +143,23 @@ def main() -> None:
         theirs_warm: list[float] = []
         for _ in range(args.repeat):
             shutil.rmtree(cache, ignore_errors=True)
-            first = measure(THEIRS, root, "-")  # Stormlog first: it reads every file the page cache may not hold
-            again = measure(THEIRS, root, "-")
-            cold = measure(OURS, root, str(cache))
-            warm = measure(OURS, root, str(cache))
+            # Stormlog first: it reads every file the page cache may not hold
+            first = measure(THEIRS, root, "-", args.query)
+            again = measure(THEIRS, root, "-", args.query)
+            cold = measure(OURS, root, str(cache), args.query)
+            warm = measure(OURS, root, str(cache), args.query)
             for a in (again, cold, warm):
                 if a["runs"] != first["runs"] or a["sessions"] != first["sessions"]:
-                    raise SystemExit("TraceML and Stormlog list different runs: not comparable")
+                    raise SystemExit(f"TraceML and Stormlog give different {args.query}: not comparable")
             theirs_cold.append(float(first["open_list_s"]))  # type: ignore[arg-type]
             theirs_warm.append(float(again["open_list_s"]))  # type: ignore[arg-type]
             ours_cold.append(float(cold["open_list_s"]))  # type: ignore[arg-type]
             ours_warm.append(float(warm["open_list_s"]))  # type: ignore[arg-type]
-        runs = first["runs"]
-        print(f"runs {len(runs):,}, sessions {first['sessions']:,} (the same in both); "  # type: ignore[arg-type]
-              f"TraceML warm took {warm['hits']:,} facts from its parse cache")
+        if args.query == "runs":
+            print(f"runs {len(first['runs']):,}, sessions {first['sessions']:,} (the same in both); "  # type: ignore
+                  f"TraceML warm took {warm['hits']:,} facts from its parse cache")
+        else:
+            print(f"{args.query}: {first['sessions']:,} rows, the same in both (SHA-256 of the rows' JSON)")
         print(f"import: stormlog.query {first['import_s']:.2f} s, traceml_ai.catalog {cold['import_s']:.2f} s "
               "(not counted below)")
 
@@ -145,11 +168,12 @@ def main() -> None:
             print(f"  {name:<38} median {m:6.2f} s  (runs: {', '.join(f'{x:.2f}' for x in xs)})")
             return m
 
-        print("open + list_runs:")
+        print(f"open + {args.query}:")
         sc, sw = line("Stormlog, first run", theirs_cold), line("Stormlog, run again", theirs_warm)
         oc, ow = line("TraceML, cold (empty parse cache)", ours_cold), line("TraceML, warm (parse cache)", ours_warm)
-        print(f"ratio cold (Stormlog first / TraceML cold) [>= 3x]: {sc / oc:.1f}x")
-        print(f"ratio warm (Stormlog again / TraceML warm) [>= 3x]: {sw / ow:.1f}x")
+        target = " [>= 3x]" if args.query == "runs" else ""
+        print(f"ratio cold (Stormlog first / TraceML cold){target}: {sc / oc:.1f}x")
+        print(f"ratio warm (Stormlog again / TraceML warm){target}: {sw / ow:.1f}x")
         print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     finally:
         if not args.keep:

@@ -44,6 +44,32 @@ def record(session_id: str, ts: int, *, event_type: str = "sample", job_id: str 
     return out
 
 
+def event(session_id: str, ts: int, event_type: str = "sample", **fields: Any) -> dict[str, Any]:
+    """Like :func:`record` with any v4 field set (``context``, ``metadata``, counters, identity, ...)."""
+    from stormlog.telemetry import telemetry_event_from_record, telemetry_event_to_dict
+
+    ident = {k: fields.pop(k) for k in ("job_id", "rank", "local_rank", "world_size", "host", "pid") if k in fields}
+    raw = {**record(session_id, ts, event_type=event_type, **ident), **fields}
+    raw.get("metadata", {}).pop("memory_capabilities", None)
+    out: dict[str, Any] = telemetry_event_to_dict(telemetry_event_from_record(raw))
+    return out
+
+
+def sink_events(sink_dir: Path, session_id: str, started_at_ns: int, events: list[dict[str, Any]], *,
+                job_id: str | None = None, rank: int = 0, world_size: int = 1, status: str = "completed") -> None:
+    """One session of ``events`` (from :func:`event`) written with ``AppendOnlyTelemetrySink``."""
+    from stormlog.session import create_session_summary
+    from stormlog.telemetry_sink import AppendOnlyTelemetrySink, TelemetrySinkConfig
+
+    sink = AppendOnlyTelemetrySink(TelemetrySinkConfig(root_dir=sink_dir))
+    sink.start_session(create_session_summary(source="stormlog.cpu_profiler", session_id=session_id,
+                                              started_at_ns=started_at_ns, host="node-a", pid=4242, job_id=job_id,
+                                              rank=rank, local_rank=rank, world_size=world_size))
+    for e in events:
+        sink.append(e)
+    sink.close(session_status=status)
+
+
 def sink_session(sink_dir: Path, session_id: str, started_at_ns: int, *, events: int = 3, job_id: str | None = None,
                  rank: int = 0, world_size: int = 1, status: str = "completed") -> None:
     """One session written into ``sink_dir`` with ``AppendOnlyTelemetrySink`` (a reused folder

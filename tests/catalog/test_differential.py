@@ -218,8 +218,8 @@ def test_the_python_store_has_stormlogs_other_catalog_methods(root: Path) -> Non
     import traceml_ai.catalog as catalog
 
     theirs, ours = stormlog.query.open([root]), catalog.open([root])
-    same_rows(ours.list_oom_bundles(), [b.as_dict() for b in theirs.list_oom_bundles()])
-    same_rows(ours.list_attachments(), [a.as_dict() for a in theirs.list_attachments()])
+    same_rows([b.as_dict() for b in ours.list_oom_bundles()], [b.as_dict() for b in theirs.list_oom_bundles()])
+    same_rows([a.as_dict() for a in ours.list_attachments()], [a.as_dict() for a in theirs.list_attachments()])
     assert len(ours.list_attachments()) == 7 and len(ours.list_oom_bundles()) == 1
 
 

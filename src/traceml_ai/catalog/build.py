@@ -54,6 +54,8 @@ class Catalog:
     warnings: list[CatalogWarning] = field(default_factory=list)
     oom_bundles: list[dict[str, Any]] = field(default_factory=list)
     sidecar_items: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    """The session sources in discovery order (events are read from them on demand)."""
     pending: list[AttachmentRow | partial[AttachmentRow]] = field(default_factory=list)
     _attachments: list[AttachmentRow] | None = None
 
@@ -523,7 +525,7 @@ class _Builder:
             for s in c.sessions:
                 if c.run_id not in runs_of[s["session_id"]]:
                     runs_of[s["session_id"]].append(c.run_id)
-        out = Catalog(warnings=self.warnings)
+        out = Catalog(warnings=self.warnings, sources=list(self.found.sources))
         out.sessions = [_session_row(s, runs_of.get(s["session_id"], [])) for s in self.sessions]
         out.oom_bundles = [{"bundle_path": f, "manifest_path": m, **o} for f, m, o in self.found.oom_bundles]
         for path, fact in self.found.sidecars:

@@ -263,3 +263,213 @@ class SessionFilter:
     world_size: int | None = None
     has_oom_bundle: bool | None = None
     source_kind: str | None = None
+
+
+# -- events, OOM bundles, sidecar items, summaries, issues, correlation (Stormlog's other queries) --
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Stormlog's event filter (``stormlog.query.EventFilter``). ``time_start_ns``/``time_end_ns``
+    bound ``timestamp_ns`` (inclusive); ``has_alert`` keeps events that are (not) alerts (event type
+    warning/critical/error, or a warning/critical/error ``metadata.severity``); ``status`` is the
+    session's status; ``collector_health_status`` and ``backend`` match ``metadata``; ``limit``
+    keeps the first rows."""
+
+    session_id: str | None = None
+    event_type: str | None = None
+    rank: int | None = None
+    collector: str | None = None
+    status: str | None = None
+    time_start_ns: int | None = None
+    time_end_ns: int | None = None
+    has_alert: bool | None = None
+    collector_health_status: str | None = None
+    backend: str | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One canonical telemetry event (Stormlog's ``EventRow``).
+
+    Attributes:
+        event: the event as Stormlog's ``telemetry_event_to_dict`` gives it (schema v4 fields:
+            ``session_id``, ``timestamp_ns`` (Unix epoch ns), ``event_type``, ``collector``, identity,
+            byte counters (None when not measured), ``context``, ``metadata``).
+        source_path: the real path of the file the session's events came from (a sink's first segment).
+        source_kind: ``sink``, ``telemetry_json``, ``telemetry_jsonl`` or ``telemetry_csv``.
+        session_status: the status of the event's session.
+    """
+
+    event: dict[str, Any]
+    source_path: str
+    source_kind: str
+    session_status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event's fields plus ``source_path``, ``source_kind``, ``session_status``."""
+        return {**self.event, "metadata": dict(self.event["metadata"]), "source_path": self.source_path,
+                "source_kind": self.source_kind, "session_status": self.session_status}
+
+    as_dict = to_dict
+
+
+@dataclass(frozen=True)
+class OOMBundleFilter:
+    """Stormlog's OOM bundle filter. ``created_after``/``created_before``: ISO-8601 times (UTC when
+    no zone is given), inclusive; a bundle without a readable creation time matches neither."""
+
+    session_id: str | None = None
+    backend: str | None = None
+    reason: str | None = None
+    created_after: str | None = None
+    created_before: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OOMBundleRow:
+    """One OOM bundle (``oom_dump_*`` folder written by Stormlog's ``OOMFlightRecorder.dump``).
+
+    Attributes:
+        bundle_path, manifest_path: the folder and its ``manifest.json`` (absolute).
+        created_at_utc: the manifest's creation time (ISO-8601 text as written), or None.
+        backend, reason, event_count, exception_type, exception_module: as the manifest says.
+        session_id: the session it was dumped for; session_status: the manifest's, else the status
+            a sink ledger or diagnose bundle gives that session.
+    """
+
+    bundle_path: str
+    created_at_utc: str | None
+    backend: str | None
+    reason: str | None
+    event_count: int | None
+    session_id: str | None
+    session_status: str | None
+    exception_type: str | None
+    exception_module: str | None
+    manifest_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stormlog's fields plus ``manifest_path``."""
+        return asdict(self)
+
+    as_dict = to_dict
+
+
+@dataclass(frozen=True)
+class AttachmentFilter:
+    """Stormlog's sidecar item filter (``stormlog.correlation.AttachmentFilter``)."""
+
+    session_id: str | None = None
+    job_id: str | None = None
+    rank: int | None = None
+    kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalAttachment:
+    """One item of a ``stormlog_attachments.json`` sidecar as read, before its run is resolved
+    (Stormlog's ``ExternalAttachment``). ``path`` is absolute (resolved against the sidecar's
+    folder); ``sidecar_path`` is the sidecar."""
+
+    title: str
+    kind: str
+    attachment_id: str | None
+    url: str | None
+    path: str | None
+    run_id: str | None
+    session_id: str | None
+    job_id: str | None
+    rank: int | None
+    start_ns: int | None
+    end_ns: int | None
+    created_at_utc: str | None
+    updated_at_utc: str | None
+    storage: str | None
+    source_namespace: str | None
+    source_ref: str | None
+    metadata: dict[str, Any]
+    sidecar_path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields above, as Stormlog's ``as_dict``."""
+        return asdict(self)
+
+    as_dict = to_dict
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """One row of a built-in summary (Stormlog's ``SummaryRow``).
+
+    Attributes:
+        metric: the summary asked for; group_by: ``session``, ``session-rank``, ``rank`` or ``status``.
+        value: the count, or the byte figure (peak; last gap minus first gap).
+        session_id, rank, status: the group (None where the grouping does not use it).
+        details: more fields merged into the dict (``timestamp_ns`` of a peak; ``first_gap_bytes``,
+            ``latest_gap_bytes``, ``peak_gap_bytes``, ``sample_count`` of a gap growth).
+    """
+
+    metric: str
+    group_by: str
+    value: int | float | str | None
+    session_id: str | None = None
+    rank: int | None = None
+    status: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``metric, group_by, session_id, rank, status, value`` and the details."""
+        return {"metric": self.metric, "group_by": self.group_by, "session_id": self.session_id, "rank": self.rank,
+                "status": self.status, "value": self.value, **self.details}
+
+    as_dict = to_dict
+
+
+@dataclass(frozen=True)
+class IssueFilter:
+    """Stormlog's issue filter: ``kind`` one of ``oom``, ``collector_degradation``, ``alert``,
+    ``hidden_memory_anomaly``; ``state`` one of ``open``, ``resolved``, ``ignored``, ``regressed``;
+    ``session_id`` keeps issues that affected that session."""
+
+    fingerprint_id: str | None = None
+    kind: str | None = None
+    state: str | None = None
+    severity: str | None = None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IssueRow:
+    """A recurring issue grouped by its fingerprint (Stormlog's ``StormlogIssue.as_dict()``).
+
+    Attributes:
+        fingerprint_id: ``issue:`` + 24 hex digits, stable across runs (the same id Stormlog gives).
+        fingerprint: ``{"schema_version", "fingerprint_id", "kind", "dimensions"}``.
+        kind, state, severity, title: what it is; ``state`` ``open`` unless overridden.
+        hit_count: the evidence count; first_seen_ns, last_seen_ns: Unix epoch ns or None.
+        affected_sessions: session ids, sorted.
+        representative_evidence, evidence: links (``session_id``, ``timestamp_ns``, ``rank``,
+            ``source_path``, ``source_kind``, ``event_type``, ``bundle_path``, ``metadata``).
+        details: the dimensions as seen and what the last hit added.
+    """
+
+    fingerprint_id: str
+    fingerprint: dict[str, Any]
+    kind: str
+    state: str
+    severity: str
+    title: str
+    hit_count: int
+    first_seen_ns: int | None
+    last_seen_ns: int | None
+    affected_sessions: list[str]
+    representative_evidence: dict[str, Any]
+    evidence: list[dict[str, Any]]
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields above."""
+        return asdict(self)
+
+    as_dict = to_dict

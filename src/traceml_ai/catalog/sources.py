@@ -345,6 +345,60 @@ def _text_field(record: Mapping[str, Any], key: str) -> None:
         raise _Bad(f"{key} must be a non-empty string")
 
 
+_REQUIRED_SET: Final = frozenset(k for k in _V3_REQUIRED if k != "session_id")
+_KNOWN_SET: Final = frozenset((*_V3_REQUIRED, *_IDENTITY_FIELDS))
+_CAPABILITY_SET: Final = frozenset((*_CAPABILITY_STRINGS, *_CAPABILITY_FLAGS))
+_INT_RULES: Final = (  # (field, may be null in v2/v3, may be null in v4, minimum)
+    ("timestamp_ns", False, False, 0), ("sampling_interval_ms", False, False, 0), ("pid", False, False, -1),
+    ("device_id", False, False, None), ("allocator_allocated_bytes", False, True, 0),
+    ("allocator_reserved_bytes", False, True, 0), ("device_used_bytes", False, True, 0),
+    ("allocator_change_bytes", False, True, None), ("allocator_active_bytes", True, True, 0),
+    ("allocator_inactive_bytes", True, True, 0), ("device_free_bytes", True, True, 0),
+    ("device_total_bytes", True, True, 0))
+
+
+def _versioned_ok(r: Mapping[str, Any], version: int) -> bool:
+    """True only when :func:`_check_versioned` surely passes ``r`` (the quick test of a well-formed
+    record; anything doubtful is left to the full check, which names the reason)."""
+    keys = r.keys()
+    if not (_REQUIRED_SET <= keys and keys <= _KNOWN_SET):
+        return False
+    v4 = version == 4
+    for key, null23, null4, lo in _INT_RULES:
+        v = r[key]
+        if v is None:
+            if not (null4 if v4 else null23):
+                return False
+        elif type(v) is not int or (lo is not None and v < lo):
+            return False
+    for key in ("event_type", "collector", "host"):
+        v = r[key]
+        if type(v) is not str or not v.strip():
+            return False
+    total = r["device_total_bytes"]
+    if total is not None and any(r[k] is not None and r[k] > total for k in ("device_used_bytes", "device_free_bytes")):
+        return False
+    if r["context"] is not None and type(r["context"]) is not str:
+        return False
+    for key, lo in (("rank", 0), ("local_rank", 0), ("world_size", 1)):
+        if key in r and (type(r[key]) is not int or r[key] < lo):
+            return False
+    if not v4:
+        return True
+    meta = r["metadata"]
+    if "memory_capabilities" not in meta:
+        return True
+    caps = meta["memory_capabilities"]
+    if type(caps) is not dict or caps.keys() != _CAPABILITY_SET:
+        return False
+    if any(type(caps[n]) is not str or not caps[n].strip() for n in _CAPABILITY_STRINGS):
+        return False
+    if any(type(caps[n]) is not bool for n in _CAPABILITY_FLAGS):
+        return False
+    return all(r[c] is None or caps[f] for c, f in (*_COUNTER_FLAGS, ("allocator_change_bytes",
+                                                                     "supports_allocator_allocated")))
+
+
 def _check_versioned(record: Mapping[str, Any], version: int) -> None:
     """The checks Stormlog's reader makes of a v2/v3/v4 record (the whole file is refused when one
     fails): every required field present and no unknown one, integers that are integers (counters
@@ -354,6 +408,8 @@ def _check_versioned(record: Mapping[str, Any], version: int) -> None:
     Raises:
         _Bad: the record fails one of them (its reason).
     """
+    if _versioned_ok(record, version):
+        return
     # session_id is not checked: a missing or bad one is replaced by the file's default (as Stormlog)
     required = tuple(k for k in _V3_REQUIRED if k != "session_id")
     missing = [k for k in required if k not in record]

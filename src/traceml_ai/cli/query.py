@@ -26,19 +26,32 @@ from rich.markup import escape
 from rich.table import Table
 
 from traceml_ai.catalog import (
+    DEFAULT_WINDOW_NS,
+    EVIDENCE_KINDS,
+    ISSUE_KINDS,
+    ISSUE_STATES,
+    SCOPES,
+    SUMMARY_GROUPS,
+    SUMMARY_METRICS,
     AttachmentRow,
     CacheFolderError,
     CatalogStore,
     CatalogWarning,
+    CorrelationFilter,
+    EventFilter,
+    IssueFilter,
+    OOMBundleFilter,
     RunRow,
     SessionRow,
     default_cache_dir,
     open_catalog,
+    utc,
 )
 from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
 
 app = typer.Typer(
-    help="Query run envelopes, sessions and attachments found under folders (the run catalog).",
+    help="Query the run catalog found under folders: runs, sessions, attachments, events, OOM bundles, issues, "
+         "summaries, correlation (every subcommand of stormlog query).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -267,3 +280,254 @@ def sessions(
 app.command("runs")(runs)
 app.command("attachments")(attachments)
 app.command("sessions")(sessions)
+
+
+# -- events, ooms, issues, summary, correlate (the rest of stormlog query) ---------------------
+
+EVENT_COLUMNS = ("session_id", "timestamp_ns", "event_type", "rank", "local_rank", "world_size", "collector",
+                 "allocator_allocated_bytes", "allocator_reserved_bytes", "device_used_bytes", "source_kind",
+                 "source_path", "session_status")
+OOM_COLUMNS = ("bundle_path", "created_at_utc", "backend", "reason", "event_count", "session_id", "session_status",
+               "exception_type", "exception_module")
+ISSUE_COLUMNS = ("fingerprint_id", "kind", "state", "severity", "title", "hit_count", "first_seen_ns", "last_seen_ns",
+                 "affected_sessions", "representative_evidence")
+SUMMARY_COLUMNS = ("metric", "group_by", "session_id", "rank", "status", "value", "timestamp_ns", "first_gap_bytes",
+                   "latest_gap_bytes", "peak_gap_bytes", "sample_count")
+CORRELATION_COLUMNS = ("confidence", "kind", "title", "session_id", "job_id", "rank", "start_ns", "end_ns",
+                       "source_kind", "source_path", "reasons")
+"""Stormlog's preferred column order per query (its ``--table``/``--csv``); columns the rows have
+that are not named here follow, sorted."""
+
+
+def _columns(rows: Sequence[dict[str, Any]], preferred: Sequence[str]) -> list[str]:
+    found = {k for r in rows for k in r}
+    cols = [c for c in preferred if c in found]
+    cols.extend(sorted(found - set(cols)))
+    return cols or list(preferred)
+
+
+def _table_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    return printable(str(value))
+
+
+def _print_dicts(rows: Sequence[dict[str, Any]], fmt: str, preferred: Sequence[str], what: str,
+                 table_columns: Sequence[str] | None = None) -> None:
+    """Dict rows as ``--json`` (one array, as Stormlog), ``--jsonl``, ``--csv`` (Stormlog's columns)
+    or a table (``table_columns``, default Stormlog's preferred ones the rows have)."""
+    if fmt == "json":
+        sys.stdout.write(orjson.dumps(list(rows), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+                                      default=str).decode() + "\n")
+    elif fmt == "jsonl":
+        sys.stdout.write("".join(orjson.dumps(r, default=str).decode() + "\n" for r in rows))
+    elif fmt == "csv":
+        cols = _columns(rows, preferred)
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(cols)
+        for r in rows:
+            writer.writerow([_csv_value(r.get(c)) for c in cols])
+        sys.stdout.write(buf.getvalue())
+    else:
+        cols = [c for c in (table_columns or preferred) if any(c in r for r in rows)] or list(preferred)
+        table = Table(caption=f"{len(rows)} {what if len(rows) == 1 else what + 's'}", caption_justify="left")
+        for c in cols:
+            table.add_column(c, overflow="fold")
+        for r in rows:
+            table.add_row(*(escape(_table_cell(r.get(c))) for c in cols))
+        out.print(table)
+
+
+OutputOpts = tuple[bool, bool, bool, bool]
+
+
+@one_line_errors
+def events(
+    paths: PathsArg,
+    session_id: Annotated[str | None, typer.Option("--session-id", "--session", help="Only this session.")] = None,
+    event_type: Annotated[str | None, typer.Option("--event-type", help="e.g. sample, warning, stop.")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank.")] = None,
+    collector: Annotated[str | None, typer.Option("--collector", help="e.g. stormlog.cpu_tracker.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="The session's status.")] = None,
+    time_start_ns: Annotated[int | None, typer.Option("--time-start-ns", help="Not before (Unix epoch ns).")] = None,
+    time_end_ns: Annotated[int | None, typer.Option("--time-end-ns", help="Not after (Unix epoch ns).")] = None,
+    has_alert: Annotated[bool | None, typer.Option(
+        "--has-alert/--no-has-alert", help="Only warning, critical, error or severity-marked events (or no such).")
+    ] = None,
+    collector_health_status: Annotated[str | None, typer.Option(
+        "--collector-health-status", help="metadata.collector_health_status, e.g. degraded.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="metadata.backend, e.g. cuda.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many rows.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """Telemetry events of sinks and tracker files, oldest first (Stormlog's canonical v4 events).
+
+    Example: traceml query events ./artifacts --session reuse-a --has-alert --json
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    shown = len(store.warnings)
+    rows = [r.to_dict() for r in store.query_events(EventFilter(
+        session_id=session_id, event_type=event_type, rank=rank, collector=collector, status=status,
+        time_start_ns=time_start_ns, time_end_ns=time_end_ns, has_alert=has_alert,
+        collector_health_status=collector_health_status, backend=backend, limit=limit))]
+    _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
+    _print_dicts(rows, fmt, EVENT_COLUMNS, "event", ("session_id", "timestamp_ns", "event_type", "rank", "collector",
+                                                     "allocator_allocated_bytes", "device_used_bytes",
+                                                     "session_status"))
+    _finish(store, strict)
+
+
+@one_line_errors
+def ooms(
+    paths: PathsArg,
+    session_id: Annotated[str | None, typer.Option("--session-id", "--session", help="Only this session.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="e.g. cuda, cpu.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="The dump's reason, as written.")] = None,
+    created_after: Annotated[str | None, typer.Option("--created-after", help="ISO-8601 (UTC if no zone).")] = None,
+    created_before: Annotated[str | None, typer.Option("--created-before", help="ISO-8601 time.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """OOM dump bundles (oom_dump_* folders), oldest first.
+
+    Example: traceml query ooms ./artifacts --created-after 2026-01-01T00:00:00Z
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    for name, value in (("--created-after", created_after), ("--created-before", created_before)):
+        if value is not None and utc(value) is None:
+            raise UsageError(f"{name} {value!r} is not an ISO-8601 time (e.g. 2026-01-31T12:00:00Z)")
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    rows = [r.to_dict() for r in store.list_oom_bundles(OOMBundleFilter(
+        session_id=session_id, backend=backend, reason=reason, created_after=created_after,
+        created_before=created_before))]
+    _print_dicts(rows, fmt, OOM_COLUMNS, "OOM bundle")
+    _finish(store, strict)
+
+
+IssueKindOpt = Annotated[str | None, typer.Option(
+    "--kind", help="oom, collector_degradation, alert, hidden_memory_anomaly.")]
+IssueStateOpt = Annotated[str | None, typer.Option("--state", help="open, resolved, ignored, regressed.")]
+
+
+def _choice(flag: str, value: str | None, allowed: Sequence[str]) -> None:
+    """A flag with a fixed set of values (as Stormlog's argparse ``choices``): exit 2 otherwise."""
+    if value is not None and value not in allowed:
+        raise UsageError(f"{flag} {value!r} is not one of: {', '.join(allowed)}")
+
+
+@one_line_errors
+def issues(
+    paths: PathsArg,
+    fingerprint_id: Annotated[str | None, typer.Option("--fingerprint-id", help="issue:<24 hex>.")] = None,
+    kind: IssueKindOpt = None, state: IssueStateOpt = None,
+    severity: Annotated[str | None, typer.Option("--severity", help="critical, warning, info.")] = None,
+    session_id: Annotated[str | None, typer.Option("--session-id", "--session", help="Issues of this session.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """Recurring issues (OOMs, collector degradation, alerts) grouped by a stable fingerprint, worst first.
+
+    Example: traceml query issues ./artifacts --kind oom --json
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    _choice("--kind", kind, ISSUE_KINDS)
+    _choice("--state", state, ISSUE_STATES)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    shown = len(store.warnings)
+    rows = [r.to_dict() for r in store.list_issues(IssueFilter(
+        fingerprint_id=fingerprint_id, kind=kind, state=state, severity=severity, session_id=session_id))]
+    _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
+    _print_dicts(rows, fmt, ISSUE_COLUMNS, "issue", ("fingerprint_id", "kind", "severity", "title", "hit_count",
+                                                     "first_seen_ns", "last_seen_ns", "affected_sessions"))
+    _finish(store, strict)
+
+
+@one_line_errors
+def summary(
+    paths: PathsArg,
+    metric: Annotated[str, typer.Option("--metric", help=f"The summary to run: {', '.join(SUMMARY_METRICS)}.")],
+    group_by: Annotated[str | None, typer.Option("--group-by",
+                                                 help="session (default), session-rank, rank, status.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """Built-in summaries: session counts by status, peak memory, alert and collector transition counts, gap growth.
+
+    Example: traceml query summary ./artifacts --metric peak_device_used_bytes --group-by rank
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    _choice("--metric", metric, SUMMARY_METRICS)
+    _choice("--group-by", group_by, SUMMARY_GROUPS)
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    shown = len(store.warnings)
+    rows = [r.to_dict() for r in store.summarize(metric, group_by=group_by)]
+    _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
+    _print_dicts(rows, fmt, SUMMARY_COLUMNS, "row")
+    _finish(store, strict)
+
+
+app.command("events")(events)
+app.command("ooms")(ooms)
+app.command("issues")(issues)
+app.command("summary")(summary)
+
+
+@one_line_errors
+def correlate(
+    paths: PathsArg,
+    at_ns: Annotated[int | None, typer.Option("--at-ns", help="Anchor time (Unix epoch ns).")] = None,
+    record_id: Annotated[str | None, typer.Option("--record-id", help="Anchor event (telemetry-<32 hex>).")] = None,
+    session_id: Annotated[str | None, typer.Option("--session-id", "--session", help="Only this session.")] = None,
+    job_id: Annotated[str | None, typer.Option("--job-id", help="Only this job.")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank (rank-agnostic evidence stays).")] = None,
+    scope: Annotated[str, typer.Option("--scope", help="session (default) or distributed (the job matches too).")
+                     ] = "session",
+    window_ns: Annotated[int, typer.Option("--window-ns", help="Window either side of the anchor, ns.")
+                         ] = DEFAULT_WINDOW_NS,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help=f"Evidence kind (repeatable): "
+                                                   f"{', '.join(EVIDENCE_KINDS)}.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many rows.")] = None,
+    as_json: JsonOpt = False, as_jsonl: JsonlOpt = False, as_table: TableOpt = False, as_csv: CsvOpt = False,
+    cache_dir: CacheDirOpt = None, no_cache: NoCacheOpt = False, strict: StrictOpt = False,
+    all_warnings: AllWarningsOpt = False,
+) -> None:
+    """Evidence around a moment or a telemetry record: events, markers, alerts, bundles, rollup windows, attachments.
+
+    --json prints {"anchor", "evidence", "warnings"} (as stormlog query correlate --json); the other
+    formats print the evidence rows.
+
+    Example: traceml query correlate ./artifacts --at-ns 1796000000000000000 --scope distributed --job-id train-42
+    """
+    fmt = _format(as_json, as_table, as_csv, as_jsonl)
+    if (at_ns is None) == (record_id is None):
+        raise UsageError("give one of --at-ns and --record-id")
+    _choice("--scope", scope, SCOPES)
+    for k in kind or ():
+        _choice("--kind", k, EVIDENCE_KINDS)
+    if window_ns < 0:
+        raise UsageError("--window-ns must be >= 0")
+    store = _open(paths, cache_dir, no_cache, all_warnings)
+    shown = len(store.warnings)
+    result = store.correlate(CorrelationFilter(
+        session_id=session_id, job_id=job_id, rank=rank, scope=scope, at_ns=at_ns, record_id=record_id,
+        window_ns=window_ns, kinds=tuple(kind or ()), limit=limit))
+    _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
+    if fmt == "json":
+        sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+                                      default=str).decode() + "\n")
+    else:
+        _print_dicts([e.to_dict() for e in result.evidence], fmt, CORRELATION_COLUMNS, "evidence row",
+                     ("confidence", "kind", "title", "session_id", "rank", "start_ns", "source_kind", "reasons"))
+    _finish(store, strict)
+
+
+app.command("correlate")(correlate)

@@ -8,13 +8,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import (
@@ -177,16 +175,8 @@ def _print_table(
         if label is not None:
             out.print(Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"),
                       soft_wrap=True)
-        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=n == 0)
-        table.add_column("", no_wrap=True, width=1)  # file-problem marker
-        for c, w in zip(fitted, widths, strict=True):
-            numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
-            table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
-                             width=w)
-        for run in members:
-            row = cells[run.key]
-            table.add_row(row[0], *(row[1 + i] for i in indices))
-        out.print(table)
+        rows = [[cells[run.key][0], *(cells[run.key][1 + i] for i in indices)] for run in members]
+        out.print(_table(fitted, widths, rows, show_header=n == 0), soft_wrap=True)
     counts: dict[str, int] = {}
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
@@ -208,6 +198,50 @@ def _print_table(
                                 f": {printable(run.warnings[0])}{more}"))
     if len(flagged) > _MAX_WARNED_RUNS:
         out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))
+
+
+def _table(cols: list[str], widths: list[int], rows: list[list[Text]], show_header: bool) -> Any:
+    """The run table's rows under a bold header line: a one-character file-problem marker column, then
+    ``cols`` at ``widths`` (numbers right-aligned, a longer cell cut with an ellipsis), two spaces apart.
+
+    The lines are laid out here, as Rich's ``Table(box=None, pad_edge=False)`` lays out these
+    fixed-width columns (a test checks they print alike): Rich's table layout costs more than the rest
+    of ``traceml runs ls`` once the runs are read (issue 14, item 1). A table wider than the console
+    is Rich's, which narrows the columns to fit."""
+    justify = ["left", *("right" if _numeric(c) else "left" for c in cols)]
+    widths = [1, *widths]
+    if sum(widths) + 2 * len(cols) > out.width:
+        from rich.table import Table
+
+        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=show_header)
+        table.add_column("", no_wrap=True, width=1)
+        for c, w in zip(cols, widths[1:], strict=True):
+            table.add_column(c, justify="right" if _numeric(c) else "left", no_wrap=True, overflow="ellipsis",
+                             width=w)
+        for row in rows:
+            table.add_row(*row)
+        return table
+    lines = ([[Text(c) for c in ["", *cols]]] if show_header else []) + rows
+    text = Text(end="")
+    for n, row in enumerate(lines):
+        line = Text(style="bold" if show_header and n == 0 else "")
+        for i, (content, width, side) in enumerate(zip(row, widths, justify, strict=True)):
+            piece = content.copy()  # justified as Rich justifies a cell: the padding in the cell's style
+            if side == "right":
+                piece.rstrip()
+                piece.truncate(width, overflow="ellipsis")
+                piece.pad_left(width - piece.cell_len)
+            else:
+                piece.truncate(width, overflow="ellipsis", pad=True)
+            line.append("  " if i else "")
+            line.append_text(piece)
+        text.append_text(line)
+        text.append("\n" if n < len(lines) - 1 else "")
+    return text
+
+
+def _numeric(column: str) -> bool:
+    return column.startswith(("run.", "summary.")) or column in ("duration_s", "step", "epoch")
 
 
 def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> tuple[list[str], list[str]]:
@@ -264,6 +298,9 @@ def show(
         if not any(os.path.exists(os.path.join(run_ref, name)) for name in CORE_FILES):
             raise UserError(f"{run_ref} is not a run folder (it has none of {', '.join(CORE_FILES)})")
         roots = [os.path.dirname(os.path.realpath(run_ref))]  # a run folder path: its root is the parent
+    from rich.panel import Panel
+    from rich.table import Table
+
     store = open_store(roots)
     run = store.find(run_ref)
     history = store.history(run.key)

@@ -327,10 +327,11 @@ def test_run_table_lines_print_as_richs_table_would(width: int) -> None:
     cols = ["name", "status", "tags", "run.best.val/auc"]
     widths = [32, 9, 6, 16]
     rows = [
-        [Text("⚠", style="yellow"), Text("a-run-name-much-longer-than-the-column", style="bold"),
-         Text("killed", style="magenta"), Text("精度✓精度"), Text("0.9123 ")],
-        [Text(""), Text("short", style="bold"), Text("running", style="bold green"), Text(""), Text("12")],
-        [Text(""), Text("x" * 32, style="bold"), Text(""), Text("a, b, c, d"), Text("")],
+        [("⚠", "yellow"), ("a-run-name-much-longer-than-the-column", "bold"), ("killed", "magenta"),
+         ("精度✓精度", ""), ("0.9123 ", "")],
+        [("", ""), ("short", "bold"), ("running", "bold green"), ("", ""), ("12", "")],
+        [("", ""), ("x" * 32, "bold"), ("", ""), ("a, b, c, d", "dim"), ("", "")],
+        [("", ""), ("精" * 20, "bold"), ("failed", "bold red"), ("", ""), ("1234567890123456789", "")],
     ]
 
     def printed(renderable: object) -> list[list[tuple[str, object]]]:
@@ -349,9 +350,9 @@ def test_run_table_lines_print_as_richs_table_would(width: int) -> None:
             table.add_column(c, justify="right" if c.startswith("run.") else "left", no_wrap=True,
                              overflow="ellipsis", width=w)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(text, style=style) for text, style in row))
         runs_cli.out = Console(width=width)
-        ours = runs_cli._table(cols, widths, [[cell.copy() for cell in row] for row in rows], show_header)
+        ours = runs_cli._table(cols, widths, rows, show_header)
         assert printed(ours) == printed(table)
         if width == 200:
             assert isinstance(ours, Text)  # laid out here, not by Rich's Table

@@ -12,8 +12,10 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.cells import cell_len, set_cell_size
+from rich.control import strip_control_codes
 from rich.markup import escape
-from rich.text import Text
+from rich.text import Span, Text
 
 from traceml_ai.cli.common import (
     STATUS_STYLE,
@@ -168,7 +170,7 @@ def _print_table(
     indices = [cols.index(c) for c in fitted]
     # One table per group, all with the same column widths, each under its group's header on a line of
     # its own: a header inside a table row would be cut to the width of that row's first column.
-    widths = [min(_MAX_CELL, max([len(c)] + [cells[r.key][1 + i].cell_len for r in runs]))
+    widths = [min(_MAX_CELL, max([len(c)] + [cell_len(cells[r.key][1 + i][0]) for r in runs]))
               for c, i in zip(fitted, indices, strict=True)]
     sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
     for n, (label, members) in enumerate(sections):
@@ -200,14 +202,18 @@ def _print_table(
         out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))
 
 
-def _table(cols: list[str], widths: list[int], rows: list[list[Text]], show_header: bool) -> Any:
+Cell = tuple[str, str]
+"""A table cell: its text (as Rich's ``Text`` keeps it: BEL, BS, VT, FF and CR taken out) and style."""
+
+
+def _table(cols: list[str], widths: list[int], rows: list[list[Cell]], show_header: bool) -> Any:
     """The run table's rows under a bold header line: a one-character file-problem marker column, then
     ``cols`` at ``widths`` (numbers right-aligned, a longer cell cut with an ellipsis), two spaces apart.
 
-    The lines are laid out here, as Rich's ``Table(box=None, pad_edge=False)`` lays out these
-    fixed-width columns (a test checks they print alike): Rich's table layout costs more than the rest
-    of ``traceml runs ls`` once the runs are read (issue 14, item 1). A table wider than the console
-    is Rich's, which narrows the columns to fit."""
+    The lines are laid out here as one ``Text``, as Rich's ``Table(box=None, pad_edge=False)`` lays
+    out these fixed-width columns (a test checks they print alike): Rich's table layout and a ``Text``
+    per cell cost more than the rest of ``traceml runs ls`` once the runs are read (issue 14, item 1).
+    A table wider than the console is Rich's, which narrows the columns to fit."""
     justify = ["left", *("right" if _numeric(c) else "left" for c in cols)]
     widths = [1, *widths]
     if sum(widths) + 2 * len(cols) > out.width:
@@ -219,32 +225,44 @@ def _table(cols: list[str], widths: list[int], rows: list[list[Text]], show_head
             table.add_column(c, justify="right" if _numeric(c) else "left", no_wrap=True, overflow="ellipsis",
                              width=w)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(plain, style=style) for plain, style in row))
         return table
-    lines = ([[Text(c) for c in ["", *cols]]] if show_header else []) + rows
-    text = Text(end="")
+    lines = ([[(strip_control_codes(c), "") for c in ["", *cols]]] if show_header else []) + rows
+    parts: list[str] = []
+    spans: list[Span] = []
+    at = 0
     for n, row in enumerate(lines):
-        line = Text(style="bold" if show_header and n == 0 else "")
-        for i, (content, width, side) in enumerate(zip(row, widths, justify, strict=True)):
-            piece = content.copy()  # justified as Rich justifies a cell: the padding in the cell's style
+        start = at
+        for i, ((plain, style), width, side) in enumerate(zip(row, widths, justify, strict=True)):
+            if i:
+                parts.append("  ")
+                at += 2
+            # Justified as Rich justifies a cell (Text.truncate, rstrip, pad_left), the padding in the
+            # cell's style.
             if side == "right":
-                piece.rstrip()
-                piece.truncate(width, overflow="ellipsis")
-                piece.pad_left(width - piece.cell_len)
-            else:
-                piece.truncate(width, overflow="ellipsis", pad=True)
-            line.append("  " if i else "")
-            line.append_text(piece)
-        text.append_text(line)
-        text.append("\n" if n < len(lines) - 1 else "")
-    return text
+                plain = plain.rstrip()
+            length = cell_len(plain)
+            if length > width:
+                plain = set_cell_size(plain, width - 1) + "…"
+            elif length < width:
+                plain = " " * (width - length) + plain if side == "right" else plain + " " * (width - length)
+            parts.append(plain)
+            if style:
+                spans.append(Span(at, at + len(plain), style))
+            at += len(plain)
+        if show_header and n == 0:
+            spans.append(Span(start, at, "bold"))
+        if n < len(lines) - 1:
+            parts.append("\n")
+            at += 1
+    return Text("".join(parts), spans=spans, end="")
 
 
 def _numeric(column: str) -> bool:
     return column.startswith(("run.", "summary.")) or column in ("duration_s", "step", "epoch")
 
 
-def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> tuple[list[str], list[str]]:
+def _fit_columns(cols: list[str], cells: dict[str, list[Cell]], width: int) -> tuple[list[str], list[str]]:
     """Keep columns from the left while they fit the terminal; return (kept, dropped).
 
     A column needs the wider of its header and its widest cell (capped at _MAX_CELL) plus padding;
@@ -253,7 +271,7 @@ def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> t
     used = 2  # the file-problem marker
     kept: list[str] = []
     for i, c in enumerate(cols):
-        widest = max([len(c)] + [row[i + 1].cell_len for row in cells.values()])
+        widest = max([len(c)] + [cell_len(row[i + 1][0]) for row in cells.values()])
         need = min(widest, _MAX_CELL) + 2
         if kept and len(kept) >= 2 and used + need > width:
             return kept, cols[i:]
@@ -262,22 +280,21 @@ def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> t
     return kept, []
 
 
-def _cells(run: RunSummary, cols: list[str]) -> list[Text]:
-    marker = Text("⚠", style="yellow") if run.warnings else Text("")
-    cells: list[Text] = [marker]
+def _cells(run: RunSummary, cols: list[str]) -> list[Cell]:
+    cells: list[Cell] = [("⚠", "yellow") if run.warnings else ("", "")]
     for c in cols:
         v = cell(run, c)
         if c == "status":
-            cells.append(Text(str(v), style=STATUS_STYLE.get(str(v), "")))
+            cells.append((str(v), STATUS_STYLE.get(str(v), "")))
         elif c == "duration_s":
-            cells.append(Text(fmt_duration(run.duration_s)))
+            cells.append((fmt_duration(run.duration_s), ""))
         elif c in ("started", "ended", "heartbeat"):
-            cells.append(Text(fmt_time(v if isinstance(v, str) else None)))
+            cells.append((fmt_time(v if isinstance(v, str) else None), ""))
         elif c == "name":
-            cells.append(Text(printable(str(v)), style="bold"))
+            cells.append((printable(str(v)), "bold"))
         else:
-            cells.append(Text(printable(fmt_value(v))))
-    return cells
+            cells.append((printable(fmt_value(v)), ""))
+    return [(strip_control_codes(text), style) for text, style in cells]
 
 
 @app.command("show")

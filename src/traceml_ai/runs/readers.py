@@ -389,21 +389,29 @@ def _fast_value(word: str, integer: str, number: str, quoted: str, bare: str) ->
 
 
 _FAST_SCALAR = rf"(?:true|false|null|-?(?:0|[1-9][0-9]*)|-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?|{_FAST_ESCAPED})"
-# One line of a nested file: indent, key, then a scalar (groups as in _FAST_LINE), a one-line list
-# of JSON scalars, or nothing (a mapping follows, indented two more spaces).
-_FAST_NESTED_LINE = re.compile(
-    rf"^( *)(?:([A-Za-z_][A-Za-z0-9_./-]*)|({_FAST_QUOTED})):(?: "
-    rf"(?:(true|false|null)|(-?(?:0|[1-9][0-9]*))|(-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?)|({_FAST_ESCAPED})"
-    rf"|([A-Za-z][A-Za-z0-9_-]*)|(\[(?:{_FAST_SCALAR}(?:, {_FAST_SCALAR})*)?\])))?\r?$",
-    re.MULTILINE,
-)
+
+
+
+@cache
+def _fast_nested_line() -> re.Pattern[str]:
+    """One line of a nested file: indent, key, then a scalar (groups as in _FAST_LINE), a one-line
+    list of JSON scalars, or nothing (a mapping follows, indented two more spaces). Compiled on
+    first use: most files are flat."""
+    return re.compile(
+        rf"^( *)(?:([A-Za-z_][A-Za-z0-9_./-]*)|({_FAST_QUOTED})):(?: "
+        rf"(?:(true|false|null)|(-?(?:0|[1-9][0-9]*))|(-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?)|({_FAST_ESCAPED})"
+        rf"|([A-Za-z][A-Za-z0-9_-]*)|(\[(?:{_FAST_SCALAR}(?:, {_FAST_SCALAR})*)?\])))?\r?$",
+        re.MULTILINE,
+    )
+
+
 _FAST_MAX_DEPTH = 8
 
 
 def _fast_nested_params(text: str) -> dict[str, Any] | None:
     """Mappings nested by two spaces a level, of ``key: scalar`` and ``key: [scalar, ...]`` lines
     (as hand-written and older params files are) → the flattened dict, or None for anything else."""
-    matches = _FAST_NESTED_LINE.findall(text)
+    matches = _fast_nested_line().findall(text)
     if len(matches) != text.count("\n") + (not text.endswith("\n")):
         return None
     root: dict[str, Any] = {}

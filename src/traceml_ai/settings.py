@@ -5,10 +5,12 @@ from the working directory upwards) > default. A bad value raises :class:`Settin
 is one line naming the key, where the value came from (flag, env or ``file:line``) and what is
 accepted. This module imports nothing else of ours, so every layer may receive a ``Settings``.
 
-:class:`Settings` is a plain dataclass; pydantic validates every value given (flags, environment,
-file) through a model made from its fields on first use, so a command given no setting (the usual
-``traceml runs ls``) does not import pydantic at all: importing pydantic and building the model cost
-70-80 ms, a third of that command's start (issue 14, item 1).
+:class:`Settings` is a plain dataclass; pydantic validates the values given (flags, environment,
+file) through a model made from its fields on first use. Values the model would return unchanged
+(a text for a text setting, a bool, a list of texts for ``roots``) skip it, so a command given no
+setting or only such values (``traceml runs ls``, ``traceml run --logs-dir DIR``) does not import
+pydantic at all: importing pydantic and building the model cost 70-80 ms, a third of
+``traceml runs ls``'s start (issue 14, item 1).
 
 Why not pydantic-settings: it would add 60-140 ms to every command given any setting, and it merges
 its sources before it validates, while the one-line error must name the source of the bad value; so
@@ -78,7 +80,7 @@ class Settings:
     def __post_init__(self) -> None:
         given = {name: value for name, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
                  if type(value) is not type(_DEFAULTS[name]) or value != _DEFAULTS[name]}
-        if given:  # the defaults are valid (a test checks); anything else goes through the model
+        if _needs_model(given):  # the defaults are valid (a test checks), and so are plain values
             valid = _model().model_validate(given)
             for name in given:
                 setattr(self, name, getattr(valid, name))
@@ -90,6 +92,27 @@ _DEFAULTS: dict[str, Any] = {
 }
 SETTING_NAMES: tuple[str, ...] = tuple(_DEFAULTS)
 """Every setting's name, in the order of :class:`Settings`."""
+
+
+def _needs_model(values: Mapping[str, Any]) -> bool:
+    """False when every value is one the model would return unchanged: a known setting's text for a
+    text setting (``str``, ``str | None``), a bool for ``exporter_hostname``, a list of texts for
+    ``roots``. Numbers, environment text for a number or list, and unknown keys need the model."""
+    for name, value in values.items():
+        kind = _KINDS.get(name)
+        if kind == "str" and type(value) is str:
+            continue
+        if kind == "bool" and type(value) is bool:
+            continue
+        if kind == "list[str]" and type(value) is list and all(type(v) is str for v in value):
+            continue
+        return True
+    return False
+
+
+_KINDS: dict[str, str] = {
+    f.name: {"str | None": "str"}.get(str(f.type), str(f.type)) for f in dataclasses.fields(Settings)
+}
 
 
 def describe(name: str) -> str:
@@ -194,8 +217,8 @@ def load_settings(
     init = {k: v for k, v in file_values.items() if k not in env_names}
     init.update(env_values)
     init.update(given)
-    if not init:
-        return Settings()
+    if not _needs_model(init):
+        return Settings(**init)
     from pydantic import ValidationError
 
     try:

@@ -2,7 +2,8 @@
 it does anything, as a ratio to ``python -c pass`` measured in the same interleaved rounds (so a
 busy machine slows both sides alike).
 
-Prints the median wall time of each command and its ratio:
+Prints the median wall time of each command and its ratio (and the same for the CPU time the
+process used, user + system, which a loaded machine inflates less):
 
 - ``import traceml_ai`` (target ≤ 2.5×)
 - ``traceml --help`` (target ≤ 8×)
@@ -42,13 +43,19 @@ def traceml_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "traceml_ai"]
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process: user + system) of one run of ``cmd``."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
-    return elapsed
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {stderr.decode()[-500:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def first_line_delay(cmd: list[str], stamp: Path, env: dict[str, str], cwd: Path) -> float:
@@ -70,7 +77,9 @@ def main() -> None:
     from traceml_ai.runs.fake import generate
 
     traceml = traceml_command()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    # PYTHONDONTWRITEBYTECODE off: the warm-up writes the bytecode of the editable sources, as
+    # pip writes it at install, so the rounds measure a start, not a compile.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_") and k != "PYTHONDONTWRITEBYTECODE"}
     env["COLUMNS"] = "120"
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="traceml-bench-cli-") as tmp:
@@ -86,9 +95,12 @@ def main() -> None:
         for cmd in cases.values():  # warm the page cache and the bytecode
             timed(cmd, env)
         times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.rounds):
             for name, cmd in cases.items():
-                times[name].append(timed(cmd, env))
+                wall, used = timed(cmd, env)
+                times[name].append(wall)
+                cpu[name].append(used)
 
         script = work / "first_line.py"
         script.write_text(SCRIPT)
@@ -105,15 +117,17 @@ def main() -> None:
     load_after = os.getloadavg()
 
     base = statistics.median(times["python -c pass"])
+    base_cpu = statistics.median(cpu["python -c pass"])
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs); "
           f"{args.rounds} interleaved rounds")
-    print(f"{'command':28} {'median ms':>10} {'ratio':>7} {'target':>7}")
+    print(f"{'command':28} {'median ms':>10} {'ratio':>7} {'target':>7}      {'CPU ms':>7} {'CPU ratio':>9}")
     for name, values in times.items():
         ratio = statistics.median(values) / base
         target = TARGETS.get(name)
         mark = "" if target is None else ("ok" if ratio <= target else "OVER")
+        used = statistics.median(cpu[name])
         print(f"{name:28} {statistics.median(values) * 1000:10.1f} {ratio:6.1f}x "
-              f"{'' if target is None else f'{target:.1f}x':>7} {mark}")
+              f"{'' if target is None else f'{target:.1f}x':>7} {mark:4} {used * 1000:7.1f} {used / base_cpu:8.1f}x")
     added = statistics.median(launched_s) - statistics.median(plain_s)
     print(f"traceml run: first line after {statistics.median(launched_s) * 1000:.0f} ms vs python "
           f"{statistics.median(plain_s) * 1000:.0f} ms: {added * 1000:+.0f} ms added "

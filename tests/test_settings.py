@@ -40,3 +40,35 @@ def test_building_the_settings_leaves_the_pydantic_plugin_switch_as_it_was() -> 
     import traceml_ai.settings  # noqa: F401  (imported above; the switch is restored at import)
 
     assert os.environ.get("PYDANTIC_DISABLE_PLUGINS") in (None, "")
+
+
+def test_the_defaults_are_what_the_model_validates_them_to() -> None:
+    import dataclasses
+
+    from traceml_ai.settings import Settings, _model
+
+    assert _model()().model_dump() == dataclasses.asdict(Settings())
+
+
+def test_text_values_skip_pydantic_and_numbers_are_still_checked(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from traceml_ai.settings import load_settings\n"
+        "st = load_settings({'logs_dir': 'out/runs', 'run_name': 'a b', 'exporter_hostname': True})\n"
+        "assert (st.logs_dir, st.run_name, st.exporter_hostname) == ('out/runs', 'a b', True)\n"
+        "print('pydantic' in sys.modules)\n"
+        "try:\n"
+        "    load_settings({'interval': -1.0})\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("TRACEML_")}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first == "False"
+    assert second.startswith("bad value for interval") and "flag --interval" in second

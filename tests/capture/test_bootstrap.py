@@ -176,3 +176,22 @@ def test_disabled_or_bad_config_runs_the_script_without_capture(
     else:
         assert captured.stderr == b""
     assert server.accepted == 0
+
+
+def test_a_zip_archive_or_folder_with_main_runs_as_python_runs_it(tmp_path: Path) -> None:
+    import zipfile
+
+    main = "import sys\nprint('main of', sys.argv[0].rsplit('/', 1)[-1], sys.argv[1:])\n"
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "__main__.py").write_text(main)
+    with zipfile.ZipFile(tmp_path / "app.pyz", "w") as archive:
+        archive.writestr("__main__.py", main)
+    (tmp_path / "archive.py").write_bytes((tmp_path / "app.pyz").read_bytes())  # a zip named .py is a zip too
+    # the end-of-archive signature in a script's text: zipfile is asked, and says it is no zip
+    (tmp_path / "plain.py").write_bytes(b"print(len('PK\x05\x06'))\n")
+    for target in ("app", "app.pyz", "archive.py", "plain.py"):
+        plain = run([sys.executable, target, "x"], capture_env(None), tmp_path)
+        captured = run([*BOOTSTRAP, target, "x"], capture_env(None), tmp_path)
+        assert plain.returncode == captured.returncode == 0, (target, captured.stderr)
+        assert captured.stdout == plain.stdout, target

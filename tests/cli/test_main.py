@@ -51,6 +51,34 @@ def test_quick_commands_import_nothing_heavy(tmp_path: Path, args: tuple[str, ..
     assert not modules & set(HEAVY), f"traceml {' '.join(args)} imported {sorted(modules & set(HEAVY))}"
 
 
+def test_plain_listing_loads_neither_pydantic_nor_pyyaml(tmp_path: Path) -> None:
+    # The fake set has a hand-written nested params.yaml; with no setting given nothing needs validating.
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=27, seed=0)
+    code, modules = _modules_after("runs", "ls", str(root))
+    assert code in (0, None)
+    assert not modules & {"pydantic", "pydantic_core", "yaml"}, sorted(modules & {"pydantic", "pydantic_core", "yaml"})
+
+
+def test_option_values_are_still_checked_and_converted_by_typer(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    generate(root, runs=27, seed=0)
+    proc = run_traceml("runs", "ls", str(root), "--stale-after-seconds", "abc")
+    assert proc.returncode == 2
+    assert "Invalid value for '--stale-after-seconds'" in proc.stderr and "number" in proc.stderr
+    proc = run_traceml("runs", "show", "baseline", "--root", str(root), "--tail", "x")
+    assert proc.returncode == 2 and "Invalid value for '--tail'" in proc.stderr
+    proc = run_traceml("runs", "ls", str(root), "--stale-after-seconds", "-1")
+    assert proc.returncode == 2 and "stale_after_seconds" in proc.stderr and "greater than 0" in proc.stderr
+    status = {}
+    for after in ("60", "1e9"):  # the stale run's heartbeat is minutes old
+        proc = run_traceml("runs", "ls", str(root), "--stale-after-seconds", after, "--json")
+        assert proc.returncode == 0, proc.stderr
+        rows = {row["name"]: row for row in map(json.loads, proc.stdout.splitlines())}
+        status[after] = rows["stale-run"]["display_status"]
+    assert status == {"60": "stale", "1e9": "running"}
+
+
 def test_help_lists_every_command_on_whole_lines() -> None:
     from traceml_ai.cli.main import COMMANDS
 

@@ -311,3 +311,48 @@ def test_ls_of_an_empty_folder_says_how_to_get_runs(tmp_path: Path, fake_root: P
     proc = run_traceml("runs", "ls", str(fake_root), "--search", "no-such-run-anywhere")
     assert proc.returncode == 0, proc.stderr
     assert "0 of 24 runs" in proc.stdout and "no run matches" in proc.stdout
+
+
+@pytest.mark.parametrize("width", [200, 80, 24])
+def test_run_table_lines_print_as_richs_table_would(width: int) -> None:
+    """`runs ls` lays out its rows itself (Rich's table layout cost more than reading 27 runs): every
+    character and its colour must come out as Rich's Table(box=None) prints them, cut cells, wide
+    characters, right-aligned numbers and a table wider than the terminal included."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from traceml_ai.cli import runs as runs_cli
+
+    cols = ["name", "status", "tags", "run.best.val/auc"]
+    widths = [32, 9, 6, 16]
+    rows = [
+        [("⚠", "yellow"), ("a-run-name-much-longer-than-the-column", "bold"), ("killed", "magenta"),
+         ("精度✓精度", ""), ("0.9123 ", "")],
+        [("", ""), ("short", "bold"), ("running", "bold green"), ("", ""), ("12", "")],
+        [("", ""), ("x" * 32, "bold"), ("", ""), ("a, b, c, d", "dim"), ("", "")],
+        [("", ""), ("精" * 20, "bold"), ("failed", "bold red"), ("", ""), ("1234567890123456789", "")],
+    ]
+
+    def printed(renderable: object) -> list[list[tuple[str, object]]]:
+        console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor")
+        console.print(renderable, soft_wrap=isinstance(renderable, Text))
+        out = []
+        for line in console.file.getvalue().split("\n"):  # type: ignore[attr-defined]
+            text = Text.from_ansi(line)
+            out.append([(ch, text.get_style_at_offset(console, i)) for i, ch in enumerate(text.plain)])
+        return out
+
+    for show_header in (True, False):
+        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=show_header)
+        table.add_column("", no_wrap=True, width=1)
+        for c, w in zip(cols, widths, strict=True):
+            table.add_column(c, justify="right" if c.startswith("run.") else "left", no_wrap=True,
+                             overflow="ellipsis", width=w)
+        for row in rows:
+            table.add_row(*(Text(text, style=style) for text, style in row))
+        runs_cli.out = Console(width=width)
+        ours = runs_cli._table(cols, widths, rows, show_header)
+        assert printed(ours) == printed(table)
+        if width == 200:
+            assert isinstance(ours, Text)  # laid out here, not by Rich's Table

@@ -1,12 +1,16 @@
 """``python -m traceml_ai.aggregator``: the aggregator process of one job (DESIGN §1, §3).
 
-    python -m traceml_ai.aggregator --run-dir DIR --session-id ID [--host 127.0.0.1] [--port 0]
+    python -m traceml_ai.aggregator --run-dir DIR --session-id ID [--host 127.0.0.1] [--port 0 | --listen-fd FD]
                                     [--world-size N] [--exporter jsonl|otlp|module:factory]
                                     [--export-streams step_time,...] [--exporter-hostname]
 
 The job secret comes only from the environment, ``TRACEML_JOB_SECRET`` (never from the command
 line, which every local user can read with ``ps``); without it the aggregator does not start
 (exit 2). Every rank's hello must prove it holds the same secret.
+
+With ``--listen-fd`` it serves a TCP socket its parent bound and put in listening state (``traceml
+run`` does, so it can start the training at once: the ranks' connections wait in that socket's
+queue until the aggregator accepts them).
 
 Once listening it prints exactly one line ``TRACEML_AGGREGATOR_LISTENING <host> <port>`` on stdout
 (the launcher reads it). It runs until SIGTERM or SIGINT, then stops accepting, gives connected
@@ -29,6 +33,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import stat
 import sys
 import time
@@ -84,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session-id", required=True, help="the session id every rank's hello must carry")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", default=0, type=_port, help="TCP port (default 0: a free one)")
+    parser.add_argument("--listen-fd", type=int, default=None,
+                        help="serve this inherited listening TCP socket instead of binding --host/--port")
     parser.add_argument("--world-size", type=_positive, default=None, help="expected number of ranks")
     parser.add_argument("--exporter", default=None, help="export records with jsonl, otlp or module:factory")
     parser.add_argument("--export-streams", default="step_time",
@@ -99,6 +106,7 @@ async def serve(
     secret: str,
     host: str = "127.0.0.1",
     port: int = 0,
+    sock: socket.socket | None = None,
     world_size: int | None = None,
     payload_sinks: Sequence[PayloadSink] = (),
     export: ExportWorker | None = None,
@@ -115,7 +123,7 @@ async def serve(
     Raises:
         OSError: ``aggregator/`` cannot be created or the address cannot be bound.
     """
-    agg = Aggregator(run_dir, session_id, secret=secret, host=host, port=port, world_size=world_size,
+    agg = Aggregator(run_dir, session_id, secret=secret, host=host, port=port, sock=sock, world_size=world_size,
                      payload_sinks=payload_sinks, frame_sinks=[export.submit_frame] if export is not None else [])
     if stop is None:
         stop = asyncio.Event()
@@ -288,10 +296,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(f"[TraceML] aggregator: {exc}", file=sys.stderr, flush=True)
             return 2
+    sock: socket.socket | None = None
+    if args.listen_fd is not None:
+        try:
+            sock = socket.socket(fileno=args.listen_fd)
+            if sock.type != socket.SOCK_STREAM:
+                raise OSError(f"descriptor {args.listen_fd} is not a TCP socket")
+        except OSError as exc:
+            print(f"[TraceML] aggregator: --listen-fd {args.listen_fd}: {exc.strerror or exc}", file=sys.stderr,
+                  flush=True)
+            return 2
     try:
         asyncio.run(
-            serve(run_dir, args.session_id, secret=secret, host=args.host, port=args.port, world_size=args.world_size,
-                  export=export, on_finalized=_write_final_summary)
+            serve(run_dir, args.session_id, secret=secret, host=args.host, port=args.port, sock=sock,
+                  world_size=args.world_size, export=export, on_finalized=_write_final_summary)
         )
     except OSError as exc:
         print(f"[TraceML] aggregator: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -123,6 +124,7 @@ class Aggregator:
         secret: str,
         host: str = "127.0.0.1",
         port: int = 0,
+        sock: socket.socket | None = None,
         world_size: int | None = None,
         payload_sinks: Sequence[PayloadSink] = (),
         frame_sinks: Sequence[FrameSink] = (),
@@ -139,6 +141,7 @@ class Aggregator:
         self.secret = secret
         self.host = host
         self.port = port
+        self.sock = sock
         self.world_size = world_size
         self.payload_sinks = list(payload_sinks)
         self.frame_sinks = list(frame_sinks)
@@ -174,6 +177,8 @@ class Aggregator:
 
     async def start(self) -> tuple[str, int]:
         """Create ``aggregator/``, open the store, start listening; returns the bound ``(host, port)``.
+        With ``sock`` (a socket already bound and listening, e.g. by the launcher, whose ranks may
+        be connecting already) that socket is served and ``host``/``port`` are not used.
 
         Raises:
             OSError: the folder cannot be created or the address cannot be bound.
@@ -181,7 +186,10 @@ class Aggregator:
         self.folder.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.store.start)
         try:
-            self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=_READ_LIMIT)
+            if self.sock is not None:
+                self._server = await asyncio.start_server(self._handle, sock=self.sock, limit=_READ_LIMIT)
+            else:
+                self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=_READ_LIMIT)
         except OSError:
             await asyncio.to_thread(self.store.close)
             raise

@@ -37,7 +37,6 @@ import runpy
 import signal
 import sys
 import types
-import zipfile
 from importlib.machinery import SourceFileLoader
 from typing import NoReturn
 
@@ -73,9 +72,26 @@ def start_from_env() -> None:
             warn(f"automatic step timing for training frameworks is off: {exc!r}")
 
 
+def _is_zipfile(path: str) -> bool:
+    """``zipfile.is_zipfile(path)``, without importing zipfile for a file with no end-of-archive record
+    in its last 64 KiB (every script): that record is what ``is_zipfile`` looks for there."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - (1 << 16) - 22))
+            tail = handle.read()
+    except OSError:
+        return False
+    if b"PK\x05\x06" not in tail:
+        return False
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
 def _run_path(script: str) -> None:
     path = os.path.abspath(script)
-    if os.path.isdir(script) or zipfile.is_zipfile(script):
+    if os.path.isdir(script) or _is_zipfile(script):
         del sys.path[0]  # run_path puts the folder or archive first, as python does
         runpy.run_path(script, run_name="__main__")
         return

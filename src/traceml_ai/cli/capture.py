@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
+from traceml_ai.cli import common
+from traceml_ai.cli.common import UsageError, UserError, one_line_errors, printable, settings
 from traceml_ai.launcher.launch import LaunchError, LaunchOptions, LaunchResult, LaunchUsageError, launch
 
 PASS_THROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -56,6 +56,13 @@ ExporterHostnameOpt = Annotated[
 ]
 
 
+def escape(text: str) -> str:
+    """``rich.markup.escape`` (Rich is imported once something is printed, after the training started)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def _mode(mode: str | None) -> str:
     if mode is None:
         # The live view needs the script's output to pass through TraceML (pipes: the script no longer
@@ -71,7 +78,7 @@ def _run_with_view(options: LaunchOptions, mode: str) -> LaunchResult:
         return launch(options)
     from traceml_ai.cli.live_view import LiveView
 
-    view = LiveView(out, options.run_name)
+    view = LiveView(common.out, options.run_name)
     try:
         return launch(options, on_tick=view.on_tick, on_output=view.on_output)
     finally:
@@ -82,11 +89,11 @@ def _report(result: LaunchResult, mode: str, *, watch: bool = False) -> None:
     if mode == "quiet":
         return
     if result.telemetry:
-        err.print(f"[yellow]telemetry degraded:[/] {escape(printable(str(result.telemetry.get('reason', ''))))}")
+        common.err.print(f"[yellow]telemetry degraded:[/] {escape(printable(str(result.telemetry.get('reason', ''))))}")
     if result.run_dir is None:
         return
     _print_findings(result.run_dir, watch=watch)
-    out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
+    common.out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
               f"exit code {result.exit_code}", soft_wrap=True)
 
 
@@ -97,19 +104,19 @@ def _print_findings(run_dir: Path, *, watch: bool = False) -> None:
     try:
         summary = read_final_summary(run_dir)
     except (OSError, SummaryFileError) as e:
-        err.print(f"[yellow]the final summary cannot be read:[/] {escape(printable(str(e)))}", soft_wrap=True)
+        common.err.print(f"[yellow]the final summary cannot be read:[/] {escape(printable(str(e)))}", soft_wrap=True)
         return
     if summary is None:
         warning = run_dir / "aggregator" / "finalization_warning.json"
         where = " (see aggregator/finalization_warning.json)" if warning.exists() else ""
-        err.print(f"[yellow]no final summary was written[/]{where}")
+        common.err.print(f"[yellow]no final summary was written[/]{where}")
         return
     kind, text = verdict(summary, watch=watch)
     if kind != "findings":
         style = {"healthy": "green", "not_judged": "yellow"}.get(kind, "bold red")
-        out.print(f"[{style}]diagnosis:[/] {escape(printable(text))}", soft_wrap=True)
+        common.out.print(f"[{style}]diagnosis:[/] {escape(printable(text))}", soft_wrap=True)
     for f in summary.findings:
-        out.print(f"[bold]{escape(printable(f.severity))}[/] {escape(printable(f.kind))}: "
+        common.out.print(f"[bold]{escape(printable(f.severity))}[/] {escape(printable(f.kind))}: "
                   f"{escape(printable(f.summary))}")
 
 
@@ -122,7 +129,7 @@ TRACEML_ONLY_OPTIONS = ("--exporter", "--export-streams", "--exporter-hostname",
 def _note_misplaced_options(args: list[str] | None) -> None:
     misplaced = sorted({a.split("=", 1)[0] for a in args or () if a.split("=", 1)[0] in TRACEML_ONLY_OPTIONS})
     if misplaced:
-        err.print(f"[yellow]note:[/] {', '.join(misplaced)} after the script went to the script; TraceML's own "
+        common.err.print(f"[yellow]note:[/] {', '.join(misplaced)} after the script went to the script; TraceML's own "
                   "options go before it (traceml run [OPTIONS] SCRIPT [ARGS]...)", soft_wrap=True)
 
 
@@ -180,7 +187,7 @@ def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str
     head = len(argv) - len(items) - len(target)
     before = argv[:head] if head > 0 and argv[head:] == [*target, *items] else [mode_name]
     fixed = shlex.join(["traceml", *before, *moved, *target, *kept])
-    err.print(f"[yellow]note:[/] the script exited with code {code} after it was given {escape(names)}, which "
+    common.err.print(f"[yellow]note:[/] the script exited with code {code} after it was given {escape(names)}, which "
               f"{'is' if ',' not in names else 'are'} TraceML's; put TraceML's options before the script: "
               f"{escape(fixed)}", soft_wrap=True)
 
@@ -240,7 +247,7 @@ def _write_job_envelope(run_dir: Path) -> None:
     try:
         write_job_envelope(run_dir)
     except (OSError, ValueError) as exc:
-        err.print(f"[yellow]no run envelope written:[/] {escape(printable(str(exc)))}")
+        common.err.print(f"[yellow]no run envelope written:[/] {escape(printable(str(exc)))}")
 
 
 NprocOpt = Annotated[int, typer.Option("--nproc-per-node", help="Processes per node (>1 uses torch.distributed.run).")]
@@ -349,13 +356,13 @@ def serve(
         raise UsageError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(str(exc)) from None
-    out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder {escape(str(served.run_dir))}",
-              soft_wrap=True)
-    out.print("Start your training with this environment (it calls traceml_ai.init()):")
+    common.out.print(f"TraceML aggregator listening on [bold]{served.address}[/] · run folder "
+                     f"{escape(str(served.run_dir))}", soft_wrap=True)
+    common.out.print("Start your training with this environment (it calls traceml_ai.init()):")
     for key, value in served.environment().items():
-        out.print(f"  export {key}={escape(value)}", soft_wrap=True)  # copy-pasteable: never wrapped
-    out.print("Ctrl+C to end the run.", style="dim")
-    out.file.flush()  # a script or pipe reading these lines must get them now, not at exit
+        common.out.print(f"  export {key}={escape(value)}", soft_wrap=True)  # copy-pasteable: never wrapped
+    common.out.print("Ctrl+C to end the run.", style="dim")
+    common.out.file.flush()  # a script or pipe reading these lines must get them now, not at exit
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

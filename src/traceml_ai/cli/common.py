@@ -7,19 +7,41 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.filesize import pick_unit_and_suffix
 
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.settings import Settings, SettingsError, load_settings
 
-out = Console(highlight=False, soft_wrap=False)
-if not out.is_terminal and "COLUMNS" not in os.environ:
-    out.width = 200  # logs and pipes: no need to squeeze tables into 80 columns
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    out: Console
+    """The console of stdout (made, and Rich imported, on first use: ``traceml run`` starts the
+    training before it prints anything)."""
+    err: Console
+    """The console of stderr (on first use, like ``out``)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("out", "err"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _console(name: str) -> Console:
+    made = globals()
+    if "out" not in made:
+        from rich.console import Console
+
+        stdout = Console(highlight=False, soft_wrap=False)
+        if not stdout.is_terminal and "COLUMNS" not in os.environ:
+            stdout.width = 200  # logs and pipes: no need to squeeze tables into 80 columns
+        made["out"] = stdout
+        made["err"] = Console(stderr=True, highlight=False, soft_wrap=True)
+    console: Console = made[name]
+    return console
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,7 +79,7 @@ def printable(text: str) -> str:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` on stderr and return the Exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    _console("err").print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
     return typer.Exit(code)
 
 
@@ -126,6 +148,8 @@ def fmt_bytes(v: float | None, *, missing: str = "") -> str:
     None or a negative size."""
     if v is None or not v >= 0:
         return missing
+    from rich.filesize import pick_unit_and_suffix
+
     size = int(v)
     if size < 1024:
         return f"{size} bytes"

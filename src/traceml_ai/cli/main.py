@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from traceml_ai import __version__
+from traceml_ai.cli.plainparams import skip_plain_conversions
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def load_command(name: str) -> Any:
     command.name = name
     command.short_help = spec.summary
     _whole_short_help(command)
+    skip_plain_conversions(command)
     return command
 
 
@@ -98,6 +100,10 @@ class _LazyGroup(TyperGroup):
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        skip_plain_conversions(self)
+        return super().parse_args(ctx, args)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = self.commands.get(cmd_name)

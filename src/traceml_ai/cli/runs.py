@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.cells import cell_len, set_cell_size
+from rich.control import strip_control_codes
 from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 from traceml_ai.cli.common import (
     STATUS_STYLE,
@@ -171,23 +171,15 @@ def _print_table(
     indices = [cols.index(c) for c in fitted]
     # One table per group, all with the same column widths, each under its group's header on a line of
     # its own: a header inside a table row would be cut to the width of that row's first column.
-    widths = [min(_MAX_CELL, max([len(c)] + [cells[r.key][1 + i].cell_len for r in runs]))
+    widths = [min(_MAX_CELL, max([len(c)] + [cell_len(cells[r.key][1 + i][0]) for r in runs]))
               for c, i in zip(fitted, indices, strict=True)]
     sections = [(g.label, g.runs) for g in groups] if groups is not None else [(None, runs)]
     for n, (label, members) in enumerate(sections):
         if label is not None:
             out.print(Text(f"{group_by} = {printable(label)}  ({len(members)})", style="bold reverse"),
                       soft_wrap=True)
-        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=n == 0)
-        table.add_column("", no_wrap=True, width=1)  # file-problem marker
-        for c, w in zip(fitted, widths, strict=True):
-            numeric = c.startswith(("run.", "summary.")) or c in ("duration_s", "step", "epoch")
-            table.add_column(c, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis",
-                             width=w)
-        for run in members:
-            row = cells[run.key]
-            table.add_row(row[0], *(row[1 + i] for i in indices))
-        out.print(table)
+        rows = [[cells[run.key][0], *(cells[run.key][1 + i] for i in indices)] for run in members]
+        out.print(_table(fitted, widths, rows, show_header=n == 0), soft_wrap=True)
     counts: dict[str, int] = {}
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
@@ -211,7 +203,67 @@ def _print_table(
         out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))
 
 
-def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> tuple[list[str], list[str]]:
+Cell = tuple[str, str]
+"""A table cell: its text (as Rich's ``Text`` keeps it: BEL, BS, VT, FF and CR taken out) and style."""
+
+
+def _table(cols: list[str], widths: list[int], rows: list[list[Cell]], show_header: bool) -> Any:
+    """The run table's rows under a bold header line: a one-character file-problem marker column, then
+    ``cols`` at ``widths`` (numbers right-aligned, a longer cell cut with an ellipsis), two spaces apart.
+
+    The lines are laid out here as one ``Text``, as Rich's ``Table(box=None, pad_edge=False)`` lays
+    out these fixed-width columns (a test checks they print alike): Rich's table layout and a ``Text``
+    per cell cost more than the rest of ``traceml runs ls`` once the runs are read (issue 14, item 1).
+    A table wider than the console is Rich's, which narrows the columns to fit."""
+    justify = ["left", *("right" if _numeric(c) else "left" for c in cols)]
+    widths = [1, *widths]
+    if sum(widths) + 2 * len(cols) > out.width:
+        from rich.table import Table
+
+        table = Table(show_lines=False, header_style="bold", pad_edge=False, box=None, show_header=show_header)
+        table.add_column("", no_wrap=True, width=1)
+        for c, w in zip(cols, widths[1:], strict=True):
+            table.add_column(c, justify="right" if _numeric(c) else "left", no_wrap=True, overflow="ellipsis",
+                             width=w)
+        for row in rows:
+            table.add_row(*(Text(plain, style=style) for plain, style in row))
+        return table
+    lines = ([[(strip_control_codes(c), "") for c in ["", *cols]]] if show_header else []) + rows
+    parts: list[str] = []
+    spans: list[Span] = []
+    at = 0
+    for n, row in enumerate(lines):
+        start = at
+        for i, ((plain, style), width, side) in enumerate(zip(row, widths, justify, strict=True)):
+            if i:
+                parts.append("  ")
+                at += 2
+            # Justified as Rich justifies a cell (Text.truncate, rstrip, pad_left), the padding in the
+            # cell's style.
+            if side == "right":
+                plain = plain.rstrip()
+            length = cell_len(plain)
+            if length > width:
+                plain = set_cell_size(plain, width - 1) + "…"
+            elif length < width:
+                plain = " " * (width - length) + plain if side == "right" else plain + " " * (width - length)
+            parts.append(plain)
+            if style:
+                spans.append(Span(at, at + len(plain), style))
+            at += len(plain)
+        if show_header and n == 0:
+            spans.append(Span(start, at, "bold"))
+        if n < len(lines) - 1:
+            parts.append("\n")
+            at += 1
+    return Text("".join(parts), spans=spans, end="")
+
+
+def _numeric(column: str) -> bool:
+    return column.startswith(("run.", "summary.")) or column in ("duration_s", "step", "epoch")
+
+
+def _fit_columns(cols: list[str], cells: dict[str, list[Cell]], width: int) -> tuple[list[str], list[str]]:
     """Keep columns from the left while they fit the terminal; return (kept, dropped).
 
     A column needs the wider of its header and its widest cell (capped at _MAX_CELL) plus padding;
@@ -220,7 +272,7 @@ def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> t
     used = 2  # the file-problem marker
     kept: list[str] = []
     for i, c in enumerate(cols):
-        widest = max([len(c)] + [row[i + 1].cell_len for row in cells.values()])
+        widest = max([len(c)] + [cell_len(row[i + 1][0]) for row in cells.values()])
         need = min(widest, _MAX_CELL) + 2
         if kept and len(kept) >= 2 and used + need > width:
             return kept, cols[i:]
@@ -229,22 +281,21 @@ def _fit_columns(cols: list[str], cells: dict[str, list[Text]], width: int) -> t
     return kept, []
 
 
-def _cells(run: RunSummary, cols: list[str]) -> list[Text]:
-    marker = Text("⚠", style="yellow") if run.warnings else Text("")
-    cells: list[Text] = [marker]
+def _cells(run: RunSummary, cols: list[str]) -> list[Cell]:
+    cells: list[Cell] = [("⚠", "yellow") if run.warnings else ("", "")]
     for c in cols:
         v = cell(run, c)
         if c == "status":
-            cells.append(Text(str(v), style=STATUS_STYLE.get(str(v), "")))
+            cells.append((str(v), STATUS_STYLE.get(str(v), "")))
         elif c == "duration_s":
-            cells.append(Text(fmt_duration(v if isinstance(v, float) else None)))  # derived when not written
+            cells.append((fmt_duration(v if isinstance(v, float) else None), ""))  # derived when not written
         elif c in ("started", "ended", "heartbeat"):
-            cells.append(Text(fmt_time(v if isinstance(v, str) else None)))
+            cells.append((fmt_time(v if isinstance(v, str) else None), ""))
         elif c == "name":
-            cells.append(Text(printable(str(v)), style="bold"))
+            cells.append((printable(str(v)), "bold"))
         else:
-            cells.append(Text(printable(fmt_value(v))))
-    return cells
+            cells.append((printable(fmt_value(v)), ""))
+    return [(strip_control_codes(text), style) for text, style in cells]
 
 
 _DERIVED_FROM = {"stale": "heartbeat_at", "running": "now", "running?": "now"}
@@ -278,6 +329,9 @@ def show(
         if not any(os.path.exists(os.path.join(run_ref, name)) for name in CORE_FILES):
             raise UserError(f"{run_ref} is not a run folder (it has none of {', '.join(CORE_FILES)})")
         roots = [os.path.dirname(os.path.realpath(run_ref))]  # a run folder path: its root is the parent
+    from rich.panel import Panel
+    from rich.table import Table
+
     store = open_store(roots)
     run = store.find(run_ref)
     history = store.history(run.key)

@@ -369,12 +369,20 @@ def launch(
     try:
         try:
             export = options.mode == "run" and options.exporter is not None
+            # One node, no exporter: the training starts while the aggregator starts, on a socket
+            # bound here. An exporter's factory runs before the aggregator listens and may fail or
+            # hang, and other nodes' ranks connect by name: then the training waits for it, as before.
+            early = options.nnodes == 1 and not export
             aggregator = AggregatorProcess(run_dir, session_id, secret=secret, host=host,
                                            port=0 if options.nnodes == 1 else agg_port,
                                            world_size=identity.world_size,
                                            exporter=options.exporter if export else None,
                                            export_streams=options.export_streams,
-                                           exporter_hostname=options.exporter_hostname)
+                                           exporter_hostname=options.exporter_hostname,
+                                           listen_early=early,
+                                           on_start_failure=lambda why: _warn(
+                                               f"the telemetry aggregator did not start: {why}; "
+                                               "the training runs on without telemetry"))
             env["TRACEML_AGGREGATOR"] = aggregator.address
         except (AggregatorStartError, OSError) as exc:
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
@@ -385,6 +393,12 @@ def launch(
         # Ctrl+C while the aggregator or the training was starting: nothing may be left behind.
         code, interrupted = 130, True
 
+    if aggregator is not None and aggregator.start_failure is not None:
+        # Started early but never listened: as if it had not started (nothing of it to finalize).
+        aggregator.stop(timeout=5)
+        telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: "
+                                                     f"{aggregator.start_failure}"}
+        aggregator = None
     if aggregator is not None:
         died = aggregator.exit_code()
         agg_code = aggregator.stop()

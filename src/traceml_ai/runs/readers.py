@@ -352,12 +352,13 @@ _YAML_SPECIAL_WORDS = frozenset(
 
 
 def _fast_params(text: str) -> dict[str, Any] | None:
-    """Flat ``key: scalar`` lines → dict, or None when any line needs the full YAML reader."""
+    """Flat ``key: scalar`` lines → dict, or None when any line needs the full YAML reader (the
+    nested form :func:`_fast_nested_params` reads is tried next)."""
     if not text:
         return {}
     matches = _FAST_LINE.findall(text)
     if len(matches) != text.count("\n") + (not text.endswith("\n")):
-        return None  # a line the pattern does not cover (comments, nesting, blank lines, ...)
+        return _fast_nested_params(text)  # a line the pattern does not cover (nesting, comments, ...)
     out: dict[str, Any] = {}
     for plain, quoted_key, word, integer, number, quoted, bare in matches:
         if plain:
@@ -368,20 +369,89 @@ def _fast_params(text: str) -> dict[str, Any] | None:
             key = sys.intern(quoted_key[1:-1])
         if key in out:
             return None  # let PyYAML decide what a duplicate key means
-        value: Any
-        if word:
-            value = _YAML_WORDS[word]
-        elif integer:
-            value = _param_scalar(int(integer))
-        elif number:
-            value = float(number)
-        elif quoted:
-            value = _shared(json.loads(quoted) if "\\" in quoted else quoted[1:-1])
-        elif bare.lower() in _YAML_SPECIAL_WORDS:
+        value = _fast_value(word, integer, number, quoted, bare)
+        if value is _NOT_FAST:
+            return None
+        out[key] = value
+    return out
+
+
+_NOT_FAST: Any = object()
+
+
+def _fast_value(word: str, integer: str, number: str, quoted: str, bare: str) -> Any:
+    """The value of one matched scalar (one of the groups is set), or _NOT_FAST for a word YAML
+    reads as something else (``yes``, ``nan``, ...)."""
+    if word:
+        return _YAML_WORDS[word]
+    if integer:
+        return _param_scalar(int(integer))
+    if number:
+        return float(number)
+    if quoted:
+        return _shared(json.loads(quoted) if "\\" in quoted else quoted[1:-1])
+    if bare.lower() in _YAML_SPECIAL_WORDS:
+        return _NOT_FAST
+    return _shared(bare)
+
+
+_FAST_SCALAR = rf"(?:true|false|null|-?(?:0|[1-9][0-9]*)|-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?|{_FAST_ESCAPED})"
+
+
+
+@cache
+def _fast_nested_line() -> re.Pattern[str]:
+    """One line of a nested file: indent, key, then a scalar (groups as in _FAST_LINE), a one-line
+    list of JSON scalars, or nothing (a mapping follows, indented two more spaces). Compiled on
+    first use: most files are flat."""
+    return re.compile(
+        rf"^( *)(?:([A-Za-z_][A-Za-z0-9_./-]*)|({_FAST_QUOTED})):(?: "
+        rf"(?:(true|false|null)|(-?(?:0|[1-9][0-9]*))|(-?[0-9]+\.[0-9]+(?:e[-+][0-9]+)?)|({_FAST_ESCAPED})"
+        rf"|([A-Za-z][A-Za-z0-9_-]*)|(\[(?:{_FAST_SCALAR}(?:, {_FAST_SCALAR})*)?\])))?\r?$",
+        re.MULTILINE,
+    )
+
+
+_FAST_MAX_DEPTH = 8
+
+
+def _fast_nested_params(text: str) -> dict[str, Any] | None:
+    """Mappings nested by two spaces a level, of ``key: scalar`` and ``key: [scalar, ...]`` lines
+    (as hand-written and older params files are) → the flattened dict, or None for anything else."""
+    matches = _fast_nested_line().findall(text)
+    if len(matches) != text.count("\n") + (not text.endswith("\n")):
+        return None
+    root: dict[str, Any] = {}
+    stack: list[dict[str, Any]] = [root]  # the mapping at each depth that takes keys now
+    for indent, plain, quoted_key, word, integer, number, quoted, bare, flow in matches:
+        depth, odd = divmod(len(indent), 2)
+        if odd or depth >= len(stack):
+            return None  # not two spaces deeper than the mapping's opener
+        if any(not m for m in stack[depth + 1:]):
+            return None  # 'key:' with nothing under it (YAML's null)
+        del stack[depth + 1:]
+        if plain and plain.lower() in _YAML_SPECIAL_WORDS:
+            return None
+        key = plain or quoted_key[1:-1]
+        mapping = stack[depth]
+        if key in mapping:
+            return None
+        if flow:
+            mapping[key] = json.loads(flow)
+        elif word or integer or number or quoted or bare:
+            value = _fast_value(word, integer, number, quoted, bare)
+            if value is _NOT_FAST:
+                return None
+            mapping[key] = value
+        elif depth + 1 >= _FAST_MAX_DEPTH:
             return None
         else:
-            value = _shared(bare)
-        out[key] = value
+            mapping[key] = {}
+            stack.append(mapping[key])
+    if any(not m for m in stack[1:]):
+        return None
+    out: dict[str, Any] = {}
+    _flatten(root, "", out)
     return out
 
 

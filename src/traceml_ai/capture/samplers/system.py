@@ -136,7 +136,15 @@ class SystemSampler:
 
     def __init__(self) -> None:
         self._cpu = _HostCpu()
-        self._nvml = Nvml()
+        self._nvml_made: Nvml | None = None
+
+    @property
+    def _nvml(self) -> Nvml:
+        # NVML is loaded by the first collect, on the sampler thread: loading it (10-40 ms, also
+        # where it is absent) at the session's start would delay the training (issue 14, item 1).
+        if self._nvml_made is None:
+            self._nvml_made = Nvml()
+        return self._nvml_made
 
     def collect(self, seq: int, now_ns: int) -> list[dict[str, Any]]:
         vm = _read(psutil.virtual_memory)
@@ -159,5 +167,6 @@ class SystemSampler:
         }]
 
     def close(self) -> None:
-        """Release NVML."""
-        self._nvml.close()
+        """Release NVML (if a collect loaded it)."""
+        if self._nvml_made is not None:
+            self._nvml_made.close()

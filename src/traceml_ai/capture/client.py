@@ -73,6 +73,9 @@ class TransportClient:
         max_queue: batches held before the oldest is dropped (>= 1).
         connect_timeout_s: seconds one connection attempt may take.
         welcome_timeout_s: seconds to wait for the aggregator's welcome after the hello.
+        first_welcome_wait_s: seconds after :meth:`start` that the first connection may wait for
+            the aggregator's challenge, even past :meth:`close`'s deadline (the launcher started
+            the training before the aggregator listens; 0: no such wait).
         backoff_initial_s, backoff_max_s: the reconnect delay starts at the first and doubles up to
             the second after each failed attempt or connection that broke within
             :data:`_HEALTHY_CONNECTION_S` of its welcome; each pause is jittered down to half its
@@ -99,6 +102,7 @@ class TransportClient:
         welcome_timeout_s: float = 5.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 5.0,
+        first_welcome_wait_s: float = 0.0,
     ) -> None:
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
@@ -111,6 +115,10 @@ class TransportClient:
         self._welcome_timeout_s = welcome_timeout_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._first_welcome_wait_s = first_welcome_wait_s
+        self._first_welcome_by = 0.0  # monotonic end of that wait, set by start()
+        self._pending_until = 0.0  # a first connection is waiting for its welcome until then
+        self._close_timeout_s = 0.0
         self._jitter = random.Random()  # seeded from the OS: ranks restarted together spread out
 
         self._cond = threading.Condition(threading.Lock())
@@ -216,6 +224,7 @@ class TransportClient:
         with self._cond:
             if self._thread is not None or self._stopped:
                 return
+            self._first_welcome_by = time.monotonic() + max(0.0, self._first_welcome_wait_s)
             self._thread = threading.Thread(target=self._run, name="traceml-transport", daemon=True)
             self._thread.start()
 
@@ -242,12 +251,19 @@ class TransportClient:
             self._lost_rows = dict(lost_rows or {})
             self._step_counts = dict(step_counts or {})
             self._closing = True
-            self._deadline = time.monotonic() + max(0.0, timeout_s)
+            self._close_timeout_s = max(0.0, timeout_s)
+            self._deadline = time.monotonic() + self._close_timeout_s
             thread = self._thread
             self._cond.notify_all()
         self._close_requested.set()
         if thread is not None:
-            thread.join(max(0.0, timeout_s) + 1.0)
+            # A first connection still waiting for the welcome of an aggregator that is starting
+            # (``first_welcome_wait_s``) moves the deadline on; the join follows it.
+            while thread.is_alive():
+                left = max(self._deadline, self._pending_until + self._close_timeout_s) + 1.0 - time.monotonic()
+                if left <= 0:
+                    break
+                thread.join(min(left, 0.25))
         with self._cond:
             # A thread that never started, or one still stuck past its deadline, leaves batches behind.
             self._dropped += len(self._queue)
@@ -262,7 +278,7 @@ class TransportClient:
     # -- sender thread ---------------------------------------------------------------------------------
 
     def _remaining(self) -> float:
-        return self._deadline - time.monotonic()
+        return max(self._deadline, self._pending_until) - time.monotonic()
 
     def _run(self) -> None:
         sock: socket.socket | None = None
@@ -372,6 +388,12 @@ class TransportClient:
 
     def _connect(self) -> socket.socket | None:
         """Connect, send hello, wait for welcome. None on failure (sets ``refused_reason`` on a refusal)."""
+        try:
+            return self._handshake()
+        finally:
+            self._pending_until = 0.0  # a first connection's wait ends with its handshake, whatever came
+
+    def _handshake(self) -> socket.socket | None:
         host, port = self.address
         try:
             sock = socket.create_connection((host, port), timeout=self._timeout(self._connect_timeout_s))
@@ -382,7 +404,14 @@ class TransportClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self._timeout(self._connect_timeout_s))
             reader = frames.FrameReader(frames.MAX_HELLO_BYTES)  # the peer has not proved itself yet
-            first = self._read_control(sock, reader, self._timeout(self._welcome_timeout_s))
+            wait = self._timeout(self._welcome_timeout_s)
+            now = time.monotonic()
+            if self._connections == 0 and self._first_welcome_by > now:
+                # The launcher started the training before the aggregator listens: the connection
+                # sits in the socket's queue until it accepts, even past the close deadline.
+                wait = max(wait, self._first_welcome_by - now)
+                self._pending_until = now + wait
+            first = self._read_control(sock, reader, wait)
             challenge = frames.challenge_value(first)
             nonce = ""
             if challenge is None:
@@ -416,6 +445,11 @@ class TransportClient:
                 sock.settimeout(_SEND_SLICE_S)
                 self._connected = True
                 self._connections += 1
+                if self._pending_until:
+                    with self._cond:  # welcomed late, after close(): the usual time to send what waits
+                        if self._closing:
+                            self._deadline = max(self._deadline, time.monotonic() + self._close_timeout_s)
+                        self._pending_until = 0.0
                 return sock
             sock.close()
             self._unverified = True

@@ -28,6 +28,9 @@ Environment (read by :meth:`CaptureConfig.from_env`, set by the launcher):
 ``TRACEML_CAPTURE``       ``run`` (default) or ``watch``
 ``TRACEML_CAPTURE_OUTPUT`` ``0`` turns the stdout/stderr copy off (default on)
 ``TRACEML_DISABLE``       ``1`` turns capture off altogether
+``TRACEML_AGGREGATOR_STARTING`` ``1``: the launcher started the training before the aggregator
+                          listens (it bound the socket itself); the first connection may wait
+                          :data:`FIRST_WELCOME_WAIT_S` for its welcome, even past the close deadline
 ========================  ==========================================================
 """
 
@@ -59,6 +62,11 @@ SAMPLER_NAME = "capture"
 
 DEFAULT_INTERVAL_S = 1.0
 CLOSE_TIMEOUT_S = 2.0
+FIRST_WELCOME_WAIT_S = 60.0
+"""Seconds after the rank's start that its first connection may wait for the aggregator's welcome
+when the launcher says the aggregator is still starting (``TRACEML_AGGREGATOR_STARTING=1``): a
+short training on a loaded machine can end before the aggregator has imported its modules, and
+its rows wait in the socket's queue instead of being dropped at the close deadline."""
 
 RANK_LOSSES_DIR = "aggregator/rank_losses"
 """Where a rank whose ``rank_finished`` never reached the aggregator (it died) writes its own loss
@@ -78,6 +86,7 @@ ENV_INTERVAL = "TRACEML_INTERVAL"
 ENV_CAPTURE = "TRACEML_CAPTURE"
 ENV_CAPTURE_OUTPUT = "TRACEML_CAPTURE_OUTPUT"
 ENV_DISABLE = "TRACEML_DISABLE"
+ENV_AGGREGATOR_STARTING = "TRACEML_AGGREGATOR_STARTING"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -156,6 +165,8 @@ def capture_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         if flag not in _TRUE + _FALSE:
             raise ValueError(f"{ENV_CAPTURE_OUTPUT}: {env[ENV_CAPTURE_OUTPUT]!r} is not 1 or 0")
         out["capture_output"] = flag in _TRUE
+    if env.get(ENV_AGGREGATOR_STARTING, "").strip() == "1":
+        out["aggregator_starting"] = True
     return out
 
 
@@ -171,6 +182,8 @@ class CaptureConfig:
         mode: ``"run"`` or ``"watch"`` (the launcher's command; carried for the other sources).
         capture_output: copy the rank's stdout/stderr lines into the ``stdout_stderr`` stream.
         secret: the job secret (``TRACEML_JOB_SECRET``); without it the aggregator refuses the rank.
+        aggregator_starting: the aggregator may not listen yet (``TRACEML_AGGREGATOR_STARTING``):
+            the first connection waits up to :data:`FIRST_WELCOME_WAIT_S` for its welcome.
 
     Raises (on construction):
         ValueError: an interval that is not > 0, or an unknown mode.
@@ -183,6 +196,7 @@ class CaptureConfig:
     mode: Mode = "run"
     capture_output: bool = True
     secret: str = field(default="", repr=False)
+    aggregator_starting: bool = False
 
     def __post_init__(self) -> None:
         parse_interval(self.interval)
@@ -317,7 +331,9 @@ class CaptureSession:
         self._builtin = self._make_builtin_sources()
         if self.config.aggregator is not None:
             self.client = TransportClient(self.config.aggregator, self.config.session_id, self.identity.meta(),
-                                          secret=self.config.secret)
+                                          secret=self.config.secret,
+                                          first_welcome_wait_s=FIRST_WELCOME_WAIT_S
+                                          if self.config.aggregator_starting else 0.0)
             self.client.start()
         self._thread = threading.Thread(target=self._run, name="traceml-sampler", daemon=True)
         self._thread.start()

@@ -9,6 +9,9 @@ environment that tells each rank where the aggregator listens:
 ``TRACEML_SESSION_ID``      frames of any other session are refused by the aggregator
 ``TRACEML_JOB_SECRET``      the job secret every rank's hello proves it holds (:func:`job_secret_for`)
 ``TRACEML_AGGREGATOR``      ``host:port`` of the aggregator
+``TRACEML_AGGREGATOR_STARTING`` ``1`` when the training starts before the aggregator listens (one
+                            node, no exporter: the launcher bound the socket); a rank's first
+                            connection then waits for the welcome even past its close deadline
 ``TRACEML_RUN_DIR``         the run folder (``traceml_ai.Run`` attaches to it; node 0 only)
 ``TRACEML_INTERVAL``        sampling interval in seconds
 ``TRACEML_CAPTURE``         ``run`` (step timing + samplers) or ``watch`` (samplers and output only)
@@ -384,10 +387,13 @@ def launch(
                                                f"the telemetry aggregator did not start: {why}; "
                                                "the training runs on without telemetry"))
             env["TRACEML_AGGREGATOR"] = aggregator.address
+            if early:  # the ranks' first connection waits for it (capture.session.FIRST_WELCOME_WAIT_S)
+                env["TRACEML_AGGREGATOR_STARTING"] = "1"
         except (AggregatorStartError, OSError) as exc:
             telemetry = {"status": "degraded", "reason": f"the telemetry aggregator did not start: {exc}"}
             _warn(telemetry["reason"] + "; training without telemetry")
             env.pop("TRACEML_AGGREGATOR", None)
+            env.pop("TRACEML_AGGREGATOR_STARTING", None)
         code, interrupted = _supervise(command, env, run_dir, aggregator, on_tick, on_output, telemetry)
     except KeyboardInterrupt:
         # Ctrl+C while the aggregator or the training was starting: nothing may be left behind.

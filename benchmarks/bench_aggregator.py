@@ -45,13 +45,15 @@ from typing import Any
 import psutil
 
 from traceml_ai.aggregator.store import open_readonly
-from traceml_ai.telemetry import frames, schema
+from traceml_ai.telemetry import frames, jobsecret, schema
 from traceml_ai.telemetry.envelope import make_envelope
 
 TARGET_ROWS_PER_S = 200_000
 DEFAULT_FRAMES = {"mixed": 200, "step_memory": 1000, "step_time": 200}
 """Frames per rank of each workload: 0.8, 2 and 0.4 million rows with the default 8 ranks."""
 SESSION = "bench-session"
+SECRET = "bench-job-secret-0123456789abcdef"
+"""The job secret the benchmark gives its aggregator (``TRACEML_JOB_SECRET``) and signs hellos with."""
 GPUS_PER_NODE = 8
 _F32 = struct.Struct("<f")
 
@@ -145,13 +147,32 @@ def _plan(encoded: list[tuple[bytes, int]], count: int) -> tuple[list[bytes], in
     return [data for data, _ in sent], sum(rows for _, rows in sent)
 
 
+def aggregator_env() -> dict[str, str]:
+    """The environment of the benchmark's aggregator process: this one's plus the job secret."""
+    return {**os.environ, jobsecret.ENV_JOB_SECRET: SECRET}
+
+
+def _next_body(sock: socket.socket, reader: frames.FrameReader) -> Any:
+    while True:
+        for body in reader.bodies():
+            return body
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise RuntimeError("the aggregator closed the connection during the handshake")
+        reader.feed(chunk)
+
+
 def _send(port: int, rank: int, world_size: int, payload: list[bytes], start: threading.Barrier) -> None:
     sock = socket.create_connection(("127.0.0.1", port))
     ident = {k: v for k, v in _meta(rank, world_size).items() if k != "session_id"}
-    sock.sendall(frames.encode_frame(frames.hello(SESSION, ident)))
     reader = frames.FrameReader()
-    while not list(reader.bodies()):
-        reader.feed(sock.recv(4096))
+    challenge = frames.challenge_value(_next_body(sock, reader))
+    if challenge is None:
+        raise RuntimeError("the aggregator's first frame is not a challenge")
+    sock.sendall(frames.encode_frame(frames.hello(SESSION, ident, SECRET, challenge)))
+    answer = _next_body(sock, reader)
+    if frames.control_kind(answer) != frames.WELCOME:
+        raise RuntimeError(f"the aggregator did not welcome rank {rank}: {answer!r}")
     start.wait()
     for data in payload:
         sock.sendall(data)
@@ -188,7 +209,7 @@ def run(workload: str, ranks: int, frames_per_rank: int, distinct: int, steps: i
         proc = subprocess.Popen(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir), "--session-id", SESSION,
              "--world-size", str(ranks)],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, env=aggregator_env(),
         )
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -73,7 +73,7 @@ def ingest(workload: str, ranks: int, frames_per_rank: int, steps: int, exporter
         proc = subprocess.Popen(
             [sys.executable, "-m", "traceml_ai.aggregator", "--run-dir", str(run_dir), "--session-id",
              agg_bench.SESSION, "--world-size", str(ranks), *extra],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, env=agg_bench.aggregator_env(),
         )
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -218,3 +218,41 @@ def test_rows_come_as_one_block_per_envelope_and_table() -> None:
     logs = fast.tables[schema.STDOUT_STDERR_SAMPLES.name]
     assert [(b.head, b.values) for b in logs] == [((OBSERVED, 2), [None, "a", None, "b"])] * 2
     assert fast.rows == 10
+
+
+@pytest.mark.parametrize("odd_rate", [0.0, 0.3])
+def test_a_device_hint_never_changes_the_rows(odd_rate: float) -> None:
+    # The server gives each frame the device of its rank's last one; a frame of another shape
+    # (other devices, an unknown stream, a table that is not a list, odd values) must come out
+    # exactly as without the hint.
+    rng = random.Random(77 + int(odd_rate * 10))
+    for _ in range(200):
+        payload = envelope(rng, odd_rate) if rng.random() < 0.5 else [envelope(rng, odd_rate) for _ in range(2)]
+        data = frames.encode_frame(payload)[frames.HEADER.size:]
+        plain = project_frame(data, observed_ns=OBSERVED)
+        for device in ("cpu", "cuda:0", "cuda:7"):
+            hinted = project_frame(data, observed_ns=OBSERVED, device=device)
+            if plain is None:
+                assert hinted is None
+                continue
+            assert hinted is not None
+            assert comparable(hinted.table_rows()) == comparable(plain.table_rows())
+            assert list(hinted.tables) == list(plain.tables)
+            assert (hinted.rows, hinted.envelopes, hinted.skipped) == (plain.rows, plain.envelopes, plain.skipped)
+            assert (hinted.unknown_streams, hinted.log_lines) == (plain.unknown_streams, plain.log_lines)
+
+
+def test_a_frame_reports_the_device_that_reads_its_next_frame_in_one_pass() -> None:
+    rng = random.Random(3)
+    meta = {"session_id": "s", "global_rank": 3, "local_rank": 3}
+    rows = [{"seq": 1, "timestamp_unix_ns": 5, "step": s, "events": gpu_events(rng, "cuda:3")} for s in range(10)]
+    body = {"meta": meta, "tables": {"step_time": rows, "step_memory": [{"seq": 1, "device": "cuda:3", "step": 1}]}}
+    data = frames.encode_frame(body)[frames.HEADER.size:]
+    first = project_frame(data, observed_ns=OBSERVED)
+    assert first is not None and first.device == "cuda:3"
+    again = project_frame(data, observed_ns=OBSERVED, device=first.device)
+    assert again is not None and again.device == "cuda:3"
+    assert comparable(again.table_rows()) == comparable(first.table_rows())
+    rows[4]["events"] = gpu_events(rng, "cuda:1")  # two devices in one frame: no single device
+    mixed = project_frame(frames.encode_frame(body)[frames.HEADER.size:], observed_ns=OBSERVED, device="cuda:3")
+    assert mixed is not None and mixed.device is None and mixed.rows == 11

@@ -84,6 +84,18 @@ def test_step_time_row_and_normalised_events() -> None:
     assert " " not in row["events_json"]  # compact
 
 
+def test_stats_of_five_keys_but_one_unknown_are_normalised_not_kept() -> None:
+    # Five entries, one of them not a stats key: the missing key is None and the stranger is
+    # dropped, in the record's map as in the row's JSON.
+    stats = {"is_gpu": False, "duration_ms": 1.5, "cpu_ms": 1.5, "n_calls": 1, "gpu_time": 9.0}
+    env = make_envelope(META, {"step_time": [{"seq": 1, "step": 1, "events": {"p": {"cpu": stats}}}]})
+    want = {"p": {"cpu": {"is_gpu": False, "duration_ms": 1.5, "cpu_ms": 1.5, "gpu_ms": None, "n_calls": 1}}}
+    assert json.loads(one(env, "step_time_samples")["events_json"]) == want
+    projections = {**PROJECTIONS, "step_time": partial(project_step_time, encode_events=False)}
+    got = project_envelope(normalise(env), OBSERVED, projections=projections)
+    assert got.tables["step_time_samples"][0][-1] == want
+
+
 def test_step_time_without_events_stores_an_empty_map_and_nan_as_null() -> None:
     env = make_envelope(META, {"step_time": [
         {"seq": 1, "timestamp_unix_ns": 5, "step": 1},

@@ -175,34 +175,35 @@ def _row_map(row: Any) -> Mapping[str, Any]:
 # -- events map (step_time) ---------------------------------------------------------------------------
 
 
-_STATS_KEYS = frozenset(("is_gpu", "duration_ms", "cpu_ms", "gpu_ms", "n_calls"))
-
-
 def _in_normal_form(events: dict[Any, Any]) -> bool:
     """True when ``events`` is already a normalised events map: plain dicts, str names and devices,
     exactly the five stats keys, each value None or of its type (floats as float)."""
-    keys = _STATS_KEYS
-    for name, by_device in events.items():
-        if type(name) is not str or type(by_device) is not dict:
-            return False
-        for device, stats in by_device.items():
-            if type(device) is not str or type(stats) is not dict or stats.keys() != keys:
+    # Five entries of which none is missing are exactly the five keys: cheaper than comparing key
+    # sets, and this runs for every phase of every step (benchmarks/bench_export.py).
+    try:
+        for name, by_device in events.items():
+            if type(name) is not str or type(by_device) is not dict:
                 return False
-            value = stats["is_gpu"]
-            if not (value is None or value is True or value is False):
-                return False
-            value = stats["duration_ms"]
-            if not (value is None or type(value) is float):
-                return False
-            value = stats["cpu_ms"]
-            if not (value is None or type(value) is float):
-                return False
-            value = stats["gpu_ms"]
-            if not (value is None or type(value) is float):
-                return False
-            value = stats["n_calls"]
-            if not (value is None or type(value) is int):
-                return False
+            for device, stats in by_device.items():
+                if type(device) is not str or type(stats) is not dict or len(stats) != 5:
+                    return False
+                value = stats["is_gpu"]
+                if not (value is None or value is True or value is False):
+                    return False
+                value = stats["duration_ms"]
+                if not (value is None or type(value) is float):
+                    return False
+                value = stats["cpu_ms"]
+                if not (value is None or type(value) is float):
+                    return False
+                value = stats["gpu_ms"]
+                if not (value is None or type(value) is float):
+                    return False
+                value = stats["n_calls"]
+                if not (value is None or type(value) is int):
+                    return False
+    except KeyError:  # one of the five keys is missing
+        return False
     return True
 
 
@@ -222,6 +223,11 @@ def normalise_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
         return {}
     if type(events) is dict and _in_normal_form(events):
         return events  # what ranks send: checked, not copied
+    return _rebuild_events(events)
+
+
+def _rebuild_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`normalise_events` of a map that is not in normal form: a new map, or RowMismatch."""
     if type(events) is not dict and not isinstance(events, Mapping):
         raise RowMismatch("step_time 'events' is not a mapping")
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -282,21 +288,29 @@ def project_step_time(
     """
     head = _with_rank(meta, observed_ns)
     out: list[Row] = []
+    add = out.append
     skipped = 0
+    normal_form = _in_normal_form
+    encode = _json.encode if encode_events else None
+    # The common case (a plain dict row of plain ints and a normal-form events map) is checked
+    # inline: this loop runs once per training step of every rank, and each helper call costs
+    # about as much as its check (benchmarks/bench_export.py).
     for raw in rows:
         try:
-            row = _row_map(raw)
-            get = row.get
-            events = normalise_events(get("events"))
-            out.append(
-                (
-                    *head,
-                    _int(get("timestamp_unix_ns")),
-                    _int_field(get("seq"), "seq"),
-                    _int(get("step")),
-                    events_json(events) if encode_events else events,
-                )
-            )
+            get = (raw if type(raw) is dict else _row_map(raw)).get
+            events = get("events")
+            if type(events) is not dict or not normal_form(events):
+                events = {} if events is None else _rebuild_events(events)
+            ts = get("timestamp_unix_ns")
+            seq = get("seq")
+            step = get("step")
+            add((
+                *head,
+                ts if type(ts) is int else _int(ts),
+                seq if (seq is None or type(seq) is int) else _int_field(seq, "seq"),
+                step if type(step) is int else _int(step),
+                events if encode is None else encode(events).decode("utf-8"),
+            ))
         except RowMismatch:
             skipped += 1
     return Projected({schema.STEP_TIME_SAMPLES.name: out}, skipped)

@@ -164,6 +164,8 @@ class Aggregator:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self._announced_world_size: int | None = None
+        # Per global rank, the step_time device of its last frame: the hot path's hint (writer thread only).
+        self._step_devices: dict[int | None, str | None] = {}
         self.address: tuple[str, int] | None = None
 
     @property
@@ -384,8 +386,10 @@ class Aggregator:
 
     def _process(self, rank: RankStats, data: bytes) -> tuple[StoreRows, list[LogLine]]:
         """One frame after the hello: count it, and return the rows and log lines to write."""
-        fast = project_frame(data)
+        fast = project_frame(data, device=self._step_devices.get(rank.global_rank))
         if fast is not None:
+            if fast.device is not None or schema.STEP_TIME_SAMPLES.name in fast.tables:
+                self._step_devices[rank.global_rank] = fast.device  # kept across frames without step_time
             foreign = next((s for s in fast.session_ids if s is not None and s != self.session_id), None)
             if foreign is not None:
                 return self._reject_foreign(rank, foreign)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable, Mapping
 from functools import partial
+from itertools import starmap
 from typing import Any, NamedTuple
 
 from traceml_ai.aggregator.export.records import (
@@ -162,15 +163,18 @@ def build_records(
                     lost += len(rows)
                     continue
                 builder = BUILDERS[cls]
-                add = built.append
-                for row in rows:
-                    try:
-                        record = builder(*row)
-                    except TypeError:  # not one value per field: the row does not fit its record
-                        lost += 1
-                        continue
+                try:
+                    made = list(starmap(builder, rows))  # one C loop for the rows that all fit
+                except TypeError:  # some row has not one value per field: it does not fit its record
+                    made = []
+                    for row in rows:
+                        try:
+                            made.append(builder(*row))
+                        except TypeError:
+                            lost += 1
+                for record in made:
                     record.__class__ = cls  # the frozen record (records module doc: why a twin)
-                    add(record)
+                built += made
         except Exception:  # any other failure of this item loses the item, counted once
             skipped += 1
             continue

@@ -7,7 +7,10 @@
    10,000 runs (≤ 2.5 s) — needs the built front end, Playwright and /usr/bin/chromium;
 5. the perf.* columns of 1,000 captured runs (issue 13 item 5): read cold from their
    final_summary.json files (≤ 0.2 s; a fresh process, the files in the OS cache), and what a
-   no-change poll adds (nothing read; the time of the join's pass over the runs is printed).
+   no-change poll adds (nothing read; the time of the join's pass over the runs is printed);
+6. chart PNG export (issue 15 item 7), through the viewer as the page asks for it: one metric of 5
+   runs (≤ 0.5 s) and the worst case, 4 metrics × 30 runs × 5,000 points (≤ 1.5 s); medians of 3.
+   ``--only-png`` prints just these.
 """
 
 from __future__ import annotations
@@ -243,11 +246,65 @@ def perf_columns(root: Path) -> None:
     assert body["keys"] and "perf.share.dataloader" in body["columns"]["numeric"]
 
 
+def _write_long_run(folder: Path, i: int, points: int) -> None:
+    """A completed run with ``points`` metrics.jsonl rows of four metrics (for the PNG worst case)."""
+    folder.mkdir(parents=True)
+    run = {"schema_version": 1, "id": folder.name, "name": f"run-{i}", "status": "completed",
+           "started_at": "2026-11-30T12:00:00Z", "ended_at": "2026-11-30T14:00:00Z",
+           "heartbeat_at": "2026-11-30T14:00:00Z", "duration_s": 7200.0, "exit": {"code": 0, "signal": None}}
+    (folder / "run.json").write_text(json.dumps(run), encoding="utf-8")
+    lines = []
+    for step in range(points):
+        f = step / points
+        lines.append(orjson.dumps({
+            "step": step, "epoch": step // 100, "time": 1_790_000_000.0 + step * 1.4,
+            "train/loss": 2.0 * (1 - f) ** 2 + 0.05 * ((step * 7919 + i) % 97) / 97,
+            "val/loss": 2.1 * (1 - f) ** 2 + 0.1 + 0.01 * i, "val/auc": 0.5 + 0.4 * f - 0.002 * i,
+            "train/lr": 1e-3 * (1 - f),
+        }))
+    (folder / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def png_export(tmp: Path) -> None:
+    from traceml_ai.runs.analysis import parse_chart_spec
+
+    root = tmp / "png" / "traceml" / "runs"
+    generate(root, runs=5, seed=0)
+    for i in range(30):
+        _write_long_run(root / f"20261130-1200{i:02d}_long-{i}_ab{i:02d}", i, 5000)
+    viewer = Viewer(RunStore([root]), CacheFolder(tmp / "png" / "traceml" / ".cache", roots=[root]))
+    viewer.poll()
+    runs = viewer.store.runs()
+    small = [r.key for r in runs if "_long-" not in r.key][:5]
+    long = [r.key for r in runs if "_long-" in r.key]
+    cases = [
+        ("PNG export: 1 metric of 5 runs", small, ["val/auc"], 0.5),
+        ("PNG export: 4 metrics x 30 runs x 5,000 points", long,
+         ["train/loss", "val/loss", "val/auc", "train/lr"], 1.5),
+    ]
+    for label, keys, metrics, target in cases:
+        spec = parse_chart_spec({"chart": "line", "keys": keys, "metrics": metrics, "x": "step", "ema": 0.0,
+                                 "log_y": False, "group_by": None})
+        viewer.export_chart(spec, "png")  # matplotlib imported and the histories loaded: not measured
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            viewer.export_chart(spec, "png")
+            times.append(time.perf_counter() - t)
+        record(label, statistics.median(times), target)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-run figures")
     parser.add_argument("--only-perf", action="store_true", help="only the perf.* column figures (item 5 of issue 13)")
+    parser.add_argument("--only-png", action="store_true",
+                        help="only the chart PNG export figures (item 7 of issue 15)")
     args = parser.parse_args()
+    if args.only_png:
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            png_export(Path(tmp))
+        return
     if args.only_perf:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
             root = Path(tmp) / "traceml" / "runs"
@@ -263,6 +320,7 @@ def main() -> None:
         series_cold_warm(root)
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
         perf_columns(root)
+        png_export(Path(tmp))
         if not args.skip_10k:
             root10 = Path(tmp) / "big" / "traceml" / "runs"
             t = time.perf_counter()

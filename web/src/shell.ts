@@ -62,6 +62,7 @@ export class Shell {
     });
     store.on("view", () => this.showView(store.ui.view));
     store.on("live", () => this.renderLive());
+    store.on("polled", () => this.renderRefreshed());
     store.on("inspector", () => {
       this.inspectorHost.hidden = store.inspector === null;
       this.root.classList.toggle("has-inspector", store.inspector !== null);

@@ -137,7 +137,8 @@ export type Topic =
   | "view"
   | "ui" // any remembered setting changed
   | "inspector"
-  | "live"; // events stream connected/disconnected
+  | "live" // events stream connected/disconnected
+  | "polled"; // the server polled (changed or not): the "refreshed" time moved
 
 type Listener = (detail?: unknown) => void;
 
@@ -201,13 +202,20 @@ export class Store {
     this.hidden = hidden;
     this.roots = res.roots;
     this.warnings = res.warnings;
-    this.refreshedAt = res.refreshed_at;
+    this.notePolled(res.refreshed_at);
     this.refreshInterval = res.refresh_interval_seconds;
     this.staleAfter = res.stale_after_seconds;
     // Runs that disappeared leave the selection.
     const sel = this.ui.selection.filter((k) => this.runs.has(k));
     if (sel.length !== this.ui.selection.length) this.setSelection(sel);
     return changed;
+  }
+
+  /** The server's last poll time (ISO-8601 UTC); never moves back (an older answer can come late). */
+  notePolled(iso: string | null): void {
+    if (!iso || (this.refreshedAt && iso < this.refreshedAt)) return;
+    this.refreshedAt = iso;
+    this.emit("polled");
   }
 
   /** How many runs the user may see, in all and per display status (one pass over the runs). */

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
+from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
 from traceml_ai.ui.performance import PerformanceViews
@@ -137,6 +138,10 @@ def routes(viewer: Viewer) -> list[Route]:
             viewer.series_payload, _str_list(body, "keys"), _str_list(body, "metrics"), str(body.get("x", "step")),
             float(ema),
         )
+        if viewer.cache is not None:  # charts are on screen: have matplotlib ready for a PNG export (once)
+            from traceml_ai.ui.png import warm_up_in_background
+
+            asyncio.get_running_loop().call_later(1.0, warm_up_in_background)
         return JSONResponse(payload)
 
     async def post_chart(request: Request) -> Response:
@@ -254,7 +259,10 @@ def routes(viewer: Viewer) -> list[Route]:
                         version = queue.get_nowait()
                     if version == END_OF_STREAM:
                         return  # the server is stopping
-                    yield f"event: runs\ndata: {orjson.dumps({'version': version}).decode()}\n\n"
+                    # Sent after every poll, changed or not: `refreshed_at` is when the poll ran.
+                    polled = viewer.refreshed_at
+                    data = {"version": version, "refreshed_at": iso_utc(polled) if polled else None}
+                    yield f"event: runs\ndata: {orjson.dumps(data).decode()}\n\n"
             finally:
                 viewer.unsubscribe(queue)
 

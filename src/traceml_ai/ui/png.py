@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import struct
+import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -158,10 +159,57 @@ def render_chart_png(
         _draw_scatter(axes[0], spec, runs, colors)
     else:
         _draw_box(axes[0], spec, runs, colors)
-    fig.tight_layout()
+    _fixed_layout(fig, line=isinstance(spec, LineSpec), panels=n_panels, labels_below=not isinstance(spec, LineSpec))
+    return _encode(fig)
+
+
+def _fixed_layout(fig: Any, *, line: bool, panels: int, labels_below: bool) -> None:
+    """Margins in inches, set once: ``tight_layout`` draws the whole figure an extra time to
+    measure it (a quarter of the time of a 4-panel chart of 30 runs)."""
+    width, height = fig.get_size_inches()
+    right = (width - 2.0 + 0.15) / width if line else 1 - 0.2 / width  # the line legend sits in the 2 in on the right
+    bottom = (1.1 if labels_below else 0.45) / height  # rotated bar/box labels need room
+    fig.subplots_adjust(left=0.75 / width, right=right, top=1 - 0.3 / height, bottom=bottom,
+                        hspace=0.45 if panels > 1 else 0.2)
+
+
+def _encode(fig: Any) -> bytes:
+    """One Agg draw, then a fast PNG encode (zlib level 1: the file is a few per cent larger and
+    the encode several times faster than the default level); ``pHYs`` says 300 DPI."""
+    from PIL import Image
+
+    canvas = fig.canvas
+    canvas.draw()
+    image = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
+    image.convert("RGB").save(buffer, format="png", compress_level=1)  # the background is opaque
     return set_png_dpi(buffer.getvalue(), PNG_DPI)
+
+
+_warmed = threading.Event()
+
+
+def warm_up_in_background() -> None:
+    """Import matplotlib (about half a second) and draw one tiny figure in a daemon thread, once
+    per process, so that the first PNG export a user asks for does not wait for it. The page's
+    first chart request calls this; nothing else is loaded."""
+    if _warmed.is_set():
+        return
+    _warmed.set()
+
+    def work() -> None:
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(1, 1), dpi=50)
+            FigureCanvasAgg(fig)
+            fig.subplots().set_title("x")
+            fig.canvas.draw()
+        except Exception:  # matplotlib missing or broken: the export says so when asked
+            return
+
+    threading.Thread(target=work, name="traceml-png-warm-up", daemon=True).start()
 
 
 def _style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
@@ -324,4 +372,4 @@ def _draw_box(ax: Axes, spec: BoxSpec, runs: Sequence[RunSummary], colors: Mappi
     ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
 
 
-__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "set_png_dpi"]
+__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "set_png_dpi", "warm_up_in_background"]

@@ -137,6 +137,8 @@ class Viewer:
         regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
         if regrouped:
             self._bump(regrouped, [])
+        elif not (changed or result.removed):
+            self._wake(self.version)  # nothing changed: the streams still say "polled" ("Refreshed … ago")
         self._save_db_if_due(force=False)
         return result
 
@@ -152,6 +154,9 @@ class Viewer:
             self._db_changed.update(changed)
             self._db_dirty = True
             version = self.version
+        self._wake(version)
+
+    def _wake(self, version: int) -> None:
         for queue in list(self._listeners.queues):
             queue.put_nowait(version)
 

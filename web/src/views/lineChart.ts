@@ -8,14 +8,21 @@ import { api } from "../api";
 import { runExport } from "../actions";
 import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup } from "../columns";
 import { debounce, h, replace } from "../dom";
-import { fmtNum, fmtSecondsAxis, rawText } from "../format";
+import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
 import { MAX_SERIES_RUNS, store } from "../store";
 import type { LineSpec, Series, SeriesResponse, XAxis } from "../types";
 import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
 import { columnOptions } from "./runs";
 
-const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time (s)" };
+const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time" };
+
+/** The x axis label; on wall time it names the unit the ticks read in (s, min or h), once. */
+function xLabel(u: uPlot, x: XAxis): string {
+  if (x !== "time") return X_LABEL[x];
+  const sc = u.scales.x;
+  return `${X_LABEL.time} (${timeUnit(sc?.min ?? 0, sc?.max ?? 0).unit})`;
+}
 
 // uPlot is evaluated on first use, not with the page's script: its module sets up Intl number and
 // date formatters, which cost as much as the rest of the script together, and the first screen (the
@@ -548,12 +555,23 @@ export class LineCharts {
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
             size: 26,
-            label: X_LABEL[x],
+            label: (lu: uPlot) => xLabel(lu, x),
             labelFont: "11px system-ui, sans-serif",
             labelSize: 14,
             labelGap: 0,
-            values: (_u: uPlot, splits: (number | null)[]) =>
-              splits.map((v) => (v === null ? "" : x === "time" ? fmtSecondsAxis(v) : fmtNum(v))),
+            ...(x === "time"
+              ? {
+                  // Clean steps in one unit (s, min or h, named in the label), not uPlot's 8.3333m.
+                  splits: (su: uPlot, _ai: number, lo: number, hi: number) =>
+                    timeTicks(lo, hi, Math.max(2, Math.floor(su.bbox.width / devicePixelRatio / 90))).ticks,
+                  values: (vu: uPlot, splits: (number | null)[]) => {
+                    const sc = vu.scales.x;
+                    const { unit } = timeUnit(sc?.min ?? 0, sc?.max ?? 0);
+                    const div = unit === "h" ? 3600 : unit === "min" ? 60 : 1;
+                    return splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12)))));
+                  },
+                }
+              : { values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : fmtNum(v))) }),
           },
           {
             stroke: axisColor,
@@ -623,7 +641,7 @@ export class LineCharts {
       return;
     }
     rows.sort((a, b) => b[1] - a[1]);
-    const xs = store.ui.x === "time" ? fmtSecondsAxis(xv) : fmtNum(xv);
+    const xs = store.ui.x === "time" ? fmtWallTime(xv) : fmtNum(xv);
     replace(
       el,
       h("div", { class: "plot-tip-x", text: `${store.ui.x} ${xs}` }),

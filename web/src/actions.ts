@@ -119,9 +119,10 @@ export function shownColumns(): string[] {
   const t = store.table;
   if (!t) return [];
   if (!store.ui.differing) return t.columns.shown;
+  // Right after the (frozen) name column: in view at once, however wide the other run columns are.
   const rest = t.columns.shown.filter((c) => !c.startsWith("config."));
-  const at = rest.findIndex((c) => c.startsWith("run.") || c.startsWith("summary."));
-  const cut = at < 0 ? rest.length : at;
+  const at = rest.indexOf("name");
+  const cut = at < 0 ? 0 : at + 1;
   return [...rest.slice(0, cut), ...t.differing, ...rest.slice(cut)];
 }
 
@@ -152,16 +153,20 @@ export function onExport(fn: (n: ExportNotice) => void): void {
   exportListener = fn;
 }
 
-export async function runExport(what: string, call: () => Promise<ExportResponse>): Promise<void> {
+/** Run an export and show its bar; resolves to the error text when it failed (also toasted), else null. */
+export async function runExport(what: string, call: () => Promise<ExportResponse>): Promise<string | null> {
   try {
     const res = await call();
     exportListener?.({ what, res });
+    return null;
   } catch (err) {
-    toast(errorText(err), "error");
+    const text = errorText(err);
+    toast(text, "error");
+    return text;
   }
 }
 
-export function exportTable(): Promise<void> {
+export function exportTable(): Promise<string | null> {
   const keys = tableOrder();
   return runExport(`Table CSV (${keys.length} runs)`, () => api.exportTable(keys, shownColumns()));
 }

@@ -170,6 +170,8 @@ export interface BarResponse {
   bars: BarItem[];
   total: number;
   limit: number;
+  /** Charted runs without a numeric value in the field (no bar, not in any group mean). */
+  dropped?: number;
 }
 
 export interface ScatterPoint {

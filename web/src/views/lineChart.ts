@@ -6,7 +6,7 @@
 import type uPlot from "uplot";
 import { api } from "../api";
 import { runExport } from "../actions";
-import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup } from "../columns";
+import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup, runLabels } from "../columns";
 import { debounce, h, replace } from "../dom";
 import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
@@ -430,6 +430,11 @@ export class LineCharts {
     mounts.forEach((m, i) => this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0));
   }
 
+  /** Run names as the legend shows them: a short id is added where plotted runs share a name. */
+  private labels(keys: string[]): Map<string, string> {
+    return runLabels(this.keys().concat(keys).map((k) => store.runs.get(k)).filter((r) => r !== undefined));
+  }
+
   private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {
     const items: HTMLElement[] = [];
     if (groups.length) {
@@ -443,6 +448,7 @@ export class LineCharts {
       );
     }
     const runs = h("div", { class: "legend-runs" });
+    const labels = this.labels(keys);
     for (const k of keys) {
       const run = store.runs.get(k)!;
       const off = this.hiddenRuns.has(k);
@@ -456,7 +462,7 @@ export class LineCharts {
           title: `${run.id}\nclick: hide/show · shift-click: show only this run`,
         },
         swatch(byKey.get(k) ?? "#888"),
-        h("span", { text: run.name || run.id }),
+        h("span", { text: labels.get(k) ?? run.name ?? run.id }),
       );
       item.addEventListener("click", (ev) => {
         if (ev.shiftKey) {
@@ -479,6 +485,7 @@ export class LineCharts {
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
     const report: { si: number; name: string; color: string }[] = [];
+    const labels = this.labels(series.map((s) => s.key));
     for (const s of shown) {
       const xs: number[] = [];
       const ys: (number | null)[] = [];
@@ -500,7 +507,7 @@ export class LineCharts {
         sm.push(fix(s.smoothed?.[i]));
       }
       const color = byKey.get(s.key) ?? "#888";
-      const name = store.runs.get(s.key)?.name || s.key;
+      const name = labels.get(s.key) ?? s.key;
       if (smooth && s.smoothed) {
         tables.push([xs, ys, sm] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, withAlpha(color, 0.28), 1));
@@ -534,6 +541,9 @@ export class LineCharts {
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
     const width = Math.max(280, elWidth || 600);
     const self = this;
+    // The x tick labels and axis label as drawn (the canvas has no text to read): on the plot
+    // element as data-x-ticks / data-x-label, for tests and assistive reading.
+    let xTicks: string[] = [];
     const u = new UPlot!(
       {
         width,
@@ -568,10 +578,10 @@ export class LineCharts {
                     const sc = vu.scales.x;
                     const { unit } = timeUnit(sc?.min ?? 0, sc?.max ?? 0);
                     const div = unit === "h" ? 3600 : unit === "min" ? 60 : 1;
-                    return splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12)))));
+                    return (xTicks = splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12))))));
                   },
                 }
-              : { values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : fmtNum(v))) }),
+              : { values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))) }),
           },
           {
             stroke: axisColor,
@@ -598,6 +608,12 @@ export class LineCharts {
             },
           ],
           setCursor: [(pu: uPlot) => self.tip(pu, tooltip, report)],
+          draw: [
+            (du: uPlot) => {
+              el.dataset.xLabel = xLabel(du, x);
+              el.dataset.xTicks = xTicks.filter((t) => t !== "").join(" ");
+            },
+          ],
         },
       },
       data,
@@ -661,9 +677,12 @@ export class LineCharts {
     }
   }
 
-  exportChart(format: "csv" | "png"): void {
+  /** Export the chart; a string says why there is nothing to export. */
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const spec = this.spec();
-    if (!spec.keys.length || !spec.metrics.length) return;
-    void runExport(`Line chart ${format.toUpperCase()}`, () => api.exportChart({ chart: "line", ...spec }, format));
+    if (!this.keys().length) return "Nothing to export: select runs to plot first (tick them in the Runs table).";
+    if (!spec.keys.length) return "Nothing to export: every plotted run is hidden in the legend.";
+    if (!spec.metrics.length) return "Nothing to export: the plotted runs have no metrics.";
+    return runExport(`Line chart ${format.toUpperCase()}`, () => api.exportChart({ chart: "line", ...spec }, format));
   }
 }

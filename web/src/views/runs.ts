@@ -127,7 +127,10 @@ export class RunsView implements ViewModule {
         store.ui.differing,
         (on) => {
           store.set("differing", on);
-          void queryTable();
+          // The differing params come right after the name: scroll back so they are in view.
+          void queryTable().then(() => {
+            if (on) this.table.scrollToFirstColumns();
+          });
         },
         "differing-toggle",
         "Show only the config columns whose value differs between the shown runs",

@@ -5,7 +5,7 @@
 
 import { api } from "../api";
 import { runExport, tableOrder } from "../actions";
-import { columnTitle } from "../columns";
+import { columnTitle, runLabels } from "../columns";
 import { debounce, h, replace, s, svgTitle } from "../dom";
 import { fmtNum } from "../format";
 import { store } from "../store";
@@ -20,6 +20,16 @@ export function chartKeys(): { keys: string[]; scope: string } {
   if (sel.length) return { keys: sel, scope: `${sel.length} selected run${sel.length === 1 ? "" : "s"}` };
   const keys = tableOrder();
   return { keys, scope: `all ${keys.length} shown runs (none selected)` };
+}
+
+/** Labels of the charted runs (a short id added where names collide), by key. */
+function runLabelsOf(keys: (string | null)[]): Map<string, string> {
+  const runs = [];
+  for (const k of keys) {
+    const r = k ? store.runs.get(k) : undefined;
+    if (r) runs.push(r);
+  }
+  return runLabels(runs);
 }
 
 function numericColumns(): string[] {
@@ -128,7 +138,8 @@ abstract class RunChart<T> {
   protected abstract load(keys: string[]): Promise<T> | null;
   protected abstract renderToolbar(): void;
   protected abstract draw(): void;
-  abstract exportChart(format: "csv" | "png"): void;
+  /** Export the chart; a string says why there is nothing to export. */
+  abstract exportChart(format: "csv" | "png"): Promise<string | null> | string;
 
   refresh(force = false): void {
     this.renderToolbar();
@@ -230,7 +241,8 @@ export class ScatterChart extends RunChart<ScatterResponse> {
     if (!st.x || !st.y) return this.empty("No numeric columns to plot", "Scatter needs numeric params or metrics.");
     const d = this.data;
     if (!d) return this.empty("No runs to plot", "Select runs, or clear the table filters.");
-    let pts = d.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const names = runLabelsOf(d.points.map((p) => p.key));
+    let pts = d.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y)).map((p) => ({ ...p, label: names.get(p.key) ?? p.label }));
     const beforeLog = pts.length;
     if (st.logX) pts = pts.filter((p) => p.x > 0);
     if (st.logY) pts = pts.filter((p) => p.y > 0);
@@ -307,11 +319,12 @@ export class ScatterChart extends RunChart<ScatterResponse> {
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.x || !st.y || !keys.length) return;
-    void runExport(`Scatter ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.x || !st.y) return "Nothing to export: choose the x and y fields first.";
+    return runExport(`Scatter ${format.toUpperCase()}`, () =>
       api.exportChart(
         { chart: "scatter", keys, x_field: st.x!, y_field: st.y!, size_field: st.size, color_field: st.color, log_x: st.logX, log_y: st.logY },
         format,
@@ -424,11 +437,12 @@ export class BoxChart extends RunChart<BoxResponse> {
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.field || !keys.length) return;
-    void runExport(`Box plot ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.field) return "Nothing to export: choose a field first.";
+    return runExport(`Box plot ${format.toUpperCase()}`, () =>
       api.exportChart({ chart: "box", keys, field: st.field!, group_by: st.groupBy }, format),
     );
   }
@@ -478,8 +492,10 @@ export class BarChart extends RunChart<BarResponse> {
     const st = this.st();
     if (!st.field) return this.empty("No numeric columns to plot");
     const d = this.data;
-    if (!d || !d.bars.length) return this.empty("No values to plot", "None of the runs has a value in this column.");
-    const bars = d.bars.slice(0, d.limit || 60);
+    if (!d || !d.bars.length) return this.empty("No values to plot", `None of the ${chartKeys().keys.length} runs has a value in this column.`);
+    const names = runLabelsOf(d.bars.map((b) => b.key));
+    const bars = d.bars.slice(0, d.limit || 60).map((b) => (b.key && names.has(b.key) ? { ...b, label: names.get(b.key)! } : b));
+    const dropped = d.dropped ?? 0;
     const grouped = !!st.groupBy;
     const rowH = 24;
     const labelW = 190;
@@ -548,6 +564,11 @@ export class BarChart extends RunChart<BarResponse> {
           testid: "bar-count",
           text: grouped ? `${bars.length} group${bars.length === 1 ? "" : "s"}` : `${bars.length} of ${d.total} runs`,
         }),
+        h("span", {
+          class: dropped ? "meta-warn" : "muted",
+          testid: "bar-dropped",
+          text: `${dropped} run${dropped === 1 ? "" : "s"} without a value left out`,
+        }),
         more ? h("span", { class: "meta-warn", testid: "bar-limit", text: `only the first ${bars.length} are drawn; the CSV export has all ${d.total}` }) : null,
       ),
       !grouped && groups.size > 1 ? groupLegend(groups, "group") : null,
@@ -555,11 +576,12 @@ export class BarChart extends RunChart<BarResponse> {
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.field || !keys.length) return;
-    void runExport(`Bar chart ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.field) return "Nothing to export: choose a field first.";
+    return runExport(`Bar chart ${format.toUpperCase()}`, () =>
       api.exportChart({ chart: "bar", keys, field: st.field!, group_by: st.groupBy }, format),
     );
   }

@@ -117,10 +117,16 @@ export class RunTable {
   /** Row elements Tabulator built (the rendered ones), for selection marks without touching the rest. */
   private rowEls = new Map<string, HTMLElement>();
 
+  /** The keyboard cursor: the row the arrow keys move, Enter inspects and Space ticks. */
+  private cursor: string | null = null;
+
   constructor(
     private host: HTMLElement,
     private hooks: TableHooks,
   ) {
+    host.tabIndex = 0;
+    host.setAttribute("aria-label", "Runs: arrow keys move, Enter opens the inspector, Space ticks");
+    host.addEventListener("keydown", (ev) => this.onKey(ev));
     store.on("selection", () => this.syncSelection());
     store.on("runs", (changed) => {
       if (Array.isArray(changed)) for (const k of changed as string[]) this.dirty.add(k);
@@ -136,6 +142,12 @@ export class RunTable {
     }
     if (!this.built) return; // tableBuilt draws the latest answer
     this.update();
+  }
+
+  /** Scroll the table back to its first columns (after "Differing params only" put them there). */
+  scrollToFirstColumns(): void {
+    const holder = this.host.querySelector<HTMLElement>(".tabulator-tableholder");
+    if (holder) holder.scrollLeft = 0;
   }
 
   /** The view became visible again: fit the table to its (maybe resized) box. */
@@ -230,6 +242,8 @@ export class RunTable {
       const t = e.target as HTMLElement;
       if (t.closest(".cell-check")) return;
       const key = (row.getData() as Row)._key;
+      this.moveCursor(key, false);
+      this.host.focus({ preventScroll: true });
       store.openInspector(key);
     });
     tab.on("columnResized", (col: ColumnComponent) => {
@@ -616,9 +630,69 @@ export class RunTable {
     el.classList.toggle("is-selected", store.isSelected(key));
     el.classList.toggle("is-hidden-run", store.hidden.has(key));
     el.classList.toggle("is-inspected", store.inspector === key);
+    el.classList.toggle("is-cursor", this.cursor === key);
     el.setAttribute("data-key", key);
     el.setAttribute("data-testid", "run-row");
     this.rowEls.set(key, el);
+  }
+
+  // -- keyboard -------------------------------------------------------------------------------------
+
+  /** ↑/↓ (and Home/End, PageUp/PageDown) move the cursor row, Enter opens it in the inspector,
+   *  Space ticks it. Keys typed into the header's checkbox or filter buttons are theirs. */
+  private onKey(ev: KeyboardEvent): void {
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    const t = ev.target as HTMLElement;
+    if (t !== this.host && t.closest("input, button, select, textarea, .tabulator-header")) return;
+    const keys = this.drawnKeys;
+    if (!keys.length) return;
+    const at = this.cursor === null ? -1 : keys.indexOf(this.cursor);
+    const page = Math.max(1, Math.floor((this.host.clientHeight || 320) / (parseFloat(this.cellHeight) || 32)) - 2);
+    let next: number | null = null;
+    switch (ev.key) {
+      case "ArrowDown":
+        next = at < 0 ? 0 : Math.min(keys.length - 1, at + 1);
+        break;
+      case "ArrowUp":
+        next = at < 0 ? 0 : Math.max(0, at - 1);
+        break;
+      case "PageDown":
+        next = Math.min(keys.length - 1, Math.max(0, at) + page);
+        break;
+      case "PageUp":
+        next = Math.max(0, at - page);
+        break;
+      case "Home":
+        next = 0;
+        break;
+      case "End":
+        next = keys.length - 1;
+        break;
+      case "Enter":
+        if (at >= 0) store.openInspector(keys[at]!);
+        ev.preventDefault();
+        return;
+      case " ":
+        if (at >= 0) store.toggleSelected(keys[at]!);
+        ev.preventDefault();
+        return;
+      default:
+        return;
+    }
+    ev.preventDefault();
+    const key = keys[next]!;
+    this.moveCursor(key, true);
+    // An open inspector follows the cursor.
+    if (store.inspector !== null && store.inspector !== key) store.openInspector(key);
+  }
+
+  private moveCursor(key: string, scroll: boolean): void {
+    const before = this.cursor;
+    this.cursor = key;
+    if (before !== null) this.rowEls.get(before)?.classList.remove("is-cursor");
+    this.rowEls.get(key)?.classList.add("is-cursor");
+    this.host.setAttribute("data-cursor", key);
+    if (scroll && this.tab) void this.tab.scrollToRow(key, "nearest", false).catch(() => undefined);
   }
 
   // -- groups ---------------------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""Issue 15, the page half, in a real browser (Debian's chromium via Playwright, a real ``traceml ui``):
+wall-time ticks, "Refreshed … ago", chart export busy state and refusals, same-name runs, "–" in the
+inspector, the bar chart's left-out count, axis padding, "Differing params only" in view, keyboard
+navigation of the table.
+
+Driven as ``tests/ui/test_browser.py`` drives the viewer (its server, page and screenshot helpers);
+skipped without playwright or ``/usr/bin/chromium``. Screenshots land in ``test-artifacts/screens/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.ui.test_browser import (
+    CHROMIUM,
+    LAUNCH_ARGS,
+
+    expect,
+    open_viewer,
+    plot,
+    row,
+    select_runs,
+    serve,
+    shot,
+    switch,
+    sync_api,
+)
+from traceml_ai.runs.fake import generate
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+    from tests.ui.test_browser import Viewer
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="the browser tests need Debian's chromium at /usr/bin/chromium (apt install chromium)"
+)
+
+TWIN_ID = "20261201-090000_baseline_beef"
+
+
+def add_twin(root: Path) -> None:
+    """A second run named ``baseline`` (another id), with a params value that is null."""
+    original = next(root.glob("*_baseline_*"))
+    twin = root / TWIN_ID
+    shutil.copytree(original, twin)
+    run = json.loads((twin / "run.json").read_text(encoding="utf-8"))
+    run["id"] = TWIN_ID
+    (twin / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
+    with (twin / "params.yaml").open("a", encoding="utf-8") as f:
+        f.write("optim.warmup: null\n")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
+    """24 fake runs (seed 0) and a second ``baseline``, served for the whole module."""
+    root = tmp_path_factory.mktemp("browser15") / "traceml" / "runs"
+    generate(root, runs=24, seed=0)
+    add_twin(root)
+    with serve(root) as v:
+        yield v
+
+
+def keys_named(viewer: Viewer, name: str) -> list[str]:
+    return sorted(str(r["key"]) for r in viewer.api("/api/runs")["runs"] if r["name"] == name)
+
+
+def only_baseline(page: Page, viewer: Viewer) -> str:
+    """Tick the original ``baseline`` (not the twin); returns its key."""
+    key = next(k for k in keys_named(viewer, "baseline") if TWIN_ID not in k)
+    page.locator(f"[data-testid=run-row][data-key='{key}'] [data-testid=row-check]").check()
+    return key
+
+
+# -- 4. wall-time axis -----------------------------------------------------------------------------
+
+
+def test_the_wall_time_axis_reads_clean_ticks_in_one_unit_named_in_its_label(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        select_runs(page, "high-lr", "small-model")
+        page.get_by_test_id("selection-plot").click()
+        expect(page.get_by_test_id("chart-line").first.locator("canvas")).to_be_visible()
+        page.get_by_test_id("x-axis").select_option("time")
+        plot_el = page.get_by_test_id("chart-line").first.locator(".plot")
+        expect(plot_el).to_have_attribute("data-x-label", re.compile(r"^wall time \((s|min|h)\)$"))
+        label = plot_el.get_attribute("data-x-label") or ""
+        ticks = (plot_el.get_attribute("data-x-ticks") or "").split()
+        # The fake runs last about an hour: minutes, in whole clean steps, the unit only in the label.
+        assert label == "wall time (min)"
+        assert len(ticks) >= 3
+        values = [float(t) for t in ticks]  # plain numbers: no "m"/"h" suffix on a tick
+        steps = {round(b - a, 6) for a, b in zip(values, values[1:], strict=False)}
+        assert len(steps) == 1 and steps.pop() in {1, 2, 5, 10, 15, 20, 30, 50, 60}
+        assert all(v == int(v) for v in values)
+        # The tooltip says the unit too.
+        box = page.get_by_test_id("chart-line").first.locator(".u-over").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+        expect(page.get_by_test_id("chart-line").first.locator(".plot-tip-x")).to_have_text(
+            re.compile(r"^time [\d.]+ min$"))
+        shot(page, "chart-line-wall-time")
+        page.get_by_test_id("x-axis").select_option("step")
+        expect(page.get_by_test_id("chart-line").first.locator(".plot")).to_have_attribute("data-x-label", "step")
+        s.assert_clean()
+
+
+# -- 6. refreshed N s ago ----------------------------------------------------------------------------
+
+
+def test_refreshed_counts_from_the_last_poll_even_when_nothing_changed(browser: Browser, tmp_path: Path) -> None:
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=3, seed=0)
+    with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+        page = s.page
+        refreshed = page.get_by_test_id("last-refreshed")
+        expect(refreshed).to_have_text("Refreshed just now")
+        first = refreshed.get_attribute("title")
+        # Nothing changes on disk; polls go on every second, and the time they ran moves with them.
+        page.wait_for_function(
+            "(t) => document.querySelector('[data-testid=last-refreshed]').title !== t", arg=first, timeout=30_000)
+        page.wait_for_timeout(6500)  # longer than "just now" lasts (5 s) after the page's first answer
+        expect(refreshed).to_have_text("Refreshed just now")
+        assert (refreshed.get_attribute("title") or "") > (first or "")
+        s.assert_clean()
+
+
+# -- 7. chart export: refusals, busy state, errors ---------------------------------------------------
+
+
+def test_chart_export_says_why_nothing_is_exported_shows_progress_and_errors(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("nav-charts").click()
+        status = page.get_by_test_id("export-status")
+        for which in ("png", "csv"):
+            page.get_by_test_id(f"export-chart-{which}").click()
+            expect(status).to_have_text(re.compile(r"^Nothing to export: select runs to plot first"))
+            expect(status).to_have_class(re.compile(r"\bis-error\b"))
+        expect(page.get_by_test_id("export-bar")).to_be_hidden()
+
+        page.get_by_test_id("nav-runs").click()
+        plot(page, "high-lr", "small-model")
+        expect(status).to_have_text("")  # a new selection clears the refusal
+        # The server answers slowly (held back 1.5 s on the way): the page shows it is working.
+        page.route("**/api/export/chart", lambda route: (page.wait_for_timeout(1500), route.continue_()))
+        png = page.get_by_test_id("export-chart-png")
+        png.click()
+        expect(status).to_have_text("Rendering PNG…")
+        expect(png).to_be_disabled()
+        expect(page.get_by_test_id("export-chart-csv")).to_be_disabled()
+        expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart PNG saved:")
+        expect(status).to_have_text("")
+        expect(png).to_be_enabled()
+        page.unroute("**/api/export/chart")
+        saved = Path(page.get_by_test_id("export-path").inner_text())
+        assert saved.is_file() and saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+        # The plots folder is replaced by a file: the server refuses, and the page says why.
+        plots = viewer.cache / "plots"
+        shutil.rmtree(plots)
+        plots.write_text("not a folder", encoding="utf-8")
+        try:
+            page.get_by_test_id("export-close").click()
+            png.click()
+            expect(status).to_have_text(re.compile(r"^PNG export failed: .*plots.* is not a folder"))
+            expect(png).to_be_enabled()
+            expect(page.get_by_test_id("export-bar")).to_be_hidden()
+            shot(page, "chart-export-error")
+        finally:
+            plots.unlink()
+        assert s.page_errors == [] and s.csp_violations() == [] and s.dialogs == []
+
+
+# -- 8. runs with the same name ------------------------------------------------------------------------
+
+
+def test_runs_with_the_same_name_get_a_short_id_in_legend_and_compare(browser: Browser, viewer: Viewer) -> None:
+    twins = keys_named(viewer, "baseline")
+    assert len(twins) == 2
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        for key in twins:
+            page.locator(f"[data-testid=run-row][data-key='{key}'] [data-testid=row-check]").check()
+        select_runs_more = row(page, "high-lr").get_by_test_id("row-check")
+        select_runs_more.check()
+        expect(page.get_by_test_id("selection-count")).to_have_text("3")
+        page.get_by_test_id("selection-plot").click()
+        legend = page.get_by_test_id("legend-item")
+        expect(legend).to_have_count(3)
+        texts = legend.all_inner_texts()
+        twin_labels = sorted(t for t in texts if t.startswith("baseline"))
+        short = twins[0].rsplit("_", 1)[-1] if TWIN_ID not in twins[0] else twins[1].rsplit("_", 1)[-1]
+        assert twin_labels == sorted([f"baseline · {short}", "baseline · beef"])
+        assert "high-lr" in texts  # a unique name stays as it is
+        page.get_by_test_id("nav-compare").click()
+        names = page.get_by_test_id("compare-run-name").all_inner_texts()
+        assert sorted(n for n in names if n.startswith("baseline")) == twin_labels
+        shot(page, "compare-same-name")
+        s.assert_clean()
+
+
+# -- 9. the inspector's missing values, the bar chart's left-out runs, axis padding --------------------
+
+
+def test_the_inspector_shows_a_dash_for_a_null_value(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.locator(f"[data-testid=run-row][data-key$='{TWIN_ID}'] .cell-name").click()
+        params = page.get_by_test_id("inspector-params")
+        warmup = params.locator("tr").filter(has_text="optim.warmup")
+        expect(warmup.locator("td").nth(1)).to_have_text("–")
+        expect(params).not_to_contain_text("null")
+        s.assert_clean()
+
+
+def test_the_bar_chart_says_how_many_runs_had_no_value_and_axes_are_not_padded_oddly(
+    browser: Browser, viewer: Viewer,
+) -> None:
+    runs = viewer.api("/api/runs")["runs"]
+    without = sum(1 for r in runs if r["summary"].get("test/auc") is None)
+    assert 0 < without < len(runs)
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("nav-charts").click()
+        page.get_by_test_id("chart-kind-bar").click()
+        page.get_by_test_id("bar-field").select_option("summary.test/auc")
+        expect(page.get_by_test_id("bar-dropped")).to_have_text(f"{without} runs without a value left out")
+        expect(page.get_by_test_id("bar-count")).to_have_text(f"{len(runs) - without} of {len(runs) - without} runs")
+        # AUC bars: the axis ends at the data (≤ 1.0), not at a far tick like 1.2.
+        page.get_by_test_id("bar-field").select_option("run.best.val/auc")
+        expect(page.get_by_test_id("bar").first).to_be_visible()
+        ticks = [float(t) for t in page.get_by_test_id("chart-bar").locator("g.axis-x text.tick").all_text_contents()]
+        assert ticks and max(ticks) <= 1.0
+        shot(page, "chart-bar-dropped")
+
+        # Scatter of non-negative values: the axes do not start below zero.
+        page.get_by_test_id("chart-kind-scatter").click()
+        page.get_by_test_id("scatter-x").select_option("config.optim.lr")
+        page.get_by_test_id("scatter-y").select_option("run.best.val/auc")
+        expect(page.get_by_test_id("scatter-point").first).to_be_visible()
+        texts = page.get_by_test_id("chart-scatter").locator("g.axis text.tick").all_text_contents()
+        numbers = [float(t) for t in texts]
+        assert numbers and min(numbers) >= 0
+        shot(page, "chart-scatter-padding")
+        s.assert_clean()
+
+
+# -- 5. differing params in view ---------------------------------------------------------------------------
+
+
+def test_differing_params_only_brings_the_differing_columns_into_view(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        holder = page.locator(".tabulator-tableholder")
+        holder.evaluate("(el) => { el.scrollLeft = el.scrollWidth; }")
+        switch(page, "differing-toggle").click()
+        expect(page.get_by_test_id("differing-toggle")).to_be_checked()
+        differing = viewer.table(differing="1")["differing"]
+        assert differing
+        first = page.locator(f".tabulator-col[tabulator-field='{differing[0]}']")
+        expect(first).to_be_visible()
+        page.wait_for_function("() => document.querySelector('.tabulator-tableholder').scrollLeft === 0")
+        box, table_box = first.bounding_box(), page.get_by_test_id("runs-table").bounding_box()
+        assert box is not None and table_box is not None
+        assert box["x"] + box["width"] <= table_box["x"] + table_box["width"]  # on screen, not off to the right
+        name_box = page.locator(".tabulator-col[tabulator-field='name']").bounding_box()
+        assert name_box is not None and name_box["x"] < box["x"]  # right after the name
+        shot(page, "table-differing")
+        s.assert_clean()
+
+
+# -- 11. keyboard ---------------------------------------------------------------------------------------------
+
+
+def test_arrow_keys_move_enter_inspects_and_space_ticks(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        rows = page.get_by_test_id("run-row")
+        expect(rows.nth(2)).to_be_visible()
+        keys = [rows.nth(i).get_attribute("data-key") for i in range(3)]
+        rows.nth(0).locator(".cell-name").click()
+        table = page.get_by_test_id("runs-table")
+        expect(table).to_be_focused()
+        expect(table).to_have_attribute("data-cursor", keys[0] or "")
+        page.keyboard.press("Escape")  # closes the inspector; the table keeps the focus
+        expect(page.get_by_test_id("inspector")).to_be_hidden()
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowDown")
+        expect(table).to_have_attribute("data-cursor", keys[2] or "")
+        expect(rows.nth(2)).to_have_class(re.compile(r"\bis-cursor\b"))
+        page.keyboard.press("ArrowUp")
+        expect(table).to_have_attribute("data-cursor", keys[1] or "")
+        page.keyboard.press("Enter")
+        expect(page.get_by_test_id("inspector")).to_be_visible()
+        name = viewer.api("/api/runs")["runs"]
+        expected = next(r["name"] for r in name if r["key"] == keys[1])
+        expect(page.get_by_test_id("inspector-name")).to_have_text(expected)
+        page.keyboard.press("Space")
+        expect(page.get_by_test_id("selection-count")).to_have_text("1")
+        expect(rows.nth(1).get_by_test_id("row-check")).to_be_checked()
+        # With the inspector open, the cursor takes it along.
+        page.keyboard.press("ArrowDown")
+        expected = next(r["name"] for r in name if r["key"] == keys[2])
+        expect(page.get_by_test_id("inspector-name")).to_have_text(expected)
+        page.keyboard.press("Space")
+        expect(page.get_by_test_id("selection-count")).to_have_text("2")
+        page.keyboard.press("Space")
+        expect(page.get_by_test_id("selection-count")).to_have_text("1")
+        # End goes to the last row, scrolled into view.
+        page.keyboard.press("End")
+        expect(page.locator("[data-testid=run-row].is-cursor")).to_be_in_viewport()
+        shot(page, "table-keyboard")
+        s.assert_clean()

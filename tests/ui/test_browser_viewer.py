@@ -327,3 +327,52 @@ def test_arrow_keys_move_enter_inspects_and_space_ticks(browser: Browser, viewer
         expect(page.locator("[data-testid=run-row].is-cursor")).to_be_in_viewport()
         shot(page, "table-keyboard")
         s.assert_clean()
+
+
+# -- 10. the view in the URL --------------------------------------------------------------------------------
+
+
+def test_the_view_lives_in_the_url_back_and_forward_work_and_a_bookmark_restores_it(
+    browser: Browser, viewer: Viewer,
+) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        assert "token" not in page.url
+        page.get_by_test_id("search").fill("resnet")
+        expect(page.get_by_test_id("table-info")).to_have_text(re.compile(r"^(?!25 )\d+ of 25 runs$"))
+        shown = page.get_by_test_id("table-info").inner_text()
+        select_runs(page, "resnet50-c10-22", "resnet18-c10-20")
+        page.get_by_test_id("selection-plot").click()
+        expect(page.get_by_test_id("view-charts")).to_be_visible()
+        page.get_by_test_id("x-axis").select_option("epoch")
+        page.get_by_test_id("nav-compare").click()
+        expect(page.get_by_test_id("compare-table")).to_be_visible()
+        page.wait_for_function("() => location.hash.includes('x=epoch') && location.hash.includes('v=compare')")
+        bookmark = page.url
+        assert "token" not in bookmark and "#" in bookmark
+
+        page.go_back()
+        expect(page.get_by_test_id("view-charts")).to_be_visible()
+        expect(page.get_by_test_id("x-axis")).to_have_value("epoch")
+        page.go_back()
+        expect(page.get_by_test_id("view-runs")).to_be_visible()
+        expect(page.get_by_test_id("search")).to_have_value("resnet")
+        page.go_forward()
+        expect(page.get_by_test_id("view-charts")).to_be_visible()
+        expect(page.get_by_test_id("legend-item")).to_have_count(2)
+        s.assert_clean()
+
+        # The bookmark, opened in a new tab after the remembered view was reset, shows the same view.
+        viewer.forget_view()
+        other = page.context.new_page()
+        other.goto(bookmark)
+        expect(other.get_by_test_id("view-compare")).to_be_visible()
+        expect(other.get_by_test_id("compare-run-name")).to_have_count(2)
+        expect(other.get_by_test_id("selection-count")).to_have_text("2")
+        other.get_by_test_id("nav-runs").click()
+        expect(other.get_by_test_id("search")).to_have_value("resnet")
+        expect(other.get_by_test_id("table-info")).to_have_text(shown)
+        other.get_by_test_id("nav-charts").click()
+        expect(other.get_by_test_id("x-axis")).to_have_value("epoch")
+        shot(other, "bookmark-restored")
+        other.close()

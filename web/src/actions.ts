@@ -3,7 +3,7 @@
 
 import { api, sameQuestion, type TableQuery, tableQuestion } from "./api";
 import { debounce } from "./dom";
-import { type StatusSegment, store } from "./store";
+import { type StatusSegment, store, type UiState } from "./store";
 import type { ExportResponse, TableResponse } from "./types";
 import { errorText, toast } from "./ui";
 
@@ -193,4 +193,24 @@ export function enableSaving(): void {
   store.on("ui", () => {
     if (saveEnabled) saveNow();
   });
+}
+
+// -- the view from the URL (Back/Forward, an edited hash) -------------------------------------------
+
+/**
+ * Show the view `next` (from the URL hash): the table is asked again only when its question
+ * changed; the selection, the view and every view's controls follow. Saved as the remembered view.
+ */
+export function restoreUi(next: UiState): void {
+  const before = store.ui;
+  const question = (differing: boolean) => JSON.stringify([tableQuestion(currentTableQuery()), differing]);
+  const asked = question(before.differing);
+  store.ui = { ...next, selection: before.selection };
+  if (JSON.stringify(next.selection) !== JSON.stringify(before.selection)) {
+    store.setSelection(next.selection.filter((k) => store.runs.has(k)));
+  }
+  if (question(next.differing) !== asked) void queryTable();
+  store.emit("restored");
+  if (next.view !== before.view) store.emit("view");
+  store.emit("ui", "restored");
 }

@@ -138,6 +138,7 @@ export type Topic =
   | "ui" // any remembered setting changed
   | "inspector"
   | "live" // events stream connected/disconnected
+  | "restored" // the whole view was replaced (Back/Forward): views re-read their controls
   | "polled"; // the server polled (changed or not): the "refreshed" time moved
 
 type Listener = (detail?: unknown) => void;

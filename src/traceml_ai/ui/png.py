@@ -170,7 +170,7 @@ def _fixed_layout(fig: Any, *, line: bool, panels: int, labels_below: bool) -> N
     right = (width - 2.0 + 0.15) / width if line else 1 - 0.2 / width  # the line legend sits in the 2 in on the right
     bottom = (1.1 if labels_below else 0.45) / height  # rotated bar/box labels need room
     fig.subplots_adjust(left=0.75 / width, right=right, top=1 - 0.3 / height, bottom=bottom,
-                        hspace=0.45 if panels > 1 else 0.2)
+                        hspace=0.3 if panels > 1 else 0.2)
 
 
 def _encode(fig: Any) -> bytes:
@@ -248,7 +248,9 @@ def _draw_lines(
     max_points: int,
     colors: Mapping[str, str],
 ) -> None:
-    x_label = "step" if spec.group_by else {"step": "step", "epoch": "epoch", "time": "time (s)"}[spec.x]
+    x_label = "step" if spec.group_by else {"step": "step", "epoch": "epoch", "time": "wall time"}[spec.x]
+    names = run_labels([run for run, _tail in histories])
+    x_max = 0.0
     for i, (ax, metric) in enumerate(zip(axes, spec.metrics, strict=True)):
         ax.set_title(metric, color=colors["fg"], fontsize=9, loc="left")
         drawn = False
@@ -264,11 +266,13 @@ def _draw_lines(
                     continue
                 pts = line_points(series, spec.x, spec.ema, max_points, t0=first_time(tail))
                 color = PALETTE[j % len(PALETTE)]
+                label = names.get(run.key, run.name)
+                x_max = max([x_max, *(x for x in pts.x if x is not None)])
                 if pts.smoothed is not None:
                     ax.plot(pts.x, pts.y, color=color, linewidth=0.8, alpha=0.3)
-                    ax.plot(pts.x, pts.smoothed, color=color, linewidth=1.2, label=run.name)
+                    ax.plot(pts.x, pts.smoothed, color=color, linewidth=1.2, label=label)
                 else:
-                    ax.plot(pts.x, pts.y, color=color, linewidth=1.2, label=run.name)
+                    ax.plot(pts.x, pts.y, color=color, linewidth=1.2, label=label)
                 drawn = True
         if not drawn:
             _note(ax, f"no values of {metric}", colors)
@@ -277,7 +281,47 @@ def _draw_lines(
             _style_axes(ax, colors)  # a new scale brings new tick labels
         if i == 0:
             _legend(ax, colors, outside=True)
+    if spec.x == "time" and not spec.group_by:
+        x_label = _time_axis(axes[-1], x_max)
     axes[-1].set_xlabel(x_label, color=colors["muted"], fontsize=8)
+
+
+def _time_axis(ax: Axes, x_max: float) -> str:
+    """Wall-time ticks in one unit as the page draws them (s under 3 min, min under 3 h, else h),
+    at a clean step of that unit; returns the axis label naming the unit."""
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+    unit, div = ("s", 1.0) if x_max < 180 else ("min", 60.0) if x_max < 3 * 3600 else ("h", 3600.0)
+    raw = x_max / div / 6
+    steps = sorted([*([0.25, 3, 6, 12, 24, 48] if unit == "h" else [15, 30]),
+                    *(m * 10.0**k for k in range(-3, 7) for m in (1, 2, 5))])
+    step = next((st for st in steps if st >= raw), raw) if raw > 0 else 1.0
+    ax.xaxis.set_major_locator(MultipleLocator(step * div))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / div:g}"))
+    return f"wall time ({unit})"
+
+
+def run_labels(runs: Sequence[RunSummary]) -> dict[str, str]:
+    """Legend labels by run key: the name, with `` · <short id>`` where two runs share a name (the
+    page's rule, ``web/src/columns.ts`` ``runLabels``)."""
+    count: dict[str, int] = {}
+    for run in runs:
+        count[run.name or run.id] = count.get(run.name or run.id, 0) + 1
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for run in runs:
+        name = run.name or run.id
+        if count[name] < 2:
+            out[run.key] = name
+            continue
+        tail = run.id.rsplit("_", 1)[-1]
+        short = tail if tail != run.id and 0 < len(tail) <= 8 else run.id[-6:]
+        label = f"{name} · {short}"
+        if label in taken:
+            label = f"{name} · {run.id}"
+        taken.add(label)
+        out[run.key] = label
+    return out
 
 
 def _draw_bars(ax: Axes, spec: BarSpec, runs: Sequence[RunSummary], colors: Mapping[str, str]) -> None:

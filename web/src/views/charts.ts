@@ -66,6 +66,10 @@ export class ChartsView implements ViewModule {
         if (this.visible) (this.parts.line as LineCharts).renderToolbar();
       } else this.refresh();
     });
+    store.on("restored", () => {
+      for (const [k, part] of Object.entries(this.parts)) if (k !== store.ui.chart) part.setVisible(false);
+      if (this.visible) this.show();
+    });
     store.on("runs", (changed) => {
       if (!this.visible) return;
       const kind = store.ui.chart;

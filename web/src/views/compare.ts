@@ -31,6 +31,7 @@ export class CompareView implements ViewModule {
     };
     store.on("runs", again);
     store.on("selection", again);
+    store.on("restored", again);
   }
 
   show(): void {

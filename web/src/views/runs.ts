@@ -101,6 +101,11 @@ export class RunsView implements ViewModule {
     });
     store.on("selection", () => this.renderSelectionActions());
     store.on("inspector", () => this.table.syncInspected());
+    store.on("restored", () => {
+      if (document.activeElement !== this.search) this.search.value = store.ui.search;
+      this.renderToolbar();
+      this.table.updateSortMarks();
+    });
     this.renderToolbar();
   }
 

@@ -102,12 +102,18 @@ export async function queryFirstTable(): Promise<TableResponse | null> {
 
 export const queryTableSoon = debounce(() => void queryTable(), 180);
 
-/** Keys of the table in the order it is drawn (group by group when grouped). */
+/** Keys of the table in the order it is drawn (group by group when grouped), at most Max rows. */
 export function tableOrder(): string[] {
   const t = store.table;
   if (!t) return [];
   const keys = t.groups ? t.groups.flatMap((g) => g.keys) : t.keys;
-  return keys.filter((k) => store.runs.has(k));
+  return limitRows(keys.filter((k) => store.runs.has(k)));
+}
+
+/** The first Max rows of `keys` (all of them without a limit). */
+export function limitRows<T>(keys: T[]): T[] {
+  const n = store.ui.maxRows;
+  return n !== null && keys.length > n ? keys.slice(0, n) : keys;
 }
 
 /**

@@ -11,6 +11,24 @@ import { debounce } from "./dom";
 import { defaultUiState, parseUiState, type UiState } from "./store";
 
 const MARK = "v";
+/** sessionStorage key: the hash this tab wrote last (to tell a reload from an opened link). */
+const WRITTEN = "traceml.hash";
+
+/**
+ * The view of the address the page opened with, or null to use the remembered one. A link, a
+ * bookmark or an edited hash wins; a reload of this tab (the hash it wrote itself) does not, so
+ * the remembered view, which another tab may have changed since, is shown as before.
+ */
+export function openingUi(): UiState | null {
+  const hash = window.location.hash;
+  let written: string | null = null;
+  try {
+    written = window.sessionStorage.getItem(WRITTEN);
+  } catch {
+    written = null; // storage refused: treat the hash as a link
+  }
+  return hash && hash !== written ? hashToUi(hash) : null;
+}
 
 /** `#…` for a view (the defaults left out). */
 export function uiToHash(ui: UiState): string {
@@ -39,6 +57,7 @@ export function uiToHash(ui: UiState): string {
   json("bx", ui.box, d.box);
   json("br", ui.bar, d.bar);
   if (ui.compareOnlyDiff) p.set("cd", "1");
+  if (ui.maxRows !== null) p.set("n", String(ui.maxRows));
   return `#${p.toString()}`;
 }
 
@@ -78,6 +97,7 @@ export function hashToUi(hash: string): UiState | null {
     box: obj("bx") ?? undefined,
     bar: obj("br") ?? undefined,
     compareOnlyDiff: p.get("cd") === "1",
+    maxRows: p.has("n") ? Number(p.get("n")) : null,
   };
   return parseUiState(raw);
 }
@@ -96,6 +116,11 @@ export function syncHash(read: () => UiState, apply: (ui: UiState) => void): (ke
   const write = (push: boolean) => {
     const ui = read();
     const hash = uiToHash(ui);
+    try {
+      window.sessionStorage.setItem(WRITTEN, hash);
+    } catch {
+      // no storage: a reload then opens the view of the address
+    }
     if (hash === window.location.hash) return;
     if (push && (ui.view !== entry.view || ui.chart !== entry.chart)) {
       history.replaceState(null, "", url(uiToHash({ ...ui, ...entry })));

@@ -5,7 +5,7 @@
 
 import "./styles/app.css";
 import { enableSaving, loadRuns, loadUiState, queryFirstTable, restoreUi } from "./actions";
-import { hashToUi, syncHash } from "./hash";
+import { openingUi, syncHash } from "./hash";
 import { h, replace } from "./dom";
 import { connectLive } from "./live";
 import { Shell } from "./shell";
@@ -23,8 +23,8 @@ async function boot(): Promise<void> {
   const host = document.getElementById("app");
   if (!host) return;
   const remembered = await loadUiState();
-  // A view in the URL (a bookmark, a shared link, a reload) wins over the remembered one.
-  store.ui = hashToUi(window.location.hash) ?? parseUiState(remembered);
+  // A view in the URL (a bookmark, a shared link) wins over the remembered one; a reload does not.
+  store.ui = openingUi() ?? parseUiState(remembered);
   const table = queryFirstTable();
   const runs = loadRuns(true);
   try {

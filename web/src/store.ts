@@ -50,6 +50,8 @@ export interface UiState {
   box: FieldState;
   bar: FieldState;
   compareOnlyDiff: boolean;
+  /** Show (and export) at most this many table rows, in table order; null: all. */
+  maxRows: number | null;
 }
 
 export function defaultUiState(): UiState {
@@ -74,6 +76,7 @@ export function defaultUiState(): UiState {
     box: { field: null, groupBy: null },
     bar: { field: null, groupBy: null },
     compareOnlyDiff: false,
+    maxRows: null,
   };
 }
 
@@ -125,6 +128,7 @@ export function parseUiState(raw: unknown): UiState {
     box: { field: strOrNull(box.field, null), groupBy: strOrNull(box.groupBy, null) },
     bar: { field: strOrNull(bar.field, null), groupBy: strOrNull(bar.groupBy, null) },
     compareOnlyDiff: bool(r.compareOnlyDiff, false),
+    maxRows: typeof r.maxRows === "number" && Number.isInteger(r.maxRows) && r.maxRows >= 1 ? r.maxRows : null,
   };
 }
 

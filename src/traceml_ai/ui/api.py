@@ -183,6 +183,14 @@ def routes(viewer: Viewer) -> list[Route]:
         text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
         return PlainTextResponse(text, headers={"cache-control": "no-store"})
 
+    async def get_export(request: Request) -> Response:
+        # A CSV/PNG this viewer wrote into its cache folder, shown read-only (export bar "Open").
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder")
+        data, media = await asyncio.to_thread(viewer.cache.read_export, request.query_params.get("name", ""))
+        return Response(data, media_type=media,
+                        headers={"cache-control": "no-store", "x-content-type-options": "nosniff"})
+
     async def get_attachments(request: Request) -> Response:
         # The key is a known run's key; the answer names local files by token, never by path.
         key = request.path_params["key"]
@@ -277,6 +285,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/chart", guarded(post_chart), methods=["POST"]),
         Route("/api/run", guarded(get_run), methods=["GET"]),
         Route("/api/file", guarded(get_file), methods=["GET"]),
+        Route("/api/export/file", guarded(get_export), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
         Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),

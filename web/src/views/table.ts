@@ -19,12 +19,13 @@ import {
   FrozenColumnsModule,
   GroupRowsModule,
   InteractionModule,
+  MoveColumnsModule,
   type Options,
   ResizeColumnsModule,
   type RowComponent,
   Tabulator,
 } from "tabulator-tables";
-import { queryTable, shownColumns } from "../actions";
+import { limitRows, queryTable, shownColumns } from "../actions";
 import { cellGetter, columnTitle, fmtPerf, isCaptured, KIND_LABEL, splitColumn } from "../columns";
 import { h } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
@@ -33,7 +34,7 @@ import { store } from "../store";
 import type { RunRow } from "../types";
 import { emptyState, paletteColor, statusBadge, swatch } from "../ui";
 
-Tabulator.registerModule([FormatModule, GroupRowsModule, InteractionModule, ResizeColumnsModule, FrozenColumnsModule]);
+Tabulator.registerModule([FormatModule, GroupRowsModule, InteractionModule, MoveColumnsModule, ResizeColumnsModule, FrozenColumnsModule]);
 
 /** Tabulator's column object as the layout modes see it (internal API). */
 interface LayoutColumn {
@@ -85,6 +86,8 @@ const WARN = "_warn";
 export interface TableHooks {
   /** Open the filter editor of a column, anchored at the header's funnel button. */
   editFilter(column: string, anchor: HTMLElement): void;
+  /** The user dragged a header: the shown columns in their new order. */
+  columnsMoved(order: string[]): void;
 }
 
 export class RunTable {
@@ -163,8 +166,9 @@ export class RunTable {
     const numeric = new Set(t.columns.numeric);
     const keys: string[] = [];
     const gids: number[] = [];
+    const max = store.ui.maxRows ?? Infinity;
     const push = (k: string, g: number) => {
-      if (store.runs.has(k)) {
+      if (keys.length < max && store.runs.has(k)) {
         keys.push(k);
         gids.push(g);
       }
@@ -221,6 +225,8 @@ export class RunTable {
       renderVerticalBuffer: rowHeight * 4,
       // Resize handles in the header only (one per column, not one per cell).
       columnDefaults: { resizable: "header" },
+      // Drag a header to reorder; the order is kept in the remembered view and the CSV export.
+      movableColumns: true,
       groupToggleElement: "arrow",
       groupStartOpen: true,
       rowFormatter: (row: RowComponent) => this.formatRow(row),
@@ -245,6 +251,13 @@ export class RunTable {
       this.moveCursor(key, false);
       this.host.focus({ preventScroll: true });
       store.openInspector(key);
+    });
+    tab.on("columnMoved", () => {
+      const order = tab
+        .getColumns()
+        .map((c) => c.getField())
+        .filter((f) => f && f !== SEL && f !== WARN);
+      this.hooks.columnsMoved(order);
     });
     tab.on("columnResized", (col: ColumnComponent) => {
       this.widths.set(col.getField(), col.getWidth());
@@ -732,7 +745,7 @@ export class RunTable {
   private shownKeys(): string[] {
     const t = store.table;
     if (!t) return [];
-    return (t.groups ? t.groups.flatMap((g) => g.keys) : t.keys).filter((k) => store.runs.has(k));
+    return limitRows((t.groups ? t.groups.flatMap((g) => g.keys) : t.keys).filter((k) => store.runs.has(k)));
   }
 
   /** Selection and inspector marks on the rows Tabulator built; rows built later read the store. */

@@ -22,6 +22,7 @@ import pytest
 from tests.ui.test_browser import (
     CHROMIUM,
     LAUNCH_ARGS,
+    drag_zoom,
     expect,
     open_viewer,
     plot,
@@ -31,6 +32,7 @@ from tests.ui.test_browser import (
     shot,
     switch,
     sync_api,
+    x_range,
 )
 from traceml_ai.runs.fake import generate
 
@@ -474,3 +476,49 @@ def test_dragging_a_header_reorders_the_columns_and_the_csv_export_follows(brows
         else:
             raise AssertionError(f"the remembered view has columns {columns}")
         s.assert_clean()
+
+
+# -- 12. zooming a downsampled series ----------------------------------------------------------------------------
+
+
+def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range(
+    browser: Browser, tmp_path: Path,
+) -> None:
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=0, big_run_lines=4000)  # ~2,000 val/loss points, drawn with 200 at most
+    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+        page = s.page
+        row(page, "big-run").get_by_test_id("row-check").check()
+        page.get_by_test_id("selection-plot").click()
+        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        expect(chart.locator("canvas")).to_be_visible()
+        detail = chart.get_by_test_id("series-detail")
+        expect(detail).to_have_attribute("data-detail", "downsampled")
+        bodies: list[dict[str, object]] = []
+        page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}")) if "/api/series" in r.url else None)
+        lo, hi = x_range(page, chart)
+        drag_zoom(page, chart, 0.40, 0.45)  # about 5 % of the steps: ~100 raw points, all of them drawn
+        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "zoom-full")
+        asked = [b for b in bodies if "x_range" in b]
+        assert asked, bodies
+        zlo, zhi = asked[-1]["x_range"]  # type: ignore[misc]
+        assert lo < zlo < zhi < hi
+        # The zoom stays where it was, now drawn from every point in it.
+        shown_lo, shown_hi = x_range(page, chart)
+        assert lo < shown_lo < shown_hi < hi and shown_hi - shown_lo < 0.2 * (hi - lo)
+        shot(page, "chart-zoom-finer")
+        # Reset: the whole, downsampled series again.
+        page.get_by_test_id("reset-zoom").click()
+        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
+        assert x_range(page, chart) == (lo, hi)
+        s.assert_clean()
+        key = v.key_of("big-run")
+        for bad in ([5, 1], [1], ["a", "b"], "0..9"):
+            try:
+                v.api("/api/series", {"keys": [key], "metrics": ["val/loss"], "x": "step", "x_range": bad})
+            except Exception as err:
+                assert "400" in str(err)
+            else:
+                raise AssertionError(f"x_range {bad!r} was accepted")

@@ -487,7 +487,7 @@ class LinePoints:
         x: the x values (steps, epochs, or seconds since the run's first logged time).
         y: the values, NaN for a gap.
         smoothed: the debiased EMA of the full history at the same points, or None without EMA.
-        raw_points: length of the full history.
+        raw_points: length of the full history (with ``x_range``: of the points in and next to it).
         downsampled: True when points were dropped (min/max buckets, DESIGN §4).
     """
 
@@ -527,10 +527,12 @@ def line_points(
     ema_weight: float = 0.0,
     max_points: int = DEFAULT_MAX_POINTS,
     t0: float | None = None,
+    x_range: tuple[float, float] | None = None,
 ) -> LinePoints:
     """The points a line chart draws: the EMA over the full history, then min/max downsampling to
     ``max_points`` (:func:`~traceml_ai.runs.series.downsample_indices`), the smoothed line taken at
-    the same points.
+    the same points. With ``x_range`` (a zoomed chart: lo, hi in x units) only the points inside it,
+    and one on each side so the lines reach the edges, are bucketed: finer points for the zoom.
 
     Raises:
         ValueError: ``ema_weight`` outside [0, 1) or ``max_points`` below 5.
@@ -538,13 +540,20 @@ def line_points(
     y = np.asarray(series.value, dtype=np.float64)
     xs = x_values(series, x, t0)
     smoothed = ema(y, ema_weight) if ema_weight > 0 else None
-    idx = downsample_indices(y, max_points)
+    first, last = 0, len(y)
+    if x_range is None:
+        idx = downsample_indices(y, max_points)
+    else:
+        inside = np.flatnonzero((xs >= x_range[0]) & (xs <= x_range[1]))
+        first = max(0, int(inside[0]) - 1) if inside.size else 0
+        last = min(len(y), int(inside[-1]) + 2) if inside.size else 0
+        idx = first + downsample_indices(y[first:last], max_points)
     return LinePoints(
         x=xs[idx],
         y=y[idx],
         smoothed=smoothed[idx] if smoothed is not None else None,
-        raw_points=len(series),
-        downsampled=len(idx) < len(series),
+        raw_points=last - first,  # with x_range: the points in it
+        downsampled=len(idx) < last - first,
     )
 
 

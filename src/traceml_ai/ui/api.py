@@ -134,9 +134,16 @@ def routes(viewer: Viewer) -> list[Route]:
         ema = body.get("ema", 0.0)
         if not isinstance(ema, (int, float)) or isinstance(ema, bool):
             raise RequestError("ema must be a number")
+        raw_range = body.get("x_range")
+        x_range: tuple[float, float] | None = None
+        if raw_range is not None:
+            if not (isinstance(raw_range, list) and len(raw_range) == 2
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw_range)):
+                raise RequestError("x_range must be [low, high] (numbers) or absent")
+            x_range = (float(raw_range[0]), float(raw_range[1]))
         payload = await asyncio.to_thread(
             viewer.series_payload, _str_list(body, "keys"), _str_list(body, "metrics"), str(body.get("x", "step")),
-            float(ema),
+            float(ema), x_range,
         )
         if viewer.cache is not None:  # charts are on screen: have matplotlib ready for a PNG export (once)
             from traceml_ai.ui.png import warm_up_in_background

@@ -390,12 +390,17 @@ class Viewer:
         )
         return {**answer, "query": query}
 
-    def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float) -> dict[str, Any]:
-        """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md).
+    def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float,
+                       x_range: tuple[float, float] | None = None) -> dict[str, Any]:
+        """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md); with
+        ``x_range`` (a zoomed chart) the buckets cover only that range of x.
 
         Raises:
-            RequestError: too many runs, an unknown x axis or a bad EMA weight.
+            RequestError: too many runs, an unknown x axis, a bad EMA weight or x range.
         """
+        if x_range is not None and not (math.isfinite(x_range[0]) and math.isfinite(x_range[1])
+                                        and x_range[0] < x_range[1]):
+            raise RequestError(f"x_range must be two finite numbers, low then high, got {list(x_range)}")
         if len(keys) > MAX_SERIES_RUNS:
             raise RequestError(f"at most {MAX_SERIES_RUNS} runs can be plotted at once, got {len(keys)}")
         if x not in ("step", "epoch", "time"):
@@ -413,20 +418,22 @@ class Viewer:
                 continue  # removed since the check above: like an unknown key
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
-            points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
+            points = [self._one_series(key, tail, metric, x, ema_weight, x_range) for metric in metrics]
             if tail.warnings:
                 warnings[key] = tail.warnings
             out.extend(points)
         return {"version": self.version, "series": out, "warnings": warnings}
 
-    def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
+    def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float,
+                    x_range: tuple[float, float] | None = None) -> dict[str, Any]:
         rows = len(tail.rows)
-        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points)
+        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, x_range)
         hit = self._series_cache.get(cache_key)
         if hit is not None:
             return hit
         # The same points the PNG export draws: EMA over the full history, then min/max buckets.
-        points = line_points(tail.series(metric), x, weight, self.max_points, first_time(tail))  # type: ignore[arg-type]
+        points = line_points(tail.series(metric), x, weight, self.max_points, first_time(tail),  # type: ignore[arg-type]
+                             x_range)
         item = {
             "key": key,
             "metric": metric,

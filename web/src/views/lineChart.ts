@@ -92,6 +92,10 @@ export class LineCharts {
   private visible = false;
   private resizeObs: ResizeObserver;
   private error: string | null = null;
+  /** Finer points for the zoomed range (when the full series were downsampled), and that range. */
+  private zoomData: { range: { min: number; max: number }; res: SeriesResponse } | null = null;
+  private zoomSeq = 0;
+  private fetchZoomSoon = debounce(() => void this.fetchZoom(), 250);
 
   constructor(host: HTMLElement) {
     host.append(this.note, this.legend, this.grid);
@@ -174,11 +178,41 @@ export class LineCharts {
       this.data = res;
       this.fetchedFor = sig;
       this.error = null;
+      this.zoomData = null;
+      if (this.zoom) this.fetchZoomSoon();
     } catch (err) {
       if (seq !== this.seq) return;
       this.error = errorText(err);
     }
     this.draw();
+  }
+
+  /**
+   * Zoomed into series that were downsampled: ask for the visible range again, bucketed over that
+   * range only (the same min/max buckets, so finer points), and draw those while the zoom lasts.
+   */
+  private async fetchZoom(): Promise<void> {
+    const zoom = this.zoom;
+    const data = this.data;
+    if (!zoom || !data || !data.series.some((s) => s.downsampled)) return;
+    if (this.zoomData && this.zoomData.range.min === zoom.min && this.zoomData.range.max === zoom.max) return;
+    const seq = ++this.zoomSeq;
+    const sig = this.fetchedFor;
+    try {
+      const res = await api.series(this.keys(), this.metrics(), store.ui.x, store.ui.ema, [zoom.min, zoom.max]);
+      if (seq !== this.zoomSeq || sig !== this.fetchedFor || this.zoom !== zoom) return;
+      this.zoomData = { range: zoom, res };
+      this.draw();
+    } catch (err) {
+      console.warn("finer points for the zoom not loaded:", errorText(err));
+    }
+  }
+
+  /** The series to draw: the zoom's finer ones while zoomed into the range they cover. */
+  private shownData(): SeriesResponse | null {
+    const z = this.zoomData;
+    if (z && this.zoom && z.range.min === this.zoom.min && z.range.max === this.zoom.max) return z.res;
+    return this.data;
   }
 
   // -- toolbar --------------------------------------------------------------------------------------
@@ -390,7 +424,8 @@ export class LineCharts {
     }
     const { byKey, groups } = this.colors(keys);
     this.renderLegend(keys, byKey, groups);
-    const data = this.data;
+    const data = this.shownData();
+    const zoomed = data !== this.data;
     const cards: HTMLElement[] = [];
     const mounts: { el: HTMLElement; series: Series[] }[] = [];
     for (const metric of metrics) {
@@ -405,7 +440,15 @@ export class LineCharts {
           "div",
           { class: "chart-card-head" },
           h("span", { class: "chart-card-title", text: metric }),
-          down ? h("span", { class: "chart-card-note", title: `${raw} raw points`, text: "downsampled" }) : null,
+          down || zoomed
+            ? h("span", {
+                class: "chart-card-note",
+                testid: "series-detail",
+                data: { detail: zoomed ? (down ? "zoom-downsampled" : "zoom-full") : "downsampled" },
+                title: zoomed ? `${raw} raw points in the zoomed range` : `${raw} raw points`,
+                text: zoomed ? (down ? "zoom: downsampled" : "zoom: every point") : "downsampled",
+              })
+            : null,
         ),
         plotEl,
       );
@@ -605,6 +648,7 @@ export class LineCharts {
               for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
               self.applying = false;
               self.renderToolbar();
+              self.fetchZoomSoon();
             },
           ],
           setCursor: [(pu: uPlot) => self.tip(pu, tooltip, report)],
@@ -622,7 +666,11 @@ export class LineCharts {
     el.appendChild(tooltip);
     u.over.addEventListener("dblclick", () => {
       this.zoom = null;
-      this.renderToolbar();
+      // Drawn from the zoom's finer points: draw the whole series again (uPlot only knows those).
+      if (this.zoomData) {
+        this.zoomData = null;
+        this.draw();
+      } else this.renderToolbar();
     });
     u.over.addEventListener("mouseleave", () => {
       tooltip.hidden = true;

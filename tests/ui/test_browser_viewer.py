@@ -522,3 +522,45 @@ def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range
                 assert "400" in str(err)
             else:
                 raise AssertionError(f"x_range {bad!r} was accepted")
+
+
+# -- 1. plot by groups ----------------------------------------------------------------------------------------------
+
+
+def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        expect(page.get_by_test_id("group-header").first).to_be_visible()
+        groups = viewer.table(group="config.data.dataset")["groups"]
+        # Tick two whole groups (their header checkboxes).
+        labels = [g["label"] for g in groups[:2]]
+        for label in labels:
+            page.locator(f"[data-testid=group-header][data-group='{label}'] [data-testid=group-select]").check()
+        n_runs = sum(len(g["keys"]) for g in groups[:2])
+        expect(page.get_by_test_id("selection-count")).to_have_text(str(n_runs))
+        page.get_by_test_id("selection-plot").click()
+        switch(page, "plot-groups").click()
+        expect(page.get_by_test_id("plot-groups")).to_be_checked()
+        legend = page.get_by_test_id("legend-group")
+        expect(legend).to_have_count(2)
+        assert legend.all_inner_texts() == [f"{g['label']} ({len(g['keys'])} runs)" for g in groups[:2]]
+        chart = page.get_by_test_id("chart-line").first
+        expect(chart.locator(".plot")).to_have_attribute("data-groups", "2")
+        expect(page.get_by_test_id("x-axis")).to_be_disabled()  # means are taken step by step
+        # The tooltip gives each group's mean, its band and how many runs had a value at that step.
+        box = chart.locator(".u-over").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+        tip = chart.locator(".plot-tip")
+        expect(tip).to_be_visible()
+        expect(tip.locator(".plot-tip-name").first).to_have_text(re.compile(r" · n=\d+$"))
+        expect(tip.locator(".plot-tip-v").first).to_have_text(re.compile(r"^[\d.]+ \([\d.]+ – [\d.]+\)$"))
+        page.get_by_test_id("band").select_option("std")
+        shot(page, "chart-line-groups")
+        # The chart CSV carries the groups: group, step, mean, n_runs.
+        page.get_by_test_id("export-chart-csv").click()
+        expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart CSV saved:")
+        head = read_csv(Path(page.get_by_test_id("export-path").inner_text()))[0]
+        assert head[0] == "group" and "step" in head and any(h.startswith("n_runs") or h == "n_runs" for h in head)
+        s.assert_clean()

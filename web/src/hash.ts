@@ -58,6 +58,8 @@ export function uiToHash(ui: UiState): string {
   json("br", ui.bar, d.bar);
   if (ui.compareOnlyDiff) p.set("cd", "1");
   if (ui.maxRows !== null) p.set("n", String(ui.maxRows));
+  if (ui.plotGroups) p.set("pg", "1");
+  if (ui.band !== d.band) p.set("band", ui.band);
   return `#${p.toString()}`;
 }
 
@@ -98,6 +100,8 @@ export function hashToUi(hash: string): UiState | null {
     bar: obj("br") ?? undefined,
     compareOnlyDiff: p.get("cd") === "1",
     maxRows: p.has("n") ? Number(p.get("n")) : null,
+    plotGroups: p.get("pg") === "1",
+    band: p.get("band") ?? undefined,
   };
   return parseUiState(raw);
 }

@@ -52,6 +52,10 @@ export interface UiState {
   compareOnlyDiff: boolean;
   /** Show (and export) at most this many table rows, in table order; null: all. */
   maxRows: number | null;
+  /** Line charts of a grouped table: one mean line per group with a band, not one line per run. */
+  plotGroups: boolean;
+  /** The band around a group's mean: min–max or ± one standard deviation. */
+  band: "minmax" | "std";
 }
 
 export function defaultUiState(): UiState {
@@ -77,6 +81,8 @@ export function defaultUiState(): UiState {
     bar: { field: null, groupBy: null },
     compareOnlyDiff: false,
     maxRows: null,
+    plotGroups: false,
+    band: "minmax",
   };
 }
 
@@ -129,6 +135,8 @@ export function parseUiState(raw: unknown): UiState {
     bar: { field: strOrNull(bar.field, null), groupBy: strOrNull(bar.groupBy, null) },
     compareOnlyDiff: bool(r.compareOnlyDiff, false),
     maxRows: typeof r.maxRows === "number" && Number.isInteger(r.maxRows) && r.maxRows >= 1 ? r.maxRows : null,
+    plotGroups: bool(r.plotGroups, false),
+    band: r.band === "std" ? "std" : "minmax",
   };
 }
 

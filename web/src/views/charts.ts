@@ -63,7 +63,9 @@ export class ChartsView implements ViewModule {
       // The line charts do not depend on the table (only their colour-by choices do).
       if (store.ui.chart === "line") {
         this.renderScope();
-        if (this.visible) (this.parts.line as LineCharts).renderToolbar();
+        // Plot by groups draws the table's groups: a new grouping redraws the charts.
+        if (this.visible && store.ui.plotGroups) this.parts.line.refresh();
+        else if (this.visible) (this.parts.line as LineCharts).renderToolbar();
       } else this.refresh();
     });
     store.on("restored", () => {

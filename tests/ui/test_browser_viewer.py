@@ -564,3 +564,34 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         head = read_csv(Path(page.get_by_test_id("export-path").inner_text()))[0]
         assert head[0] == "group" and "step" in head and any(h.startswith("n_runs") or h == "n_runs" for h in head)
         s.assert_clean()
+
+
+def test_the_scatter_of_a_grouped_table_marks_each_groups_mean_and_std(browser: Browser, viewer: Viewer) -> None:
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        expect(page.get_by_test_id("group-header").first).to_be_visible()
+        groups = viewer.table(group="config.data.dataset")["groups"]
+        page.get_by_test_id("nav-charts").click()
+        page.get_by_test_id("chart-kind-scatter").click()
+        page.get_by_test_id("scatter-x").select_option("config.optim.lr")
+        page.get_by_test_id("scatter-y").select_option("run.best.val/auc")
+        expect(page.get_by_test_id("scatter-point").first).to_be_visible()
+        expect(page.get_by_test_id("scatter-group-mean")).to_have_count(0)
+        switch(page, "scatter-group-means").click()
+        marks = page.get_by_test_id("scatter-group-mean")
+        expect(marks).to_have_count(len(groups))
+        assert [marks.nth(i).get_attribute("data-group") for i in range(len(groups))] == [g["label"] for g in groups]
+        # Each mark sits at its group's mean of the plotted values.
+        runs = {r["key"]: r for r in viewer.api("/api/runs")["runs"]}
+        first = groups[0]
+        vals = [runs[k]["best"].get("val/auc", {}).get("value") for k in first["keys"]]
+        lrs = [runs[k]["params"].get("optim.lr") for k in first["keys"]]
+        pairs = [(x, y) for x, y in zip(lrs, vals, strict=True) if isinstance(x, (int, float)) and isinstance(y, (int, float))]
+        tip = marks.first.locator("title").text_content() or ""
+        mean_y = sum(y for _, y in pairs) / len(pairs)
+        assert f"(n={len(pairs)})" in tip and "mean run.best.val/auc = " in tip
+        shown = float(tip.split("mean run.best.val/auc = ")[1].split(" ")[0])
+        assert abs(shown - mean_y) <= 5e-4 * max(1.0, abs(mean_y))
+        shot(page, "chart-scatter-group-means")
+        s.assert_clean()

@@ -22,6 +22,50 @@ export function chartKeys(): { keys: string[]; scope: string } {
   return { keys, scope: `all ${keys.length} shown runs (none selected)` };
 }
 
+interface GroupMean {
+  label: string;
+  color: string;
+  n: number;
+  mx: number;
+  my: number;
+  sx: number;
+  sy: number;
+}
+
+/** Per table group, the mean and (population) standard deviation of its drawn points. */
+function groupMeans(pts: { key: string; x: number; y: number }[]): GroupMean[] {
+  const out: GroupMean[] = [];
+  for (const g of store.table?.groups ?? []) {
+    const members = new Set(g.keys);
+    const mine = pts.filter((p) => members.has(p.key));
+    if (!mine.length) continue;
+    const mean = (vs: number[]) => vs.reduce((a, b) => a + b, 0) / vs.length;
+    const sd = (vs: number[], m: number) => Math.sqrt(vs.reduce((a, v) => a + (v - m) * (v - m), 0) / vs.length);
+    const xs = mine.map((p) => p.x);
+    const ys = mine.map((p) => p.y);
+    const mx = mean(xs);
+    const my = mean(ys);
+    out.push({ label: g.label, color: paletteColor(g.color), n: mine.length, mx, my, sx: sd(xs, mx), sy: sd(ys, my) });
+  }
+  return out;
+}
+
+/** A group's mean as a diamond with ± std whiskers in x and y. */
+function meanMark(m: GroupMean, xsc: Scale, ysc: Scale, xName: string, yName: string): SVGElement {
+  // Whiskers stop at the axes' ends (a wide spread would run off the plot).
+  const clampX = (v: number) => Math.min(Math.max(v, xsc.domain[0]), xsc.domain[1]);
+  const clampY = (v: number) => Math.min(Math.max(v, ysc.domain[0]), ysc.domain[1]);
+  const cx = xsc(m.mx);
+  const cy = ysc(m.my);
+  const g = s("g", { class: "group-mean", "data-testid": "scatter-group-mean", "data-group": m.label });
+  g.appendChild(s("line", { x1: xsc(clampX(m.mx - m.sx)), x2: xsc(clampX(m.mx + m.sx)), y1: cy, y2: cy, class: "whisker", stroke: m.color }));
+  g.appendChild(s("line", { x1: cx, x2: cx, y1: ysc(clampY(m.my - m.sy)), y2: ysc(clampY(m.my + m.sy)), class: "whisker", stroke: m.color }));
+  const d = 7;
+  g.appendChild(s("path", { d: `M${cx} ${cy - d}L${cx + d} ${cy}L${cx} ${cy + d}L${cx - d} ${cy}Z`, fill: m.color, stroke: "#0b0d12", class: "mean-mark" }));
+  g.appendChild(svgTitle(`${m.label} (n=${m.n})\nmean ${xName} = ${fmtNum(m.mx)} ± ${fmtNum(m.sx)}\nmean ${yName} = ${fmtNum(m.my)} ± ${fmtNum(m.sy)}`));
+  return g;
+}
+
 /** Labels of the charted runs (a short id added where names collide), by key. */
 function runLabelsOf(keys: (string | null)[]): Map<string, string> {
   const runs = [];
@@ -232,6 +276,12 @@ export class ScatterChart extends RunChart<ScatterResponse> {
         store.set("scatter", { ...this.st(), logY: on });
         this.refresh();
       }, "scatter-log-y"),
+      store.ui.group !== null
+        ? toggle("Group means", store.ui.plotGroups, (on) => {
+            store.set("plotGroups", on);
+            this.refresh();
+          }, "scatter-group-means", `The mean ± std of each group of ${store.ui.group} over its points`)
+        : null,
     );
   }
 
@@ -300,6 +350,8 @@ export class ScatterChart extends RunChart<ScatterResponse> {
       g.appendChild(c);
     }
     f.svg.appendChild(g);
+    const means = store.ui.plotGroups && store.ui.group !== null ? groupMeans(pts) : [];
+    for (const m of means) f.svg.appendChild(meanMark(m, xsc, ysc, st.x, st.y));
     const dropped = d.dropped;
     replace(
       this.body,
@@ -315,6 +367,14 @@ export class ScatterChart extends RunChart<ScatterResponse> {
         notPositive ? h("span", { class: "meta-warn", text: `${notPositive} not drawn (≤ 0 on a log axis)` }) : null,
       ),
       st.color ? groupLegend(groups, columnTitle(st.color)) : null,
+      means.length
+        ? h(
+            "div",
+            { class: "legend-groups" },
+            h("span", { class: "legend-title", text: `mean ± std by ${store.ui.group ?? ""}` }),
+            ...means.map((m) => h("span", { class: "legend-group" }, swatch(m.color), h("span", { text: `${m.label} (n=${m.n})` }))),
+          )
+        : null,
       h("div", { class: "chart-card", testid: "chart-scatter" }, f.svg),
     );
   }

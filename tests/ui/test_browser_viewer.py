@@ -587,7 +587,8 @@ def test_the_scatter_of_a_grouped_table_marks_each_groups_mean_and_std(browser: 
         first = groups[0]
         vals = [runs[k]["best"].get("val/auc", {}).get("value") for k in first["keys"]]
         lrs = [runs[k]["params"].get("optim.lr") for k in first["keys"]]
-        pairs = [(x, y) for x, y in zip(lrs, vals, strict=True) if isinstance(x, (int, float)) and isinstance(y, (int, float))]
+        pairs = [(x, y) for x, y in zip(lrs, vals, strict=True)
+                 if isinstance(x, (int, float)) and isinstance(y, (int, float))]
         tip = marks.first.locator("title").text_content() or ""
         mean_y = sum(y for _, y in pairs) / len(pairs)
         assert f"(n={len(pairs)})" in tip and "mean run.best.val/auc = " in tip

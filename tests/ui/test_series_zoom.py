@@ -3,7 +3,6 @@ range, so a zoom into a downsampled history gets every point there (real run fil
 
 from __future__ import annotations
 
-
 import pytest
 
 from traceml_ai.runs.fake import generate

@@ -8,9 +8,10 @@
 // A hash that is not ours (or empty) leaves the remembered view as it is.
 
 import { debounce } from "./dom";
-import { defaultUiState, parseUiState, type UiState } from "./store";
+import { defaultUiState, parseUiState, store, type UiState } from "./store";
 
 const MARK = "v";
+const MAX_URL_SELECTION = 200;
 /** sessionStorage key: the hash this tab wrote last (to tell a reload from an opened link). */
 const WRITTEN = "traceml.hash";
 
@@ -35,7 +36,10 @@ export function uiToHash(ui: UiState): string {
   const d = defaultUiState();
   const p = new URLSearchParams();
   p.set(MARK, ui.view);
-  for (const k of ui.selection) p.append("s", k);
+  // A very large selection stays out of the address (a URL of megabytes helps nobody): "sx"
+  // says the selection is not in it, and Back/Forward then keep the page's own.
+  if (ui.selection.length <= MAX_URL_SELECTION) for (const k of ui.selection) p.append("s", k);
+  else p.set("sx", String(ui.selection.length));
   if (ui.search) p.set("q", ui.search);
   for (const f of ui.filters) p.append("f", `${f.column}:${f.expr}`);
   if (ui.status !== d.status) p.set("st", ui.status);
@@ -77,7 +81,7 @@ export function hashToUi(hash: string): UiState | null {
   };
   const raw: Record<string, unknown> = {
     view: p.get(MARK),
-    selection: p.getAll("s"),
+    selection: p.has("sx") ? store.ui.selection : p.getAll("s"),
     search: p.get("q") ?? "",
     filters: p.getAll("f").flatMap((f) => {
       const at = f.indexOf(":");

@@ -595,4 +595,12 @@ def test_the_scatter_of_a_grouped_table_marks_each_groups_mean_and_std(browser: 
         shown = float(tip.split("mean run.best.val/auc = ")[1].split(" ")[0])
         assert abs(shown - mean_y) <= 5e-4 * max(1.0, abs(mean_y))
         shot(page, "chart-scatter-group-means")
+        # The chart CSV then holds the groups' means and standard deviations.
+        page.get_by_test_id("export-chart-csv").click()
+        expect(page.get_by_test_id("export-bar")).to_contain_text("Scatter CSV saved:")
+        table = read_csv(Path(page.get_by_test_id("export-path").inner_text()))
+        assert table[0] == ["group", "n", "mean config.optim.lr", "std config.optim.lr", "mean run.best.val/auc",
+                            "std run.best.val/auc"]
+        assert [r[0] for r in table[1:]] == [g["label"] for g in groups]
+        assert table[1][1] == str(len(pairs)) and abs(float(table[1][4]) - mean_y) < 1e-9
         s.assert_clean()

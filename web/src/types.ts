@@ -249,6 +249,8 @@ export interface ScatterSpec {
   color_field: string | null;
   log_x: boolean;
   log_y: boolean;
+  /** Export only: the chart CSV then holds each group's mean ± std (Plot by groups). */
+  group_by?: string | null;
 }
 
 export interface BoxSpec {

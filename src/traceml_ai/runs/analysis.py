@@ -90,7 +90,8 @@ class BarSpec:
 
 @dataclass(frozen=True)
 class ScatterSpec:
-    """A scatter plot of ``y_field`` against ``x_field``; optional point size and colour columns."""
+    """A scatter plot of ``y_field`` against ``x_field``; optional point size and colour columns;
+    ``group_by`` (Plot by groups): the chart CSV holds each group's mean ± std instead of the points."""
 
     keys: tuple[str, ...]
     x_field: str
@@ -99,6 +100,7 @@ class ScatterSpec:
     color_field: str | None = None
     log_x: bool = False
     log_y: bool = False
+    group_by: str | None = None
     kind: Literal["scatter"] = "scatter"
 
 
@@ -117,7 +119,7 @@ ChartSpec = LineSpec | BarSpec | ScatterSpec | BoxSpec
 _SPEC_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "line": ("keys", "metrics", "x", "ema", "log_y", "group_by"),
     "bar": ("keys", "field", "group_by"),
-    "scatter": ("keys", "x_field", "y_field", "size_field", "color_field", "log_x", "log_y"),
+    "scatter": ("keys", "x_field", "y_field", "size_field", "color_field", "log_x", "log_y", "group_by"),
     "box": ("keys", "field", "group_by"),
 }
 
@@ -176,6 +178,7 @@ def parse_chart_spec(obj: Mapping[str, Any]) -> ChartSpec:
             _column(obj, "color_field", required=False),
             _bool(obj, "log_x"),
             _bool(obj, "log_y"),
+            _column(obj, "group_by", required=False),
         )
     return BoxSpec(keys, _req_column(obj, "field"), _column(obj, "group_by", required=False))
 
@@ -733,6 +736,23 @@ def box_csv_rows(runs: Sequence[RunSummary], field: str, group_by: str | None = 
     return header, [[g["label"], p["label"], paths[p["key"]], p["value"]] for g in data["groups"] for p in g["points"]]
 
 
+def scatter_group_csv_rows(runs: Sequence[RunSummary], x_field: str, y_field: str, group_by: str) -> Table:
+    """Plot by groups in a scatter: ``group,n,mean <x>,std <x>,mean <y>,std <y>`` per group of
+    ``group_by`` (group order) over its runs with both values; std is the population standard
+    deviation (0 for one run), as the page draws it."""
+    data = scatter_data(runs, x_field, y_field)
+    points = {p["key"]: p for p in data["points"]}
+    rows: list[list[Scalar]] = []
+    for group in group_runs(runs, group_by):
+        mine = [points[r.key] for r in group.runs if r.key in points]
+        if not mine:
+            continue
+        xs = np.array([p["x"] for p in mine], dtype=np.float64)
+        ys = np.array([p["y"] for p in mine], dtype=np.float64)
+        rows.append([group.label, len(mine), float(xs.mean()), float(xs.std()), float(ys.mean()), float(ys.std())])
+    return ["group", "n", f"mean {x_field}", f"std {x_field}", f"mean {y_field}", f"std {y_field}"], rows
+
+
 def chart_csv_rows(
     spec: ChartSpec, runs: Sequence[RunSummary], histories: Sequence[tuple[RunSummary, MetricsTail]] = ()
 ) -> Table:
@@ -745,6 +765,8 @@ def chart_csv_rows(
     if isinstance(spec, BarSpec):
         return bar_csv_rows(runs, spec.field, spec.group_by)
     if isinstance(spec, ScatterSpec):
+        if spec.group_by is not None:
+            return scatter_group_csv_rows(runs, spec.x_field, spec.y_field, spec.group_by)
         return scatter_csv_rows(runs, spec.x_field, spec.y_field, spec.size_field, spec.color_field)
     return box_csv_rows(runs, spec.field, spec.group_by)
 

@@ -148,7 +148,7 @@ def routes(viewer: Viewer) -> list[Route]:
         if viewer.cache is not None:  # charts are on screen: have matplotlib ready for a PNG export (once)
             from traceml_ai.ui.png import warm_up_in_background
 
-            asyncio.get_running_loop().call_later(1.0, warm_up_in_background)
+            asyncio.get_running_loop().call_later(3.0, warm_up_in_background)  # after the first screen settles
         return JSONResponse(payload)
 
     async def post_chart(request: Request) -> Response:

@@ -386,7 +386,17 @@ export class ScatterChart extends RunChart<ScatterResponse> {
     if (!st.x || !st.y) return "Nothing to export: choose the x and y fields first.";
     return runExport(`Scatter ${format.toUpperCase()}`, () =>
       api.exportChart(
-        { chart: "scatter", keys, x_field: st.x!, y_field: st.y!, size_field: st.size, color_field: st.color, log_x: st.logX, log_y: st.logY },
+        {
+          chart: "scatter",
+          keys,
+          x_field: st.x!,
+          y_field: st.y!,
+          size_field: st.size,
+          color_field: st.color,
+          log_x: st.logX,
+          log_y: st.logY,
+          group_by: store.ui.plotGroups ? store.ui.group : null,
+        },
         format,
       ),
     );

@@ -20,6 +20,9 @@
    and warm (≤ 50 ms: the same run asked again, nothing changed). The database is written
    synthetically with the real schema (tests/diagnose/telemetry_db.py, as the aggregator writes it:
    WAL, every table, GPU ranks with per-step memory, 1 s snapshots).
+7. chart PNG export (issue 15 item 7), through the viewer as the page asks for it: one metric of 5
+   runs (≤ 0.5 s) and the worst case, 4 metrics × 30 runs × 5,000 points (≤ 1.5 s); medians of 3.
+   ``--only-png`` prints just these.
 """
 
 from __future__ import annotations
@@ -364,6 +367,57 @@ def performance_view(root: Path, ranks: int = 8, steps: int = 100_000) -> None:
     record("  warm (asked again, nothing changed)", statistics.median(warm), 0.05)
 
 
+def _write_long_run(folder: Path, i: int, points: int) -> None:
+    """A completed run with ``points`` metrics.jsonl rows of four metrics (for the PNG worst case)."""
+    folder.mkdir(parents=True)
+    run = {"schema_version": 1, "id": folder.name, "name": f"run-{i}", "status": "completed",
+           "started_at": "2026-11-30T12:00:00Z", "ended_at": "2026-11-30T14:00:00Z",
+           "heartbeat_at": "2026-11-30T14:00:00Z", "duration_s": 7200.0, "exit": {"code": 0, "signal": None}}
+    (folder / "run.json").write_text(json.dumps(run), encoding="utf-8")
+    lines = []
+    for step in range(points):
+        f = step / points
+        lines.append(orjson.dumps({
+            "step": step, "epoch": step // 100, "time": 1_790_000_000.0 + step * 1.4,
+            "train/loss": 2.0 * (1 - f) ** 2 + 0.05 * ((step * 7919 + i) % 97) / 97,
+            "val/loss": 2.1 * (1 - f) ** 2 + 0.1 + 0.01 * i, "val/auc": 0.5 + 0.4 * f - 0.002 * i,
+            "train/lr": 1e-3 * (1 - f),
+        }))
+    (folder / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def png_export(tmp: Path) -> None:
+    from traceml_ai.runs.analysis import parse_chart_spec
+
+    root = tmp / "png" / "traceml" / "runs"
+    generate(root, runs=5, seed=0)
+    for i in range(30):
+        _write_long_run(root / f"20261130-1200{i:02d}_long-{i}_ab{i:02d}", i, 5000)
+    viewer = Viewer(RunStore([root]), CacheFolder(tmp / "png" / "traceml" / ".cache", roots=[root]))
+    viewer.poll()
+    runs = viewer.store.runs()
+    small = [r.key for r in runs if "_long-" not in r.key][:5]
+    long = [r.key for r in runs if "_long-" in r.key]
+    cases = [
+        ("PNG export: 1 metric of 5 runs", small, ["val/auc"], 0.5),
+        ("PNG export: 4 metrics x 30 runs x 5,000 points", long,
+         ["train/loss", "val/loss", "val/auc", "train/lr"], 1.5),
+    ]
+    for label, keys, metrics, target in cases:
+        spec = parse_chart_spec({"chart": "line", "keys": keys, "metrics": metrics, "x": "step", "ema": 0.0,
+                                 "log_y": False, "group_by": None})
+        viewer.export_chart(spec, "png")  # matplotlib imported and the histories loaded: not measured
+        times, cpu = [], []
+        for _ in range(3):
+            t, c = time.perf_counter(), time.process_time()
+            viewer.export_chart(spec, "png")
+            times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        record(label, statistics.median(times), target)
+        note = "  (CPU seconds of this process, median; the machine may be busy)"
+        print(f"{note:<62} {statistics.median(cpu):>10.3f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-10k", action="store_true", help="skip the 10,000-run figures")
@@ -372,7 +426,13 @@ def main() -> None:
                         help="only the Performance view of 8 ranks x 100,000 steps (item 5 of issue 13)")
     parser.add_argument("--only-chart", action="store_true",
                         help="only the chart and re-poll figures of a 200,000-line run (items 23-24 of issue 15)")
+    parser.add_argument("--only-png", action="store_true",
+                        help="only the chart PNG export figures (item 7 of issue 15)")
     args = parser.parse_args()
+    if args.only_png:
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            png_export(Path(tmp))
+        return
     if args.only_perf_view:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
             performance_view(Path(tmp) / "traceml" / "runs")
@@ -402,6 +462,7 @@ def main() -> None:
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
         perf_columns(root)
         performance_view(Path(tmp) / "perfview" / "traceml" / "runs")
+        png_export(Path(tmp))
         if not args.skip_10k:
             root10 = Path(tmp) / "big" / "traceml" / "runs"
             t = time.perf_counter()

@@ -3,7 +3,7 @@
 
 import { api, sameQuestion, type TableQuery, tableQuestion } from "./api";
 import { debounce } from "./dom";
-import { type StatusSegment, store } from "./store";
+import { type StatusSegment, store, type UiState } from "./store";
 import type { ExportResponse, TableResponse } from "./types";
 import { errorText, toast } from "./ui";
 
@@ -102,12 +102,18 @@ export async function queryFirstTable(): Promise<TableResponse | null> {
 
 export const queryTableSoon = debounce(() => void queryTable(), 180);
 
-/** Keys of the table in the order it is drawn (group by group when grouped). */
+/** Keys of the table in the order it is drawn (group by group when grouped), at most Max rows. */
 export function tableOrder(): string[] {
   const t = store.table;
   if (!t) return [];
   const keys = t.groups ? t.groups.flatMap((g) => g.keys) : t.keys;
-  return keys.filter((k) => store.runs.has(k));
+  return limitRows(keys.filter((k) => store.runs.has(k)));
+}
+
+/** The first Max rows of `keys` (all of them without a limit). */
+export function limitRows<T>(keys: T[]): T[] {
+  const n = store.ui.maxRows;
+  return n !== null && keys.length > n ? keys.slice(0, n) : keys;
 }
 
 /**
@@ -119,9 +125,10 @@ export function shownColumns(): string[] {
   const t = store.table;
   if (!t) return [];
   if (!store.ui.differing) return t.columns.shown;
+  // Right after the (frozen) name column: in view at once, however wide the other run columns are.
   const rest = t.columns.shown.filter((c) => !c.startsWith("config."));
-  const at = rest.findIndex((c) => c.startsWith("run.") || c.startsWith("summary."));
-  const cut = at < 0 ? rest.length : at;
+  const at = rest.indexOf("name");
+  const cut = at < 0 ? 0 : at + 1;
   return [...rest.slice(0, cut), ...t.differing, ...rest.slice(cut)];
 }
 
@@ -152,16 +159,20 @@ export function onExport(fn: (n: ExportNotice) => void): void {
   exportListener = fn;
 }
 
-export async function runExport(what: string, call: () => Promise<ExportResponse>): Promise<void> {
+/** Run an export and show its bar; resolves to the error text when it failed (also toasted), else null. */
+export async function runExport(what: string, call: () => Promise<ExportResponse>): Promise<string | null> {
   try {
     const res = await call();
     exportListener?.({ what, res });
+    return null;
   } catch (err) {
-    toast(errorText(err), "error");
+    const text = errorText(err);
+    toast(text, "error");
+    return text;
   }
 }
 
-export function exportTable(): Promise<void> {
+export function exportTable(): Promise<string | null> {
   const keys = tableOrder();
   return runExport(`Table CSV (${keys.length} runs)`, () => api.exportTable(keys, shownColumns()));
 }
@@ -188,4 +199,24 @@ export function enableSaving(): void {
   store.on("ui", () => {
     if (saveEnabled) saveNow();
   });
+}
+
+// -- the view from the URL (Back/Forward, an edited hash) -------------------------------------------
+
+/**
+ * Show the view `next` (from the URL hash): the table is asked again only when its question
+ * changed; the selection, the view and every view's controls follow. Saved as the remembered view.
+ */
+export function restoreUi(next: UiState): void {
+  const before = store.ui;
+  const question = (differing: boolean) => JSON.stringify([tableQuestion(currentTableQuery()), differing]);
+  const asked = question(before.differing);
+  store.ui = { ...next, selection: before.selection };
+  if (JSON.stringify(next.selection) !== JSON.stringify(before.selection)) {
+    store.setSelection(next.selection.filter((k) => store.runs.has(k)));
+  }
+  if (question(next.differing) !== asked) void queryTable();
+  store.emit("restored");
+  if (next.view !== before.view) store.emit("view");
+  store.emit("ui", "restored");
 }

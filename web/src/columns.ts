@@ -192,3 +192,32 @@ export function metricGroup(metric: string): MetricGroup {
 }
 
 export const DEFAULT_METRICS = ["train/loss", "val/loss", "val/auc"];
+
+/** The short form of a run id: its random tail (`…_e9df` → `e9df`), else its last 6 characters. */
+export function shortId(id: string): string {
+  const tail = id.slice(id.lastIndexOf("_") + 1);
+  return tail && tail.length <= 8 && tail !== id ? tail : id.slice(-6);
+}
+
+/**
+ * Display labels of runs shown together (legend, compare columns, chart points): the run's name,
+ * with ` · <short id>` added where two of them share a name (the full id where short ids collide too).
+ */
+export function runLabels(runs: Iterable<RunRow>): Map<string, string> {
+  const list = [...new Map([...runs].map((r) => [r.key, r])).values()];
+  const byName = new Map<string, number>();
+  for (const r of list) byName.set(r.name || r.id, (byName.get(r.name || r.id) ?? 0) + 1);
+  const out = new Map<string, string>();
+  const taken = new Set<string>();
+  for (const r of list) {
+    const name = r.name || r.id;
+    if ((byName.get(name) ?? 0) < 2) out.set(r.key, name);
+    else {
+      let label = `${name} · ${shortId(r.id)}`;
+      if (taken.has(label)) label = `${name} · ${r.id}`;
+      taken.add(label);
+      out.set(r.key, label);
+    }
+  }
+  return out;
+}

@@ -88,3 +88,46 @@ export function fmtSecondsAxis(v: number): string {
   if (a < 86400) return `${fmtNum(v / 3600)}h`;
   return `${fmtNum(v / 86400)}d`;
 }
+
+export type TimeUnit = "s" | "min" | "h";
+
+/** The unit a wall-time axis over [min, max] seconds reads in: seconds under 3 min, minutes under 3 h, else hours. */
+export function timeUnit(min: number, max: number): { unit: TimeUnit; div: number } {
+  const span = Math.abs(max - min);
+  if (!Number.isFinite(span) || span < 180) return { unit: "s", div: 1 };
+  if (span < 3 * 3600) return { unit: "min", div: 60 };
+  return { unit: "h", div: 3600 };
+}
+
+/**
+ * Clean ticks for a wall-time axis over [min, max] seconds: the positions in seconds, their labels
+ * as plain numbers in the axis unit (`0 10 20 30` under "min"), at most about `count` of them.
+ * Steps are 1-2-5 decades and, per unit, the clock's own steps (15 and 30 s or min; 3, 6, 12, 24 h).
+ */
+export function timeTicks(min: number, max: number, count = 6): { unit: TimeUnit; ticks: number[]; labels: string[] } {
+  const { unit, div } = timeUnit(min, max);
+  if (!Number.isFinite(min) || !Number.isFinite(max) || max <= min) return { unit, ticks: [], labels: [] };
+  const lo = min / div;
+  const hi = max / div;
+  const raw = (hi - lo) / Math.max(1, count);
+  const steps: number[] = unit === "h" ? [0.25, 3, 6, 12, 24, 48] : [15, 30];
+  for (let k = -3; k <= 6; k++) for (const m of [1, 2, 5]) steps.push(m * Math.pow(10, k));
+  steps.sort((a, b) => a - b);
+  const step = steps.find((s) => s >= raw * (1 - 1e-9)) ?? raw;
+  const ticks: number[] = [];
+  const labels: string[] = [];
+  for (let i = Math.ceil(lo / step - 1e-9); i * step <= hi + step * 1e-9; i++) {
+    const v = Number((i * step).toPrecision(12));
+    ticks.push(v * div);
+    labels.push(fmtNum(v));
+  }
+  return { unit, ticks, labels };
+}
+
+/** A wall-time value for a tooltip: `42 s`, `12.5 min`, `1.25 h`. */
+export function fmtWallTime(sec: number): string {
+  const a = Math.abs(sec);
+  if (a < 180) return `${fmtNum(sec)} s`;
+  if (a < 3 * 3600) return `${fmtNum(sec / 60)} min`;
+  return `${fmtNum(sec / 3600)} h`;
+}

@@ -20,6 +20,7 @@ const PATHS: Record<string, string[]> = {
   chevronRight: ["M9 6l6 6-6 6"],
   warning: ["M12 3L2 21h20z", "M12 10v5", "M12 18v.5"],
   file: ["M6 2h9l5 5v15H6z", "M14 2v6h6"],
+  external: ["M14 4h6v6", "M20 4l-9 9", "M18 14v6H4V6h6"],
   search: ["M11 4a7 7 0 1 0 0 14 7 7 0 0 0 0-14z", "M21 21l-5-5"],
   image: ["M3 4h18v16H3z", "M3 16l5-5 4 4 3-3 6 6", "M15.5 8.5h.01"],
   folder: ["M3 6h6l2 2h10v11H3z"],

@@ -21,8 +21,10 @@ export function connectLive(): void {
     source.addEventListener("runs", (ev) => {
       let version: number | null = null;
       try {
-        const data = JSON.parse((ev as MessageEvent<string>).data) as { version?: unknown };
+        const data = JSON.parse((ev as MessageEvent<string>).data) as { version?: unknown; refreshed_at?: unknown };
         version = typeof data.version === "number" ? data.version : null;
+        // Every poll sends one, changed or not: "Refreshed N s ago" counts from the last poll.
+        if (typeof data.refreshed_at === "string") store.notePolled(data.refreshed_at);
       } catch {
         version = null;
       }

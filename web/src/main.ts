@@ -4,7 +4,8 @@
 // again only when the remembered view turns out to ask another question.
 
 import "./styles/app.css";
-import { enableSaving, loadRuns, loadUiState, queryFirstTable } from "./actions";
+import { enableSaving, loadRuns, loadUiState, queryFirstTable, restoreUi } from "./actions";
+import { openingUi, syncHash } from "./hash";
 import { h, replace } from "./dom";
 import { connectLive } from "./live";
 import { Shell } from "./shell";
@@ -22,7 +23,8 @@ async function boot(): Promise<void> {
   const host = document.getElementById("app");
   if (!host) return;
   const remembered = await loadUiState();
-  store.ui = parseUiState(remembered);
+  // A view in the URL (a bookmark, a shared link) wins over the remembered one; a reload does not.
+  store.ui = openingUi() ?? parseUiState(remembered);
   const table = queryFirstTable();
   const runs = loadRuns(true);
   try {
@@ -52,6 +54,8 @@ async function boot(): Promise<void> {
   shell.renderCounts();
   shell.showView(store.ui.view);
   enableSaving();
+  const onUiChange = syncHash(() => store.ui, restoreUi);
+  store.on("ui", onUiChange);
   connectLive();
   // The other views are built, and the chart library loaded, once the first view is on screen
   // (after the next frame).

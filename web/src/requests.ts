@@ -2,12 +2,13 @@
 // `python -m traceml_ai.ui.requests > web/src/requests.ts`; do not edit
 // (tests/ui/test_requests.py checks it).
 
-/** `POST /api/series`: the runs (keys) and metrics to draw, the x axis, and the EMA weight (0 = no smoothing; in [0, 1)). */
+/** `POST /api/series`: the runs (keys) and metrics to draw, the x axis, the EMA weight (0 = no smoothing; in [0, 1)) and, for a zoomed chart, the visible x range. */
 export interface SeriesRequest {
   keys?: string[];
   metrics?: string[];
   x?: "step" | "epoch" | "time";
   ema?: number;
+  x_range?: number[] | null;
 }
 
 /** `POST /api/refresh`: re-check every run now; `since` is the last change counter the page has (anything but an integer counts as 0: the whole table). */

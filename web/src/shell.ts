@@ -62,6 +62,7 @@ export class Shell {
     });
     store.on("view", () => this.showView(store.ui.view));
     store.on("live", () => this.renderLive());
+    store.on("polled", () => this.renderRefreshed());
     store.on("inspector", () => {
       this.inspectorHost.hidden = store.inspector === null;
       this.root.classList.toggle("has-inspector", store.inspector !== null);
@@ -315,6 +316,18 @@ export class Shell {
         toast(ok ? "Path copied" : "Could not copy; select the path instead", ok ? "info" : "error");
       },
     });
+    // The file as written, shown read-only in a new tab (served from the cache folder by name).
+    const parts = path.split(/[\\/]/);
+    const name = parts.slice(-2).join("/");
+    const open = button("Open (read-only)", {
+      icon: "external",
+      small: true,
+      testid: "open-export",
+      title: "Show the saved file in a new tab (read-only)",
+      onClick: () => {
+        window.open(`/api/export/file?name=${encodeURIComponent(name)}`, "_blank", "noopener");
+      },
+    });
     const close = button("", {
       icon: "close",
       kind: "ghost",
@@ -333,6 +346,7 @@ export class Shell {
       latest ? h("span", { class: "exportbar-latest", title: latest, text: "also latest.csv" }) : null,
       h("div", { class: "spacer" }),
       copy,
+      open,
       close,
     );
     this.exportBar.hidden = false;

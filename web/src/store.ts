@@ -50,6 +50,12 @@ export interface UiState {
   box: FieldState;
   bar: FieldState;
   compareOnlyDiff: boolean;
+  /** Show (and export) at most this many table rows, in table order; null: all. */
+  maxRows: number | null;
+  /** Line charts of a grouped table: one mean line per group with a band, not one line per run. */
+  plotGroups: boolean;
+  /** The band around a group's mean: min–max or ± one standard deviation. */
+  band: "minmax" | "std";
 }
 
 export function defaultUiState(): UiState {
@@ -74,6 +80,9 @@ export function defaultUiState(): UiState {
     box: { field: null, groupBy: null },
     bar: { field: null, groupBy: null },
     compareOnlyDiff: false,
+    maxRows: null,
+    plotGroups: false,
+    band: "minmax",
   };
 }
 
@@ -125,6 +134,9 @@ export function parseUiState(raw: unknown): UiState {
     box: { field: strOrNull(box.field, null), groupBy: strOrNull(box.groupBy, null) },
     bar: { field: strOrNull(bar.field, null), groupBy: strOrNull(bar.groupBy, null) },
     compareOnlyDiff: bool(r.compareOnlyDiff, false),
+    maxRows: typeof r.maxRows === "number" && Number.isInteger(r.maxRows) && r.maxRows >= 1 ? r.maxRows : null,
+    plotGroups: bool(r.plotGroups, false),
+    band: r.band === "std" ? "std" : "minmax",
   };
 }
 
@@ -137,7 +149,9 @@ export type Topic =
   | "view"
   | "ui" // any remembered setting changed
   | "inspector"
-  | "live"; // events stream connected/disconnected
+  | "live" // events stream connected/disconnected
+  | "restored" // the whole view was replaced (Back/Forward): views re-read their controls
+  | "polled"; // the server polled (changed or not): the "refreshed" time moved
 
 type Listener = (detail?: unknown) => void;
 
@@ -201,13 +215,20 @@ export class Store {
     this.hidden = hidden;
     this.roots = res.roots;
     this.warnings = res.warnings;
-    this.refreshedAt = res.refreshed_at;
+    this.notePolled(res.refreshed_at);
     this.refreshInterval = res.refresh_interval_seconds;
     this.staleAfter = res.stale_after_seconds;
     // Runs that disappeared leave the selection.
     const sel = this.ui.selection.filter((k) => this.runs.has(k));
     if (sel.length !== this.ui.selection.length) this.setSelection(sel);
     return changed;
+  }
+
+  /** The server's last poll time (ISO-8601 UTC); never moves back (an older answer can come late). */
+  notePolled(iso: string | null): void {
+    if (!iso || (this.refreshedAt && iso < this.refreshedAt)) return;
+    this.refreshedAt = iso;
+    this.emit("polled");
   }
 
   /** How many runs the user may see, in all and per display status (one pass over the runs). */

@@ -156,6 +156,8 @@ export interface SeriesResponse {
   version: number;
   series: Series[];
   warnings: Record<string, string[]>;
+  /** On x = time: what the time counts from, e.g. "time since start (s)"; null otherwise. */
+  time_label?: string | null;
 }
 
 export interface BarItem {
@@ -172,6 +174,8 @@ export interface BarResponse {
   bars: BarItem[];
   total: number;
   limit: number;
+  /** Charted runs without a numeric value in the field (no bar, not in any group mean). */
+  dropped?: number;
 }
 
 export interface ScatterPoint {
@@ -249,6 +253,8 @@ export interface ScatterSpec {
   color_field: string | null;
   log_x: boolean;
   log_y: boolean;
+  /** Export only: the chart CSV then holds each group's mean ± std (Plot by groups). */
+  group_by?: string | null;
 }
 
 export interface BoxSpec {

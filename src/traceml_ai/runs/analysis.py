@@ -90,7 +90,8 @@ class BarSpec:
 
 @dataclass(frozen=True)
 class ScatterSpec:
-    """A scatter plot of ``y_field`` against ``x_field``; optional point size and colour columns."""
+    """A scatter plot of ``y_field`` against ``x_field``; optional point size and colour columns;
+    ``group_by`` (Plot by groups): the chart CSV holds each group's mean ± std instead of the points."""
 
     keys: tuple[str, ...]
     x_field: str
@@ -99,6 +100,7 @@ class ScatterSpec:
     color_field: str | None = None
     log_x: bool = False
     log_y: bool = False
+    group_by: str | None = None
     kind: Literal["scatter"] = "scatter"
 
 
@@ -117,7 +119,7 @@ ChartSpec = LineSpec | BarSpec | ScatterSpec | BoxSpec
 _SPEC_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "line": ("keys", "metrics", "x", "ema", "log_y", "group_by"),
     "bar": ("keys", "field", "group_by"),
-    "scatter": ("keys", "x_field", "y_field", "size_field", "color_field", "log_x", "log_y"),
+    "scatter": ("keys", "x_field", "y_field", "size_field", "color_field", "log_x", "log_y", "group_by"),
     "box": ("keys", "field", "group_by"),
 }
 
@@ -176,6 +178,7 @@ def parse_chart_spec(obj: Mapping[str, Any]) -> ChartSpec:
             _column(obj, "color_field", required=False),
             _bool(obj, "log_x"),
             _bool(obj, "log_y"),
+            _column(obj, "group_by", required=False),
         )
     return BoxSpec(keys, _req_column(obj, "field"), _column(obj, "group_by", required=False))
 
@@ -487,7 +490,7 @@ class LinePoints:
         x: the x values (steps, epochs, or seconds since the run's first logged time).
         y: the values, NaN for a gap.
         smoothed: the debiased EMA of the full history at the same points, or None without EMA.
-        raw_points: length of the full history.
+        raw_points: length of the full history (with ``x_range``: of the points in and next to it).
         downsampled: True when points were dropped (min/max buckets, DESIGN §4).
     """
 
@@ -555,10 +558,12 @@ def line_points(
     ema_weight: float = 0.0,
     max_points: int = DEFAULT_MAX_POINTS,
     t0: float | None = None,
+    x_range: tuple[float, float] | None = None,
 ) -> LinePoints:
     """The points a line chart draws: the EMA over the full history, then min/max downsampling to
     ``max_points`` (:func:`~traceml_ai.runs.series.downsample_indices`), the smoothed line taken at
-    the same points.
+    the same points. With ``x_range`` (a zoomed chart: lo, hi in x units) only the points inside it,
+    and one on each side so the lines reach the edges, are bucketed: finer points for the zoom.
 
     Raises:
         ValueError: ``ema_weight`` outside [0, 1) or ``max_points`` below 5.
@@ -566,13 +571,20 @@ def line_points(
     y = np.asarray(series.value, dtype=np.float64)
     xs = x_values(series, x, t0)
     smoothed = ema(y, ema_weight) if ema_weight > 0 else None
-    idx = downsample_indices(y, max_points)
+    first, last = 0, len(y)
+    if x_range is None:
+        idx = downsample_indices(y, max_points)
+    else:
+        inside = np.flatnonzero((xs >= x_range[0]) & (xs <= x_range[1]))
+        first = max(0, int(inside[0]) - 1) if inside.size else 0
+        last = min(len(y), int(inside[-1]) + 2) if inside.size else 0
+        idx = first + downsample_indices(y[first:last], max_points)
     return LinePoints(
         x=xs[idx],
         y=y[idx],
         smoothed=smoothed[idx] if smoothed is not None else None,
-        raw_points=len(series),
-        downsampled=len(idx) < len(series),
+        raw_points=last - first,  # with x_range: the points in it
+        downsampled=len(idx) < last - first,
     )
 
 
@@ -753,6 +765,23 @@ def box_csv_rows(runs: Sequence[RunSummary], field: str, group_by: str | None = 
     return header, [[g["label"], p["label"], paths[p["key"]], p["value"]] for g in data["groups"] for p in g["points"]]
 
 
+def scatter_group_csv_rows(runs: Sequence[RunSummary], x_field: str, y_field: str, group_by: str) -> Table:
+    """Plot by groups in a scatter: ``group,n,mean <x>,std <x>,mean <y>,std <y>`` per group of
+    ``group_by`` (group order) over its runs with both values; std is the population standard
+    deviation (0 for one run), as the page draws it."""
+    data = scatter_data(runs, x_field, y_field)
+    points = {p["key"]: p for p in data["points"]}
+    rows: list[list[Scalar]] = []
+    for group in group_runs(runs, group_by):
+        mine = [points[r.key] for r in group.runs if r.key in points]
+        if not mine:
+            continue
+        xs = np.array([p["x"] for p in mine], dtype=np.float64)
+        ys = np.array([p["y"] for p in mine], dtype=np.float64)
+        rows.append([group.label, len(mine), float(xs.mean()), float(xs.std()), float(ys.mean()), float(ys.std())])
+    return ["group", "n", f"mean {x_field}", f"std {x_field}", f"mean {y_field}", f"std {y_field}"], rows
+
+
 def chart_csv_rows(
     spec: ChartSpec, runs: Sequence[RunSummary], histories: Sequence[tuple[RunSummary, MetricsTail]] = ()
 ) -> Table:
@@ -765,6 +794,8 @@ def chart_csv_rows(
     if isinstance(spec, BarSpec):
         return bar_csv_rows(runs, spec.field, spec.group_by)
     if isinstance(spec, ScatterSpec):
+        if spec.group_by is not None:
+            return scatter_group_csv_rows(runs, spec.x_field, spec.y_field, spec.group_by)
         return scatter_csv_rows(runs, spec.x_field, spec.y_field, spec.size_field, spec.color_field)
     return box_csv_rows(runs, spec.field, spec.group_by)
 

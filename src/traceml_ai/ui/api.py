@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import ColumnError
+from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
 from traceml_ai.ui.performance import CompareViews, PerformanceViews
@@ -131,7 +132,12 @@ def routes(viewer: Viewer) -> list[Route]:
 
     async def post_series(request: Request) -> Response:
         body = parse(SeriesRequest, await _body(request))
-        payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema)
+        x_range = None if body.x_range is None else (body.x_range[0], body.x_range[1])
+        payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema, x_range)
+        if viewer.cache is not None:  # charts are on screen: have matplotlib ready for a PNG export (once)
+            from traceml_ai.ui.png import warm_up_in_background
+
+            asyncio.get_running_loop().call_later(3.0, warm_up_in_background)  # after the first screen settles
         return JSONResponse(payload)
 
     async def post_chart(request: Request) -> Response:
@@ -196,6 +202,14 @@ def routes(viewer: Viewer) -> list[Route]:
         q = request.query_params
         text = await asyncio.to_thread(viewer.file_text, q.get("key", ""), q.get("name", ""))
         return PlainTextResponse(text, headers={"cache-control": "no-store"})
+
+    async def get_export(request: Request) -> Response:
+        # A CSV/PNG this viewer wrote into its cache folder, shown read-only (export bar "Open").
+        if viewer.cache is None:
+            raise RequestError("this viewer has no cache folder")
+        data, media = await asyncio.to_thread(viewer.cache.read_export, request.query_params.get("name", ""))
+        return Response(data, media_type=media,
+                        headers={"cache-control": "no-store", "x-content-type-options": "nosniff"})
 
     async def get_attachments(request: Request) -> Response:
         # The key is a known run's key; the answer names local files by token, never by path.
@@ -269,7 +283,10 @@ def routes(viewer: Viewer) -> list[Route]:
                         version = queue.get_nowait()
                     if version == END_OF_STREAM:
                         return  # the server is stopping
-                    yield f"event: runs\ndata: {orjson.dumps({'version': version}).decode()}\n\n"
+                    # Sent after every poll, changed or not: `refreshed_at` is when the poll ran.
+                    polled = viewer.refreshed_at
+                    data = {"version": version, "refreshed_at": iso_utc(polled) if polled else None}
+                    yield f"event: runs\ndata: {orjson.dumps(data).decode()}\n\n"
             finally:
                 viewer.unsubscribe(queue)
 
@@ -284,6 +301,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/chart", guarded(post_chart), methods=["POST"]),
         Route("/api/run", guarded(get_run), methods=["GET"]),
         Route("/api/file", guarded(get_file), methods=["GET"]),
+        Route("/api/export/file", guarded(get_export), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
         Route("/api/runs/{key:path}/compare", guarded(get_compare), methods=["GET"]),

@@ -61,6 +61,7 @@ from traceml_ai.runs.rundb import (
     write_db,
 )
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
+from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import atomic_write, iso_utc
 from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png
@@ -455,6 +456,42 @@ class CacheFolder:
         return target
 
     # -- exports -------------------------------------------------------------------------------
+
+    def read_export(self, name: str) -> tuple[bytes, str]:
+        """A file this folder wrote, to show read-only ("Open (read-only)" in the page's export
+        bar): ``name`` is ``exports/<table-…csv | latest.csv>`` or ``plots/plot-….png|csv``, exactly
+        as written (:data:`TABLE_EXPORT_RE`, :data:`PLOT_RE`); nothing else is served.
+
+        Returns:
+            ``(bytes, media type)``: ``image/png`` or ``text/plain; charset=utf-8`` (CSV is shown
+            as text, not downloaded).
+
+        Raises:
+            CacheError: a name that is not an export of this folder, a link, or not a file.
+            NotFoundError: no such export (pruned, or never written).
+        """
+        sub, _, base = name.partition("/")
+        ok = (sub == EXPORTS_DIR and (base == LATEST_CSV or TABLE_EXPORT_RE.fullmatch(base) is not None)) or (
+            sub == PLOTS_DIR and PLOT_RE.fullmatch(base) is not None
+        )
+        if not ok:
+            raise CacheError(f"not an export of the cache folder: {name!r}")
+        folder = os.path.join(self.path, sub)
+        path = os.path.join(folder, base)
+        try:
+            if stat.S_ISLNK(os.lstat(folder).st_mode):
+                raise CacheError(f"{folder} is a symlink; exports are read from the cache folder only")
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            raise NotFoundError(f"no export {name!r} (the newest {KEEP_PLOTS} plots and {KEEP_TABLE_EXPORTS} "
+                                "table exports are kept)") from None
+        except OSError as err:
+            raise CacheError(f"cannot open {path}: {err.strerror or err}") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise CacheError(f"{path} is not a file")
+            data = f.read()
+        return data, "image/png" if base.endswith(".png") else "text/plain; charset=utf-8"
 
     def export_table_csv(
         self, runs: Sequence[RunSummary], columns: Sequence[str], now: float | None = None

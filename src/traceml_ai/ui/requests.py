@@ -28,13 +28,15 @@ class _Body(BaseModel):
 
 
 class SeriesRequest(_Body):
-    """``POST /api/series``: the runs (keys) and metrics to draw, the x axis, and the EMA weight
-    (0 = no smoothing; in [0, 1))."""
+    """``POST /api/series``: the runs (keys) and metrics to draw, the x axis, the EMA weight
+    (0 = no smoothing; in [0, 1)) and, for a zoomed chart, the visible x range."""
 
     keys: list[str] = Field(default_factory=list)
     metrics: list[str] = Field(default_factory=list)
     x: XAxis = "step"
     ema: float = 0.0
+    x_range: list[float] | None = Field(default=None, min_length=2, max_length=2)
+    """A zoomed chart's visible x range ``[low, high]``: the min/max buckets cover only it."""
 
 
 class RefreshRequest(_Body):

@@ -142,6 +142,8 @@ class Viewer:
         regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
         if regrouped:
             self._bump(regrouped, [])
+        elif not (changed or result.removed):
+            self._wake(self.version)  # nothing changed: the streams still say "polled" ("Refreshed … ago")
         self._save_db_if_due(force=False)
         return result
 
@@ -157,6 +159,9 @@ class Viewer:
             self._db_changed.update(changed)
             self._db_dirty = True
             version = self.version
+        self._wake(version)
+
+    def _wake(self, version: int) -> None:
         for queue in list(self._listeners.queues):
             queue.put_nowait(version)
 
@@ -390,12 +395,17 @@ class Viewer:
         )
         return {**answer, "query": query}
 
-    def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float) -> dict[str, Any]:
-        """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md).
+    def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float,
+                       x_range: tuple[float, float] | None = None) -> dict[str, Any]:
+        """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md); with
+        ``x_range`` (a zoomed chart) the buckets cover only that range of x.
 
         Raises:
-            RequestError: too many runs, an unknown x axis or a bad EMA weight.
+            RequestError: too many runs, an unknown x axis, a bad EMA weight or x range.
         """
+        if x_range is not None and not (math.isfinite(x_range[0]) and math.isfinite(x_range[1])
+                                        and x_range[0] < x_range[1]):
+            raise RequestError(f"x_range must be two finite numbers, low then high, got {list(x_range)}")
         if len(keys) > MAX_SERIES_RUNS:
             raise RequestError(f"at most {MAX_SERIES_RUNS} runs can be plotted at once, got {len(keys)}")
         if x not in ("step", "epoch", "time"):
@@ -414,7 +424,7 @@ class Viewer:
                 continue  # removed since the check above: like an unknown key
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
-            points = [self._one_series(key, tail, metric, x, ema_weight) for metric in metrics]
+            points = [self._one_series(key, tail, metric, x, ema_weight, x_range) for metric in metrics]
             origins.append(points[0]["time_origin"] if points else time_origin(self.store.get(key), tail)[1])
             if tail.warnings:
                 warnings[key] = tail.warnings
@@ -440,15 +450,16 @@ class Viewer:
             gc.freeze()
         return tail
 
-    def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float) -> dict[str, Any]:
+    def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float,
+                    x_range: tuple[float, float] | None = None) -> dict[str, Any]:
         rows = len(tail.rows)
         t0, origin = time_origin(self.store.get(key), tail)
-        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, t0)
+        cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, t0, x_range)
         hit = self._series_cache.get(cache_key)
         if hit is not None:
             return hit
         # The same points the PNG export draws: EMA over the full history, then min/max buckets.
-        points = line_points(tail.series(metric), x, weight, self.max_points, t0)  # type: ignore[arg-type]
+        points = line_points(tail.series(metric), x, weight, self.max_points, t0, x_range)  # type: ignore[arg-type]
         item = {
             "key": key,
             "metric": metric,

@@ -12,7 +12,7 @@ interface ChartPart {
   readonly toolbar: HTMLElement;
   setVisible(v: boolean): void;
   refresh(force?: boolean): void;
-  exportChart(format: "csv" | "png"): void;
+  exportChart(format: "csv" | "png"): Promise<string | null> | string;
 }
 
 export class ChartsView implements ViewModule {
@@ -22,6 +22,7 @@ export class ChartsView implements ViewModule {
   private parts!: Record<ChartKind, ChartPart>;
   private hosts = new Map<ChartKind, HTMLElement>();
   private visible = false;
+  private exportStatus = h("span", { class: "export-status", testid: "export-status", attrs: { "aria-live": "polite" } });
 
   mount(host: HTMLElement): void {
     const mk = (k: ChartKind) => {
@@ -41,26 +42,35 @@ export class ChartsView implements ViewModule {
       small: true,
       testid: "export-chart-csv",
       title: "Save the data behind this chart as CSV in the cache folder",
-      onClick: () => this.parts[store.ui.chart].exportChart("csv"),
+      onClick: () => void this.runExport("csv", exportCsv, exportPng),
     });
     const exportPng = button("PNG", {
       icon: "image",
       small: true,
       testid: "export-chart-png",
       title: "Save this chart as a 300 DPI PNG (rendered by the server)",
-      onClick: () => this.parts[store.ui.chart].exportChart("png"),
+      onClick: () => void this.runExport("png", exportPng, exportCsv),
     });
-    const head = h("div", { class: "toolbar" }, this.kindEl, this.scopeEl, h("div", { class: "spacer" }), exportCsv, exportPng);
+    const head = h("div", { class: "toolbar" }, this.kindEl, this.scopeEl, h("div", { class: "spacer" }), this.exportStatus, exportCsv, exportPng);
     host.append(head, this.toolHost, h("div", { class: "chart-scroll" }, ...panes));
     this.renderKind();
 
-    store.on("selection", () => this.refresh());
+    store.on("selection", () => {
+      if (this.exportStatus.classList.contains("is-error")) replace(this.exportStatus);
+      this.refresh();
+    });
     store.on("table", () => {
       // The line charts do not depend on the table (only their colour-by choices do).
       if (store.ui.chart === "line") {
         this.renderScope();
-        if (this.visible) (this.parts.line as LineCharts).renderToolbar();
+        // Plot by groups draws the table's groups: a new grouping redraws the charts.
+        if (this.visible && store.ui.plotGroups) this.parts.line.refresh();
+        else if (this.visible) (this.parts.line as LineCharts).renderToolbar();
       } else this.refresh();
+    });
+    store.on("restored", () => {
+      for (const [k, part] of Object.entries(this.parts)) if (k !== store.ui.chart) part.setVisible(false);
+      if (this.visible) this.show();
     });
     store.on("runs", (changed) => {
       if (!this.visible) return;
@@ -68,6 +78,29 @@ export class ChartsView implements ViewModule {
       if (kind === "line") (this.parts.line as LineCharts).onRunsChanged(Array.isArray(changed) ? (changed as string[]) : []);
       else this.parts[kind].refresh(true);
     });
+  }
+
+  /** One export at a time: both buttons wait, the status says what is being saved, then any error. */
+  private async runExport(format: "csv" | "png", btn: HTMLButtonElement, other: HTMLButtonElement): Promise<void> {
+    const st = this.exportStatus;
+    const result = this.parts[store.ui.chart].exportChart(format);
+    if (typeof result === "string") {
+      st.className = "export-status is-error";
+      st.textContent = result;
+      return;
+    }
+    btn.disabled = other.disabled = true;
+    btn.classList.add("is-busy");
+    st.className = "export-status is-busy";
+    st.textContent = format === "png" ? "Rendering PNG…" : "Saving CSV…";
+    try {
+      const error = await result;
+      st.className = `export-status${error ? " is-error" : ""}`;
+      st.textContent = error ? `${format.toUpperCase()} export failed: ${error}` : "";
+    } finally {
+      btn.disabled = other.disabled = false;
+      btn.classList.remove("is-busy");
+    }
   }
 
   private refresh(): void {

@@ -1,7 +1,7 @@
 // Compare: the selected runs side by side (run info, params, best/last metrics, summary), rows whose
 // values differ marked, with an only-differences toggle.
 
-import { columnTitle, fmtPerf, PERF_TITLES } from "../columns";
+import { columnTitle, fmtPerf, PERF_TITLES, runLabels } from "../columns";
 import { h, replace } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import type { ViewModule } from "../shell";
@@ -31,6 +31,7 @@ export class CompareView implements ViewModule {
     };
     store.on("runs", again);
     store.on("selection", again);
+    store.on("restored", again);
   }
 
   show(): void {
@@ -57,6 +58,7 @@ export class CompareView implements ViewModule {
       return;
     }
     const sections = this.sections(runs);
+    const labels = runLabels(runs);
     const onlyDiff = store.ui.compareOnlyDiff;
     let diffCount = 0;
     const table = h("table", { class: "compare-table", testid: "compare-table" });
@@ -68,7 +70,7 @@ export class CompareView implements ViewModule {
         const th = h(
           "th",
           { class: "compare-run", title: r.id },
-          h("span", { class: "compare-run-name" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { text: r.name || r.id })),
+          h("span", { class: "compare-run-name" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { testid: "compare-run-name", text: labels.get(r.key) ?? r.name })),
           statusBadge(r.display_status),
         );
         th.addEventListener("click", () => store.openInspector(r.key));

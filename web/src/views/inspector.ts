@@ -249,7 +249,7 @@ export class Inspector {
       "tr",
       {},
       h("td", { class: "kv-key", text: k, title: k }),
-      h("td", { class: isNum ? "kv-val mono" : "kv-val", title: rawText(v) }, v === null ? h("span", { class: "cell-null", text: "null" }) : isNum ? fmtNum(v) : rawText(v)),
+      h("td", { class: isNum ? "kv-val mono" : "kv-val", title: v === null ? "no value (null)" : rawText(v) }, v === null ? h("span", { class: "cell-null", testid: "no-value", text: "–" }) : isNum ? fmtNum(v) : rawText(v)),
     );
   }
 
@@ -286,8 +286,9 @@ export class Inspector {
       return det;
     }
     const cls = value === null ? "tree-null" : typeof value === "string" ? "tree-str" : typeof value === "number" ? "tree-num" : "tree-bool";
-    const text = typeof value === "string" ? JSON.stringify(value) : String(value);
-    return h("div", { class: "tree-leaf" }, keyEl, h("span", { class: cls, text }));
+    // A missing value reads "–" as in the table (the tooltip says it is a JSON null).
+    const text = value === null ? "–" : typeof value === "string" ? JSON.stringify(value) : String(value);
+    return h("div", { class: "tree-leaf" }, keyEl, h("span", { class: cls, text, title: value === null ? "null" : undefined }));
   }
 
   // -- run info and files ---------------------------------------------------------------------------
@@ -317,7 +318,7 @@ export class Inspector {
         const v = rj[k];
         if (v && typeof v === "object" && !Array.isArray(v)) {
           for (const [kk, vv] of Object.entries(v as Record<string, unknown>)) {
-            rows.push([`${k}.${kk}`, typeof vv === "object" && vv !== null ? JSON.stringify(vv) : String(vv)]);
+            rows.push([`${k}.${kk}`, vv === null || vv === undefined ? "–" : typeof vv === "object" ? JSON.stringify(vv) : String(vv)]);
           }
         } else if (v !== undefined && v !== null) rows.push([k, String(v)]);
       }

@@ -6,16 +6,26 @@
 import type uPlot from "uplot";
 import { api } from "../api";
 import { runExport } from "../actions";
-import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup } from "../columns";
+import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup, runLabels } from "../columns";
 import { debounce, h, replace } from "../dom";
-import { fmtNum, fmtSecondsAxis, rawText } from "../format";
+import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
 import { MAX_SERIES_RUNS, store } from "../store";
 import type { LineSpec, Series, SeriesResponse, XAxis } from "../types";
 import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
 import { columnOptions } from "./runs";
 
-const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time (s)" };
+const X_LABEL: Record<XAxis, string> = { step: "step", epoch: "epoch", time: "wall time" };
+
+/** The x axis label; on wall time it says what the time counts from (the server's `time_label`:
+ * the runs' `started_at` or their first logged row) and names the unit the ticks read in (s, min or
+ * h), once. */
+function xLabel(u: uPlot, x: XAxis, timeLabel: string | null | undefined): string {
+  if (x !== "time") return X_LABEL[x];
+  const sc = u.scales.x;
+  const base = (timeLabel ?? X_LABEL.time).replace(/ \(s\)$/, "");
+  return `${base} (${timeUnit(sc?.min ?? 0, sc?.max ?? 0).unit})`;
+}
 
 // uPlot is evaluated on first use, not with the page's script: its module sets up Intl number and
 // date formatters, which cost as much as the rest of the script together, and the first screen (the
@@ -70,6 +80,13 @@ function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): strin
   });
 }
 
+/** A group of the plotted runs (Plot by groups). */
+interface PlotGroup {
+  label: string;
+  color: string;
+  keys: string[];
+}
+
 export class LineCharts {
   readonly toolbar = h("div", { class: "toolbar chart-toolbar" });
   private grid = h("div", { class: "line-grid" });
@@ -85,6 +102,10 @@ export class LineCharts {
   private visible = false;
   private resizeObs: ResizeObserver;
   private error: string | null = null;
+  /** Finer points for the zoomed range (when the full series were downsampled), and that range. */
+  private zoomData: { range: { min: number; max: number }; res: SeriesResponse } | null = null;
+  private zoomSeq = 0;
+  private fetchZoomSoon = debounce(() => void this.fetchZoom(), 250);
 
   constructor(host: HTMLElement) {
     host.append(this.note, this.legend, this.grid);
@@ -118,17 +139,27 @@ export class LineCharts {
   }
 
   /** What the CSV/PNG export draws: the runs shown on screen (legend-hidden ones left out), one
-   *  line per run. Colour by group only colours the lines; the server's `group_by` would instead
-   *  average each group into one line, which is not what the screen shows. */
+   *  line per run, or with "Plot by groups" one mean line per group (`group_by`, as on screen;
+   *  the chart CSV then holds group, step, mean and n_runs). */
   spec(): LineSpec {
     return {
       keys: this.keys().filter((k) => !this.hiddenRuns.has(k)),
       metrics: this.metrics(),
-      x: store.ui.x,
+      x: this.xAxis(),
       ema: store.ui.ema,
       log_y: store.ui.logY,
-      group_by: null,
+      group_by: this.groupMode() ? store.ui.group : null,
     };
+  }
+
+  /** Plot by groups: the table is grouped and the toggle is on (means per group, over steps). */
+  groupMode(): boolean {
+    return store.ui.plotGroups && store.ui.group !== null;
+  }
+
+  /** The x axis drawn: group means are taken step by step (as the CSV and PNG exports do). */
+  xAxis(): XAxis {
+    return this.groupMode() ? "step" : store.ui.x;
   }
 
   /** Re-fetch when what is plotted changed (or `force`), else just redraw. */
@@ -137,7 +168,7 @@ export class LineCharts {
     if (!this.visible) return;
     const keys = this.keys();
     const metrics = this.metrics();
-    const sig = JSON.stringify([keys, metrics, store.ui.x, store.ui.ema]);
+    const sig = JSON.stringify([keys, metrics, this.xAxis(), store.ui.ema]);
     if (force || sig !== this.fetchedFor) void this.fetch(sig, keys, metrics);
     else this.draw();
   }
@@ -159,19 +190,49 @@ export class LineCharts {
       return;
     }
     try {
-      const res = await api.series(keys, metrics, store.ui.x, store.ui.ema);
+      const res = await api.series(keys, metrics, this.xAxis(), store.ui.ema);
       if (seq !== this.seq) return;
       // A zoom range on another x axis means nothing on this one.
       const prevX = this.fetchedFor ? (JSON.parse(this.fetchedFor) as unknown[])[2] : null;
-      if (prevX !== store.ui.x) this.zoom = null;
+      if (prevX !== this.xAxis()) this.zoom = null;
       this.data = res;
       this.fetchedFor = sig;
       this.error = null;
+      this.zoomData = null;
+      if (this.zoom) this.fetchZoomSoon();
     } catch (err) {
       if (seq !== this.seq) return;
       this.error = errorText(err);
     }
     this.draw();
+  }
+
+  /**
+   * Zoomed into series that were downsampled: ask for the visible range again, bucketed over that
+   * range only (the same min/max buckets, so finer points), and draw those while the zoom lasts.
+   */
+  private async fetchZoom(): Promise<void> {
+    const zoom = this.zoom;
+    const data = this.data;
+    if (!zoom || !data || !data.series.some((s) => s.downsampled)) return;
+    if (this.zoomData && this.zoomData.range.min === zoom.min && this.zoomData.range.max === zoom.max) return;
+    const seq = ++this.zoomSeq;
+    const sig = this.fetchedFor;
+    try {
+      const res = await api.series(this.keys(), this.metrics(), this.xAxis(), store.ui.ema, [zoom.min, zoom.max]);
+      if (seq !== this.zoomSeq || sig !== this.fetchedFor || this.zoom !== zoom) return;
+      this.zoomData = { range: zoom, res };
+      this.draw();
+    } catch (err) {
+      console.warn("finer points for the zoom not loaded:", errorText(err));
+    }
+  }
+
+  /** The series to draw: the zoom's finer ones while zoomed into the range they cover. */
+  private shownData(): SeriesResponse | null {
+    const z = this.zoomData;
+    if (z && this.zoom && z.range.min === this.zoom.min && z.range.max === this.zoom.max) return z.res;
+    return this.data;
   }
 
   // -- toolbar --------------------------------------------------------------------------------------
@@ -197,6 +258,40 @@ export class LineCharts {
       },
       "x-axis",
     );
+    if (this.groupMode()) {
+      xSel.disabled = true;
+      xSel.title = "Group means are taken step by step";
+    }
+    // Plot by groups: offered while the table is grouped.
+    const grouped = store.ui.group !== null;
+    const byGroups = grouped
+      ? toggle(
+          "Plot by groups",
+          store.ui.plotGroups,
+          (on) => {
+            store.set("plotGroups", on);
+            this.zoom = null;
+            this.refresh();
+          },
+          "plot-groups",
+          `One line per group of ${store.ui.group}: the mean of its plotted runs at each step, with a band`,
+        )
+      : null;
+    const band =
+      grouped && store.ui.plotGroups
+        ? select(
+            [
+              { value: "minmax", label: "min–max band" },
+              { value: "std", label: "± std band" },
+            ],
+            store.ui.band,
+            (v) => {
+              store.set("band", v === "std" ? "std" : "minmax");
+              this.draw();
+            },
+            "band",
+          )
+        : null;
     const logY = toggle(
       "Log y",
       store.ui.logY,
@@ -248,7 +343,9 @@ export class LineCharts {
       field("X", xSel),
       field("Smoothing", h("span", { class: "ema" }, ema, emaVal), "field-ema"),
       logY,
-      field("Colour", colorBy),
+      this.groupMode() ? null : field("Colour", colorBy),
+      byGroups,
+      band,
       reset,
     );
   }
@@ -381,9 +478,12 @@ export class LineCharts {
       replace(this.grid, emptyState("No metrics to plot", "The selected runs logged no metrics yet.", undefined, "chart-empty"));
       return;
     }
+    const grouping = this.groupMode() ? this.groupsOf(keys) : null;
     const { byKey, groups } = this.colors(keys);
-    this.renderLegend(keys, byKey, groups);
-    const data = this.data;
+    if (grouping) this.renderGroupLegend(grouping);
+    else this.renderLegend(keys, byKey, groups);
+    const data = this.shownData();
+    const zoomed = data !== this.data;
     const cards: HTMLElement[] = [];
     const mounts: { el: HTMLElement; series: Series[] }[] = [];
     for (const metric of metrics) {
@@ -398,7 +498,15 @@ export class LineCharts {
           "div",
           { class: "chart-card-head" },
           h("span", { class: "chart-card-title", text: metric }),
-          down ? h("span", { class: "chart-card-note", title: `${raw} raw points`, text: "downsampled" }) : null,
+          down || zoomed
+            ? h("span", {
+                class: "chart-card-note",
+                testid: "series-detail",
+                data: { detail: zoomed ? (down ? "zoom-downsampled" : "zoom-full") : "downsampled" },
+                title: zoomed ? `${raw} raw points in the zoomed range` : `${raw} raw points`,
+                text: zoomed ? (down ? "zoom: downsampled" : "zoom: every point") : "downsampled",
+              })
+            : null,
         ),
         plotEl,
       );
@@ -420,7 +528,200 @@ export class LineCharts {
     }
     // Read every plot's width before the first chart is drawn (one page layout, not one per chart).
     const widths = mounts.map((m) => m.el.clientWidth);
-    mounts.forEach((m, i) => this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0));
+    mounts.forEach((m, i) =>
+      grouping ? this.mountGroupPlot(m.el, m.series, grouping, widths[i] ?? 0) : this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0),
+    );
+  }
+
+  /** Run names as the legend shows them: a short id is added where plotted runs share a name. */
+  private labels(keys: string[]): Map<string, string> {
+    return runLabels(this.keys().concat(keys).map((k) => store.runs.get(k)).filter((r) => r !== undefined));
+  }
+
+  /** The plotted runs by table group (the table's groups and colours; a run not in the table
+   *  answer goes under "(not in the table)"). */
+  private groupsOf(keys: string[]): PlotGroup[] {
+    const out: PlotGroup[] = [];
+    const byKey = new Map<string, PlotGroup>();
+    for (const g of store.table?.groups ?? []) {
+      const pg: PlotGroup = { label: g.label, color: paletteColor(g.color), keys: [] };
+      for (const k of g.keys) byKey.set(k, pg);
+      out.push(pg);
+    }
+    let rest: PlotGroup | null = null;
+    for (const k of keys) {
+      const g = byKey.get(k) ?? (rest ??= { label: "(not in the table)", color: token("--text-2", "#8b949e"), keys: [] });
+      g.keys.push(k);
+    }
+    if (rest) out.push(rest);
+    return out.filter((g) => g.keys.length);
+  }
+
+  private renderGroupLegend(groups: PlotGroup[]): void {
+    replace(
+      this.legend,
+      h(
+        "div",
+        { class: "legend-groups" },
+        h("span", { class: "legend-title", text: `mean by ${store.ui.group ?? ""}` }),
+        ...groups.map((g) =>
+          h(
+            "span",
+            { class: "legend-group", testid: "legend-group", data: { group: g.label } },
+            swatch(g.color),
+            h("span", { text: `${g.label} (${g.keys.length} run${g.keys.length === 1 ? "" : "s"})` }),
+          ),
+        ),
+      ),
+    );
+  }
+
+  /** One metric by groups: per group the mean over its runs at each step, a band (min–max or
+   *  ± std) around it, and the number of runs with a value there (in the tooltip). */
+  private mountGroupPlot(el: HTMLElement, series: Series[], groups: PlotGroup[], elWidth: number): void {
+    const std = store.ui.band === "std";
+    const logY = store.ui.logY;
+    const tables: uPlot.AlignedData[] = [];
+    const opts: uPlot.Series[] = [{}];
+    const bands: uPlot.Band[] = [];
+    const stats: { label: string; color: string; n: Map<number, number>; si: number }[] = [];
+    for (const g of groups) {
+      const members = new Set(g.keys);
+      const acc = new Map<number, { n: number; sum: number; sq: number; min: number; max: number }>();
+      for (const s of series) {
+        if (!members.has(s.key)) continue;
+        // A run's value at a step: its last one there (as the server's group mean takes it).
+        const last = new Map<number, number>();
+        for (let i = 0; i < s.x.length; i++) {
+          const x = s.x[i];
+          const y = s.y[i];
+          if (x === null || x === undefined || y === null || y === undefined || !Number.isFinite(y)) continue;
+          last.set(x, y);
+        }
+        for (const [x, y] of last) {
+          const a = acc.get(x);
+          if (a) {
+            a.n++;
+            a.sum += y;
+            a.sq += y * y;
+            a.min = Math.min(a.min, y);
+            a.max = Math.max(a.max, y);
+          } else acc.set(x, { n: 1, sum: y, sq: y * y, min: y, max: y });
+        }
+      }
+      if (!acc.size) continue;
+      const xs = [...acc.keys()].sort((a, b) => a - b);
+      const mean: (number | null)[] = [];
+      const lo: (number | null)[] = [];
+      const hi: (number | null)[] = [];
+      const n = new Map<number, number>();
+      const fix = (v: number) => (logY && v <= 0 ? null : v);
+      for (const x of xs) {
+        const a = acc.get(x)!;
+        const m = a.sum / a.n;
+        const sd = Math.sqrt(Math.max(0, a.sq / a.n - m * m));
+        mean.push(fix(m));
+        lo.push(fix(std ? m - sd : a.min));
+        hi.push(fix(std ? m + sd : a.max));
+        n.set(x, a.n);
+      }
+      tables.push([xs, mean, lo, hi] as uPlot.AlignedData);
+      const base = opts.length;
+      opts.push({ ...this.seriesOpts(g.label, g.color, 2), points: { show: false } });
+      opts.push({ label: `${g.label} low`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
+      opts.push({ label: `${g.label} high`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
+      bands.push({ series: [base + 2, base + 1], fill: withAlpha(g.color, 0.16) });
+      stats.push({ label: g.label, color: g.color, n, si: base });
+    }
+    if (!tables.length) {
+      el.appendChild(h("div", { class: "plot-empty", text: "No values for the plotted runs." }));
+      return;
+    }
+    const data = UPlot!.join(tables);
+    const axisColor = token("--text-2", "#8b949e");
+    const gridColor = token("--chart-grid", "rgba(255,255,255,0.06)");
+    const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
+    const self = this;
+    const u = new UPlot!(
+      {
+        width: Math.max(280, elWidth || 600),
+        height: 240,
+        legend: { show: false },
+        cursor: { drag: { x: true, y: false, setScale: true }, sync: { key: "traceml-line", setSeries: false }, points: { size: 6 } },
+        scales: { x: { time: false }, y: logY ? { distr: 3, log: 10 } : { auto: true } },
+        axes: [
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0 },
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 56, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
+        ],
+        series: opts,
+        bands,
+        hooks: {
+          setScale: [
+            (pu: uPlot, key: string) => {
+              if (key !== "x" || self.applying || pu.status === 0) return;
+              const min = pu.scales.x!.min;
+              const max = pu.scales.x!.max;
+              if (min === undefined || max === undefined || min === null || max === null) return;
+              self.zoom = { min, max };
+              self.applying = true;
+              for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
+              self.applying = false;
+              self.renderToolbar();
+            },
+          ],
+          setCursor: [
+            (pu: uPlot) => {
+              const idx = pu.cursor.idx;
+              const xv = idx === null || idx === undefined ? undefined : pu.data[0][idx];
+              if (xv === undefined || pu.cursor.left === undefined || pu.cursor.left < 0) {
+                tooltip.hidden = true;
+                return;
+              }
+              const rows = stats.flatMap((st) => {
+                const m = pu.data[st.si]?.[idx!];
+                const l = pu.data[st.si + 1]?.[idx!];
+                const hgh = pu.data[st.si + 2]?.[idx!];
+                if (m === null || m === undefined) return [];
+                const band = l !== null && l !== undefined && hgh !== null && hgh !== undefined ? ` (${fmtNum(l)} – ${fmtNum(hgh)})` : "";
+                return [
+                  h(
+                    "div",
+                    { class: "plot-tip-row" },
+                    swatch(st.color, "swatch swatch-sm"),
+                    h("span", { class: "plot-tip-name", text: `${st.label} · n=${st.n.get(xv) ?? 0}` }),
+                    h("span", { class: "plot-tip-v", text: `${fmtNum(m)}${band}` }),
+                  ),
+                ];
+              });
+              if (!rows.length) {
+                tooltip.hidden = true;
+                return;
+              }
+              replace(tooltip, h("div", { class: "plot-tip-x", text: `step ${fmtNum(xv)}` }), ...rows);
+              tooltip.hidden = false;
+              placePlotTip(tooltip, pu);
+            },
+          ],
+        },
+      },
+      data,
+      el,
+    );
+    el.appendChild(tooltip);
+    el.dataset.groups = String(stats.length);
+    u.over.addEventListener("dblclick", () => {
+      this.zoom = null;
+      this.renderToolbar();
+    });
+    u.over.addEventListener("mouseleave", () => {
+      tooltip.hidden = true;
+    });
+    this.plots.push(u);
+    if (this.zoom) {
+      this.applying = true;
+      u.setScale("x", this.zoom);
+      this.applying = false;
+    }
   }
 
   private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {
@@ -436,6 +737,7 @@ export class LineCharts {
       );
     }
     const runs = h("div", { class: "legend-runs" });
+    const labels = this.labels(keys);
     for (const k of keys) {
       const run = store.runs.get(k)!;
       const off = this.hiddenRuns.has(k);
@@ -449,7 +751,7 @@ export class LineCharts {
           title: `${run.id}\nclick: hide/show · shift-click: show only this run`,
         },
         swatch(byKey.get(k) ?? "#888"),
-        h("span", { text: run.name || run.id }),
+        h("span", { text: labels.get(k) ?? run.name ?? run.id }),
       );
       item.addEventListener("click", (ev) => {
         if (ev.shiftKey) {
@@ -466,12 +768,14 @@ export class LineCharts {
   }
 
   private mountPlot(el: HTMLElement, series: Series[], byKey: Map<string, string>, elWidth: number): void {
+    const timeLabel = this.shownData()?.time_label;
     const logY = store.ui.logY;
     const smooth = store.ui.ema > 0;
     const shown = series.filter((s) => !this.hiddenRuns.has(s.key));
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
     const report: { si: number; name: string; color: string }[] = [];
+    const labels = this.labels(series.map((s) => s.key));
     for (const s of shown) {
       const xs: number[] = [];
       const ys: (number | null)[] = [];
@@ -493,7 +797,7 @@ export class LineCharts {
         sm.push(fix(s.smoothed?.[i]));
       }
       const color = byKey.get(s.key) ?? "#888";
-      const name = store.runs.get(s.key)?.name || s.key;
+      const name = labels.get(s.key) ?? s.key;
       if (smooth && s.smoothed) {
         tables.push([xs, ys, sm] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, withAlpha(color, 0.28), 1));
@@ -523,10 +827,13 @@ export class LineCharts {
     });
     const axisColor = token("--text-2", "#8b949e");
     const gridColor = token("--chart-grid", "rgba(255,255,255,0.06)");
-    const x = store.ui.x;
+    const x = this.xAxis();
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
     const width = Math.max(280, elWidth || 600);
     const self = this;
+    // The x tick labels and axis label as drawn (the canvas has no text to read): on the plot
+    // element as data-x-ticks / data-x-label, for tests and assistive reading.
+    let xTicks: string[] = [];
     const u = new UPlot!(
       {
         width,
@@ -548,12 +855,23 @@ export class LineCharts {
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
             size: 26,
-            label: X_LABEL[x],
+            label: (lu: uPlot) => xLabel(lu, x, timeLabel),
             labelFont: "11px system-ui, sans-serif",
             labelSize: 14,
             labelGap: 0,
-            values: (_u: uPlot, splits: (number | null)[]) =>
-              splits.map((v) => (v === null ? "" : x === "time" ? fmtSecondsAxis(v) : fmtNum(v))),
+            ...(x === "time"
+              ? {
+                  // Clean steps in one unit (s, min or h, named in the label), not uPlot's 8.3333m.
+                  splits: (su: uPlot, _ai: number, lo: number, hi: number) =>
+                    timeTicks(lo, hi, Math.max(2, Math.floor(su.bbox.width / devicePixelRatio / 90))).ticks,
+                  values: (vu: uPlot, splits: (number | null)[]) => {
+                    const sc = vu.scales.x;
+                    const { unit } = timeUnit(sc?.min ?? 0, sc?.max ?? 0);
+                    const div = unit === "h" ? 3600 : unit === "min" ? 60 : 1;
+                    return (xTicks = splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12))))));
+                  },
+                }
+              : { values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))) }),
           },
           {
             stroke: axisColor,
@@ -577,9 +895,16 @@ export class LineCharts {
               for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
               self.applying = false;
               self.renderToolbar();
+              self.fetchZoomSoon();
             },
           ],
           setCursor: [(pu: uPlot) => self.tip(pu, tooltip, report)],
+          draw: [
+            (du: uPlot) => {
+              el.dataset.xLabel = xLabel(du, x, timeLabel);
+              el.dataset.xTicks = xTicks.filter((t) => t !== "").join(" ");
+            },
+          ],
         },
       },
       data,
@@ -588,7 +913,11 @@ export class LineCharts {
     el.appendChild(tooltip);
     u.over.addEventListener("dblclick", () => {
       this.zoom = null;
-      this.renderToolbar();
+      // Drawn from the zoom's finer points: draw the whole series again (uPlot only knows those).
+      if (this.zoomData) {
+        this.zoomData = null;
+        this.draw();
+      } else this.renderToolbar();
     });
     u.over.addEventListener("mouseleave", () => {
       tooltip.hidden = true;
@@ -623,10 +952,10 @@ export class LineCharts {
       return;
     }
     rows.sort((a, b) => b[1] - a[1]);
-    const xs = store.ui.x === "time" ? fmtSecondsAxis(xv) : fmtNum(xv);
+    const xs = this.xAxis() === "time" ? fmtWallTime(xv) : fmtNum(xv);
     replace(
       el,
-      h("div", { class: "plot-tip-x", text: `${store.ui.x} ${xs}` }),
+      h("div", { class: "plot-tip-x", text: `${this.xAxis()} ${xs}` }),
       ...rows.slice(0, 10).map(([name, v, color]) => h("div", { class: "plot-tip-row" }, swatch(color, "swatch swatch-sm"), h("span", { class: "plot-tip-name", text: name }), h("span", { class: "plot-tip-v", text: fmtNum(v) }))),
       rows.length > 10 ? h("div", { class: "muted", text: `+${rows.length - 10} more` }) : null,
     );
@@ -643,9 +972,12 @@ export class LineCharts {
     }
   }
 
-  exportChart(format: "csv" | "png"): void {
+  /** Export the chart; a string says why there is nothing to export. */
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const spec = this.spec();
-    if (!spec.keys.length || !spec.metrics.length) return;
-    void runExport(`Line chart ${format.toUpperCase()}`, () => api.exportChart({ chart: "line", ...spec }, format));
+    if (!this.keys().length) return "Nothing to export: select runs to plot first (tick them in the Runs table).";
+    if (!spec.keys.length) return "Nothing to export: every plotted run is hidden in the legend.";
+    if (!spec.metrics.length) return "Nothing to export: the plotted runs have no metrics.";
+    return runExport(`Line chart ${format.toUpperCase()}`, () => api.exportChart({ chart: "line", ...spec }, format));
   }
 }

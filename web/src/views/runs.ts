@@ -46,6 +46,7 @@ export class RunsView implements ViewModule {
     attrs: { placeholder: "Search runs…", "aria-label": "Search runs", spellcheck: "false" },
   });
   private differing = h("span");
+  private maxRowsEl = h("label", { class: "max-rows" });
   private table!: RunTable;
   private visible = false;
 
@@ -82,12 +83,25 @@ export class RunsView implements ViewModule {
       h("div", { class: "spacer" }),
       this.selActions,
       this.groupEl,
+      this.maxRowsEl,
       this.differing,
       this.infoEl,
     );
     const tableHost = h("div", { class: "table-host", testid: "runs-table" });
     host.append(toolbar, filterbar, this.errorEl, tableHost);
-    this.table = new RunTable(tableHost, { editFilter: (c, a) => this.editFilter(c, a) });
+    this.table = new RunTable(tableHost, {
+      editFilter: (c, a) => this.editFilter(c, a),
+      columnsMoved: (order) => {
+        // With "differing params only" the config columns are the differing ones, not a choice:
+        // the chosen config columns keep their places and the others take the dragged order.
+        const chosen = store.table?.columns.shown ?? [];
+        const next = store.ui.differing
+          ? [...order.filter((c) => !c.startsWith("config.")), ...chosen.filter((c) => c.startsWith("config."))]
+          : order;
+        store.set("columns", next);
+        void queryTable();
+      },
+    });
 
     store.on("table", () => {
       this.renderToolbar();
@@ -101,6 +115,11 @@ export class RunsView implements ViewModule {
     });
     store.on("selection", () => this.renderSelectionActions());
     store.on("inspector", () => this.table.syncInspected());
+    store.on("restored", () => {
+      if (document.activeElement !== this.search) this.search.value = store.ui.search;
+      this.renderToolbar();
+      this.table.updateSortMarks();
+    });
     this.renderToolbar();
   }
 
@@ -116,6 +135,7 @@ export class RunsView implements ViewModule {
 
   private renderToolbar(): void {
     this.renderSegments();
+    this.renderMaxRows();
     this.renderGroup();
     this.renderChips();
     this.renderInfo();
@@ -127,7 +147,10 @@ export class RunsView implements ViewModule {
         store.ui.differing,
         (on) => {
           store.set("differing", on);
-          void queryTable();
+          // The differing params come right after the name: scroll back so they are in view.
+          void queryTable().then(() => {
+            if (on) this.table.scrollToFirstColumns();
+          });
         },
         "differing-toggle",
         "Show only the config columns whose value differs between the shown runs",
@@ -220,7 +243,33 @@ export class RunsView implements ViewModule {
       this.infoEl.textContent = "";
       return;
     }
+    const max = store.ui.maxRows;
     this.infoEl.textContent = `${t.shown} of ${t.total} runs`;
+    this.infoEl.title = "";
+    if (max !== null && t.shown > max) {
+      this.infoEl.textContent += ` · first ${max} shown`;
+      this.infoEl.title = `Max rows ${max}: the table and its CSV export hold the first ${max} rows in table order`;
+    }
+  }
+
+  private renderMaxRows(): void {
+    const input = h("input", {
+      type: "number",
+      class: "input input-num",
+      testid: "max-rows",
+      attrs: { min: 1, step: 1, placeholder: "all", "aria-label": "Max rows", title: "Show and export at most this many rows (empty: all)" },
+    });
+    input.value = store.ui.maxRows === null ? "" : String(store.ui.maxRows);
+    input.addEventListener("change", () => {
+      const v = Math.floor(Number(input.value));
+      const next = input.value.trim() === "" || !Number.isFinite(v) || v < 1 ? null : v;
+      input.value = next === null ? "" : String(next);
+      if (next === store.ui.maxRows) return;
+      store.set("maxRows", next);
+      this.renderInfo();
+      store.emit("table"); // same answer, fewer (or more) rows drawn
+    });
+    replace(this.maxRowsEl, h("span", { class: "toolbar-label", text: "Max rows" }), input);
   }
 
   private renderSelectionActions(): void {

@@ -45,16 +45,23 @@ export function extent(values: number[], withZero = false, pad = 0.05): [number,
     return [lo - d, hi + d];
   }
   const p = (hi - lo) * pad;
-  return [withZero && lo === 0 ? 0 : lo - p, withZero && hi === 0 ? 0 : hi + p];
+  // Padding never crosses zero: values that are all ≥ 0 keep a non-negative axis (and ≤ 0 likewise).
+  const padLo = lo >= 0 ? Math.max(0, lo - p) : lo - p;
+  const padHi = hi <= 0 ? Math.min(0, hi + p) : hi + p;
+  return [withZero && lo === 0 ? 0 : padLo, withZero && hi === 0 ? 0 : padHi];
 }
 
 export function linearScale(domain: [number, number], range: [number, number], tickCount = 6): Scale {
   const ticks = niceTicks(domain[0], domain[1], tickCount);
-  // Let the outer ticks enclose the data so the axis starts and ends on a label.
+  // The axis ends on a label when the next tick is close (at most 8 % of the range away); a far
+  // one would pad the chart with empty space (AUC bars up to 1.2, a scatter from −0.5).
   if (ticks.length >= 2) {
     const step = ticks[1]! - ticks[0]!;
-    if (ticks[ticks.length - 1]! < domain[1] - step * 1e-9) ticks.push(Number((ticks[ticks.length - 1]! + step).toPrecision(12)));
-    if (ticks[0]! > domain[0] + step * 1e-9) ticks.unshift(Number((ticks[0]! - step).toPrecision(12)));
+    const near = (domain[1] - domain[0]) * 0.08;
+    const up = Number((ticks[ticks.length - 1]! + step).toPrecision(12));
+    const down = Number((ticks[0]! - step).toPrecision(12));
+    if (ticks[ticks.length - 1]! < domain[1] - step * 1e-9 && up - domain[1] <= near) ticks.push(up);
+    if (ticks[0]! > domain[0] + step * 1e-9 && domain[0] - down <= near) ticks.unshift(down);
   }
   const d0 = Math.min(domain[0], ticks[0] ?? domain[0]);
   const d1 = Math.max(domain[1], ticks[ticks.length - 1] ?? domain[1]);

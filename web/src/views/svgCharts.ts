@@ -5,7 +5,7 @@
 
 import { api } from "../api";
 import { runExport, tableOrder } from "../actions";
-import { columnTitle } from "../columns";
+import { columnTitle, runLabels } from "../columns";
 import { debounce, h, replace, s, svgTitle } from "../dom";
 import { fmtNum } from "../format";
 import { store } from "../store";
@@ -20,6 +20,60 @@ export function chartKeys(): { keys: string[]; scope: string } {
   if (sel.length) return { keys: sel, scope: `${sel.length} selected run${sel.length === 1 ? "" : "s"}` };
   const keys = tableOrder();
   return { keys, scope: `all ${keys.length} shown runs (none selected)` };
+}
+
+interface GroupMean {
+  label: string;
+  color: string;
+  n: number;
+  mx: number;
+  my: number;
+  sx: number;
+  sy: number;
+}
+
+/** Per table group, the mean and (population) standard deviation of its drawn points. */
+function groupMeans(pts: { key: string; x: number; y: number }[]): GroupMean[] {
+  const out: GroupMean[] = [];
+  for (const g of store.table?.groups ?? []) {
+    const members = new Set(g.keys);
+    const mine = pts.filter((p) => members.has(p.key));
+    if (!mine.length) continue;
+    const mean = (vs: number[]) => vs.reduce((a, b) => a + b, 0) / vs.length;
+    const sd = (vs: number[], m: number) => Math.sqrt(vs.reduce((a, v) => a + (v - m) * (v - m), 0) / vs.length);
+    const xs = mine.map((p) => p.x);
+    const ys = mine.map((p) => p.y);
+    const mx = mean(xs);
+    const my = mean(ys);
+    out.push({ label: g.label, color: paletteColor(g.color), n: mine.length, mx, my, sx: sd(xs, mx), sy: sd(ys, my) });
+  }
+  return out;
+}
+
+/** A group's mean as a diamond with ± std whiskers in x and y. */
+function meanMark(m: GroupMean, xsc: Scale, ysc: Scale, xName: string, yName: string): SVGElement {
+  // Whiskers stop at the axes' ends (a wide spread would run off the plot).
+  const clampX = (v: number) => Math.min(Math.max(v, xsc.domain[0]), xsc.domain[1]);
+  const clampY = (v: number) => Math.min(Math.max(v, ysc.domain[0]), ysc.domain[1]);
+  const cx = xsc(m.mx);
+  const cy = ysc(m.my);
+  const g = s("g", { class: "group-mean", "data-testid": "scatter-group-mean", "data-group": m.label });
+  g.appendChild(s("line", { x1: xsc(clampX(m.mx - m.sx)), x2: xsc(clampX(m.mx + m.sx)), y1: cy, y2: cy, class: "whisker", stroke: m.color }));
+  g.appendChild(s("line", { x1: cx, x2: cx, y1: ysc(clampY(m.my - m.sy)), y2: ysc(clampY(m.my + m.sy)), class: "whisker", stroke: m.color }));
+  const d = 7;
+  g.appendChild(s("path", { d: `M${cx} ${cy - d}L${cx + d} ${cy}L${cx} ${cy + d}L${cx - d} ${cy}Z`, fill: m.color, stroke: "#0b0d12", class: "mean-mark" }));
+  g.appendChild(svgTitle(`${m.label} (n=${m.n})\nmean ${xName} = ${fmtNum(m.mx)} ± ${fmtNum(m.sx)}\nmean ${yName} = ${fmtNum(m.my)} ± ${fmtNum(m.sy)}`));
+  return g;
+}
+
+/** Labels of the charted runs (a short id added where names collide), by key. */
+function runLabelsOf(keys: (string | null)[]): Map<string, string> {
+  const runs = [];
+  for (const k of keys) {
+    const r = k ? store.runs.get(k) : undefined;
+    if (r) runs.push(r);
+  }
+  return runLabels(runs);
 }
 
 function numericColumns(): string[] {
@@ -128,7 +182,8 @@ abstract class RunChart<T> {
   protected abstract load(keys: string[]): Promise<T> | null;
   protected abstract renderToolbar(): void;
   protected abstract draw(): void;
-  abstract exportChart(format: "csv" | "png"): void;
+  /** Export the chart; a string says why there is nothing to export. */
+  abstract exportChart(format: "csv" | "png"): Promise<string | null> | string;
 
   refresh(force = false): void {
     this.renderToolbar();
@@ -221,6 +276,12 @@ export class ScatterChart extends RunChart<ScatterResponse> {
         store.set("scatter", { ...this.st(), logY: on });
         this.refresh();
       }, "scatter-log-y"),
+      store.ui.group !== null
+        ? toggle("Group means", store.ui.plotGroups, (on) => {
+            store.set("plotGroups", on);
+            this.refresh();
+          }, "scatter-group-means", `The mean ± std of each group of ${store.ui.group} over its points`)
+        : null,
     );
   }
 
@@ -230,7 +291,8 @@ export class ScatterChart extends RunChart<ScatterResponse> {
     if (!st.x || !st.y) return this.empty("No numeric columns to plot", "Scatter needs numeric params or metrics.");
     const d = this.data;
     if (!d) return this.empty("No runs to plot", "Select runs, or clear the table filters.");
-    let pts = d.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const names = runLabelsOf(d.points.map((p) => p.key));
+    let pts = d.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y)).map((p) => ({ ...p, label: names.get(p.key) ?? p.label }));
     const beforeLog = pts.length;
     if (st.logX) pts = pts.filter((p) => p.x > 0);
     if (st.logY) pts = pts.filter((p) => p.y > 0);
@@ -288,6 +350,8 @@ export class ScatterChart extends RunChart<ScatterResponse> {
       g.appendChild(c);
     }
     f.svg.appendChild(g);
+    const means = store.ui.plotGroups && store.ui.group !== null ? groupMeans(pts) : [];
+    for (const m of means) f.svg.appendChild(meanMark(m, xsc, ysc, st.x, st.y));
     const dropped = d.dropped;
     replace(
       this.body,
@@ -303,17 +367,36 @@ export class ScatterChart extends RunChart<ScatterResponse> {
         notPositive ? h("span", { class: "meta-warn", text: `${notPositive} not drawn (≤ 0 on a log axis)` }) : null,
       ),
       st.color ? groupLegend(groups, columnTitle(st.color)) : null,
+      means.length
+        ? h(
+            "div",
+            { class: "legend-groups" },
+            h("span", { class: "legend-title", text: `mean ± std by ${store.ui.group ?? ""}` }),
+            ...means.map((m) => h("span", { class: "legend-group" }, swatch(m.color), h("span", { text: `${m.label} (n=${m.n})` }))),
+          )
+        : null,
       h("div", { class: "chart-card", testid: "chart-scatter" }, f.svg),
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.x || !st.y || !keys.length) return;
-    void runExport(`Scatter ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.x || !st.y) return "Nothing to export: choose the x and y fields first.";
+    return runExport(`Scatter ${format.toUpperCase()}`, () =>
       api.exportChart(
-        { chart: "scatter", keys, x_field: st.x!, y_field: st.y!, size_field: st.size, color_field: st.color, log_x: st.logX, log_y: st.logY },
+        {
+          chart: "scatter",
+          keys,
+          x_field: st.x!,
+          y_field: st.y!,
+          size_field: st.size,
+          color_field: st.color,
+          log_x: st.logX,
+          log_y: st.logY,
+          group_by: store.ui.plotGroups ? store.ui.group : null,
+        },
         format,
       ),
     );
@@ -424,11 +507,12 @@ export class BoxChart extends RunChart<BoxResponse> {
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.field || !keys.length) return;
-    void runExport(`Box plot ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.field) return "Nothing to export: choose a field first.";
+    return runExport(`Box plot ${format.toUpperCase()}`, () =>
       api.exportChart({ chart: "box", keys, field: st.field!, group_by: st.groupBy }, format),
     );
   }
@@ -478,8 +562,10 @@ export class BarChart extends RunChart<BarResponse> {
     const st = this.st();
     if (!st.field) return this.empty("No numeric columns to plot");
     const d = this.data;
-    if (!d || !d.bars.length) return this.empty("No values to plot", "None of the runs has a value in this column.");
-    const bars = d.bars.slice(0, d.limit || 60);
+    if (!d || !d.bars.length) return this.empty("No values to plot", `None of the ${chartKeys().keys.length} runs has a value in this column.`);
+    const names = runLabelsOf(d.bars.map((b) => b.key));
+    const bars = d.bars.slice(0, d.limit || 60).map((b) => (b.key && names.has(b.key) ? { ...b, label: names.get(b.key)! } : b));
+    const dropped = d.dropped ?? 0;
     const grouped = !!st.groupBy;
     const rowH = 24;
     const labelW = 190;
@@ -548,6 +634,11 @@ export class BarChart extends RunChart<BarResponse> {
           testid: "bar-count",
           text: grouped ? `${bars.length} group${bars.length === 1 ? "" : "s"}` : `${bars.length} of ${d.total} runs`,
         }),
+        h("span", {
+          class: dropped ? "meta-warn" : "muted",
+          testid: "bar-dropped",
+          text: `${dropped} run${dropped === 1 ? "" : "s"} without a value left out`,
+        }),
         more ? h("span", { class: "meta-warn", testid: "bar-limit", text: `only the first ${bars.length} are drawn; the CSV export has all ${d.total}` }) : null,
       ),
       !grouped && groups.size > 1 ? groupLegend(groups, "group") : null,
@@ -555,11 +646,12 @@ export class BarChart extends RunChart<BarResponse> {
     );
   }
 
-  exportChart(format: "csv" | "png"): void {
+  exportChart(format: "csv" | "png"): Promise<string | null> | string {
     const st = this.st();
     const { keys } = chartKeys();
-    if (!st.field || !keys.length) return;
-    void runExport(`Bar chart ${format.toUpperCase()}`, () =>
+    if (!keys.length) return "Nothing to export: no runs are shown (select runs, or clear the filters).";
+    if (!st.field) return "Nothing to export: choose a field first.";
+    return runExport(`Bar chart ${format.toUpperCase()}`, () =>
       api.exportChart({ chart: "bar", keys, field: st.field!, group_by: st.groupBy }, format),
     );
   }

@@ -19,12 +19,13 @@ import {
   FrozenColumnsModule,
   GroupRowsModule,
   InteractionModule,
+  MoveColumnsModule,
   type Options,
   ResizeColumnsModule,
   type RowComponent,
   Tabulator,
 } from "tabulator-tables";
-import { queryTable, shownColumns } from "../actions";
+import { limitRows, queryTable, shownColumns } from "../actions";
 import { cellGetter, columnTitle, fmtPerf, isCaptured, KIND_LABEL, splitColumn } from "../columns";
 import { h } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
@@ -33,7 +34,7 @@ import { store } from "../store";
 import type { RunRow } from "../types";
 import { emptyState, paletteColor, statusBadge, swatch } from "../ui";
 
-Tabulator.registerModule([FormatModule, GroupRowsModule, InteractionModule, ResizeColumnsModule, FrozenColumnsModule]);
+Tabulator.registerModule([FormatModule, GroupRowsModule, InteractionModule, MoveColumnsModule, ResizeColumnsModule, FrozenColumnsModule]);
 
 /** Tabulator's column object as the layout modes see it (internal API). */
 interface LayoutColumn {
@@ -85,6 +86,8 @@ const WARN = "_warn";
 export interface TableHooks {
   /** Open the filter editor of a column, anchored at the header's funnel button. */
   editFilter(column: string, anchor: HTMLElement): void;
+  /** The user dragged a header: the shown columns in their new order. */
+  columnsMoved(order: string[]): void;
 }
 
 export class RunTable {
@@ -117,10 +120,16 @@ export class RunTable {
   /** Row elements Tabulator built (the rendered ones), for selection marks without touching the rest. */
   private rowEls = new Map<string, HTMLElement>();
 
+  /** The keyboard cursor: the row the arrow keys move, Enter inspects and Space ticks. */
+  private cursor: string | null = null;
+
   constructor(
     private host: HTMLElement,
     private hooks: TableHooks,
   ) {
+    host.tabIndex = 0;
+    host.setAttribute("aria-label", "Runs: arrow keys move, Enter opens the inspector, Space ticks");
+    host.addEventListener("keydown", (ev) => this.onKey(ev));
     store.on("selection", () => this.syncSelection());
     store.on("runs", (changed) => {
       if (Array.isArray(changed)) for (const k of changed as string[]) this.dirty.add(k);
@@ -138,6 +147,12 @@ export class RunTable {
     this.update();
   }
 
+  /** Scroll the table back to its first columns (after "Differing params only" put them there). */
+  scrollToFirstColumns(): void {
+    const holder = this.host.querySelector<HTMLElement>(".tabulator-tableholder");
+    if (holder) holder.scrollLeft = 0;
+  }
+
   /** The view became visible again: fit the table to its (maybe resized) box. */
   redraw(): void {
     if (this.tab && this.built) this.tab.redraw();
@@ -151,8 +166,9 @@ export class RunTable {
     const numeric = new Set(t.columns.numeric);
     const keys: string[] = [];
     const gids: number[] = [];
+    const max = store.ui.maxRows ?? Infinity;
     const push = (k: string, g: number) => {
-      if (store.runs.has(k)) {
+      if (keys.length < max && store.runs.has(k)) {
         keys.push(k);
         gids.push(g);
       }
@@ -209,6 +225,8 @@ export class RunTable {
       renderVerticalBuffer: rowHeight * 4,
       // Resize handles in the header only (one per column, not one per cell).
       columnDefaults: { resizable: "header" },
+      // Drag a header to reorder; the order is kept in the remembered view and the CSV export.
+      movableColumns: true,
       groupToggleElement: "arrow",
       groupStartOpen: true,
       rowFormatter: (row: RowComponent) => this.formatRow(row),
@@ -230,7 +248,16 @@ export class RunTable {
       const t = e.target as HTMLElement;
       if (t.closest(".cell-check")) return;
       const key = (row.getData() as Row)._key;
+      this.moveCursor(key, false);
+      this.host.focus({ preventScroll: true });
       store.openInspector(key);
+    });
+    tab.on("columnMoved", () => {
+      const order = tab
+        .getColumns()
+        .map((c) => c.getField())
+        .filter((f) => f && f !== SEL && f !== WARN);
+      this.hooks.columnsMoved(order);
     });
     tab.on("columnResized", (col: ColumnComponent) => {
       this.widths.set(col.getField(), col.getWidth());
@@ -616,9 +643,69 @@ export class RunTable {
     el.classList.toggle("is-selected", store.isSelected(key));
     el.classList.toggle("is-hidden-run", store.hidden.has(key));
     el.classList.toggle("is-inspected", store.inspector === key);
+    el.classList.toggle("is-cursor", this.cursor === key);
     el.setAttribute("data-key", key);
     el.setAttribute("data-testid", "run-row");
     this.rowEls.set(key, el);
+  }
+
+  // -- keyboard -------------------------------------------------------------------------------------
+
+  /** ↑/↓ (and Home/End, PageUp/PageDown) move the cursor row, Enter opens it in the inspector,
+   *  Space ticks it. Keys typed into the header's checkbox or filter buttons are theirs. */
+  private onKey(ev: KeyboardEvent): void {
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    const t = ev.target as HTMLElement;
+    if (t !== this.host && t.closest("input, button, select, textarea, .tabulator-header")) return;
+    const keys = this.drawnKeys;
+    if (!keys.length) return;
+    const at = this.cursor === null ? -1 : keys.indexOf(this.cursor);
+    const page = Math.max(1, Math.floor((this.host.clientHeight || 320) / (parseFloat(this.cellHeight) || 32)) - 2);
+    let next: number | null = null;
+    switch (ev.key) {
+      case "ArrowDown":
+        next = at < 0 ? 0 : Math.min(keys.length - 1, at + 1);
+        break;
+      case "ArrowUp":
+        next = at < 0 ? 0 : Math.max(0, at - 1);
+        break;
+      case "PageDown":
+        next = Math.min(keys.length - 1, Math.max(0, at) + page);
+        break;
+      case "PageUp":
+        next = Math.max(0, at - page);
+        break;
+      case "Home":
+        next = 0;
+        break;
+      case "End":
+        next = keys.length - 1;
+        break;
+      case "Enter":
+        if (at >= 0) store.openInspector(keys[at]!);
+        ev.preventDefault();
+        return;
+      case " ":
+        if (at >= 0) store.toggleSelected(keys[at]!);
+        ev.preventDefault();
+        return;
+      default:
+        return;
+    }
+    ev.preventDefault();
+    const key = keys[next]!;
+    this.moveCursor(key, true);
+    // An open inspector follows the cursor.
+    if (store.inspector !== null && store.inspector !== key) store.openInspector(key);
+  }
+
+  private moveCursor(key: string, scroll: boolean): void {
+    const before = this.cursor;
+    this.cursor = key;
+    if (before !== null) this.rowEls.get(before)?.classList.remove("is-cursor");
+    this.rowEls.get(key)?.classList.add("is-cursor");
+    this.host.setAttribute("data-cursor", key);
+    if (scroll && this.tab) void this.tab.scrollToRow(key, "nearest", false).catch(() => undefined);
   }
 
   // -- groups ---------------------------------------------------------------------------------------
@@ -658,7 +745,7 @@ export class RunTable {
   private shownKeys(): string[] {
     const t = store.table;
     if (!t) return [];
-    return (t.groups ? t.groups.flatMap((g) => g.keys) : t.keys).filter((k) => store.runs.has(k));
+    return limitRows((t.groups ? t.groups.flatMap((g) => g.keys) : t.keys).filter((k) => store.runs.has(k)));
   }
 
   /** Selection and inspector marks on the rows Tabulator built; rows built later read the store. */

@@ -292,17 +292,23 @@ class PerfIndex:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._pending: set[str] = set()  # the folders whose entry is not frozen
         self._lock = threading.Lock()
         self.reads = 0
         """How many final summaries were parsed (tests and the benchmark count them)."""
 
-    def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False) -> dict[str, dict[str, PerfValue]]:
+    def update(
+        self, runs: Iterable[tuple[str, bool]], *, force: bool = False, complete: bool = True
+    ) -> dict[str, dict[str, PerfValue]]:
         """Check ``runs`` (``(run folder, finished)`` pairs) and return the facts of those whose facts
         changed since the last call; a folder seen for the first time is always returned (``{}`` when
-        it was not captured). Folders not listed are forgotten."""
+        it was not captured). With ``complete`` (the default) ``runs`` are all the runs and folders not
+        listed are forgotten; ``complete=False`` checks only the listed ones (a poll that knows which
+        runs may have changed: the unfinished ones and :meth:`pending`)."""
         changed: dict[str, dict[str, PerfValue]] = {}
         with self._lock:
             seen: set[str] = set()
+            pending = self._pending
             for run_dir, finished in runs:
                 seen.add(run_dir)
                 entry = self._entries.get(run_dir)
@@ -310,6 +316,10 @@ class PerfIndex:
                     continue
                 facts, warning, stamps, captured = self._check(run_dir, entry)
                 frozen = finished and (not captured or stamps[0] is not None)
+                if frozen:
+                    pending.discard(run_dir)
+                else:
+                    pending.add(run_dir)
                 if entry is None:
                     # Reported even when empty: the caller may hold older facts (from its run database).
                     self._entries[run_dir] = _Entry(stamps, facts, warning, frozen)
@@ -319,9 +329,17 @@ class PerfIndex:
                 if facts != entry.facts:
                     changed[run_dir] = facts
                 entry.stamps, entry.facts, entry.warning = stamps, facts, warning
-            for gone in [k for k in self._entries if k not in seen]:
-                del self._entries[gone]
+            if complete:
+                for gone in [k for k in self._entries if k not in seen]:
+                    del self._entries[gone]
+                    pending.discard(gone)
         return changed
+
+    def pending(self) -> list[str]:
+        """The folders an :meth:`update` would check again without ``force``: unfinished runs and
+        finished captured runs whose final summary has not been read yet."""
+        with self._lock:
+            return list(self._pending)
 
     def _check(self, run_dir: str, entry: _Entry | None) -> tuple[dict[str, PerfValue], str | None,
                                                                    tuple[Stamp | None, Stamp | None], bool]:

@@ -121,6 +121,12 @@ class CatalogView:
             return True
         return self._clock() - self._opened_at >= CATALOG_EVERY_S
 
+    def stale(self) -> bool:
+        """Whether :meth:`due` holds whatever the runs: never opened, or opened
+        :data:`CATALOG_EVERY_S` ago (a caller that knows the run set did not change asks this,
+        which costs nothing per run)."""
+        return self._opened_at is None or self._clock() - self._opened_at >= CATALOG_EVERY_S
+
     def refresh(self, runs: Sequence[RunSummary], *, force: bool = False) -> list[str]:
         """Open the catalog again when :meth:`due`; return the keys of the viewer's runs whose
         ``catalog_run`` or catalog warnings changed (so the viewer sends those rows again).

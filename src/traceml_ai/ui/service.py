@@ -102,6 +102,7 @@ class Viewer:
         self.catalog = CatalogView(store.roots, cache.path if cache is not None else None)
         # The perf.* columns of captured runs, read from their final summaries (ui/perf.py).
         self.perf = PerfIndex()
+        self._joined_membership = -1  # the store's membership at the last full join of perf facts
 
     # -- updating --------------------------------------------------------------------------
 
@@ -127,16 +128,25 @@ class Viewer:
     def poll(self, *, refresh: bool = False) -> PollResult:
         """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
         result = self.store.refresh() if refresh else self.store.poll()
-        perf_changed = join_perf(self.store, self.perf, force=refresh)
+        # A poll that left the run set alone costs what may have changed (issue 16): the perf facts
+        # of unfinished and pending runs only, and no catalog work until the catalog is due.
+        membership = self.store.membership
+        same_runs = not refresh and membership == self._joined_membership
+        if same_runs:
+            perf_changed = join_perf(self.store, self.perf, only=[*self.store.unfinished(), *self.perf.pending()])
+        else:
+            perf_changed = join_perf(self.store, self.perf, force=refresh)
+            self._joined_membership = membership
         with self._lock:
             self.refreshed_at = time.time()
             changed = list(dict.fromkeys([*result.changed, *perf_changed]))
             if changed or result.removed:
                 self._bump(changed, result.removed)
         # After the runs' own changes are out: the catalog walks every folder (docs/catalog.md).
-        regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
-        if regrouped:
-            self._bump(regrouped, [])
+        if not same_runs or self.catalog.stale():
+            regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
+            if regrouped:
+                self._bump(regrouped, [])
         self._save_db_if_due(force=False)
         return result
 

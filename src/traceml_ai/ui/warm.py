@@ -1,0 +1,101 @@
+"""A run store started from the run database, for one-shot commands (issue 16 item 2; 003 seed,
+"The run database").
+
+``traceml runs ls`` (and the other commands that list runs) start like the viewer does: when
+``runs.sqlite`` in the cache folder is valid, the store is seeded from it and its first poll checks
+only what changed since (the roots' listing against the cached runs, a finished run by its folder's
+stamp, an unfinished one file by file); when it is missing, of another schema version or corrupt,
+the poll is a full scan and the database is written again (rebuilt) from the result. Writing goes
+through :class:`~traceml_ai.ui.cache.CacheFolder`, into the cache folder only, never into a root.
+
+Light: imports no web framework.
+"""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from traceml_ai.diagnose.perf import PerfIndex
+from traceml_ai.runs.store import RunStore
+from traceml_ai.ui.cache import CacheError, CacheFolder, default_cache_dir
+from traceml_ai.ui.perf import join_perf
+
+
+@dataclass
+class WarmStart:
+    """What :func:`open_warm` did.
+
+    Attributes:
+        store: the polled run store (``perf.*`` facts joined).
+        from_db: how many runs came from ``runs.sqlite`` (0: a full scan).
+        saved: the database path written, or None (nothing changed, or no cache folder).
+        warnings: cache-folder problems, one line each (e.g. a corrupt database being rebuilt).
+    """
+
+    store: RunStore
+    from_db: int = 0
+    saved: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def open_warm(
+    roots: Sequence[str],
+    *,
+    cache_dir: str | None = None,
+    use_db: bool = True,
+    stale_after_seconds: float,
+    max_metrics_file_mb: float,
+) -> WarmStart:
+    """A run store over ``roots``, polled once, started from the run database when it is usable.
+
+    Args:
+        roots: the runs roots (as given).
+        cache_dir: the ``cache_dir`` setting (None: :func:`~traceml_ai.ui.cache.default_cache_dir`).
+        use_db: False to neither read nor write ``runs.sqlite`` (a plain full scan).
+
+    Raises:
+        NoRootError: no root exists.
+    """
+    store = RunStore(roots, stale_after_seconds=stale_after_seconds, max_metrics_file_mb=max_metrics_file_mb)
+    result = WarmStart(store)
+    cache: CacheFolder | None = None
+    if use_db:
+        try:
+            cache = CacheFolder(default_cache_dir(roots, cache_dir), roots=roots)
+        except CacheError as err:
+            result.warnings.append(f"run database not used: {err}")
+    stored: dict[str, str] = {}
+    if cache is not None:
+        loaded = cache.load_run_db()
+        if loaded is not None:
+            stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
+            result.from_db = store.seed(dict(loaded.runs))
+    # Tens of thousands of new, acyclic objects: the cyclic collector would walk them again and
+    # again while they are built (about half of a 10,000-run scan), so it waits for the end.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        polled = store.poll()
+        perf_changed = join_perf(store, PerfIndex())
+    finally:
+        if enabled:
+            gc.enable()
+    if cache is not None:
+        changed: set[str] | None = None
+        if result.from_db:
+            # Only these can differ from what the database holds: runs re-read, new or with new perf
+            # facts, and cached runs whose display status moved on (a running run gone stale).
+            changed = {*polled.changed, *perf_changed}
+            changed |= {r.key for r in store.runs() if stored.get(r.key) != r.display_status}
+        try:
+            result.saved = cache.save_run_db(store.runs(), store.stamps(), force=True, changed=changed)
+        except (OSError, sqlite3.Error) as err:
+            result.warnings.append(f"run database not saved: {err}")
+        result.warnings += cache.warnings
+    return result
+
+
+__all__ = ["WarmStart", "open_warm"]

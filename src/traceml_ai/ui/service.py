@@ -39,6 +39,7 @@ from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
 from traceml_ai.ui.perf import join_perf
+from traceml_ai.ui.warm import bulk_load
 
 log = logging.getLogger("traceml.ui")
 
@@ -110,12 +111,14 @@ class Viewer:
         """Fill from the run database (when there is one) so the first page has rows at once."""
         if self.cache is None:
             return
-        try:
-            loaded = self.cache.load_run_db()
-        except Exception as err:
-            log.warning("[TraceML] run database not used: %s", err)
-            return
-        if loaded is not None:
+        with bulk_load():
+            try:
+                loaded = self.cache.load_run_db()
+            except Exception as err:
+                log.warning("[TraceML] run database not used: %s", err)
+                return
+            if loaded is None:
+                return
             stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
             taken = self.store.seed(dict(loaded.runs))
             if taken:
@@ -127,7 +130,11 @@ class Viewer:
 
     def poll(self, *, refresh: bool = False) -> PollResult:
         """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
-        result = self.store.refresh() if refresh else self.store.poll()
+        if self.refreshed_at is None:  # the first poll: a full scan without a run database
+            with bulk_load():
+                result = self.store.refresh() if refresh else self.store.poll()
+        else:
+            result = self.store.refresh() if refresh else self.store.poll()
         # A poll that left the run set alone costs what may have changed (issue 16): the perf facts
         # of unfinished and pending runs only, and no catalog work until the catalog is due.
         membership = self.store.membership

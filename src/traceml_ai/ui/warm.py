@@ -15,13 +15,34 @@ from __future__ import annotations
 
 import gc
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.cache import CacheError, CacheFolder, default_cache_dir
 from traceml_ai.ui.perf import join_perf
+
+
+@contextmanager
+def bulk_load() -> Iterator[None]:
+    """Build the run table without Python's cyclic garbage collector, then set what was built aside.
+
+    Tens of thousands of new, acyclic objects (summaries, their dicts and lists): the collector
+    would walk them again and again while they are built (about half of a 10,000-run scan) and at
+    every full collection afterwards. It is paused for the block; after it, ``gc.freeze()`` moves
+    everything alive into the permanent generation, which collections skip (the objects are still
+    freed by reference counting when a run is re-read or removed; they hold no reference cycles).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -68,21 +89,14 @@ def open_warm(
         except CacheError as err:
             result.warnings.append(f"run database not used: {err}")
     stored: dict[str, str] = {}
-    if cache is not None:
-        loaded = cache.load_run_db()
-        if loaded is not None:
-            stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
-            result.from_db = store.seed(dict(loaded.runs))
-    # Tens of thousands of new, acyclic objects: the cyclic collector would walk them again and
-    # again while they are built (about half of a 10,000-run scan), so it waits for the end.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with bulk_load():
+        if cache is not None:
+            loaded = cache.load_run_db()
+            if loaded is not None:
+                stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
+                result.from_db = store.seed(dict(loaded.runs))
         polled = store.poll()
         perf_changed = join_perf(store, PerfIndex())
-    finally:
-        if enabled:
-            gc.enable()
     if cache is not None:
         changed: set[str] | None = None
         if result.from_db:
@@ -98,4 +112,4 @@ def open_warm(
     return result
 
 
-__all__ = ["WarmStart", "open_warm"]
+__all__ = ["WarmStart", "bulk_load", "open_warm"]

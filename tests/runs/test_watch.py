@@ -118,3 +118,60 @@ def test_a_run_that_finishes_is_no_longer_read_by_polls(tmp_path: Path) -> None:
     _age(tmp_path)
     assert store.poll().changed == []
     assert store.refresh().changed == [key]
+
+
+# -- a start from the run database (issue 16 item 2) -------------------------------------------
+
+
+def _restart(root: Path, tmp_path: Path) -> RunStore:
+    """A store seeded from a run database written by a first store over ``root``."""
+    from traceml_ai.runs.rundb import load_db, write_db
+
+    first = _store(root)
+    first.poll()
+    db = tmp_path / "runs.sqlite"
+    write_db(db, first.runs(), first.stamps(), written_at="2026-09-21T14:13:20Z")
+    loaded, reason = load_db(db)
+    assert loaded is not None, reason
+    store = _store(root)
+    assert store.seed(dict(loaded.runs)) == len(first.runs())
+    return store
+
+
+def test_a_start_from_the_database_re_reads_a_finished_run_whose_file_was_replaced(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    done = write_run(root, "20260921-120000_done_0001", metrics={"step": 9, "last": {"val/auc": 0.8}})
+    write_run(root, "20260921-120000_other_0002")
+    store = _restart(root, tmp_path)
+    _rewrite(done / "metrics.json", json.dumps({"step": 9, "last": {"val/auc": 0.9}}))  # by rename
+    assert store.poll().changed == [os.path.realpath(done)]
+    assert store.get(os.path.realpath(done)).last == {"val/auc": 0.9}  # type: ignore[union-attr]
+
+
+def test_a_start_from_the_database_checks_a_finished_run_by_its_folder_and_refresh_by_its_files(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "runs"
+    done = write_run(root, "20260921-120000_done_0001", metrics={"step": 9, "last": {"val/auc": 0.8}})
+    store = _restart(root, tmp_path)
+    # Written in place (no rename): the folder's stamp stays, so the start keeps the cached summary...
+    folder = os.stat(done)
+    with open(done / "metrics.json", "r+", encoding="utf-8") as f:
+        f.write(json.dumps({"schema_version": 1, "step": 9, "last": {"val/auc": 0.7}}))
+    os.utime(done, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+    assert store.poll().changed == []
+    assert store.get(os.path.realpath(done)).last == {"val/auc": 0.8}  # type: ignore[union-attr]
+    # ...and Refresh compares every file.
+    assert store.refresh().changed == [os.path.realpath(done)]
+    assert store.get(os.path.realpath(done)).last == {"val/auc": 0.7}  # type: ignore[union-attr]
+
+
+def test_a_start_from_the_database_reads_an_unfinished_run_file_by_file(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    live = write_run(root, "20260921-120000_live_0001", status="running", metrics={}, jsonl="")
+    store = _restart(root, tmp_path)
+    folder = os.stat(live)
+    _append(live / "metrics.jsonl", _row(0, **{"train/loss": 2.0}))
+    os.utime(live, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+    assert store.poll().changed == [os.path.realpath(live)]
+    assert store.get(os.path.realpath(live)).start == {"train/loss": 2.0}  # type: ignore[union-attr]

@@ -126,8 +126,8 @@ class CatalogView:
 
     def stale(self) -> bool:
         """Whether :meth:`due` holds whatever the runs: never opened, or opened
-        :data:`CATALOG_EVERY_S` (or :data:`CATALOG_COST_FACTOR` times its cost) ago (a caller that knows the run set did not change asks this,
-        which costs nothing per run)."""
+        :data:`CATALOG_EVERY_S` (or :data:`CATALOG_COST_FACTOR` times its cost) ago. A caller that
+        knows the run set did not change asks this, which costs nothing per run."""
         if self._opened_at is None:
             return True
         every = max(CATALOG_EVERY_S, CATALOG_COST_FACTOR * (self.last_open_s or 0.0))

@@ -84,8 +84,9 @@ before its files were stat'ed: while it holds, no file was created, renamed or r
 since (every writer of the run format replaces files by rename)."""
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
-MAX_DB_BYTES: Final = 1 << 30
-"""A file above this size is not read (1 GiB; a 10k-run database is a few tens of MB)."""
+MAX_DB_BYTES: Final = 1 << 33
+"""A file above this size is not read (8 GiB; the fake generator's runs take ~11 KB each with the
+SQL tables' indexes: 10,000 runs ~110 MB, 100,000 runs ~1.1 GB, issue 16)."""
 
 FileStamps = dict[str, tuple[int, int]]
 """``{file name: (mtime_ns, size)}`` of the core files a summary was parsed from; an absent file is

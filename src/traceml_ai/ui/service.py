@@ -20,6 +20,7 @@ from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.analysis import first_time, line_points
+from traceml_ai.runs.column_index import ColumnIndex
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import VIEWABLE_FILES
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
@@ -28,7 +29,6 @@ from traceml_ai.runs.table import (
     ColumnError,
     ColumnFacts,
     SortKey,
-    column_facts,
     differing_config_keys,
     group_runs,
     parse_sort_arg,
@@ -96,6 +96,8 @@ class Viewer:
         # filter change asks; with 10,000 runs the column facts alone are a tenth of a second).
         self._tables: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._facts: dict[tuple[int, bool], ColumnFacts] = {}
+        self._columns = ColumnIndex()  # column facts re-computed for changed runs only (issue 16)
+        self._columns_hidden = ColumnIndex()  # (the same with hidden runs shown)
         self._db_dirty = False
         self._db_changed: set[str] = set()  # runs changed since the run database was last written
         self._db_saved_at = 0.0
@@ -359,7 +361,7 @@ class Viewer:
             shown = sort_runs(visible, [parse_sort_arg("-started")])
         facts = self._facts.get((version, show_hidden))
         if facts is None:
-            facts = column_facts(visible)
+            facts = (self._columns_hidden if show_hidden else self._columns).facts(visible)
             self._facts = {k: v for k, v in self._facts.items() if k[0] == version}
             self._facts[(version, show_hidden)] = facts
         available, numeric = facts.available, facts.numeric

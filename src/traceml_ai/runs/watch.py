@@ -12,7 +12,8 @@ again only when
   unchanged mtime (the same rule git applies to its index);
 - :data:`RELIST_EVERY_POLLS` polls passed since the last listing, so a file system whose directory
   mtimes are coarse or cached (NFS attribute caching, some FUSE mounts) cannot hide a new run for
-  longer than that many poll intervals (60 s at the default 5 s interval);
+  longer than that many poll intervals (60 s at the default 5 s interval); such a poll reads the
+  roots' entry names first and lists them only when the names differ from the previous check;
 - the caller forces it (the viewer's Refresh).
 
 The watch only reads (one ``stat`` per root per poll); it never writes anything.
@@ -76,6 +77,7 @@ class RootWatch:
         self._stamps: dict[str, RootStamp | None] = {}
         self._trusted = False
         self._polls_since = 0
+        self._names_listed: list[list[str]] | None = None
 
     def listing(self, *, force: bool = False) -> tuple[Listing, bool]:
         """The current listing and whether the roots were listed again for it.
@@ -87,9 +89,22 @@ class RootWatch:
             NoRootError: no root exists (only raised by a listing, as :func:`list_runs` does).
         """
         self._polls_since += 1
-        if not force and self._listing is not None and self._trusted and self._polls_since < self.relist_every:
-            if self._current_stamps() == self._stamps:
-                return self._listing, False
+        if not force and self._listing is not None and self._trusted:
+            stamps = self._current_stamps()
+            if stamps == self._stamps:
+                if self._polls_since < self.relist_every:
+                    return self._listing, False
+                # Due by count alone: the entry names say whether a run came or went, for less
+                # than a listing (no entry types, no objects per run).
+                self._polls_since = 0
+                names = self._names(stamps)
+                if names is not None and names == self._names_listed:
+                    return self._listing, False
+                self._names_listed = names  # (compared at the next due poll)
+            else:
+                self._names_listed = None
+        else:
+            self._names_listed = None
         # Stamps first, listing second: a folder made in between shows as a changed stamp next time.
         stamps = self._current_stamps()
         now = self.wall_clock()
@@ -99,6 +114,19 @@ class RootWatch:
         # (a missing root cannot hide a change: its appearing changes the stamps themselves)
         self._trusted = all(s is None or s[1] < (now - RACY_S) * 1e9 for s in stamps.values())
         return listing, True
+
+    @staticmethod
+    def _names(stamps: dict[str, RootStamp | None]) -> list[list[str]] | None:
+        """The sorted entry names of each existing root (dot-names left out), None if one fails."""
+        out = []
+        for root, stamp in stamps.items():
+            if stamp is None:
+                continue
+            try:
+                out.append(sorted(name for name in os.listdir(root) if not name.startswith(".")))
+            except OSError:
+                return None
+        return out
 
     def _current_stamps(self) -> dict[str, RootStamp | None]:
         real, missing = resolve_roots(self.roots)

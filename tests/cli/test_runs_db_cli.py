@@ -19,6 +19,8 @@ from traceml_ai.runs.rundb import SCHEMA_VERSION
 def root(tmp_path: Path) -> Path:
     runs = tmp_path / "traceml" / "runs"
     generate(runs, runs=4, seed=3)
+    # A cache folder (as the viewer leaves one): ls keeps a database there however few the runs.
+    (tmp_path / "traceml" / ".cache").mkdir()
     return runs
 
 
@@ -74,6 +76,14 @@ def test_a_database_of_another_schema_version_is_rebuilt_from_the_runs(root: Pat
     assert warm == cold
     assert f"schema version {SCHEMA_VERSION - 1}" in stderr and "rebuilding" in stderr
     assert _schema(_db(root)) == SCHEMA_VERSION
+
+
+def test_a_small_workspace_without_a_cache_folder_gets_no_database(tmp_path: Path) -> None:
+    runs = tmp_path / "traceml" / "runs"
+    generate(runs, runs=3, seed=1)
+    rows, stderr = _ls(runs)
+    assert len(rows) == 3 and stderr == ""
+    assert not (tmp_path / "traceml" / ".cache").exists()
 
 
 def test_a_corrupt_database_is_a_warning_and_is_rebuilt(root: Path) -> None:

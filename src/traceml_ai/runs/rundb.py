@@ -70,7 +70,7 @@ from urllib.parse import quote
 import msgspec
 import orjson
 
-from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
+from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES, RUN_FOLDER_STAMP
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 from traceml_ai.runs.safeio import open_regular
 
@@ -78,10 +78,7 @@ SCHEMA_VERSION: Final = 4
 """2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
 ``run_cache.summary``; 4: ``run_cache.stamps`` may hold the run folder's own stamp under
 :data:`RUN_FOLDER_STAMP` (issue 16: a start checks a finished run by that one ``stat``)."""
-RUN_FOLDER_STAMP: Final = "."
-"""The name under which :data:`FileStamps` holds the run folder's own ``(mtime_ns, inode)``, taken
-before its files were stat'ed: while it holds, no file was created, renamed or removed in the folder
-since (every writer of the run format replaces files by rename)."""
+
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
 MAX_DB_BYTES: Final = 1 << 33

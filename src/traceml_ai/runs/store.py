@@ -42,6 +42,7 @@ from traceml_ai.runs.layout import (
     METRICS_JSON,
     METRICS_JSONL,
     PARAMS_YAML,
+    RUN_FOLDER_STAMP,
     RUN_ID_RE,
     RUN_JSON,
     VIEWABLE_FILES,
@@ -59,7 +60,6 @@ from traceml_ai.runs.readers import (
     parse_params_yaml,
     parse_run_json,
 )
-from traceml_ai.runs.rundb import RUN_FOLDER_STAMP
 from traceml_ai.runs.safeio import NotRegularFile, open_regular
 from traceml_ai.runs.status import display_status
 from traceml_ai.runs.watch import RootWatch

@@ -14,14 +14,19 @@ Light: imports no web framework.
 from __future__ import annotations
 
 import gc
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.store import RunStore
-from traceml_ai.ui.cache import CacheError, CacheFolder, default_cache_dir
+from traceml_ai.ui.cache_paths import default_cache_dir
+
+if TYPE_CHECKING:
+    from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.perf import join_perf
 
 
@@ -64,6 +69,22 @@ class WarmStart:
     warnings: list[str] = field(default_factory=list)
 
 
+_DB_FILE: Final = "runs.sqlite"  # = traceml_ai.runs.rundb.DB_FILE, not imported: its decoder is msgspec
+DB_MIN_RUNS: Final = 500
+"""Without a cache folder, a one-shot command writes ``runs.sqlite`` for this many runs or more
+(below it a full scan takes a fraction of a second)."""
+
+
+def _cache_folder(folder: str, roots: Sequence[str], result: WarmStart) -> CacheFolder | None:
+    from traceml_ai.ui.cache import CacheError, CacheFolder
+
+    try:
+        return CacheFolder(folder, roots=roots)
+    except CacheError as err:
+        result.warnings.append(f"run database not used: {err}")
+        return None
+
+
 def open_warm(
     roots: Sequence[str],
     *,
@@ -77,28 +98,32 @@ def open_warm(
     Args:
         roots: the runs roots (as given).
         cache_dir: the ``cache_dir`` setting (None: :func:`~traceml_ai.ui.cache.default_cache_dir`).
-        use_db: False to neither read nor write ``runs.sqlite`` (a plain full scan).
+        use_db: False to neither read nor write ``runs.sqlite`` (a plain full scan). Without a
+            database it is written (rebuilt) when the cache folder exists or there are at least
+            :data:`DB_MIN_RUNS` runs.
 
     Raises:
         NoRootError: no root exists.
     """
     store = RunStore(roots, stale_after_seconds=stale_after_seconds, max_metrics_file_mb=max_metrics_file_mb)
     result = WarmStart(store)
+    folder = default_cache_dir(roots, cache_dir)
+    # The run database's reader and writer cost an import of their own: a small workspace without a
+    # database and without a cache folder (no viewer ran here) is scanned and left as it is.
+    exists = use_db and os.path.exists(os.path.join(folder, _DB_FILE))
     cache: CacheFolder | None = None
-    if use_db:
-        try:
-            cache = CacheFolder(default_cache_dir(roots, cache_dir), roots=roots)
-        except CacheError as err:
-            result.warnings.append(f"run database not used: {err}")
     stored: dict[str, str] = {}
     with bulk_load():
-        if cache is not None:
-            loaded = cache.load_run_db()
+        if exists:
+            cache = _cache_folder(folder, roots, result)
+            loaded = cache.load_run_db() if cache is not None else None
             if loaded is not None:
                 stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
                 result.from_db = store.seed(dict(loaded.runs))
         polled = store.poll()
         perf_changed = join_perf(store, PerfIndex())
+    if use_db and cache is None and not exists and (os.path.isdir(folder) or len(store.runs()) >= DB_MIN_RUNS):
+        cache = _cache_folder(folder, roots, result)
     if cache is not None:
         changed: set[str] | None = None
         if result.from_db:
@@ -114,4 +139,4 @@ def open_warm(
     return result
 
 
-__all__ = ["WarmStart", "bulk_load", "open_warm"]
+__all__ = ["DB_MIN_RUNS", "WarmStart", "bulk_load", "open_warm"]

@@ -138,3 +138,22 @@ def test_perf_columns_come_from_the_final_summary_and_a_no_change_poll_reads_not
     third.poll(refresh=True)
     assert third.version > version
     assert third.runs_by_keys([key])[0].perf["verdict"] == "healthy"
+
+
+def test_a_final_summary_written_after_the_first_poll_shows_at_a_later_no_change_poll(work: Path) -> None:
+    # Polls that cost what changed (issue 16) still check a finished captured run whose final
+    # summary is not there yet: the aggregator writes it after the run ended.
+    from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+    from traceml_ai.diagnose.summary import write_final_summary
+    from traceml_ai.telemetry import schema
+
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    write_run(baseline, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    key = os.path.realpath(baseline)
+    viewer = _viewer(work)
+    viewer.poll()
+    assert viewer.runs_by_keys([key])[0].perf.get("verdict") != "input_bound"
+    viewer.poll()
+    write_final_summary(baseline)
+    viewer.poll()
+    assert viewer.runs_by_keys([key])[0].perf["verdict"] == "input_bound"

@@ -157,3 +157,25 @@ def test_a_final_summary_written_after_the_first_poll_shows_at_a_later_no_change
     write_final_summary(baseline)
     viewer.poll()
     assert viewer.runs_by_keys([key])[0].perf["verdict"] == "input_bound"
+
+
+def test_a_run_captured_after_the_database_was_written_gets_its_perf_columns_at_the_start(work: Path) -> None:
+    # A start from runs.sqlite skips the perf check of finished, uncaptured runs whose folder did not
+    # change (issue 16); a run that gained an aggregator/ folder moved its folder's stamp and is read.
+    from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+    from traceml_ai.diagnose.summary import write_final_summary
+    from traceml_ai.telemetry import schema
+
+    first = _viewer(work)
+    first.poll()
+    first.close()
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    write_run(baseline, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    write_final_summary(baseline)
+    again = _viewer(work)
+    again.start()
+    again.poll()
+    rows = {r.key: r for r in again.runs_payload(0)["runs"]}
+    assert rows[os.path.realpath(baseline)].perf["verdict"] == "input_bound"
+    assert sum(1 for r in rows.values() if r.perf) == 1
+    assert len(again.store.unchanged_since_seed()) >= 15  # the finished runs nobody touched

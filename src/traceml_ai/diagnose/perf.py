@@ -335,6 +335,15 @@ class PerfIndex:
                     pending.discard(gone)
         return changed
 
+    def assume_not_captured(self, run_dirs: Iterable[str]) -> None:
+        """Record ``run_dirs`` (finished runs known to have no ``aggregator/`` folder, e.g. from a
+        run database whose stamps still hold) as not captured without looking at them: frozen until
+        an :meth:`update` with ``force``. Folders already known are left as they are."""
+        with self._lock:
+            for run_dir in run_dirs:
+                if run_dir not in self._entries:
+                    self._entries[run_dir] = _Entry((None, None), {}, None, True)
+
     def pending(self) -> list[str]:
         """The folders an :meth:`update` would check again without ``force``: unfinished runs and
         finished captured runs whose final summary has not been read yet."""

@@ -202,6 +202,7 @@ class RunStore:
         self._poll_lock = threading.Lock()  # one poll or refresh at a time
         self._scanned = False
         self._trust_folders = False  # see _check_run
+        self._unchanged_since_seed: set[str] = set()
         # Polls cost what changed (issue 16): the roots are listed again only when their stamps say
         # so (runs/watch.py), and between listings a poll checks the unfinished runs only.
         self._watch = RootWatch(self.roots)
@@ -246,6 +247,14 @@ class RunStore:
         killed (running, stale, legacy, unreadable), as of the last poll. Finished runs wait for
         :meth:`refresh`."""
         return list(self._unfinished)
+
+    def unchanged_since_seed(self) -> set[str]:
+        """After the first poll of a store started by :meth:`seed`: the keys of the finished cached
+        runs that poll found unchanged by their folder's stamp alone (nothing created, replaced or
+        removed in the folder since the run database recorded it; empty after any later poll). The
+        layer above uses it the same way: a run whose cached ``perf`` is ``{}`` had no
+        ``aggregator/`` folder, and still has none."""
+        return set(self._unchanged_since_seed)
 
     def get(self, key: str) -> RunSummary | None:
         """The summary of the run with real path ``key``, or None (without waiting for a poll, as
@@ -465,6 +474,7 @@ class RunStore:
         with self._poll_lock:
             with self._lock:
                 self._trust_folders = start and not self._scanned  # (the first poll only, not Refresh)
+                self._unchanged_since_seed = set()
                 self._scanned = True  # (seed() is refused from here on)
             try:
                 return self._update_listed(recheck_finished=recheck_finished)
@@ -558,6 +568,8 @@ class RunStore:
                 self._trust_folders and folder is not None and state.summary.finished
                 and stamps.get(RUN_FOLDER_STAMP) == folder
             )
+            if trusted:
+                self._unchanged_since_seed.add(state.loc.path)
             if trusted or self._seed_holds(state):
                 if folder is not None and stamps.get(RUN_FOLDER_STAMP) != folder:
                     state.seed = (state.summary, {**stamps, RUN_FOLDER_STAMP: folder})

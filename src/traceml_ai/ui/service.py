@@ -39,7 +39,7 @@ from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
 from traceml_ai.ui.perf import join_perf
-from traceml_ai.ui.warm import bulk_load
+from traceml_ai.ui.warm import bulk_load, collector_paused
 
 log = logging.getLogger("traceml.ui")
 
@@ -306,7 +306,8 @@ class Viewer:
         hit = self._tables.get(query)
         if hit is not None:
             return hit
-        answer = self._table_payload(version, filters, sorts, group, search, status, columns, show_hidden)
+        with collector_paused():
+            answer = self._table_payload(version, filters, sorts, group, search, status, columns, show_hidden)
         if any(k[0] != version for k in self._tables) or len(self._tables) >= 32:
             self._tables = {}
         self._tables[query] = answer

@@ -31,6 +31,20 @@ from traceml_ai.ui.perf import join_perf
 
 
 @contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block (if it was on): a table answer over
+    100,000 runs builds hundreds of thousands of short-lived tuples, and the collections they set
+    off were half of its time (issue 16)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextmanager
 def bulk_load() -> Iterator[None]:
     """Build the run table without Python's cyclic garbage collector, then set what was built aside.
 
@@ -139,4 +153,4 @@ def open_warm(
     return result
 
 
-__all__ = ["DB_MIN_RUNS", "WarmStart", "bulk_load", "open_warm"]
+__all__ = ["DB_MIN_RUNS", "WarmStart", "bulk_load", "collector_paused", "open_warm"]

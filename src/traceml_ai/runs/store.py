@@ -227,7 +227,7 @@ class RunStore:
         a poll without changes costs O(unfinished runs), not O(runs). Raises
         :class:`~traceml_ai.runs.discovery.NoRootError` when no root exists.
         """
-        return self._update(recheck_finished=not self._scanned, start=True)
+        return self._update(recheck_finished=not self._scanned, trust_folders=True)
 
     def refresh(self) -> PollResult:
         """Like :meth:`poll`, but also re-check finished runs (the Refresh button)."""
@@ -468,12 +468,12 @@ class RunStore:
 
     # -- updating --------------------------------------------------------------------------
 
-    def _update(self, *, recheck_finished: bool, start: bool = False) -> PollResult:
+    def _update(self, *, recheck_finished: bool, trust_folders: bool = False) -> PollResult:
         # One poll at a time; within it the run table is held a chunk of runs at a time, so a history
         # or details request waits for a chunk, not for a whole scan (seconds for 10,000 runs).
         with self._poll_lock:
             with self._lock:
-                self._trust_folders = start and not self._scanned  # (the first poll only, not Refresh)
+                self._trust_folders = trust_folders and not self._scanned  # (the first poll only, not Refresh)
                 self._unchanged_since_seed = set()
                 self._scanned = True  # (seed() is refused from here on)
             try:

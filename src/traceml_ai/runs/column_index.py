@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from traceml_ai.runs.model import RunSummary
@@ -21,18 +22,21 @@ from traceml_ai.runs.table import ColumnFacts, column_facts
 
 Shape = tuple[Any, ...]
 """The key names and value types of one run's values (see the module docstring); hashable."""
+_VALUE = attrgetter("value")
 
 
 def run_shape(run: RunSummary) -> Shape:
-    """The shape of ``run``: everything :func:`~traceml_ai.runs.table.column_facts` reads of it."""
+    """The shape of ``run``: everything :func:`~traceml_ai.runs.table.column_facts` reads of it, as
+    one flat tuple (each mapping as its length, its keys, then its values' types; a best value's
+    type is that of its ``value``). One tuple, not one per part: this runs for every run once."""
     p, s, f, a, z, b = run.params, run.summary, run.perf, run.start, run.last, run.best
     return (
-        tuple(p), tuple(map(type, p.values())),
-        tuple(s), tuple(map(type, s.values())),
-        tuple(f), tuple(map(type, f.values())),
-        tuple(a), tuple(map(type, a.values())),
-        tuple(z), tuple(map(type, z.values())),
-        tuple(b), tuple(v.value is None for v in b.values()),
+        len(p), *p, *map(type, p.values()),
+        len(s), *s, *map(type, s.values()),
+        len(f), *f, *map(type, f.values()),
+        len(a), *a, *map(type, a.values()),
+        len(z), *z, *map(type, z.values()),
+        len(b), *b, *map(type, map(_VALUE, b.values())),
         run.duration_s is None, run.step is None, run.epoch is None,
     )
 

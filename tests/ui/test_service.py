@@ -179,3 +179,25 @@ def test_a_run_captured_after_the_database_was_written_gets_its_perf_columns_at_
     assert rows[os.path.realpath(baseline)].perf["verdict"] == "input_bound"
     assert sum(1 for r in rows.values() if r.perf) == 1
     assert len(again.store.unchanged_since_seed()) >= 15  # the finished runs nobody touched
+
+
+def test_two_thousand_metric_keys_stay_searchable_and_the_default_columns_bounded(tmp_path: Path) -> None:
+    # Tracker UIs froze at thousands of metric columns (issue 16): every key stays available for
+    # the column chooser, the columns shown before the user picks stay few.
+    from tests.runs.test_store import write_run
+    from traceml_ai.runs.column_index import MAX_DEFAULT_VALUE_COLUMNS
+
+    root = tmp_path / "runs"
+    for n in range(20):
+        best = {f"probe{n}/m{i}": {"value": float(i), "step": 1} for i in range(50)}
+        summary = {f"probe{n}/s{i}": float(i) for i in range(50)}
+        write_run(root, f"20260921-1200{n:02d}_r{n}_{n:04x}", metrics={"step": 1, "best": best, "summary": summary})
+    viewer = Viewer(RunStore([root]), None)
+    viewer.poll()
+    columns = viewer.table_payload()["columns"]
+    logged = [c for c in columns["available"] if c.startswith(("run.best.", "summary."))]
+    assert len(logged) == 2000
+    assert sum(c.startswith(("run.best.", "summary.")) for c in columns["default"]) == MAX_DEFAULT_VALUE_COLUMNS
+    assert columns["shown"] == columns["default"] and columns["default"][:2] == ["name", "status"]
+    chosen = viewer.table_payload(columns=["name", "summary.probe19/s49"])["columns"]["shown"]
+    assert chosen == ["name", "summary.probe19/s49"]

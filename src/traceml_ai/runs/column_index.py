@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.table import ColumnFacts, column_facts
@@ -102,4 +102,26 @@ class ColumnIndex:
         return column_facts([self._stand_ins[shape] for shape in used])
 
 
-__all__ = ["ColumnIndex", "Shape", "run_shape"]
+MAX_DEFAULT_VALUE_COLUMNS: Final = 24
+"""At most this many ``run.best.*`` / ``summary.*`` columns are shown before the user picks (issue
+16: 2,000 distinct metric keys must not make 2,000 default columns); the others stay available in
+the column chooser."""
+_VALUE_PREFIXES: Final = ("run.best.", "summary.")
+
+
+def bounded_default(default: Sequence[str], limit: int = MAX_DEFAULT_VALUE_COLUMNS) -> list[str]:
+    """``default`` (:attr:`ColumnFacts.default`, in its order) with at most ``limit`` logged-value
+    columns (``run.best.*`` first, then ``summary.*``, as that order has them); the lead and
+    ``perf.*`` columns are all kept."""
+    out: list[str] = []
+    values = 0
+    for column in default:
+        if column.startswith(_VALUE_PREFIXES):
+            if values >= limit:
+                continue
+            values += 1
+        out.append(column)
+    return out
+
+
+__all__ = ["MAX_DEFAULT_VALUE_COLUMNS", "ColumnIndex", "Shape", "bounded_default", "run_shape"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.analysis import first_time, line_points
-from traceml_ai.runs.column_index import ColumnIndex
+from traceml_ai.runs.column_index import ColumnIndex, bounded_default
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import VIEWABLE_FILES
 from traceml_ai.runs.model import BestValue, MetricValue, RunSummary, Scalar
@@ -366,7 +366,7 @@ class Viewer:
             self._facts = {k: v for k, v in self._facts.items() if k[0] == version}
             self._facts[(version, show_hidden)] = facts
         available, numeric = facts.available, facts.numeric
-        available, defaults = self.catalog.columns(available, facts.default)
+        available, defaults = self.catalog.columns(available, bounded_default(facts.default))
         chosen: list[str] = []
         for c in columns or defaults:
             try:

@@ -201,3 +201,15 @@ def test_two_thousand_metric_keys_stay_searchable_and_the_default_columns_bounde
     assert columns["shown"] == columns["default"] and columns["default"][:2] == ["name", "status"]
     chosen = viewer.table_payload(columns=["name", "summary.probe19/s49"])["columns"]["shown"]
     assert chosen == ["name", "summary.probe19/s49"]
+
+
+def test_differing_params_follow_the_rows_not_their_order(work: Path) -> None:
+    viewer = _viewer(work)
+    viewer.poll()
+    everything = viewer.table_payload()["differing"]
+    assert "config.optim.lr" in everything
+    assert viewer.table_payload(sorts=["name"])["differing"] == everything
+    one = viewer.table_payload(filters=["name:/^baseline$/"])
+    assert one["shown"] == 1 and one["differing"] == []
+    assert viewer.table_payload(filters=["name:/^baseline$/"], sorts=["-started"])["differing"] == []
+    assert viewer.table_payload(group="group")["differing"] == everything

@@ -96,6 +96,7 @@ class Viewer:
         # filter change asks; with 10,000 runs the column facts alone are a tenth of a second).
         self._tables: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._facts: dict[tuple[int, bool], ColumnFacts] = {}
+        self._differing: dict[tuple[Any, ...], list[str]] = {}
         self._columns = ColumnIndex()  # column facts re-computed for changed runs only (issue 16)
         self._columns_hidden = ColumnIndex()  # (the same with hidden runs shown)
         self._db_dirty = False
@@ -386,9 +387,21 @@ class Viewer:
                 "shown": chosen,
             },
             # Always sent: the page's "differing params only" toggle needs no second request.
-            "differing": [f"config.{k}" for k in differing_config_keys(shown)],
+            "differing": self._differing_of(shown, (version, tuple(filters), search, status, show_hidden, error)),
             "error": error,
         }
+
+    def _differing_of(self, shown: Sequence[RunSummary], rows: tuple[Any, ...]) -> list[str]:
+        """The "differing params only" columns of ``shown``; kept per version and row question
+        (filters, search, status, hidden), which decide the set of rows: a new sort or grouping of
+        the same rows does not walk every run's params again (100,000 runs: a tenth of a second)."""
+        hit = self._differing.get(rows)
+        if hit is None:
+            hit = [f"config.{k}" for k in differing_config_keys(shown)]
+            if any(k[0] != rows[0] for k in self._differing) or len(self._differing) >= 32:
+                self._differing = {}
+            self._differing[rows] = hit
+        return hit
 
     def remembered_table_payload(self) -> dict[str, Any]:
         """``GET /api/table?remembered=1``: the answer to the remembered view's question, with that

@@ -138,3 +138,78 @@ def test_perf_columns_come_from_the_final_summary_and_a_no_change_poll_reads_not
     third.poll(refresh=True)
     assert third.version > version
     assert third.runs_by_keys([key])[0].perf["verdict"] == "healthy"
+
+
+def test_a_final_summary_written_after_the_first_poll_shows_at_a_later_no_change_poll(work: Path) -> None:
+    # Polls that cost what changed (issue 16) still check a finished captured run whose final
+    # summary is not there yet: the aggregator writes it after the run ended.
+    from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+    from traceml_ai.diagnose.summary import write_final_summary
+    from traceml_ai.telemetry import schema
+
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    write_run(baseline, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    key = os.path.realpath(baseline)
+    viewer = _viewer(work)
+    viewer.poll()
+    assert viewer.runs_by_keys([key])[0].perf.get("verdict") != "input_bound"
+    viewer.poll()
+    write_final_summary(baseline)
+    viewer.poll()
+    assert viewer.runs_by_keys([key])[0].perf["verdict"] == "input_bound"
+
+
+def test_a_run_captured_after_the_database_was_written_gets_its_perf_columns_at_the_start(work: Path) -> None:
+    # A start from runs.sqlite skips the perf check of finished, uncaptured runs whose folder did not
+    # change (issue 16); a run that gained an aggregator/ folder moved its folder's stamp and is read.
+    from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+    from traceml_ai.diagnose.summary import write_final_summary
+    from traceml_ai.telemetry import schema
+
+    first = _viewer(work)
+    first.poll()
+    first.close()
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    write_run(baseline, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}))
+    write_final_summary(baseline)
+    again = _viewer(work)
+    again.start()
+    again.poll()
+    rows = {r.key: r for r in again.runs_payload(0)["runs"]}
+    assert rows[os.path.realpath(baseline)].perf["verdict"] == "input_bound"
+    assert sum(1 for r in rows.values() if r.perf) == 1
+    assert len(again.store.unchanged_since_seed()) >= 15  # the finished runs nobody touched
+
+
+def test_two_thousand_metric_keys_stay_searchable_and_the_default_columns_bounded(tmp_path: Path) -> None:
+    # Tracker UIs froze at thousands of metric columns (issue 16): every key stays available for
+    # the column chooser, the columns shown before the user picks stay few.
+    from tests.runs.test_store import write_run
+    from traceml_ai.runs.column_index import MAX_DEFAULT_VALUE_COLUMNS
+
+    root = tmp_path / "runs"
+    for n in range(20):
+        best = {f"probe{n}/m{i}": {"value": float(i), "step": 1} for i in range(50)}
+        summary = {f"probe{n}/s{i}": float(i) for i in range(50)}
+        write_run(root, f"20260921-1200{n:02d}_r{n}_{n:04x}", metrics={"step": 1, "best": best, "summary": summary})
+    viewer = Viewer(RunStore([root]), None)
+    viewer.poll()
+    columns = viewer.table_payload()["columns"]
+    logged = [c for c in columns["available"] if c.startswith(("run.best.", "summary."))]
+    assert len(logged) == 2000
+    assert sum(c.startswith(("run.best.", "summary.")) for c in columns["default"]) == MAX_DEFAULT_VALUE_COLUMNS
+    assert columns["shown"] == columns["default"] and columns["default"][:2] == ["name", "status"]
+    chosen = viewer.table_payload(columns=["name", "summary.probe19/s49"])["columns"]["shown"]
+    assert chosen == ["name", "summary.probe19/s49"]
+
+
+def test_differing_params_follow_the_rows_not_their_order(work: Path) -> None:
+    viewer = _viewer(work)
+    viewer.poll()
+    everything = viewer.table_payload()["differing"]
+    assert "config.optim.lr" in everything
+    assert viewer.table_payload(sorts=["name"])["differing"] == everything
+    one = viewer.table_payload(filters=["name:/^baseline$/"])
+    assert one["shown"] == 1 and one["differing"] == []
+    assert viewer.table_payload(filters=["name:/^baseline$/"], sorts=["-started"])["differing"] == []
+    assert viewer.table_payload(group="group")["differing"] == everything

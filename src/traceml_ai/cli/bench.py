@@ -64,11 +64,26 @@ def bench(
     workdir: Annotated[
         Path | None, typer.Option(help="Where to write the fake runs (default: a temporary folder).")
     ] = None,
+    scale: Annotated[
+        bool, typer.Option("--scale", help="The scale figures instead (issue 16): 1k / 10k / 100k runs.")
+    ] = False,
+    sizes: Annotated[
+        str, typer.Option(metavar="N,...", help="With --scale: the run counts to measure.")
+    ] = "1000,10000,100000",
+    cache: Annotated[
+        Path | None, typer.Option(help="With --scale: where the generated runs are kept between runs "
+                                       "(default: $XDG_CACHE_HOME/traceml-bench-scale).")
+    ] = None,
 ) -> None:
     """Measure the run store: cold scan, no-change poll, first history load, unchanged re-poll.
 
     Example: traceml bench --runs 1000 --lines 200000
+
+    Example: traceml bench --scale --sizes 1000,10000
     """
+    if scale:
+        _bench_scale(sizes, cache)
+        return
     with tempfile.TemporaryDirectory(prefix="traceml-bench-", dir=workdir) as tmp:
         root = Path(tmp) / "runs"
         t = time.perf_counter()
@@ -107,6 +122,30 @@ def bench(
     for label, value, target in rows:
         ok = "[green]ok[/]" if value <= target else "[red]over[/]"
         table.add_row(label, _fmt(value), _fmt(target), ok)
+    out.print(table)
+
+
+def _bench_scale(sizes: str, cache: Path | None) -> None:
+    from traceml_ai.cli import bench_scale
+    from traceml_ai.cli.common import UsageError
+
+    try:
+        counts = [int(n) for n in sizes.split(",") if n.strip()]
+    except ValueError:
+        raise UsageError(f"--sizes takes run counts separated by commas, e.g. 1000,10000; got {sizes!r}") from None
+    if not counts or min(counts) < 1:
+        raise UsageError("--sizes needs at least one run count of 1 or more")
+    folder = cache or bench_scale.default_cache()
+    shown, rows = bench_scale.run(counts, folder, lambda line: out.print(line, style="dim"))
+    table = Table(title=f"scale on {os.cpu_count()} cores (CPU time)", title_justify="left", header_style="bold")
+    table.add_column("figure")
+    for n in shown:
+        table.add_column(f"{n:,} runs", justify="right")
+    if len(shown) >= 2:
+        table.add_column(f"{shown[-1] // 1000}k/{shown[-2] // 1000}k" if shown[-2] >= 1000 else "ratio",
+                         justify="right")
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
 
 

@@ -63,26 +63,26 @@ RootsArg = Annotated[
 
 def open_store(roots: list[str] | None, stale_after_seconds: float | None = None) -> RunStore:
     """A polled run store over the roots (arguments, else settings), with the ``perf.*`` facts of
-    captured runs joined on; warnings go to stderr."""
+    captured runs joined on; warnings go to stderr.
+
+    Starts from the run database ``runs.sqlite`` of the cache folder when it is usable and checks
+    only what changed since; otherwise scans every run and writes the database again
+    (:mod:`traceml_ai.ui.warm`, issue 16)."""
+    from traceml_ai.ui.warm import open_warm
+
     st = settings(stale_after_seconds=stale_after_seconds)
-    store = RunStore(
-        roots_or_default(roots, st),
-        stale_after_seconds=st.stale_after_seconds,
-        max_metrics_file_mb=st.max_metrics_file_mb,
-    )
     try:
-        store.poll()
+        warm = open_warm(
+            roots_or_default(roots, st),
+            cache_dir=st.cache_dir,
+            stale_after_seconds=st.stale_after_seconds,
+            max_metrics_file_mb=st.max_metrics_file_mb,
+        )
     except NoRootError as e:
         raise UserError(str(e)) from None
-    # The perf.* columns of captured runs, from their final summaries (traceml_ai.ui.perf).
-    from traceml_ai.diagnose.perf import PerfIndex
-    from traceml_ai.ui.perf import join_perf
-
-    index = PerfIndex()
-    join_perf(store, index)
-    for warning in store.warnings:
+    for warning in [*warm.store.warnings, *warm.warnings]:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
-    return store
+    return warm.store
 
 
 @app.command("ls")

@@ -305,15 +305,20 @@ class PerfIndex:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._pending: set[str] = set()  # the folders whose entry is not frozen
         self._lock = threading.Lock()
         self.reads = 0
         """How many final summaries were parsed (tests and the benchmark count them)."""
 
-    def update(self, runs: Iterable[tuple[str, bool]], *, force: bool = False,
-               grown: set[str] | None = None) -> dict[str, dict[str, PerfValue]]:
+    def update(
+        self, runs: Iterable[tuple[str, bool]], *, force: bool = False, complete: bool = True,
+        grown: set[str] | None = None,
+    ) -> dict[str, dict[str, PerfValue]]:
         """Check ``runs`` (``(run folder, finished)`` pairs) and return the facts of those whose facts
         changed since the last call; a folder seen for the first time is always returned (``{}`` when
-        it was not captured). Folders not listed are forgotten.
+        it was not captured). With ``complete`` (the default) ``runs`` are all the runs and folders not
+        listed are forgotten; ``complete=False`` checks only the listed ones (a poll that knows which
+        runs may have changed: the unfinished ones and :meth:`pending`).
 
         ``grown``: when given, the folders of captured, not yet frozen runs whose telemetry database
         (or its ``-wal`` file) changed since the last call are added to it (not a folder seen for the
@@ -321,6 +326,7 @@ class PerfIndex:
         changed: dict[str, dict[str, PerfValue]] = {}
         with self._lock:
             seen: set[str] = set()
+            pending = self._pending
             for run_dir, finished in runs:
                 seen.add(run_dir)
                 entry = self._entries.get(run_dir)
@@ -329,6 +335,10 @@ class PerfIndex:
                 facts, warning, stamps, captured = self._check(run_dir, entry)
                 frozen = finished and (not captured or stamps[0] is not None)
                 tel = _telemetry_stamps(run_dir) if captured and not frozen and grown is not None else (None, None)
+                if frozen:
+                    pending.discard(run_dir)
+                else:
+                    pending.add(run_dir)
                 if entry is None:
                     # Reported even when empty: the caller may hold older facts (from its run database).
                     self._entries[run_dir] = _Entry(stamps, facts, warning, frozen, tel)
@@ -340,9 +350,26 @@ class PerfIndex:
                 if facts != entry.facts:
                     changed[run_dir] = facts
                 entry.stamps, entry.facts, entry.warning = stamps, facts, warning
-            for gone in [k for k in self._entries if k not in seen]:
-                del self._entries[gone]
+            if complete:
+                for gone in [k for k in self._entries if k not in seen]:
+                    del self._entries[gone]
+                    pending.discard(gone)
         return changed
+
+    def assume_not_captured(self, run_dirs: Iterable[str]) -> None:
+        """Record ``run_dirs`` (finished runs known to have no ``aggregator/`` folder, e.g. from a
+        run database whose stamps still hold) as not captured without looking at them: frozen until
+        an :meth:`update` with ``force``. Folders already known are left as they are."""
+        with self._lock:
+            for run_dir in run_dirs:
+                if run_dir not in self._entries:
+                    self._entries[run_dir] = _Entry((None, None), {}, None, True)
+
+    def pending(self) -> list[str]:
+        """The folders an :meth:`update` would check again without ``force``: unfinished runs and
+        finished captured runs whose final summary has not been read yet."""
+        with self._lock:
+            return list(self._pending)
 
     def _check(self, run_dir: str, entry: _Entry | None) -> tuple[dict[str, PerfValue], str | None,
                                                                    tuple[Stamp | None, Stamp | None], bool]:

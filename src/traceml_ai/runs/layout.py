@@ -64,3 +64,8 @@ RUN_ID_RE: Final = re.compile(r"^(?P<stamp>\d{8}-\d{6})_(?P<name>.+)_(?P<hex>[0-
 
 RESERVED_METRIC_KEYS: Final = frozenset({"step", "epoch", "time"})
 """Keys of a metrics.jsonl row that are not metrics."""
+
+RUN_FOLDER_STAMP: Final = "."
+"""The name under which the run database's file stamps hold the run folder's own ``(mtime_ns,
+inode)``, taken before its files were stat'ed: while it holds, no file was created, renamed or
+removed in the folder since (every writer of the run format replaces files by rename; issue 16)."""

@@ -21,9 +21,9 @@ Tables (schema version :data:`SCHEMA_VERSION`):
   ``aggregator/final_summary.json``); ``run_cache.summary`` holds the same facts, so a start shows
   them at once (the viewer then checks each captured run's final summary and updates what changed);
 - ``run_cache`` (bookkeeping): ``run_key``, ``stamps`` (JSON ``{file: [mtime_ns, size]}`` of the core
-  files the summary was parsed from) and ``summary`` (JSON of the
-  :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``, which the inspector reads
-  from the run folder);
+  files the summary was parsed from, plus ``".": [mtime_ns, inode]`` of the run folder itself) and
+  ``summary`` (JSON of the :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``,
+  which the inspector reads from the run folder);
 - ``meta`` (bookkeeping): ``schema_version``, ``written_at``, ``cache_digest`` (CRC-32 of the
   ``run_cache`` rows) and ``change_counter`` (the SQLite file change counter the file has after
   TraceML's last write of it).
@@ -70,17 +70,20 @@ from urllib.parse import quote
 import msgspec
 import orjson
 
-from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES
+from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES, RUN_FOLDER_STAMP
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 from traceml_ai.runs.safeio import open_regular
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
-``run_cache.summary``."""
+``run_cache.summary``; 4: ``run_cache.stamps`` may hold the run folder's own stamp under
+:data:`RUN_FOLDER_STAMP` (issue 16: a start checks a finished run by that one ``stat``)."""
+
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
-MAX_DB_BYTES: Final = 1 << 30
-"""A file above this size is not read (1 GiB; a 10k-run database is a few tens of MB)."""
+MAX_DB_BYTES: Final = 1 << 33
+"""A file above this size is not read (8 GiB; the fake generator's runs take ~11 KB each with the
+SQL tables' indexes: 10,000 runs ~110 MB, 100,000 runs ~1.1 GB, issue 16)."""
 
 FileStamps = dict[str, tuple[int, int]]
 """``{file name: (mtime_ns, size)}`` of the core files a summary was parsed from; an absent file is
@@ -685,7 +688,7 @@ _BEST_TYPES: Final[dict[str, frozenset[object]]] = {
     "epoch": _OPT_INT,
     "mode": _OPT_STR,
 }
-_CORE: Final = frozenset(CORE_FILES)
+_CORE: Final = frozenset((*CORE_FILES, RUN_FOLDER_STAMP))
 assert tuple(_FIELD_TYPES) == _SUMMARY_FIELDS, "keep _FIELD_TYPES in step with RunSummary"
 assert tuple(_summary_obj(RunSummary("k", "i", "r", "n"))) == _SUMMARY_FIELDS, "keep _summary_obj in step"
 assert tuple(_BEST_TYPES) == tuple(f.name for f in fields(BestValue)), "keep _BEST_TYPES in step with BestValue"
@@ -817,6 +820,7 @@ def _decode_stamps(texts: list[bytes], run_keys: list[str]) -> list[FileStamps]:
 __all__ = [
     "APPLICATION_ID",
     "DB_FILE",
+    "RUN_FOLDER_STAMP",
     "SCHEMA_VERSION",
     "CachedRun",
     "FileStamps",

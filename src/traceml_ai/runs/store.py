@@ -3,9 +3,10 @@ refresh"; DESIGN §1, §4).
 
 - A parse cache keyed by each file's ``(mtime_ns, size)``: a file is parsed again only when one of
   them changed.
-- :meth:`RunStore.poll` lists each root once, stats the core files of unfinished runs only, and
-  re-parses only changed files. Completed, failed and killed runs are frozen until
-  :meth:`RunStore.refresh`.
+- :meth:`RunStore.poll` costs what changed (issue 16): it lists the roots again only when a root's
+  directory stamp changed (or every :data:`~traceml_ai.runs.watch.RELIST_EVERY_POLLS` polls; see
+  :mod:`traceml_ai.runs.watch`), stats the core files of unfinished runs only, and re-parses only
+  changed files. Completed, failed and killed runs are frozen until :meth:`RunStore.refresh`.
 - Histories (``metrics.jsonl``) are read only on request (:meth:`RunStore.history`) and then advanced
   by the appended bytes.
 - A file that turns corrupt keeps its last good parse and adds a warning to that run; a problem in
@@ -30,7 +31,6 @@ from traceml_ai.runs.discovery import (
     RunLocation,
     catalog_only_folder,
     inside,
-    list_runs,
     resolve_roots,
     stat_confined,
 )
@@ -42,6 +42,7 @@ from traceml_ai.runs.layout import (
     METRICS_JSON,
     METRICS_JSONL,
     PARAMS_YAML,
+    RUN_FOLDER_STAMP,
     RUN_ID_RE,
     RUN_JSON,
     VIEWABLE_FILES,
@@ -61,6 +62,7 @@ from traceml_ai.runs.readers import (
 )
 from traceml_ai.runs.safeio import NotRegularFile, open_regular
 from traceml_ai.runs.status import display_status
+from traceml_ai.runs.watch import RootWatch
 
 
 def _parse_run_json_typed(data: bytes, name: str) -> tuple[RunJson, list[str]]:
@@ -132,6 +134,8 @@ class _RunState:
     seed: tuple[RunSummary, Mapping[str, tuple[int, int]]] | None = None
     # run.json's whole object as the inspector last read it (RunStore.details): (stamp, object).
     run_json: tuple[tuple[int, int], dict[str, Any]] | None = None
+    # The run folder's (mtime_ns, inode) taken before its files were last stat'ed (issue 16).
+    folder: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -197,17 +201,33 @@ class RunStore:
         self._lock = threading.RLock()  # the run table and each run's state
         self._poll_lock = threading.Lock()  # one poll or refresh at a time
         self._scanned = False
+        self._trust_folders = False  # see _check_run
+        self._unchanged_since_seed: set[str] = set()
+        # Polls cost what changed (issue 16): the roots are listed again only when their stamps say
+        # so (runs/watch.py), and between listings a poll checks the unfinished runs only.
+        self._watch = RootWatch(self.roots)
+        self._listed: list[tuple[str, str]] = []  # (path, id) of the last listing's runs
+        self._unfinished: list[str] = []  # keys of the runs a poll checks (not finished)
+        self._members: set[str] = set()  # the keys as of the last change of membership
+        self.membership = 0
+        """Grows by one whenever runs appear or go (a poll that only updated runs leaves it): the
+        layers above redo their per-run work over all runs only when it moved."""
 
     # -- public ----------------------------------------------------------------------------
 
     def poll(self) -> PollResult:
         """Bring the store up to date the cheap way (003 seed, "Live refresh").
 
-        The first call scans everything. Later calls list each root once, pick up new and removed
-        runs, and re-check only unfinished runs (running, legacy, unreadable). Raises
+        The first call scans everything; after :meth:`seed` it checks a finished cached run by one
+        ``stat`` of its folder (its ``(mtime_ns, inode)`` as the run database recorded it: any file
+        created, replaced or removed there moves it) and the other runs file by file. Later calls
+        list the roots again only when a root's directory stamp changed or every
+        :data:`~traceml_ai.runs.watch.RELIST_EVERY_POLLS` polls (:mod:`traceml_ai.runs.watch`), pick
+        up new and removed runs, and re-check only unfinished runs (running, legacy, unreadable):
+        a poll without changes costs O(unfinished runs), not O(runs). Raises
         :class:`~traceml_ai.runs.discovery.NoRootError` when no root exists.
         """
-        return self._update(recheck_finished=not self._scanned)
+        return self._update(recheck_finished=not self._scanned, trust_folders=True)
 
     def refresh(self) -> PollResult:
         """Like :meth:`poll`, but also re-check finished runs (the Refresh button)."""
@@ -221,6 +241,20 @@ class RunStore:
         poll. (Copying the run table is one C-level step, which no other thread interleaves with.)
         """
         return [s.summary for s in list(self._runs.values()) if s.summary is not None]
+
+    def unfinished(self) -> list[str]:
+        """The keys of the runs a poll checks: those whose run.json does not say completed, failed or
+        killed (running, stale, legacy, unreadable), as of the last poll. Finished runs wait for
+        :meth:`refresh`."""
+        return list(self._unfinished)
+
+    def unchanged_since_seed(self) -> set[str]:
+        """After the first poll of a store started by :meth:`seed`: the keys of the finished cached
+        runs that poll found unchanged by their folder's stamp alone (nothing created, replaced or
+        removed in the folder since the run database recorded it; empty after any later poll). The
+        layer above uses it the same way: a run whose cached ``perf`` is ``{}`` had no
+        ``aggregator/`` folder, and still has none."""
+        return set(self._unchanged_since_seed)
 
     def get(self, key: str) -> RunSummary | None:
         """The summary of the run with real path ``key``, or None (without waiting for a poll, as
@@ -402,6 +436,9 @@ class RunStore:
                 taken += 1
             if taken:
                 self.version += 1
+                self.membership += 1
+                self._members = set(runs)
+                self._unfinished = [key for key, state in runs.items() if _unfinished(state)]
             return taken
 
     def set_perf(self, key: str, perf: dict[str, Scalar]) -> bool:
@@ -433,39 +470,79 @@ class RunStore:
                 files = {name: fs.stamp for name, fs in state.files.items() if fs.stamp is not None}
                 if state.head.stamp is not None:
                     files[METRICS_JSONL] = state.head.stamp
+                if state.folder is not None:
+                    files[RUN_FOLDER_STAMP] = state.folder
                 out[key] = files
             return out
 
     # -- updating --------------------------------------------------------------------------
 
-    def _update(self, *, recheck_finished: bool) -> PollResult:
+    def _update(self, *, recheck_finished: bool, trust_folders: bool = False) -> PollResult:
         # One poll at a time; within it the run table is held a chunk of runs at a time, so a history
         # or details request waits for a chunk, not for a whole scan (seconds for 10,000 runs).
         with self._poll_lock:
             with self._lock:
+                self._trust_folders = trust_folders and not self._scanned  # (the first poll only, not Refresh)
+                self._unchanged_since_seed = set()
                 self._scanned = True  # (seed() is refused from here on)
-            listing = list_runs(self.roots)
-            changed: list[str] = []
-            seen: set[str] = set()
-            # A folder holding only the run catalog's files (an envelope beside run folders) is not
-            # a run; only folders not seen before are looked at (a few stats each).
-            runs = [loc for loc in listing.runs if loc.path in self._runs or not catalog_only_folder(loc.path)]
-            for start in range(0, len(runs), _POLL_CHUNK):
-                if start:
-                    time.sleep(0)  # let a thread waiting for the run table take it
+            try:
+                return self._update_listed(recheck_finished=recheck_finished)
+            finally:
+                self._trust_folders = False
+
+    def _update_listed(self, *, recheck_finished: bool) -> PollResult:
+        listing, relisted = self._watch.listing(force=recheck_finished)
+        if not recheck_finished:
+            if not relisted:
+                return self._poll_unfinished()
+            if [(loc.path, loc.id) for loc in listing.runs] == self._listed:
                 with self._lock:
-                    for loc in runs[start : start + _POLL_CHUNK]:
-                        self._update_one(loc, seen, changed, recheck_finished=recheck_finished)
+                    self._set_listing_warnings(listing)
+                return self._poll_unfinished()
+        changed: list[str] = []
+        seen: set[str] = set()
+        # A folder holding only the run catalog's files (an envelope beside run folders) is not
+        # a run; only folders not seen before are looked at (a few stats each).
+        runs = [loc for loc in listing.runs if loc.path in self._runs or not catalog_only_folder(loc.path)]
+        for start in range(0, len(runs), _POLL_CHUNK):
+            if start:
+                time.sleep(0)  # let a thread waiting for the run table take it
             with self._lock:
-                self._set_listing_warnings(listing)
-                removed = [key for key in self._runs if key not in seen]
-                for key in removed:
-                    del self._runs[key]
-                if len(seen) != len(self._runs) or (runs and list(self._runs) != [r.path for r in runs]):
-                    self._runs = {r.path: self._runs[r.path] for r in runs}
-                if changed or removed:
-                    self.version += 1
-                return PollResult(changed, removed, self.version)
+                for loc in runs[start : start + _POLL_CHUNK]:
+                    self._update_one(loc, seen, changed, recheck_finished=recheck_finished)
+        with self._lock:
+            self._set_listing_warnings(listing)
+            removed = [key for key in self._runs if key not in seen]
+            for key in removed:
+                del self._runs[key]
+            if len(seen) != len(self._runs) or (runs and list(self._runs) != [r.path for r in runs]):
+                self._runs = {r.path: self._runs[r.path] for r in runs}
+            if changed or removed:
+                self.version += 1
+            self._listed = [(loc.path, loc.id) for loc in listing.runs]
+            self._unfinished = [key for key, state in self._runs.items() if _unfinished(state)]
+            if removed or (len(changed) and any(key not in self._members for key in changed)):
+                self.membership += 1
+                self._members = set(self._runs)
+            return PollResult(changed, removed, self.version)
+
+    def _poll_unfinished(self) -> PollResult:
+        """A poll whose listing did not change: check the unfinished runs only (O(running runs))."""
+        changed: list[str] = []
+        keys = self._unfinished
+        for start in range(0, len(keys), _POLL_CHUNK):
+            if start:
+                time.sleep(0)  # let a thread waiting for the run table take it
+            with self._lock:
+                for key in keys[start : start + _POLL_CHUNK]:
+                    state = self._runs.get(key)
+                    if state is not None and self._check_run(state):
+                        changed.append(key)
+        with self._lock:
+            if changed:
+                self.version += 1
+                self._unfinished = [k for k in keys if (st := self._runs.get(k)) is not None and _unfinished(st)]
+            return PollResult(changed, [], self.version)
 
     def _update_one(self, loc: RunLocation, seen: set[str], changed: list[str], *, recheck_finished: bool) -> None:
         seen.add(loc.path)
@@ -490,14 +567,28 @@ class RunStore:
 
     def _check_run(self, state: _RunState) -> bool:
         """Stat the run's files, re-parse the changed ones; True when its summary changed."""
+        folder = _folder_stamp(state.loc.path)
         if state.seed is not None and state.summary is not None:
-            if self._seed_holds(state):
+            stamps = state.seed[1]
+            # The first poll after a start from the run database checks a finished run by its folder
+            # alone (one stat, not five): every writer replaces run files by rename, which moves the
+            # folder's mtime. Refresh still compares every file.
+            trusted = (
+                self._trust_folders and folder is not None and state.summary.finished
+                and stamps.get(RUN_FOLDER_STAMP) == folder
+            )
+            if trusted:
+                self._unchanged_since_seed.add(state.loc.path)
+            if trusted or self._seed_holds(state):
+                if folder is not None and stamps.get(RUN_FOLDER_STAMP) != folder:
+                    state.seed = (state.summary, {**stamps, RUN_FOLDER_STAMP: folder})
                 status = self._seed_status(state.summary)
                 if status != state.summary.display_status:
                     state.summary.display_status = status
                     return True
                 return False
             state.seed = None  # a file changed: parse the run (the cached summary is the old one)
+        state.folder = folder
         touched = False
         for name in _TABLE_FILES:
             touched |= self._update_file(state, name)
@@ -696,6 +787,20 @@ def _name_and_start(run_id: str, rj: RunJson | None, legacy: bool) -> tuple[str,
         stamp = m.group("stamp")
         started = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
     return name, started
+
+
+def _folder_stamp(path: str) -> tuple[int, int] | None:
+    """``(mtime_ns, inode)`` of run folder ``path``, or None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ino
+
+
+def _unfinished(state: _RunState) -> bool:
+    """Whether a poll checks this run: it has no summary yet or its run.json is not finished."""
+    return state.summary is None or not state.summary.finished
 
 
 def _first_values(rows: Iterable[dict[str, Any]], names: list[str], *, finite: bool) -> dict[str, MetricValue]:

@@ -25,7 +25,6 @@ PNG with a ``pHYs`` chunk of 300 DPI before they are written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -34,7 +33,6 @@ import stat
 import sys
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -64,6 +62,7 @@ from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import atomic_write, iso_utc
+from traceml_ai.ui.cache_paths import default_cache_dir, slugify
 from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png
 
 UI_STATE_FILE: Final = "ui-state.json"
@@ -81,7 +80,6 @@ KEEP_TABLE_EXPORTS: Final = 20
 KEEP_PLOTS: Final = 50
 RUN_DB_MIN_INTERVAL_S: Final = 10.0
 """The run database is written at most this often while runs change (003 seed)."""
-MAX_SLUG_CHARS: Final = 60
 
 TABLE_EXPORT_RE: Final = re.compile(r"table-(?P<stamp>\d{8}-\d{6})(?:-(?P<n>[1-9]\d{0,2}))?\.csv")
 PLOT_RE: Final = re.compile(
@@ -98,38 +96,6 @@ class CacheError(ValueError):
 
 
 # -- where -----------------------------------------------------------------------------------------
-
-
-PROJECT_FOLDER: Final = "traceml"
-"""The project folder of the default layout (``traceml/runs``, ``traceml/.cache``)."""
-
-
-def default_cache_dir(roots: Sequence[str | os.PathLike[str]], setting: str | os.PathLike[str] | None) -> str:
-    """The cache folder (absolute), keyed by the roots it caches:
-
-    - the ``cache_dir`` setting or flag when given (``~`` expanded, relative to the working
-      directory);
-    - ``<project>/.cache`` when the one root's parent is the project folder ``traceml/`` (the
-      default ``traceml/runs`` gives ``traceml/.cache``: 003 seed, "Exporting the table for an
-      agent"; DESIGN §2.1);
-    - else ``$XDG_CACHE_HOME/traceml/<first root's name>-<hash of the roots>`` (``~/.cache`` when
-      the variable is unset): a root at ``~/runs`` no longer puts TraceML's files into ``~/.cache``
-      itself, and sibling roots (``/data/a``, ``/data/b``) or other sets of roots never share a run
-      database.
-
-    Without roots the default root ``traceml/runs`` is assumed.
-    """
-    if setting is not None and os.fspath(setting).strip():
-        return os.path.abspath(os.path.expanduser(os.fspath(setting)))
-    given = [os.fspath(r) for r in roots] or [DEFAULT_RUNS_ROOT]
-    absolute = [os.path.abspath(os.path.expanduser(r)) for r in given]
-    parent = os.path.dirname(absolute[0])
-    if len(absolute) == 1 and os.path.basename(parent) == PROJECT_FOLDER:
-        return os.path.join(parent, ".cache")
-    key = hashlib.sha256("\n".join(os.path.realpath(r) for r in absolute).encode("utf-8")).hexdigest()[:12]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = slugify(os.path.basename(absolute[0].rstrip(os.sep)) or "root", 40)
-    return os.path.join(os.path.abspath(base), "traceml", f"{name}-{key}")
 
 
 def legacy_cache_dir(roots: Sequence[str | os.PathLike[str]]) -> str:
@@ -191,15 +157,6 @@ def check_cache_dir(path: str | os.PathLike[str], roots: Iterable[str | os.PathL
 
 
 # -- names -----------------------------------------------------------------------------------------
-
-
-def slugify(text: str, max_chars: int = MAX_SLUG_CHARS) -> str:
-    """A safe ASCII file-name part: accents folded (``ü`` → ``u``), lower case, every other run of
-    characters (``/``, spaces, dots, non-Latin letters) a single ``-``, at most ``max_chars``;
-    ``chart`` when nothing is left. ``val/auc`` → ``val-auc``."""
-    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
-    slug = re.sub(r"[^a-z0-9]+", "-", folded).strip("-")[:max_chars].strip("-")
-    return slug or "chart"
 
 
 def _utc_stamp(t: float) -> str:

@@ -44,6 +44,9 @@ CATALOG_EVERY_S: Final = 30.0
 """A poll opens the catalog again at most this often, unless the set of run folders changed or the
 user pressed Refresh (opening it walks every folder under the roots: ~0.1 s per 2,000 run folders
 with a warm parse cache, eight times the run store's poll; docs/catalog.md, "In the viewer")."""
+CATALOG_COST_FACTOR: Final = 50.0
+"""...and at most every this many times the last opening took (issue 16): with 100,000 run folders
+an opening takes seconds, so the periodic re-opening stays under 2 % of one core."""
 
 MAX_LISTED_ENTRIES: Final = 1000
 """A folder attachment is listed (names and sizes, one level), at most this many entries."""
@@ -119,7 +122,16 @@ class CatalogView:
             return True
         if frozenset(keys) != self._opened_keys:
             return True
-        return self._clock() - self._opened_at >= CATALOG_EVERY_S
+        return self.stale()
+
+    def stale(self) -> bool:
+        """Whether :meth:`due` holds whatever the runs: never opened, or opened
+        :data:`CATALOG_EVERY_S` (or :data:`CATALOG_COST_FACTOR` times its cost) ago. A caller that
+        knows the run set did not change asks this, which costs nothing per run."""
+        if self._opened_at is None:
+            return True
+        every = max(CATALOG_EVERY_S, CATALOG_COST_FACTOR * (self.last_open_s or 0.0))
+        return self._clock() - self._opened_at >= every
 
     def refresh(self, runs: Sequence[RunSummary], *, force: bool = False) -> list[str]:
         """Open the catalog again when :meth:`due`; return the keys of the viewer's runs whose

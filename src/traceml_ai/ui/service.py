@@ -21,6 +21,7 @@ from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.analysis import line_points, time_axis_label, time_origin
+from traceml_ai.runs.column_index import ColumnIndex, bounded_default
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
 from traceml_ai.runs.metrics_tail import MetricsTail
@@ -31,7 +32,6 @@ from traceml_ai.runs.table import (
     ColumnError,
     ColumnFacts,
     SortKey,
-    column_facts,
     differing_config_keys,
     group_runs,
     parse_sort_arg,
@@ -42,6 +42,7 @@ from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
 from traceml_ai.ui.perf import join_perf
+from traceml_ai.ui.warm import bulk_load, collector_paused
 
 log = logging.getLogger("traceml.ui")
 
@@ -100,6 +101,9 @@ class Viewer:
         # filter change asks; with 10,000 runs the column facts alone are a tenth of a second).
         self._tables: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._facts: dict[tuple[int, bool], ColumnFacts] = {}
+        self._differing: dict[tuple[Any, ...], list[str]] = {}
+        self._columns = ColumnIndex()  # column facts re-computed for changed runs only (issue 16)
+        self._columns_hidden = ColumnIndex()  # (the same with hidden runs shown)
         self._db_dirty = False
         self._db_changed: set[str] = set()  # runs changed since the run database was last written
         self._db_saved_at = 0.0
@@ -107,6 +111,7 @@ class Viewer:
         self.catalog = CatalogView(store.roots, cache.path if cache is not None else None)
         # The perf.* columns of captured runs, read from their final summaries (ui/perf.py).
         self.perf = PerfIndex()
+        self._joined_membership = -1  # the store's membership at the last full join of perf facts
 
     # -- updating --------------------------------------------------------------------------
 
@@ -114,12 +119,14 @@ class Viewer:
         """Fill from the run database (when there is one) so the first page has rows at once."""
         if self.cache is None:
             return
-        try:
-            loaded = self.cache.load_run_db()
-        except Exception as err:
-            log.warning("[TraceML] run database not used: %s", err)
-            return
-        if loaded is not None:
+        with bulk_load():
+            try:
+                loaded = self.cache.load_run_db()
+            except Exception as err:
+                log.warning("[TraceML] run database not used: %s", err)
+                return
+            if loaded is None:
+                return
             stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
             taken = self.store.seed(dict(loaded.runs))
             if taken:
@@ -131,18 +138,32 @@ class Viewer:
 
     def poll(self, *, refresh: bool = False) -> PollResult:
         """One poll (or a Refresh) of the store; records versions and wakes the event streams."""
-        result = self.store.refresh() if refresh else self.store.poll()
-        perf_changed = join_perf(self.store, self.perf, force=refresh)
+        if self.refreshed_at is None:  # the first poll: a full scan without a run database
+            with bulk_load():
+                result = self.store.refresh() if refresh else self.store.poll()
+        else:
+            result = self.store.refresh() if refresh else self.store.poll()
+        # A poll that left the run set alone costs what may have changed (issue 16): the perf facts
+        # of unfinished and pending runs only, and no catalog work until the catalog is due.
+        membership = self.store.membership
+        same_runs = not refresh and membership == self._joined_membership
+        if same_runs:
+            perf_changed = join_perf(self.store, self.perf, only=[*self.store.unfinished(), *self.perf.pending()])
+        else:
+            perf_changed = join_perf(self.store, self.perf, force=refresh)
+            self._joined_membership = membership
         with self._lock:
             self.refreshed_at = time.time()
             changed = list(dict.fromkeys([*result.changed, *perf_changed]))
             if changed or result.removed:
                 self._bump(changed, result.removed)
         # After the runs' own changes are out: the catalog walks every folder (docs/catalog.md).
-        regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
-        if regrouped:
-            self._bump(regrouped, [])
-        elif not (changed or result.removed):
+        regrouped: list[str] = []
+        if not same_runs or self.catalog.stale():
+            regrouped = self.catalog.refresh(self.store.runs(), force=refresh)
+            if regrouped:
+                self._bump(regrouped, [])
+        if not (changed or result.removed or regrouped):
             self._wake(self.version)  # nothing changed: the streams still say "polled" ("Refreshed … ago")
         self._save_db_if_due(force=False)
         return result
@@ -297,7 +318,8 @@ class Viewer:
         hit = self._tables.get(query)
         if hit is not None:
             return hit
-        answer = self._table_payload(version, filters, sorts, group, search, status, columns, show_hidden)
+        with collector_paused():
+            answer = self._table_payload(version, filters, sorts, group, search, status, columns, show_hidden)
         if any(k[0] != version for k in self._tables) or len(self._tables) >= 32:
             self._tables = {}
         self._tables[query] = answer
@@ -352,11 +374,11 @@ class Viewer:
             shown = sort_runs(visible, [parse_sort_arg("-started")])
         facts = self._facts.get((version, show_hidden))
         if facts is None:
-            facts = column_facts(visible)
+            facts = (self._columns_hidden if show_hidden else self._columns).facts(visible)
             self._facts = {k: v for k, v in self._facts.items() if k[0] == version}
             self._facts[(version, show_hidden)] = facts
         available, numeric = facts.available, facts.numeric
-        available, defaults = self.catalog.columns(available, facts.default)
+        available, defaults = self.catalog.columns(available, bounded_default(facts.default))
         chosen: list[str] = []
         for c in columns or defaults:
             try:
@@ -376,9 +398,21 @@ class Viewer:
                 "shown": chosen,
             },
             # Always sent: the page's "differing params only" toggle needs no second request.
-            "differing": [f"config.{k}" for k in differing_config_keys(shown)],
+            "differing": self._differing_of(shown, (version, tuple(filters), search, status, show_hidden, error)),
             "error": error,
         }
+
+    def _differing_of(self, shown: Sequence[RunSummary], rows: tuple[Any, ...]) -> list[str]:
+        """The "differing params only" columns of ``shown``; kept per version and row question
+        (filters, search, status, hidden), which decide the set of rows: a new sort or grouping of
+        the same rows does not walk every run's params again (100,000 runs: a tenth of a second)."""
+        hit = self._differing.get(rows)
+        if hit is None:
+            hit = [f"config.{k}" for k in differing_config_keys(shown)]
+            if any(k[0] != rows[0] for k in self._differing) or len(self._differing) >= 32:
+                self._differing = {}
+            self._differing[rows] = hit
+        return hit
 
     def remembered_table_payload(self) -> dict[str, Any]:
         """``GET /api/table?remembered=1``: the answer to the remembered view's question, with that

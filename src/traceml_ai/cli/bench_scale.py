@@ -1,0 +1,212 @@
+"""``traceml bench --scale`` and ``benchmarks/bench_scale.py``: the figures of issue 16 at 1k / 10k /
+100k runs, printed (never asserted).
+
+The fake runs of each size are generated once into a cache folder (``<cache>/<N>/runs``, with 10 of
+them made running; 100,000 runs take several minutes and ~4 GB) and reused. Every size is measured
+in fresh child processes, in CPU seconds (``time.process_time`` / ``getrusage``: the machine this
+was written on is a loaded 2-core one, so wall time says little):
+
+- **cold scan**: a store without ``runs.sqlite`` polls every run (parse + ``perf.*`` join);
+- **writing runs.sqlite** after that scan (the first ``traceml runs ls`` or viewer poll does it);
+- **warm start**: a fresh process (imports included) with ``runs.sqlite`` present and nothing
+  changed, up to the viewer's first table answer; then the first poll after it (the check by
+  folder stamps, which the viewer runs in the background);
+- **runs ls --json warm**: the command as a user runs it, CPU of the child;
+- **no-change poll** (10 running): median of 20 viewer polls, and a poll that re-lists the root
+  (every :data:`~traceml_ai.runs.watch.RELIST_EVERY_POLLS`-th);
+- **table**: sort by a metric, filter on a config value, group, search (server-side answers);
+- **RSS**: the viewer process's peak resident set after the above.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+RUNNING = 10
+
+
+def default_cache() -> Path:
+    """``$XDG_CACHE_HOME/traceml-bench-scale`` (``~/.cache`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "traceml-bench-scale"
+
+
+def ensure_runs(cache: Path, size: int, log: Callable[[str], None]) -> Path:
+    """The root of ``size`` fake runs under ``cache``, generated once (seed 0), 10 made running."""
+    from traceml_ai.cli.bench import _make_running
+    from traceml_ai.runs.fake import generate
+
+    folder = cache / str(size)
+    root = folder / "runs"
+    done = folder / "complete"  # beside the root, never inside it
+    if done.exists():
+        return root
+    log(f"generating {size:,} runs into {root} (once; reused by later runs of the benchmark)")
+    t = time.perf_counter()
+    written = generate(root, runs=size, seed=0, clean=root.exists())
+    _make_running(written, RUNNING)
+    done.write_text(f"{len(written)}\n")
+    log(f"  {len(written):,} runs in {time.perf_counter() - t:.0f} s")
+    return root
+
+
+def _cpu() -> float:
+    return time.process_time()
+
+
+def _self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cpu_of(fn: Callable[[], object]) -> float:
+    t = _cpu()
+    fn()
+    return _cpu() - t
+
+
+def child_cold(root: str, cache_dir: str) -> dict[str, Any]:
+    """Cold scan without runs.sqlite (as ``open_warm`` does it), then writing runs.sqlite."""
+    from traceml_ai.diagnose.perf import PerfIndex
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.ui.cache import CacheFolder
+    from traceml_ai.ui.perf import join_perf
+    from traceml_ai.ui.warm import bulk_load
+
+    db = Path(cache_dir) / "runs.sqlite"
+    if db.exists():
+        db.unlink()
+    store = RunStore([root])
+    t, w = _cpu(), time.perf_counter()
+    with bulk_load():
+        store.poll()
+        join_perf(store, PerfIndex())
+    scan, scan_wall = _cpu() - t, time.perf_counter() - w
+    t, w = _cpu(), time.perf_counter()
+    saved = CacheFolder(cache_dir, roots=[root]).save_run_db(store.runs(), store.stamps(), force=True)
+    write, write_wall = _cpu() - t, time.perf_counter() - w
+    return {"cold_scan": scan, "cold_scan_wall": scan_wall, "cold_ls": scan + write,
+            "cold_ls_wall": scan_wall + write_wall, "db_write": write, "runs": len(store.runs()),
+            "db_written": saved is not None, "db_mb": os.path.getsize(db) / 1e6 if db.exists() else 0.0}
+
+
+def child_warm(root: str, cache_dir: str, started: float) -> dict[str, Any]:
+    """A viewer started from runs.sqlite: first table answer, first poll, no-change polls, table."""
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.ui.cache import CacheFolder
+    from traceml_ai.ui.service import Viewer
+
+    store = RunStore([root])
+    viewer = Viewer(store, CacheFolder(cache_dir, roots=[root]))
+    viewer.start()
+    first = viewer.table_payload()
+    start_cpu, start_wall = _self_cpu(), time.time() - started
+    seeded = len(store.runs())
+    first_poll = _cpu_of(viewer.poll)
+    polls = [_cpu_of(viewer.poll) for _ in range(20)]
+    store._watch.relist_every = 1  # every poll lists the root again: the every-12th-poll cost
+    relists = [_cpu_of(viewer.poll) for _ in range(5)]
+    store._watch.relist_every = 12
+    metric = "run.last.val/auc"
+    table = {
+        "sort": _cpu_of(lambda: viewer.table_payload(sorts=[f"-{metric}", "name"])),
+        "filter": _cpu_of(lambda: viewer.table_payload(filters=["config.optim.lr>0.001"])),
+        "group": _cpu_of(lambda: viewer.table_payload(group="config.model.name")),
+        "search": _cpu_of(lambda: viewer.table_payload(search="base")),
+    }
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "warm_start": start_cpu, "warm_start_wall": start_wall, "seeded": seeded,
+        "first_rows": len(first["keys"]),
+        "warm_first_poll": first_poll,
+        "poll_median": statistics.median(polls), "poll_max": max(polls),
+        "poll_relist": statistics.median(relists),
+        "unfinished": len(store.unfinished()),
+        "table": table, "rss_mb": rss,
+    }
+
+
+def _ls_warm(root: str, cache_dir: str) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w = time.perf_counter()
+    env = {**os.environ, "TRACEML_CACHE_DIR": cache_dir}
+    subprocess.run([sys.executable, "-m", "traceml_ai", "runs", "ls", root, "--json"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), time.perf_counter() - w
+
+
+def _child(kind: str, root: str, cache_dir: str) -> dict[str, Any]:
+    code = (
+        "import json, sys, time; started = time.time()\n"
+        "from traceml_ai.cli import bench_scale as b\n"
+        f"r = b.child_{kind}(sys.argv[1], sys.argv[2]{', started' if kind == 'warm' else ''})\n"
+        "print('BENCH ' + json.dumps(r))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, root, cache_dir], capture_output=True, text=True,
+                          check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH "):
+            result: dict[str, Any] = json.loads(line[6:])
+            return result
+    raise RuntimeError(f"benchmark child {kind} failed: {proc.stderr.strip()[-500:]}")
+
+
+def measure(size: int, cache: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every figure for one size (fresh child processes)."""
+    root = str(ensure_runs(cache, size, log))
+    cache_dir = str(cache / str(size) / "cache")
+    log(f"measuring {size:,} runs")
+    figures = _child("cold", root, cache_dir)
+    figures.update(_child("warm", root, cache_dir))
+    figures["ls_warm"], figures["ls_warm_wall"] = _ls_warm(root, cache_dir)
+    return figures
+
+
+ROWS: tuple[tuple[str, Callable[[dict[str, Any]], float], str], ...] = (
+    ("cold scan (no runs.sqlite), CPU s", lambda f: f["cold_scan"], "s"),
+    ("writing runs.sqlite after it, CPU s", lambda f: f["db_write"], "s"),
+    ("warm start to first table answer, CPU s", lambda f: f["warm_start"], "s"),
+    ("first poll after a warm start, CPU s", lambda f: f["warm_first_poll"], "s"),
+    ("runs ls --json warm, CPU s", lambda f: f["ls_warm"], "s"),
+    ("no-change poll (10 running), CPU ms", lambda f: f["poll_median"] * 1e3, "ms"),
+    ("poll that re-lists the root (1 in 12), CPU ms", lambda f: f["poll_relist"] * 1e3, "ms"),
+    ("table sort (metric desc, name), CPU ms", lambda f: f["table"]["sort"] * 1e3, "ms"),
+    ("table filter (config range), CPU ms", lambda f: f["table"]["filter"] * 1e3, "ms"),
+    ("table group (config value), CPU ms", lambda f: f["table"]["group"] * 1e3, "ms"),
+    ("table search (text), CPU ms", lambda f: f["table"]["search"] * 1e3, "ms"),
+    ("viewer RSS, MB", lambda f: f["rss_mb"], "MB"),
+    ("runs.sqlite size, MB", lambda f: f["db_mb"], "MB"),
+)
+
+
+def report(results: dict[int, dict[str, Any]]) -> list[list[str]]:
+    """The table: one row per figure, one column per size, then the ratio of the two largest."""
+    sizes = sorted(results)
+    out = []
+    for label, get, _unit in ROWS:
+        values = [get(results[n]) for n in sizes]
+        row = [label, *(f"{v:.3g}" if v < 100 else f"{v:.0f}" for v in values)]
+        if len(values) >= 2:
+            row.append(f"{values[-1] / values[-2]:.1f}×" if values[-2] > 0 else "")
+        out.append(row)
+    return out
+
+
+def run(sizes: Sequence[int], cache: Path, log: Callable[[str], None]) -> tuple[list[int], list[list[str]]]:
+    """Measure ``sizes`` and return ``(sizes, table rows)``."""
+    results = {n: measure(n, cache, log) for n in sizes}
+    return sorted(results), report(results)
+
+
+__all__ = ["DEFAULT_SIZES", "default_cache", "ensure_runs", "measure", "report", "run"]

@@ -100,11 +100,12 @@ def test_the_wall_time_axis_reads_clean_ticks_in_one_unit_named_in_its_label(bro
         expect(page.get_by_test_id("chart-line").first.locator("canvas")).to_be_visible()
         page.get_by_test_id("x-axis").select_option("time")
         plot_el = page.get_by_test_id("chart-line").first.locator(".plot")
-        expect(plot_el).to_have_attribute("data-x-label", re.compile(r"^wall time \((s|min|h)\)$"))
+        # What the time counts from (item 18: these runs have started_at) and the unit, said once.
+        expect(plot_el).to_have_attribute("data-x-label", re.compile(r"^time since start \((s|min|h)\)$"))
         label = plot_el.get_attribute("data-x-label") or ""
         ticks = (plot_el.get_attribute("data-x-ticks") or "").split()
         # The fake runs last about an hour: minutes, in whole clean steps, the unit only in the label.
-        assert label == "wall time (min)"
+        assert label == "time since start (min)"
         assert len(ticks) >= 3
         values = [float(t) for t in ticks]  # plain numbers: no "m"/"h" suffix on a tick
         steps = {round(b - a, 6) for a, b in itertools.pairwise(values)}

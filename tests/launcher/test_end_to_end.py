@@ -337,7 +337,7 @@ def test_ctrl_c_stops_the_training_and_marks_the_run_killed(tmp_path: Path) -> N
 @pytest.mark.timeout(300)
 def test_ctrl_c_of_two_ranks_prints_no_traceback(tmp_path: Path) -> None:
     script = tmp_path / "forever.py"
-    script.write_text("import os, time\nprint('rank', os.environ['RANK'], 'up', flush=True)\n"
+    script.write_text("import os, time\nos.write(1, f\"rank {os.environ['RANK']} up\\n\".encode())\n"
                       "while True:\n    time.sleep(0.1)\n")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "traceml_ai", "run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"),

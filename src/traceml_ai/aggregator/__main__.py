@@ -139,7 +139,14 @@ async def serve(
         if export is not None:
             await asyncio.to_thread(export.close)
         raise
-    print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
+    try:
+        print(f"{LISTENING} {bound_host} {bound_port}", flush=True)
+    except OSError:
+        # The launcher died while this aggregator was starting on the socket it bound (--listen-fd):
+        # nobody reads the line, but its ranks still send. Serve them; stdout goes nowhere from now.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     orphan: dict[str, Any] = {}
     watcher = asyncio.ensure_future(_stop_when_orphaned(stop, agg, orphan))
     await stop.wait()
@@ -214,7 +221,10 @@ async def _stop_when_orphaned(stop: asyncio.Event, agg: Aggregator, record: dict
     it started usually goes on, so the aggregator keeps collecting until the ranks end, and
     ``record`` (the ``launcher`` block of ``finalization_warning.json``) says what happened.
     """
-    parent = os.getppid()
+    # The launcher says who it is: started early (--listen-fd), this process may only now look, after
+    # the launcher already died and it was re-parented.
+    given = os.environ.get("TRACEML_LAUNCHER_PID", "")
+    parent = int(given) if given.isdigit() else os.getppid()
     while not stop.is_set():
         await asyncio.sleep(ORPHAN_CHECK_S)
         if os.getppid() != parent:

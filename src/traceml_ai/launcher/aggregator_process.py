@@ -77,6 +77,7 @@ class AggregatorProcess:
         env = dict(os.environ)
         env.pop("TRACEML_RUN_DIR", None)
         env[jobsecret.ENV_JOB_SECRET] = secret
+        env["TRACEML_LAUNCHER_PID"] = str(os.getpid())  # its orphan check (aggregator/__main__.py)
         self._exporter = exporter
         self._started = threading.Event()  # listening, or known never to listen
         self.start_failure: str | None = None

@@ -49,7 +49,7 @@ from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, style_axes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -297,7 +297,7 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     FigureCanvasAgg(fig)
     axes = list(fig.subplots(2 if two else 1, 1, squeeze=False)[:, 0])
     for ax in axes:
-        _style(ax, colors)
+        style_axes(ax, colors)
     fig.suptitle(f"{title} · {PANEL_TITLES[panel]}", color=colors["fg"], fontsize=10, x=0.01, ha="left")
     if tel.status != "ok":
         _note(axes[0], tel.detail or f"telemetry {tel.status}", colors)
@@ -313,17 +313,6 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
     return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
-
-
-def _style(ax: Axes, colors: Mapping[str, str]) -> None:
-    ax.set_facecolor(colors["bg"])
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    for side in ("left", "bottom"):
-        ax.spines[side].set_color(colors["grid"])
-    ax.tick_params(which="both", colors=colors["muted"], labelsize=7)
-    ax.grid(True, color=colors["grid"], linewidth=0.5)
-    ax.set_axisbelow(True)
 
 
 def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:

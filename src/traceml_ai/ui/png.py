@@ -135,7 +135,7 @@ def render_chart_png(
     FigureCanvasAgg(fig)
     axes = fig.subplots(n_panels, 1, squeeze=False, sharex=True)[:, 0]
     for ax in axes:
-        _style_axes(ax, colors)
+        style_axes(ax, colors)
     if isinstance(spec, LineSpec):
         _draw_lines(list(axes), spec, histories, max_points, colors)
     elif isinstance(spec, BarSpec):
@@ -197,7 +197,10 @@ def warm_up_in_background() -> None:
     threading.Thread(target=work, name="traceml-png-warm-up", daemon=True).start()
 
 
-def _style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
+def style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
+    """The viewer's look for one matplotlib axes (``colors`` from :data:`PALETTE`'s theme): its background,
+    no top/right spines, muted 7 pt ticks, a light grid behind the data. Shared by the Performance
+    exports (:mod:`traceml_ai.ui.perf_export`)."""
     ax.set_facecolor(colors["bg"])
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -266,7 +269,7 @@ def _draw_lines(
             _note(ax, f"no values of {metric}", colors)
         elif spec.log_y:
             ax.set_yscale("log", nonpositive="mask")
-            _style_axes(ax, colors)  # a new scale brings new tick labels
+            style_axes(ax, colors)  # a new scale brings new tick labels
         if i == 0:
             _legend(ax, colors, outside=True)
     if spec.x == "time" and not spec.group_by:  # "time since start (s)" → "... (min)" as the ticks are
@@ -369,7 +372,7 @@ def _draw_scatter(ax: Axes, spec: ScatterSpec, runs: Sequence[RunSummary], color
         ax.set_xscale("log", nonpositive="mask")
     if spec.log_y:
         ax.set_yscale("log", nonpositive="mask")
-    _style_axes(ax, colors)  # a new scale brings new tick labels
+    style_axes(ax, colors)  # a new scale brings new tick labels
     if spec.color_field:
         _legend(ax, colors)
 
@@ -404,4 +407,4 @@ def _draw_box(ax: Axes, spec: BoxSpec, runs: Sequence[RunSummary], colors: Mappi
     ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
 
 
-__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "warm_up_in_background"]
+__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "style_axes", "warm_up_in_background"]

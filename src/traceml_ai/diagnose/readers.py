@@ -13,18 +13,27 @@ Phase time per step (000 seed, StepTimeRecord): for each device of an event, ``g
 not None, else ``cpu_ms``, else the legacy ``duration_ms``; when an event was timed on several
 devices the longest of them counts (they time the same region, so summing would count it twice).
 None means "not measured" and stays None.
+
+Speed (issue 13 item 5: a run of 8 ranks x 100,000 steps opens its Performance view in about a
+second): a finished database (opened ``immutable``) is read through SQLite's memory map; the garbage
+collector is paused while the rows become objects (they are all kept: a collection would find
+nothing to free); and ``read_telemetry(..., totals=False)`` skips the two whole-table aggregates only
+the rules read (``memory_peaks``, ``step_span``). Every fast path gives the fields it fills exactly
+as the plain one (``fast=False``) does: tests/diagnose/test_reader_equivalence.py compares them.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -206,9 +215,16 @@ def event_ms(by_device: Any) -> float | None:
     return best
 
 
+MMAP_BYTES: Final = 1 << 31
+"""Memory-map at most this much of a finished database (SQLite caps it at its build's limit)."""
+
+
 @contextmanager
-def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+def open_readonly(db_path: str | os.PathLike[str], *, mmap: bool = False) -> Iterator[sqlite3.Connection]:
     """A read-only connection to a telemetry database that never creates files beside it.
+
+    ``mmap``: read a finished database (no ``-wal`` file, so opened ``immutable``) through a memory
+    map instead of copying each page (a live one is never mapped: its writer may still move pages).
 
     Raises:
         FileNotFoundError: the file does not exist (nothing is created).
@@ -219,7 +235,34 @@ def open_readonly(db_path: str | os.PathLike[str]) -> Iterator[sqlite3.Connectio
         raise FileNotFoundError(f"{path} does not exist")
     immutable = not Path(str(path) + "-wal").exists()
     with closing(sqlite3.connect(read_only_uri(path.resolve(), immutable=immutable), uri=True, timeout=5.0)) as conn:
+        if mmap and immutable:
+            conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
         yield conn
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while many long-lived objects are made (each collection
+    would walk all of them and free none), on again afterwards if it was on; nested or concurrent
+    reads share one pause."""
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 STEP_COLS = "global_rank, rank, step, timestamp_unix_ns, events_json, world_size"
@@ -249,8 +292,38 @@ def step_sample(row: tuple[Any, ...]) -> StepSample | Literal["step", "events"]:
     if type(events) is not dict:
         return "events"
     rank = g if type(g) is int else _int(r)
-    phases = {name: event_ms(by_device) for name, by_device in events.items()}
-    return StepSample(rank, step, ts if type(ts) is int else None, phases, _calls(events.get(schema.STEP)))
+    return StepSample(rank, step, ts if type(ts) is int else None, _phases(events), _calls(events.get(schema.STEP)))
+
+
+def _phases(events: dict[str, Any]) -> dict[str, float | None]:
+    """``{name: event_ms(by_device)}`` of one decoded ``events_json``, with :func:`event_ms`'s
+    common case (plain dicts of finite floats) inline: it runs for every event of every step."""
+    out: dict[str, float | None] = {}
+    for name, by_device in events.items():
+        if type(by_device) is not dict:
+            out[name] = event_ms(by_device)
+            continue
+        best: float | None = None
+        for stats in by_device.values():
+            if type(stats) is not dict:
+                if isinstance(stats, Mapping):
+                    best = None
+                    break  # rare: let event_ms decide the whole event
+                continue
+            value = stats.get("gpu_ms")
+            if type(value) is not float or value - value != 0.0:
+                value = _num(value)
+                if value is None:
+                    value = _num(stats.get("cpu_ms"))
+                    if value is None:
+                        value = _num(stats.get("duration_ms"))
+            if value is not None and value >= 0 and (best is None or value > best):
+                best = value
+        else:
+            out[name] = best
+            continue
+        out[name] = event_ms(by_device)
+    return out
 
 
 def process_sample(row: tuple[Any, ...]) -> ProcessSample:
@@ -293,64 +366,139 @@ def _select(
         raise
 
 
-def read_telemetry(db_path: str | os.PathLike[str]) -> Telemetry:
+def read_telemetry(db_path: str | os.PathLike[str], *, totals: bool = True, fast: bool = True) -> Telemetry:
     """Read the rows of the five tables the rules use (DESIGN §3.5) from ``db_path``.
 
     Duplicate rows (000 seed: duplicates pass through) keep the last one written per key:
     ``(rank, step)`` for steps, ``(rank, device, step)`` for memory. A step row without an integer
     ``step`` or with unreadable ``events_json`` is left out and counted in ``problems``.
     Never raises for a bad file: see :class:`Telemetry` ``status``.
+
+    Args:
+        totals: False: leave out ``memory_peaks`` (``()``) and ``step_span`` (None), the two
+            whole-table aggregates only the rules read (the Performance view's charts do not); every
+            other field is the same.
+        fast: False: the plain path (no memory map, the first step asked for before the rows, the
+            collector left on), which gives the same result; the tests compare the two.
     """
     path = str(db_path)
     try:
-        with open_readonly(db_path) as conn:
-            return _read(conn, path)
+        with open_readonly(db_path, mmap=fast) as conn:
+            if not fast:
+                return _read(conn, path, totals=totals, guess=False)
+            with _gc_paused():
+                return _read(conn, path, totals=totals, guess=True)
     except FileNotFoundError:
         return Telemetry(path=path, status="missing", detail=f"no telemetry database at {path}")
     except sqlite3.DatabaseError as e:
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("unable to open" in text or "locked" in text):
             return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {text}")
-        return Telemetry(path=path, status="corrupt", detail=f"{path} is not a readable SQLite database: {text}")
+        return Telemetry(path=path, status="corrupt", detail=damaged_detail(path, text))
     except OSError as e:
         return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {e}")
 
 
-def _stride(conn: sqlite3.Connection, problems: list[str]) -> tuple[str, tuple[Any, ...], int, StepSpan | None]:
+def damaged_detail(path: str, error: str) -> str:
+    """The one line that says a telemetry database is damaged (every panel and warning shows it)."""
+    return f"telemetry database is damaged: {error} ({path} is not a readable SQLite database)"
+
+
+_Where = tuple[str, tuple[Any, ...], int]
+STRIDE_WHERE: Final = "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0"
+
+
+def _stride_of(count: Any, first: Any, problems: list[str]) -> _Where:
     """The WHERE clause that reads a long run's steps every k-th step (warm-up steps always), its
-    parameters, k (1: every step), and the span of all steps."""
-    try:
-        count, first, last, distinct = conn.execute(
-            f"SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step) FROM {schema.STEP_TIME_SAMPLES.name}"
-        ).fetchone()
-    except sqlite3.OperationalError as e:
-        if "no such" in str(e):
-            return "", (), 1, None
-        raise
-    span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
+    parameters and k (1: every step), for ``count`` step rows whose smallest step is ``first``."""
     if not isinstance(count, int) or count <= th.MAX_STEP_ROWS or not isinstance(first, int):
-        return "", (), 1, span
+        return "", (), 1
     k = math.ceil(count / th.MAX_STEP_ROWS)
     problems.append(f"{count:,} step rows: read every {k}th step (memory peaks from every step)")
-    return "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0", (first + th.WARMUP_STEPS, first, k), k, span
+    return STRIDE_WHERE, (first + th.WARMUP_STEPS, first, k), k
+
+
+def _one(conn: sqlite3.Connection, sql: str) -> tuple[Any, ...] | None:
+    """The first row of ``sql`` over the step table; None when the table does not exist yet."""
+    try:
+        row: tuple[Any, ...] | None = conn.execute(sql.format(t=schema.STEP_TIME_SAMPLES.name)).fetchone()
+        return row
+    except sqlite3.OperationalError as e:
+        if "no such" in str(e):
+            return None
+        raise
+
+
+def _stride(conn: sqlite3.Connection, problems: list[str]) -> tuple[_Where, StepSpan | None]:
+    """:func:`_stride_of` from one pass over the step table that also gives the span of all steps."""
+    row = _one(conn, "SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step) FROM {t}")
+    if row is None:
+        return ("", (), 1), None
+    count, first, last, distinct = row
+    span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
+    return _stride_of(count, first, problems), span
 
 
 def _calls(by_device: Any) -> int | None:
     """``n_calls`` of one event (the most over its devices), None when no device says."""
     if type(by_device) is not dict:
         return None
-    calls = [c for stats in by_device.values() if type(stats) is dict and type(c := stats.get("n_calls")) is int]
-    return max(calls) if calls else None
+    most: int | None = None
+    for stats in by_device.values():
+        if type(stats) is dict and type(c := stats.get("n_calls")) is int and (most is None or c > most):
+            most = c
+    return most
 
 
-def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
+def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
+               guess: bool) -> tuple[list[tuple[Any, ...]], _Where, StepSpan | None]:
+    """The step rows to read (every k-th step of a long run), the WHERE they were read with, and
+    the span of all steps (None without ``totals``).
+
+    With ``totals`` one aggregate pass gives the count, the first step and the span. Without, the
+    count is SQLite's cheap ``COUNT(*)`` and, with ``guess``, the first step is taken to be the
+    first row's: the rows read then hold every row below that guess plus the warm-up steps (``step
+    < first + WARMUP_STEPS``), so a guess that was not the smallest step (or a non-integer step at or
+    below it) shows in them, and only then is ``MIN(step)`` asked and the rows read again with it."""
+    table = schema.STEP_TIME_SAMPLES.name
+    span: StepSpan | None = None
+    if totals:
+        where, span = _stride(conn, problems)
+    else:
+        row = _one(conn, "SELECT COUNT(*) FROM {t}")
+        count = row[0] if row is not None else None
+        if not isinstance(count, int) or count <= th.MAX_STEP_ROWS:
+            where = _stride_of(count, None, [])
+        else:
+            first_row = _one(conn, "SELECT step FROM {t} ORDER BY id LIMIT 1") if guess else None
+            first = first_row[0] if first_row is not None else None
+            if type(first) is not int:
+                found = _one(conn, "SELECT MIN(step) FROM {t}")
+                first = found[0] if found is not None else None
+            mark = len(problems)
+            where = _stride_of(count, first, problems)
+            rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
+            if guess and isinstance(first, int) and where[2] > 1 and any(
+                (type(step := r[2]) is int and step < first) or (type(step) is float and step <= first)
+                for r in rows
+            ):
+                found = _one(conn, "SELECT MIN(step) FROM {t}")
+                exact = found[0] if found is not None else None
+                if type(exact) is not int or exact != first:
+                    del problems[mark:]
+                    where = _stride_of(count, exact, problems)
+                    rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
+            return rows, where, span
+    return _select(conn, table, STEP_COLS, problems, where[0], where[1]), where, span
+
+
+def _read(conn: sqlite3.Connection, path: str, *, totals: bool = True, guess: bool = False) -> Telemetry:
     problems: list[str] = []
     world_sizes: set[int] = set()
-    where, params, stride, span = _stride(conn, problems)
+    step_rows, (where, params, stride), span = _step_rows(conn, problems, totals=totals, guess=guess)
 
     steps: dict[tuple[int | None, int], StepSample] = {}
     bad_step, bad_events = 0, 0
-    step_rows = _select(conn, schema.STEP_TIME_SAMPLES.name, STEP_COLS, problems, where, params)
     for row in step_rows:
         ws = row[-1]
         if type(ws) is int:
@@ -371,14 +519,18 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
     for g, r, step, device, ts, alloc, reserved, ws in _select(
         conn, schema.STEP_MEMORY_SAMPLES.name, MEMORY_COLS, problems, where, params
     ):
+        # SQLite gives only int, float, str, bytes or None, so type() tests are _int/_rank's tests.
         if type(ws) is int:
             world_sizes.add(ws)
-        step_no = _int(step)
-        if step_no is None:
+        if type(step) is not int:
             continue
-        rank = _rank(g, r)
-        dev = device if isinstance(device, str) else None
-        memory[(rank, dev, step_no)] = MemorySample(rank, step_no, dev, _int(ts), _num(alloc), _num(reserved))
+        rank = g if type(g) is int else r if type(r) is int else None
+        dev = device if type(device) is str else None
+        memory[(rank, dev, step)] = MemorySample(
+            rank, step, dev, ts if type(ts) is int else None,
+            alloc if type(alloc) is float and alloc - alloc == 0.0 else _num(alloc),
+            reserved if type(reserved) is float and reserved - reserved == 0.0 else _num(reserved),
+        )
 
     process = []
     for row in _select(conn, schema.PROCESS_SAMPLES.name, PROCESS_COLS, problems):
@@ -393,7 +545,7 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
     peaks = tuple(
         MemoryPeak(_rank(g, r), device if isinstance(device, str) else None, _num(alloc), _num(reserved),
                    _int(first), _int(last))
-        for g, r, device, alloc, reserved, first, last in _select_peaks(conn)
+        for g, r, device, alloc, reserved, first, last in (_select_peaks(conn) if totals else ())
     )
     counts = {
         schema.STEP_TIME_SAMPLES.name: len(step_rows),
@@ -407,8 +559,9 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
         path=path,
         status="empty" if empty else "ok",
         detail=f"{path} holds no telemetry rows yet" if empty else None,
-        steps=tuple(sorted(steps.values(), key=lambda s: (rank_key(s.rank), s.step))),
-        memory=tuple(sorted(memory.values(), key=lambda m: (rank_key(m.rank), m.step))),
+        # (rank is None, rank or 0) is rank_key(rank), without a call per row.
+        steps=tuple(sorted(steps.values(), key=lambda s: (s.rank is None, s.rank or 0, s.step))),
+        memory=tuple(sorted(memory.values(), key=lambda m: (m.rank is None, m.rank or 0, m.step))),
         memory_peaks=peaks,
         sampled_every=stride,
         step_span=span,

@@ -140,23 +140,40 @@ def build_step_table(samples: Sequence[StepSample], warmup_steps: int = th.WARMU
         warm, kept = rows[:warmup_steps], rows[warmup_steps:]
         warm_ts = [s.timestamp_ns for s in warm if s.timestamp_ns is not None]
         n = len(kept)
-        iters = np.full(n, np.nan)
-        other = np.full(n, np.nan)
-        columns = {name: np.full(n, np.nan) for name in (*builtin, *user)}
+        # iteration_ms() and the "other" rule, written out per step with plain lists (this runs
+        # for every step of every rank; numpy item assignment would cost more than the math).
+        nan = np.nan
+        tol = 1 - th.CONTAINMENT_TOLERANCE
+        dl_name, *rest = INNER_PHASES
+        it_list: list[float] = []
+        other_list: list[float] = []
         outside = 0
-        for i, s in enumerate(kept):
-            it, out = iteration_ms(s.phases)
-            outside += out
-            if it is not None:
-                iters[i] = it
-            attributed = [v for p in INNER_PHASES if (v := s.phases.get(p)) is not None]
-            if it is not None and attributed:
-                other[i] = max(0.0, it - sum(attributed))
+        for s in kept:
+            get = s.phases.get
+            dl = get(dl_name)
+            attributed = [v for v in (dl, *map(get, rest)) if v is not None]
+            step = get(schema.STEP)
+            if step is None:
+                it_list.append(nan)
+                other_list.append(nan)
+                continue
+            it = step
+            if dl is not None and dl > 0 and step < tol * sum(attributed):
+                it = step + dl
+                outside += 1
+            it_list.append(it)
+            if attributed:
+                other_list.append(max(0.0, it - sum(attributed)))
                 any_other = True
-            for name in columns:
-                v = s.phases.get(name)
-                if v is not None:
-                    columns[name][i] = v
+            else:
+                other_list.append(nan)
+        iters = np.asarray(it_list, dtype=np.float64) if n else np.full(0, np.nan)
+        other = np.asarray(other_list, dtype=np.float64) if n else np.full(0, np.nan)
+        columns = {
+            name: np.asarray([nan if (v := s.phases.get(name)) is None else v for s in kept], dtype=np.float64)
+            if n else np.full(0, np.nan)
+            for name in (*builtin, *user)
+        }
         if builtin:
             columns[OTHER] = other
         timelines.append(

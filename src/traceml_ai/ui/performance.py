@@ -31,7 +31,7 @@ import numpy.typing as npt
 from traceml_ai.diagnose.readers import Telemetry, read_telemetry
 from traceml_ai.diagnose.rules import local_work
 from traceml_ai.diagnose.stats import FloatArray
-from traceml_ai.diagnose.summary import AGGREGATOR_DIR, TELEMETRY_DB
+from traceml_ai.diagnose.summary import AGGREGATOR_DIR, FINAL_SUMMARY, TELEMETRY_DB
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
@@ -49,7 +49,10 @@ def performance(db_path: str, max_buckets: int = MAX_BUCKETS,
                 max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any]:
     """``{"heatmap": heatmap(...), "breakdown": breakdown(...)}`` of one telemetry database, read once
     (the read is shared with the telemetry answer asked at the same time: :mod:`traceml_ai.ui.reads`)."""
-    tel = shared_read(db_path)
+    # Without totals (only the step rows are used here) unless the telemetry answer asked at the
+    # same time needs them: a run without a final summary, which it diagnoses now.
+    summary = os.path.join(os.path.dirname(db_path), FINAL_SUMMARY)
+    tel = shared_read(db_path, totals=not os.path.isfile(summary))
     table = shared_step_table(tel) if tel.status == "ok" else None
     hm = _heatmap(tel, max_buckets, table)
     return {"heatmap": hm, "breakdown": _breakdown(table, max_points) if table is not None else None}

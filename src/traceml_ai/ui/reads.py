@@ -8,7 +8,8 @@ one's read: the :class:`~traceml_ai.diagnose.readers.Telemetry` is kept for :dat
 (at most :data:`KEEP_DATABASES` databases), keyed by the database's real path and the
 ``(mtime_ns, size)`` of it and its ``-wal`` file, so a database that changed is read again. A request
 that comes while the same database is being read waits for that read instead of starting another.
-Read-only, like the reader.
+A read without ``totals`` (what the charts need: ``read_telemetry(..., totals=False)``) is served by
+a kept full read too, never the other way round. Read-only, like the reader.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class SharedReads:
     def __init__(self, keep_s: float = KEEP_S, max_databases: int = KEEP_DATABASES) -> None:
         self.keep_s = keep_s
         self.max_databases = max_databases
-        self._kept: OrderedDict[str, tuple[tuple[_Stamp, _Stamp], float, Telemetry]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[tuple[_Stamp, _Stamp], float, Telemetry, bool]] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
         self._tables: OrderedDict[int, tuple[Telemetry, StepTable]] = OrderedDict()
         self._lock = threading.Lock()
@@ -71,10 +72,11 @@ class SharedReads:
                 self._tables.popitem(last=False)
         return table
 
-    def read(self, db_path: str | os.PathLike[str]) -> Telemetry:
-        """:func:`~traceml_ai.diagnose.read_telemetry` of ``db_path``, or the read another answer
-        made of the same, unchanged database less than ``keep_s`` seconds ago. Never raises for a
-        bad file (see :class:`~traceml_ai.diagnose.readers.Telemetry` ``status``)."""
+    def read(self, db_path: str | os.PathLike[str], *, totals: bool = True) -> Telemetry:
+        """:func:`~traceml_ai.diagnose.read_telemetry` of ``db_path`` (``totals`` as there), or the
+        read another answer made of the same, unchanged database less than ``keep_s`` seconds ago
+        (with totals, when ``totals`` is asked for). Never raises for a bad file (see
+        :class:`~traceml_ai.diagnose.readers.Telemetry` ``status``)."""
         path = os.path.realpath(db_path)
         with self._lock:
             lock = self._locks.setdefault(path, threading.Lock())
@@ -83,17 +85,18 @@ class SharedReads:
             now = time.monotonic()
             with self._lock:
                 hit = self._kept.get(path)
-            if hit is not None and hit[0] == stamps and now - hit[1] < self.keep_s and stamps[0] is not None:
+            if (hit is not None and hit[0] == stamps and now - hit[1] < self.keep_s and stamps[0] is not None
+                    and (hit[3] or not totals)):
                 return hit[2]
-            tel = read_telemetry(path)
+            tel = read_telemetry(path, totals=totals)
             self.reads += 1
             with self._lock:
-                self._kept[path] = (stamps, time.monotonic(), tel)
+                self._kept[path] = (stamps, time.monotonic(), tel, totals)
                 self._kept.move_to_end(path)
                 while len(self._kept) > self.max_databases:
                     gone, _ = self._kept.popitem(last=False)
                     self._locks.pop(gone, None)
-                for old in [k for k, (_, at, _) in self._kept.items() if now - at >= self.keep_s]:
+                for old in [k for k, (_, at, _, _) in self._kept.items() if now - at >= self.keep_s]:
                     del self._kept[old]
             return tel
 
@@ -101,9 +104,9 @@ class SharedReads:
 SHARED: Final = SharedReads()
 
 
-def shared_read(db_path: str | os.PathLike[str]) -> Telemetry:
+def shared_read(db_path: str | os.PathLike[str], *, totals: bool = True) -> Telemetry:
     """:meth:`SharedReads.read` on the process's one :class:`SharedReads`."""
-    return SHARED.read(db_path)
+    return SHARED.read(db_path, totals=totals)
 
 
 def shared_step_table(tel: Telemetry) -> StepTable:

@@ -167,7 +167,9 @@ class TelemetryViews:
         telemetry: Telemetry | None = None
         live: Summary | None = None
         if TELEMETRY_DB in names:
-            telemetry = shared_read(os.path.join(agg, TELEMETRY_DB))  # the Performance view reads it too
+            # The Performance view reads it too. With a final summary the rules are not run, so
+            # the whole-table totals only they read are left out (issue 13 item 5).
+            telemetry = shared_read(os.path.join(agg, TELEMETRY_DB), totals=final is None)
             out["state"] = telemetry.status
             out["detail"] = telemetry.detail
             if telemetry.status != "ok":

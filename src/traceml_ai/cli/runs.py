@@ -387,8 +387,15 @@ def show(
         else:
             err_text.append("failed without error details in run.json", style="red")
         out.print(Panel(err_text, title="error", border_style="red", title_align="left"))
-    if run.warnings:
-        warn = Text("\n".join(f"⚠ {w}" for w in run.warnings), style="yellow")
+    warnings = list(run.warnings)
+    if run.perf:  # a captured run: what its final summary or telemetry database make of it, as the viewer says
+        from traceml_ai.diagnose.perf import read_perf_facts
+
+        perf_warning = read_perf_facts(run.path)[1]
+        if perf_warning:
+            warnings.append(perf_warning)
+    if warnings:
+        warn = Text("\n".join(f"⚠ {w}" for w in warnings), style="yellow")
         out.print(Panel(warn, title="file problems", border_style="yellow", title_align="left"))
     metrics = Table(title="metrics", title_justify="left", box=None, header_style="bold")
     for c in ("metric", "start", "last", "best", "at step"):

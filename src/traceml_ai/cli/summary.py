@@ -72,6 +72,12 @@ def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str]:
         err.print(f"[yellow]warning:[/] {escape(printable(str(e)))}; diagnosing telemetry.sqlite instead")
         doc = None
     if doc is not None:
+        from traceml_ai.diagnose.perf import telemetry_damage
+
+        damage = telemetry_damage(run_dir)
+        if damage is not None:
+            err.print(f"[yellow]warning:[/] aggregator/telemetry.sqlite: {escape(printable(damage))}; the summary "
+                      "below was written from it before (its charts cannot be drawn)")
         return doc, "aggregator/final_summary.json"
     summary = diagnose(telemetry_path(run_dir), source="aggregator/telemetry.sqlite")
     return summary.to_dict(), "computed now from aggregator/telemetry.sqlite (no final_summary.json yet)"

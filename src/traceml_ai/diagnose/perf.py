@@ -270,7 +270,62 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
         return ({"telemetry": "partial"},
                 f"{name}: schema_version {version!r} is newer than this TraceML reads (upgrade traceml-ai)"
                 if version is not None else f"{name}: no schema_version", stamps, True)
-    return perf_facts(facts, lost=lost), None, stamps, True
+    out = perf_facts(facts, lost=lost)
+    damage = telemetry_damage(run_dir)
+    if damage is not None:
+        out["telemetry"] = "partial"  # the summary was judged on rows that can no longer be read back
+        return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
+    return out, None, stamps, True
+
+
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+
+
+def telemetry_damage(run_dir: str | os.PathLike[str]) -> str | None:
+    """``telemetry database is damaged: <why>`` when the run's ``aggregator/telemetry.sqlite`` is
+    visibly damaged from its 100-byte header and its size alone (no SQLite header, an impossible page
+    size, fewer bytes than the header's page count), else None (also without a database, for an
+    empty one and for a live one, whose ``-wal`` file may hold pages the header does not count yet).
+
+    A cheap look for the run table (one open, one read): damage inside the file shows when the
+    rows are read (:func:`traceml_ai.diagnose.read_telemetry` then says ``corrupt``). Never raises.
+    """
+    db = os.path.join(os.fspath(run_dir), AGGREGATOR_DIR, TELEMETRY_DB)
+    if _regular(db + "-wal") is not None:
+        return None
+    try:
+        fd = os.open(db, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return None
+        head = os.read(fd, 100)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    why = _header_problem(head, st.st_size)
+    return None if why is None else f"telemetry database is damaged: {why}"
+
+
+def _header_problem(head: bytes, size: int) -> str | None:
+    """What the SQLite file header (its first 100 bytes; sqlite.org/fileformat.html §1.3) and the
+    file's size say is wrong, or None."""
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "file is not a database (no SQLite header)"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"file is not a database (page size {page_size})"
+    pages = int.from_bytes(head[28:32], "big")
+    header_valid = pages > 0 and head[24:28] == head[92:96]
+    if header_valid and size < pages * page_size:
+        return f"truncated: {size:,} of {pages * page_size:,} bytes"
+    if size % page_size:
+        return f"truncated: {size:,} bytes is not a whole number of {page_size:,}-byte pages"
+    return None
 
 
 @dataclass(slots=True)

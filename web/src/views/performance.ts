@@ -317,7 +317,8 @@ export class PerformanceView implements ViewModule {
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
       ["p95 step", ms(p["step_ms.p95"])],
       ["steps / s", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
-      ["telemetry", typeof p.telemetry === "string" ? p.telemetry : "–"],
+      // Damage deep inside the database shows only once its rows are read: then it is partial too.
+      ["telemetry", d?.state === "corrupt" && p.telemetry === "ok" ? "partial" : typeof p.telemetry === "string" ? p.telemetry : "–"],
     ];
     return facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v })]);
   }
@@ -349,6 +350,8 @@ export class PerformanceView implements ViewModule {
     const st = b && perf
       ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? perf.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 }
       : d.steps;
+    const unread = unreadable(d);
+    if (unread && !b) return block(h("div", { class: "muted", testid: "perf-why", text: unread }));
     if (!st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
     const phases = PHASES.map(([name, key, label]) => ({ key, label, y: st.series.find((x) => x.name === name)?.y })).filter((p) => p.y) as { key: string; label: string; y: (number | null)[] }[];
     if (!phases.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No phase times in this run's step rows." }));
@@ -472,13 +475,26 @@ export class PerformanceView implements ViewModule {
   /** What this run has no data for, said instead of left out. */
   private missing(d: TelemetryResponse): HTMLElement | null {
     const why: string[] = [];
-    if (!d.gpu) why.push("GPU: no GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).");
-    if (!d.memory) why.push("Device memory: no per-step memory rows (a CPU run measures host RSS only).");
-    else if (!d.memory.series.some((x) => /alloc|reserved/.test(x.name))) why.push("Device memory: a CPU run (host RSS below).");
-    if (!d.rss) why.push("Process memory: no process samples.");
-    if (!d.host) why.push("Host: no system samples.");
+    const unread = unreadable(d);
+    if (unread) {
+      // The rows could not be read: say that, not what an intact run without them would mean.
+      for (const panel of ["GPU", "Device memory", "Process memory", "Host"]) why.push(`${panel}: ${unread}`);
+    } else {
+      if (!d.gpu) why.push("GPU: no GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).");
+      if (!d.memory) why.push("Device memory: no per-step memory rows (a CPU run measures host RSS only).");
+      else if (!d.memory.series.some((x) => /alloc|reserved/.test(x.name))) why.push("Device memory: a CPU run (host RSS below).");
+      if (!d.rss) why.push("Process memory: no process samples.");
+      if (!d.host) why.push("Host: no system samples.");
+    }
     if (!d.logs.length) why.push("Captured output: no rank logs in aggregator/.");
     if (!d.finalization) why.push("Nothing was lost during capture (no finalization_warning.json).");
     return why.length ? h("div", { class: "telem-block perf-block", testid: "perf-missing" }, h("div", { class: "telem-block-title", text: "Not in this run" }), h("ul", { class: "perf-why-list" }, ...why.map((w) => h("li", { testid: "perf-why", text: w })))) : null;
   }
+}
+
+/** Why a run's telemetry rows could not be read at all (a damaged, locked or empty database, or
+ * none), as the server says it; null when they were read. */
+function unreadable(d: TelemetryResponse): string | null {
+  if (d.state === "ok" || d.state === "none") return null;
+  return d.detail ?? `telemetry ${d.state}`;
 }

@@ -25,7 +25,7 @@ const PHASE_COLOR: Record<string, number> = {
 const STATE_TEXT: Record<string, string> = {
   missing: "No telemetry database in this run.",
   empty: "The telemetry database holds no rows yet.",
-  corrupt: "The telemetry database cannot be read (corrupt).",
+  corrupt: "The telemetry database is damaged: its charts cannot be drawn.",
   unreadable: "The telemetry database cannot be read now (locked or not permitted).",
 };
 
@@ -202,9 +202,12 @@ export class TelemetryPanel {
           "div",
           { class: "callout callout-warn telem-callout", testid: "telemetry-status" },
           h("div", { class: "callout-head" }, icon("warning"), h("span", { text: STATE_TEXT[d.state] ?? `Telemetry ${d.state}` })),
+          d.detail ? h("div", { class: "telem-callout-text", text: d.detail }) : null,
         ),
       );
     }
+    // The database's own problem is said once, in the callout above, not again in the list below.
+    const warnings = d.detail && d.state !== "ok" ? d.warnings.filter((w) => !w.endsWith(d.detail!)) : d.warnings;
     if (d.finalization && d.finalization.summary.length) {
       items.push(
         h(
@@ -215,13 +218,13 @@ export class TelemetryPanel {
         ),
       );
     }
-    if (d.warnings.length) {
+    if (warnings.length) {
       items.push(
         h(
           "div",
           { class: "callout callout-warn telem-callout", testid: "telemetry-warnings" },
-          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: `Problems reading the telemetry (${d.warnings.length})` })),
-          h("ul", { class: "warn-list" }, ...d.warnings.map((w) => h("li", { text: w }))),
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: `Problems reading the telemetry (${warnings.length})` })),
+          h("ul", { class: "warn-list" }, ...warnings.map((w) => h("li", { text: w }))),
         ),
       );
     }

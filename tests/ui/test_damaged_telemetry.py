@@ -1,0 +1,104 @@
+"""A finished captured run whose ``aggregator/telemetry.sqlite`` was damaged afterwards (truncated,
+garbage over its header, garbage inside): the run table says ``perf.telemetry`` partial with one
+warning, the Performance view's answers say why their panels are empty ("telemetry database is
+damaged: ..."), ``traceml summary`` and ``traceml runs show`` warn once, and nothing crashes.
+The run is captured by the real ``traceml run`` on the digits example."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_traceml
+from traceml_ai.diagnose.perf import read_perf_facts
+from traceml_ai.runs.store import RunStore
+from traceml_ai.ui.performance import PerformanceViews
+from traceml_ai.ui.reads import SHARED
+from traceml_ai.ui.service import Viewer
+from traceml_ai.ui.telemetry import TelemetryViews
+
+DAMAGED = "telemetry database is damaged: "
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run folder captured by ``traceml run`` (1 rank, 1 epoch), with its final summary."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from traceml_ai.examples import TRAIN_DIGITS
+
+    work = tmp_path_factory.mktemp("captured")
+    root = work / "traceml" / "runs"
+    done = run_traceml("run", "--mode", "quiet", "--name", "digits", "--logs-dir", str(root), str(TRAIN_DIGITS),
+                       "--epochs", "1", cwd=work, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    assert (run_dir / "aggregator" / "final_summary.json").is_file()
+    return run_dir
+
+
+def damaged_copy(captured: Path, tmp_path: Path, damage: str) -> Path:
+    root = tmp_path / "traceml" / "runs"
+    run_dir = root / captured.name
+    shutil.copytree(captured, run_dir)
+    db = run_dir / "aggregator" / "telemetry.sqlite"
+    data = db.read_bytes()
+    if damage == "truncated":
+        db.write_bytes(data[: len(data) // 3])
+    elif damage == "garbage_header":
+        db.write_bytes(b"\x00garbage" * 8 + data[64:])
+    else:  # garbage over the pages after the first few: the header is intact
+        db.write_bytes(data[:8192] + b"\xde\xad\xbe\xef" * ((len(data) - 8192) // 4))
+    return run_dir
+
+
+@pytest.mark.timeout(600)  # the module fixture runs a real training first
+def test_the_intact_capture_is_ok_without_warnings(captured: Path) -> None:
+    facts, warning = read_perf_facts(captured)
+    assert facts["telemetry"] == "ok" and warning is None
+    done = run_traceml("summary", str(captured))
+    assert done.returncode == 0 and "damaged" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage_header"])
+def test_a_visibly_damaged_database_makes_the_run_partial_with_one_warning(captured: Path, tmp_path: Path,
+                                                                           damage: str) -> None:
+    run_dir = damaged_copy(captured, tmp_path, damage)
+    facts, warning = read_perf_facts(run_dir)
+    assert facts["telemetry"] == "partial" and facts.get("verdict")  # the summary's verdict is kept
+    assert warning is not None and warning.startswith(f"aggregator/telemetry.sqlite: {DAMAGED}")
+
+    viewer = Viewer(RunStore([run_dir.parent]), None)
+    viewer.poll()
+    (row,) = viewer.runs_payload(0)["runs"]
+    assert row.perf["telemetry"] == "partial"
+    assert [w for w in row.warnings if "telemetry.sqlite" in w] == [warning]
+
+    summary = run_traceml("summary", str(run_dir))
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stderr.count(DAMAGED) == 1 and "Traceback" not in summary.stderr
+    shown = run_traceml("runs", "show", run_dir.name, "--root", str(run_dir.parent))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count(DAMAGED) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage_header", "garbage_inside"])
+def test_the_performance_view_says_the_database_is_damaged_in_every_panel(captured: Path, tmp_path: Path,
+                                                                          damage: str) -> None:
+    run_dir = damaged_copy(captured, tmp_path, damage)
+    store = RunStore([run_dir.parent])
+    store.poll()
+    (run,) = store.runs()
+    SHARED.clear()
+    body = TelemetryViews().payload(run)
+    perf = PerformanceViews().payload(run)
+    assert body["state"] == "corrupt" and (body["detail"] or "").startswith(DAMAGED)
+    # One warning for the database; the diagnoses made before the damage are still shown.
+    assert [w for w in body["warnings"] if DAMAGED in w] == [f"aggregator/telemetry.sqlite: {body['detail']}"]
+    assert body["diagnoses"] is not None and body["diagnoses"]["source"] == "final_summary"
+    assert body["steps"] is None and body["memory"] is None and body["gpu"] is None and body["host"] is None
+    assert body["logs"], "the captured output is still shown"
+    assert perf["heatmap"]["state"] == "corrupt" and perf["heatmap"]["detail"] == body["detail"]
+    assert perf["breakdown"] is None

@@ -99,7 +99,7 @@ def test_a_corrupt_database_gives_a_summary_that_says_so(tmp_path: Path) -> None
     assert doc["telemetry"]["status"] == "corrupt"
     assert doc["findings"] == [] and doc["rules_checked"] == []
     assert len(doc["abstained"]) == 10
-    assert all("not a readable SQLite database" in a["reason"] for a in doc["abstained"])
+    assert all("telemetry database is damaged" in a["reason"] for a in doc["abstained"])
     assert doc["step_time"] is None
 
 

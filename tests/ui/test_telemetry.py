@@ -163,7 +163,7 @@ def test_a_corrupt_database_is_a_warning_and_the_rest_still_answers(root: Path) 
     key = _key(viewer, "high-lr")
     body = _get(client, key)
     assert body["state"] == "corrupt"
-    assert any("telemetry.sqlite" in w and "not a readable SQLite database" in w for w in body["warnings"])
+    assert any("telemetry.sqlite" in w and "telemetry database is damaged" in w for w in body["warnings"])
     assert body["steps"] is None and body["diagnoses"] is None
     assert body["logs"][0]["lines"] == [["stdout", "still readable"]]
     assert client.get("/api/run", params={"key": key}).status_code == 200  # the inspector still opens

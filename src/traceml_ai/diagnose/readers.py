@@ -394,14 +394,15 @@ def read_telemetry(db_path: str | os.PathLike[str], *, totals: bool = True, fast
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("unable to open" in text or "locked" in text):
             return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {text}")
-        return Telemetry(path=path, status="corrupt", detail=damaged_detail(path, text))
+        return Telemetry(path=path, status="corrupt", detail=damaged_detail(text))
     except OSError as e:
         return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {e}")
 
 
-def damaged_detail(path: str, error: str) -> str:
-    """The one line that says a telemetry database is damaged (every panel and warning shows it)."""
-    return f"telemetry database is damaged: {error} ({path} is not a readable SQLite database)"
+def damaged_detail(error: str) -> str:
+    """The one line that says a telemetry database is damaged, ``error`` being SQLite's words
+    (every panel and warning shows it, after the file's name where that is not said already)."""
+    return f"telemetry database is damaged: {error}"
 
 
 _Where = tuple[str, tuple[Any, ...], int]

@@ -478,7 +478,7 @@ export class PerformanceView implements ViewModule {
     const unread = unreadable(d);
     if (unread) {
       // The rows could not be read: say that, not what an intact run without them would mean.
-      for (const panel of ["GPU", "Device memory", "Process memory", "Host"]) why.push(`${panel}: ${unread}`);
+      why.push(`GPU, device memory, process memory and host: ${unread}`);
     } else {
       if (!d.gpu) why.push("GPU: no GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).");
       if (!d.memory) why.push("Device memory: no per-step memory rows (a CPU run measures host RSS only).");

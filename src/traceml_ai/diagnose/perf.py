@@ -20,7 +20,8 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 
 =======================  ======================================================================
 ``telemetry``            ``ok`` / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
-                         sent nothing, rows were lost, or the database could not be read) /
+                         sent nothing, rows were lost, the database could not be read, or it
+                         is damaged now: :func:`telemetry_damage`) /
                          ``pending`` (an ``aggregator/`` folder but no final summary yet). Every
                          captured run has it; its presence marks a run as captured.
 ``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``

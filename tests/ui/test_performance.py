@@ -173,3 +173,27 @@ def test_the_compare_answer_is_traceml_compares_and_says_why_for_an_uncaptured_r
     none = views.payload(a, plain)
     assert {m["verdict"] for m in none["metrics"]} == {"inconclusive"}
     assert any("not captured" in p for p in none["problems"])
+
+
+def test_a_finished_run_is_read_once_without_totals_and_a_run_without_summary_with_them(tmp_path: Path) -> None:
+    from traceml_ai.diagnose import write_final_summary
+    from traceml_ai.ui.reads import SHARED
+    from traceml_ai.ui.telemetry import TelemetryViews
+
+    root = tmp_path / "runs"
+    for name in ("done", "going"):
+        write_run(root / name, RunSpec(ranks=2, steps=40, gpu=True))
+    write_final_summary(root / "done")
+    for name, totals in (("done", False), ("going", True)):
+        run = RunSummary(key=str(root / name), id=name, root=str(root), name=name)
+        SHARED.clear()
+        before = SHARED.reads
+        body = TelemetryViews().payload(run)
+        perf = PerformanceViews().payload(run)
+        # One read serves both answers; the run without a final summary is diagnosed from it now.
+        assert SHARED.reads - before == 1 and perf["heatmap"]["state"] == "ok" and body["steps"] is not None
+        assert body["diagnoses"]["source"] == ("live" if totals else "final_summary")
+        tel = SHARED.read(root / name / "aggregator" / "telemetry.sqlite", totals=False)
+        assert SHARED.reads - before == 1 and (tel.step_span is not None) == totals
+        SHARED.read(root / name / "aggregator" / "telemetry.sqlite")  # totals asked: read again unless kept
+        assert SHARED.reads - before == (1 if totals else 2)

@@ -995,7 +995,7 @@ def test_telemetry_losses_gpu_charts_and_a_corrupt_database_in_the_inspector(bro
         row(page, "high-lr").locator(".cell-name").click()
         expect(page.get_by_test_id("inspector-name")).to_have_text("high-lr")
         section = page.get_by_test_id("inspector-telemetry")
-        expect(section.get_by_test_id("telemetry-status")).to_contain_text("cannot be read (corrupt)")
+        expect(section.get_by_test_id("telemetry-status")).to_contain_text("telemetry database is damaged")
         expect(section.get_by_test_id("telemetry-log")).to_have_text("RuntimeError: boom")
         expect(section.get_by_test_id("telemetry-steps")).to_have_count(0)
         expect(page.get_by_test_id("inspector-metrics")).to_be_visible()  # the rest of the inspector is fine

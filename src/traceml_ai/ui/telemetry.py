@@ -232,15 +232,22 @@ class TelemetryViews:
 
     def _memory(self, tel: Telemetry) -> dict[str, Any] | None:
         """PyTorch's per-step peak allocated and reserved bytes, one line each per rank and device."""
-        by: dict[tuple[int | None, str | None], list[tuple[int, float | None, float | None]]] = defaultdict(list)
+        # Three plain lists per (rank, device), NaN for "not measured": one pass over the samples.
+        by: dict[tuple[int | None, str | None], tuple[list[int], list[float], list[float]]] = {}
+        nan = math.nan
         for m in tel.memory:
-            by[(m.rank, m.device)].append((m.step, m.peak_alloc_bytes, m.peak_reserved_bytes))
+            lists = by.get((m.rank, m.device))
+            if lists is None:
+                lists = by[(m.rank, m.device)] = ([], [], [])
+            lists[0].append(m.step)
+            lists[1].append(nan if (a := m.peak_alloc_bytes) is None else a)
+            lists[2].append(nan if (r := m.peak_reserved_bytes) is None else r)
         series = []
         for (rank, device), rows in sorted(by.items(), key=lambda kv: (rank_key(kv[0][0]), kv[0][1] or "")):
-            x = np.asarray([r[0] for r in rows], dtype=np.float64)
+            x = np.asarray(rows[0], dtype=np.float64)
             label = f"rank {_rank_text(rank)} {device or '?'}"
             for i, kind in ((1, "alloc"), (2, "reserved")):
-                y = np.asarray([math.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+                y = np.asarray(rows[i], dtype=np.float64)
                 if np.isfinite(y).any():
                     series.append((f"{label} {kind}", x, y))
         if not series:

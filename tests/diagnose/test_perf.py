@@ -199,3 +199,29 @@ def test_the_reader_names_the_files_and_schema_as_the_summary_writer_does() -> N
 
     assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION, perf.TELEMETRY_DB) == (
         summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION, summary.TELEMETRY_DB)
+
+
+def test_a_ddp_straggler_is_the_worst_rank_column_too_not_the_rank_waiting_for_it(tmp_path: Path) -> None:
+    """Issue 13 review: perf.worst_rank named the rank with the longest iteration, which under DDP
+    is often one waiting in backward, while the diagnosis named the straggler. One measure now: the
+    column names the rank the finding names, with the finding's skew."""
+    def phases(rank: int, step: int) -> dict[str, float]:
+        # rank 0 works 10 ms more before backward; rank 1 waits for it inside backward (and a little more)
+        if rank == 0:
+            return {**HEALTHY_CPU, schema.FORWARD: 14.0}
+        return {**HEALTHY_CPU, schema.BACKWARD: 17.5}
+
+    run_dir = tmp_path / "ddp"
+    doc = captured(run_dir, RunSpec(ranks=2, steps=80, phases=phases))
+    facts, _ = read_perf_facts(run_dir)
+    findings = doc["findings"]
+    assert isinstance(findings, list) and findings[0]["kind"] == "straggler"
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    per_rank = {r["rank"]: r["median_ms"] for r in st["per_rank"]}
+    assert per_rank[1] > per_rank[0]  # the waiting rank has the longer iteration
+    assert findings[0]["evidence"]["ranks"] == [0]
+    assert st["worst_rank"] == 0 and st["skew_measure"] == "outside_backward"
+    assert st["skew"] == pytest.approx(findings[0]["evidence"]["value"], rel=1e-4)
+    assert facts["worst_rank"] == 0 and facts["straggler"] == "0"
+    assert facts["skew_pct"] == pytest.approx(findings[0]["evidence"]["value"] * 100, rel=1e-4)

@@ -347,7 +347,9 @@ export interface PerformanceResponse {
     bucket_steps: number;
     series: { name: string; y: (number | null)[] }[];
     iteration: (number | null)[];
-    rank: (number | null)[];
+    /** The one rank shown at every step: the slowest by the straggler measure (the summary's worst_rank). */
+    rank: number | null;
+    rank_basis: "straggler measure" | "only rank" | "highest median iteration";
   } | null;
 }
 
@@ -364,6 +366,8 @@ export interface TelemetryResponse {
     per_rank: RankStat[];
     worst_rank: number | null;
     skew: number | null;
+    /** Which median the skew compares: the iteration, or the work outside backward (the straggler rule's two measures). */
+    skew_measure?: "iteration" | "outside_backward" | null;
     iteration_median_ms: number | null;
     throughput_steps_per_s: number | null;
   } | null;

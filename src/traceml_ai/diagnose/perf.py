@@ -34,8 +34,9 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 ``steps_per_s``          throughput: 1000 / median of the per-step slowest rank's iteration
 ``share.<phase>``        the time-weighted share (0-1) of the iteration spent in ``dataloader``,
                          ``h2d``, ``forward``, ``backward``, ``optimizer`` and ``other``
-``skew_pct``             the slowest rank's excess over the median of the others (%, multi-rank)
-``worst_rank``           the rank with the highest median iteration (multi-rank)
+``skew_pct``             the slowest rank's excess over the others, in % of their median iteration
+                         (multi-rank; the straggler rule's measure, see ``rules.rank_skew``)
+``worst_rank``           that slowest rank: the one the straggler finding names when it fires
 ``straggler``            the ranks the straggler finding names, joined with ``;``
 ``peak_mem.gpu``         highest per-step peak allocated device memory on a GPU (bytes)
 ``peak_mem.host``        highest resident set size of any rank's process (bytes)

@@ -6,8 +6,8 @@ Four panels, named as ``traceml plot RUN --telemetry PANEL`` names them (:data:`
 ``step``
     The step broken down by phase over the steps, on one rank: the slowest by the straggler rule's
     measure over the run (:func:`traceml_ai.ui.performance.breakdown`'s math, the page's). CSV: one
-    row per step, ``step, rank, iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the page's stacked area of
-    rolling medians, the warm-up shaded.
+    row per step, ``step, rank, iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the
+    page's stacked area of rolling medians, the warm-up shaded.
 ``ranks``
     Each rank's iteration time per step and its work outside backward (the iteration minus backward:
     under DDP the fast ranks wait for a straggler inside backward, so that is what tells it). CSV:

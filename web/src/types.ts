@@ -306,6 +306,8 @@ export interface Diagnoses {
   abstained: { rule?: string; reason?: string }[];
   rules_checked: string[];
   healthy: boolean;
+  /** Findings of the summary that could not be read (an unknown severity): no "no problem" then. */
+  unread_findings?: number;
   steps: { seen?: number; first?: number | null; last?: number | null; analysed?: number } | null;
   ranks: { seen?: (number | null)[]; world_size?: number | null; missing?: number[] } | null;
 }

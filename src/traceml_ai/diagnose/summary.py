@@ -181,11 +181,14 @@ class Summary:
     abstained: tuple[Abstention, ...]
     rules_checked: tuple[str, ...]
     step_counts: StepCounts | None = None
+    unread_findings: int = 0
+    """Findings of a summary document that could not be read (an unknown severity, a wrong shape):
+    left out, so "no finding" cannot be said of such a summary."""
 
     @property
     def healthy(self) -> bool:
-        """No warning or critical finding."""
-        return not any(f.severity != "info" for f in self.findings)
+        """No warning or critical finding, and none that could not be read."""
+        return not self.unread_findings and not any(f.severity != "info" for f in self.findings)
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -234,6 +237,7 @@ class Summary:
             abstained=tuple(a for a in abstained if a is not None),
             rules_checked=tuple(r for r in _items(doc.get("rules_checked")) if isinstance(r, str)),
             step_counts=_step_counts_from(steps),
+            unread_findings=sum(1 for f in findings if f is None),
         )
 
     def to_dict(self) -> dict[str, Any]:

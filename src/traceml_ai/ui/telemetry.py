@@ -374,6 +374,7 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
         "abstained": doc["abstained"],
         "rules_checked": list(summary.rules_checked),
         "healthy": summary.healthy,
+        "unread_findings": summary.unread_findings,
         "steps": doc["steps"],
         "ranks": doc["ranks"],
     }

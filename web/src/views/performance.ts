@@ -312,7 +312,9 @@ export class PerformanceView implements ViewModule {
     const live = d?.diagnoses?.source === "live" ? d : null;
     const ms = (v: unknown) => (typeof v === "number" ? fmtPerf("perf.step_ms.p50", v) : "–");
     let verdict = typeof p.verdict === "string" ? p.verdict : "–";
-    if (live?.diagnoses) verdict = `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)`;
+    // A run still running: what the rules find so far, provisional. A run that ended without a final
+    // summary gets no verdict: it says so (the diagnoses below say how to get one in a terminal).
+    if (live?.diagnoses) verdict = live.live ? `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)` : "none: the run ended without a final summary";
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],

@@ -8,6 +8,7 @@ import { api } from "../api";
 import { type Child, debounce, h, replace } from "../dom";
 import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
 import { icon } from "../icons";
+import { store } from "../store";
 import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
 import { errorText, paletteColor, segmented, select, swatch, toggle, token, withAlpha } from "../ui";
 import { loadUPlot, placePlotTip } from "./lineChart";
@@ -249,16 +250,32 @@ export class TelemetryPanel {
         "div",
         { class: "telem-sub" },
         h("span", { text: "Diagnoses" }),
-        diag.source === "live" ? h("span", { class: "telem-note", text: "provisional: from the rows written so far", title: "No final summary yet: the rules ran over the telemetry as it is now" }) : null,
+        diag.source === "live" && d.live ? h("span", { class: "telem-note", testid: "diagnoses-provisional", text: "provisional: from the rows written so far", title: "No final summary yet: the rules ran over the telemetry as it is now" }) : null,
       ),
+      diag.source === "live" && !d.live
+        ? h("div", {
+            class: "callout callout-warn",
+            testid: "diagnoses-no-verdict",
+            text: `The run ended without a final verdict (no aggregator/final_summary.json: the aggregator stopped before writing it). Below, the rules run over the rows it wrote; \`traceml summary ${this.runRef()}\` prints the same in a terminal.`,
+          })
+        : null,
       stats.length
         ? h("div", { class: "telem-stats" }, ...stats.map(([k, v]) => h("div", { class: "telem-stat" }, h("span", { class: "telem-stat-k", text: k }), h("span", { class: "telem-stat-v", text: v }))))
         : null,
-      findings.length
-        ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f)))
-        : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
+      findings.length ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f))) : null,
+      diag.unread_findings
+        ? h("div", { class: "callout callout-error", testid: "finding-unread", text: `${diag.unread_findings} finding${diag.unread_findings === 1 ? "" : "s"} of the summary could not be read (an unknown severity or shape) and ${diag.unread_findings === 1 ? "is" : "are"} left out: no verdict can be given.` })
+        : findings.length
+          ? null
+          : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
       this.abstentions(diag),
     );
+  }
+
+  /** How `traceml summary` names the run shown: its id, else its folder. */
+  private runRef(): string {
+    const run = this.key ? store.runs.get(this.key) : undefined;
+    return run?.id || this.key || "RUN";
   }
 
   private finding(f: Finding): HTMLElement {

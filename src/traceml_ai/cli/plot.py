@@ -7,17 +7,16 @@ same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting cha
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
 from traceml_ai.cli.common import UsageError, UserError, one_line_errors, out, settings
 from traceml_ai.cli.runs import open_store
-from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec
+from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.cache import CacheFolder, default_cache_dir, migrate_cache_dir
-
 
 X_AXES = ("step", "epoch", "time")
 FORMATS = ("png", "csv")
@@ -117,8 +116,10 @@ def plot(
             raise UserError(f"no given run logged metric {m!r}; logged: {shown or '(none)'}")
     folder = _cache_folder(store.roots, cache_dir)
     st = settings(cache_dir=cache_dir)
-    spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=x, ema=ema, log_y=log_y)
-    path = folder.export_chart(spec, runs, histories, fmt=fmt, max_points=st.max_points_per_series)
+    axis = cast(XAxis, x)  # checked against X_AXES above
+    spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=axis, ema=ema, log_y=log_y)
+    path = folder.export_chart(spec, runs, histories, fmt="csv" if fmt == "csv" else "png",
+                               max_points=st.max_points_per_series)
     out.print(path, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -392,6 +392,10 @@ export interface CompareResponse {
     better: "lower" | "higher";
     median_a: number | null;
     median_b: number | null;
+    /** B/A and its bootstrap interval (null when no interval was computed). */
+    ratio?: number | null;
+    ci_low?: number | null;
+    ci_high?: number | null;
     change_pct: number | null;
     verdict: "regression" | "improvement" | "equivalent" | "inconclusive";
     reason: string;

@@ -15,7 +15,7 @@ import { runExport } from "../actions";
 import { api } from "../api";
 import { fmtPerf, isCaptured } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
-import { fmtBytes, fmtNum } from "../format";
+import { fmtNum } from "../format";
 import type { ViewModule } from "../shell";
 import { store } from "../store";
 import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse } from "../types";
@@ -58,12 +58,34 @@ function shownRuns(): RunRow[] {
   return selected.slice(0, MAX_RUNS);
 }
 
-/** A compare median in its unit (`12.3 ms`, `466.0 MiB`, `81.2 steps/s`, `40%`). */
+/** `v` to 3 significant digits, never in exponent form (`1,234`, `12.3`, `0.0123`): the precision
+ * of `traceml compare`'s reason lines, so a row's numbers and its reason agree. */
+export function sig3(v: number): string {
+  if (v === 0 || !Number.isFinite(v)) return String(v);
+  const d = Math.min(6, Math.max(0, 2 - Math.floor(Math.log10(Math.abs(v)))));
+  return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+}
+
+/** A compare median in its unit, as the reason lines write it (`12.3 ms`, `466 MiB`, `81.2 steps/s`, `40.0%`). */
 function amount(v: number | null, unit: string): string {
   if (v === null) return "–";
-  if (unit === "bytes") return fmtBytes(v);
-  if (unit === "percent") return `${fmtNum(v)}%`;
-  return `${fmtNum(v)} ${unit}`;
+  if (unit === "bytes") return `${sig3(v / 1048576)} MiB`;
+  if (unit === "percent") return `${sig3(v)}%`;
+  return `${sig3(v)} ${unit}`;
+}
+
+/** A signed change in percent, one decimal (`+3.2%`, `−0.4%`). */
+function signedPct(p: number): string {
+  return `${p >= 0 ? "+" : "−"}${Math.abs(p).toFixed(1)}%`;
+}
+
+/** The change B/A − 1 with its interval, every bound at the change's precision (`+3.2% [+1.0%, +5.5%]`). */
+function changeText(m: CompareResponse["metrics"][number]): string {
+  if (m.change_pct === null) return "–";
+  const lo = m.ci_low;
+  const hi = m.ci_high;
+  const range = typeof lo === "number" && typeof hi === "number" ? ` [${signedPct((lo - 1) * 100)}, ${signedPct((hi - 1) * 100)}]` : "";
+  return `${signedPct(m.change_pct)}${range}`;
 }
 
 /** A rolling median of `values` over `window` points (nulls skipped). */
@@ -242,7 +264,7 @@ export class PerformanceView implements ViewModule {
           h("td", { class: "perf-verdict-metric", text: m.metric }),
           h("td", { class: "num", text: amount(m.median_a, m.unit) }),
           h("td", { class: "num", text: amount(m.median_b, m.unit) }),
-          h("td", { class: "num", text: m.change_pct === null ? "–" : `${m.change_pct >= 0 ? "+" : "−"}${Math.abs(m.change_pct).toFixed(1)}%` }),
+          h("td", { class: "num", testid: "perf-verdict-change", text: changeText(m) }),
           h("td", {}, h("span", { class: `sev-badge ${VERDICT_CLASS[m.verdict] ?? ""}`, testid: "perf-verdict", text: m.verdict, title: m.reason })),
           h("td", { class: "perf-verdict-reason muted", text: m.reason }),
         ),
@@ -253,7 +275,7 @@ export class PerformanceView implements ViewModule {
         h(
           "table",
           { class: "kv-table perf-verdicts-table" },
-          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change", "verdict", "why"].map((t) => h("th", { text: t })))),
+          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change [95% interval]", "verdict", "why"].map((t) => h("th", { text: t })))),
           h("tbody", {}, ...rows),
         ),
         ...res.problems.map((p) => h("div", { class: "telem-note", testid: "perf-verdict-problem", text: p })),

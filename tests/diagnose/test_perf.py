@@ -279,3 +279,18 @@ def test_runs_ls_and_show_json_carry_the_unusable_final_summary_warning(tmp_path
     show = run_traceml("runs", "show", "broken", "--root", str(root), "--json")
     assert show.returncode == 0, show.stderr
     assert any("final_summary.json: not valid JSON" in w for w in json.loads(show.stdout)["warnings"])
+
+
+def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) -> None:
+    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser."""
+    from traceml_ai.runs.model import RunSummary
+    from traceml_ai.runs.table import PERF_LISTED, cell, column_facts
+
+    assert set(PERF_LISTED) <= set(PERF_KEYS)
+    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf={"telemetry": "ok", "step_ms.p50": 4.0})
+    plain = RunSummary(key="/r/b", id="b", root="/r", name="b")
+    facts = column_facts([cpu, plain])
+    for column in ("perf.peak_mem.gpu", "perf.gpu_util_pct"):
+        assert column in facts.available and column in facts.numeric
+        assert cell(cpu, column) is None
+    assert "perf.peak_mem.gpu" not in column_facts([plain]).available  # nothing captured: no perf columns

@@ -61,6 +61,25 @@ def test_plot_errors_are_one_line(fake_root: Path) -> None:
     assert proc.returncode == 2
 
 
+def test_plot_usage_errors_exit_2_in_one_line_naming_the_choices(fake_root: Path) -> None:
+    """Issue 13 review: usage errors exited 1, --share was silently ignored off --telemetry step, and a
+    bad --telemetry printed a validator's text."""
+    def usage(*args: str) -> str:
+        proc = run_traceml("plot", *args, "--root", str(fake_root))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+        return proc.stderr
+
+    err = usage("baseline", "--telemetry", "heat")
+    assert "'heat' is not one of: step, ranks, memory, gpu" in err and "Value error" not in err
+    assert "not one of: png, csv" in usage("baseline", "--metric", "val/auc", "--format", "svg")
+    assert "--share applies to --telemetry step only" in usage("baseline", "--telemetry", "ranks", "--share")
+    assert "--share applies to --telemetry step only" in usage("baseline", "--metric", "val/auc", "--share")
+    assert "not both" in usage("baseline", "--telemetry", "step", "--metric", "val/auc")
+    assert "one run" in usage("baseline", "high-lr", "--telemetry", "step")
+    assert "give a metric" in usage("baseline")
+
+
 # -- --telemetry: a panel of the Performance view, on a real captured run (issue 13 item 4) ----------
 
 
@@ -136,9 +155,9 @@ def test_plot_telemetry_errors_are_one_line(captured_root: Path) -> None:
     assert proc.returncode == 1 and "not captured" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
     proc = run_traceml("plot", "lagging", fake, "--telemetry", "ranks", "--root", str(captured_root))
-    assert proc.returncode == 1 and "one run" in proc.stderr
+    assert proc.returncode == 2 and "one run" in proc.stderr  # usage errors exit 2
     proc = run_traceml("plot", "lagging", "--telemetry", "ranks", "--metric", "val/acc", "--root", str(captured_root))
-    assert proc.returncode == 1 and "not both" in proc.stderr
+    assert proc.returncode == 2 and "not both" in proc.stderr
     proc = run_traceml("plot", "lagging", "--telemetry", "heat", "--root", str(captured_root))
     assert proc.returncode == 2  # not a panel: the usage error lists the choices
     assert "step" in proc.stderr and "gpu" in proc.stderr

@@ -119,3 +119,11 @@ def test_a_busier_host_makes_time_verdicts_inconclusive(tmp_path: Path) -> None:
     same_load = verdicts(compare(a, write_run(tmp_path / "c", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(
         1.5), host_cpu=lambda t: 35.0)).parents[1]))
     assert same_load["step_time_ms"].verdict == "regression"  # 15 points apart: still judged
+
+
+def test_reason_amounts_have_three_significant_digits_never_an_exponent() -> None:
+    """Issue 13 review: the compare reasons wrote 1234 ms as "1.23e+03 ms" next to "12.3 ms"."""
+    from traceml_ai.diagnose.compare import sig3
+
+    assert [sig3(v) for v in (1234.5, 123.45, 12.345, 1.2345, 0.012345, 0.0)] == [
+        "1,234", "123", "12.3", "1.23", "0.0123", "0"]

@@ -199,3 +199,98 @@ def test_the_reader_names_the_files_and_schema_as_the_summary_writer_does() -> N
 
     assert (perf.AGGREGATOR_DIR, perf.FINAL_SUMMARY, perf.SCHEMA_VERSION, perf.TELEMETRY_DB) == (
         summary.AGGREGATOR_DIR, summary.FINAL_SUMMARY, summary.SCHEMA_VERSION, summary.TELEMETRY_DB)
+
+
+def test_a_ddp_straggler_is_the_worst_rank_column_too_not_the_rank_waiting_for_it(tmp_path: Path) -> None:
+    """Issue 13 review: perf.worst_rank named the rank with the longest iteration, which under DDP
+    is often one waiting in backward, while the diagnosis named the straggler. One measure now: the
+    column names the rank the finding names, with the finding's skew."""
+    def phases(rank: int, step: int) -> dict[str, float]:
+        # rank 0 works 10 ms more before backward; rank 1 waits for it inside backward (and a little more)
+        if rank == 0:
+            return {**HEALTHY_CPU, schema.FORWARD: 14.0}
+        return {**HEALTHY_CPU, schema.BACKWARD: 17.5}
+
+    run_dir = tmp_path / "ddp"
+    doc = captured(run_dir, RunSpec(ranks=2, steps=80, phases=phases))
+    facts, _ = read_perf_facts(run_dir)
+    findings = doc["findings"]
+    assert isinstance(findings, list) and findings[0]["kind"] == "straggler"
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    per_rank = {r["rank"]: r["median_ms"] for r in st["per_rank"]}
+    assert per_rank[1] > per_rank[0]  # the waiting rank has the longer iteration
+    assert findings[0]["evidence"]["ranks"] == [0]
+    assert st["worst_rank"] == 0 and st["skew_measure"] == "outside_backward"
+    assert st["skew"] == pytest.approx(findings[0]["evidence"]["value"], rel=1e-4)
+    assert facts["worst_rank"] == 0 and facts["straggler"] == "0"
+    assert facts["skew_pct"] == pytest.approx(findings[0]["evidence"]["value"] * 100, rel=1e-4)
+
+
+def test_a_run_that_ended_without_a_final_summary_has_no_verdict_not_pending(tmp_path: Path) -> None:
+    """Issue 13 review: a finished (or stale) captured run without final_summary.json read
+    "pending" forever. Its perf.telemetry says it ended without one; a running one stays pending."""
+    from tests.diagnose.telemetry_db import TelemetryDB, cpu_events
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.ui.perf import join_perf
+
+    root = tmp_path / "runs"
+    for name, status in (("ended", "failed"), ("going", "running")):
+        run = root / name
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": name, "name": name, "status": status,
+                                                  "heartbeat_at": "2999-01-01T00:00:00Z"}))
+        db = TelemetryDB(run / "aggregator" / "telemetry.sqlite")
+        db.step(0, 0, cpu_events(HEALTHY_CPU), ts_ns=1)
+        db.commit()
+        db.close()
+    store = RunStore([root])
+    store.poll()
+    index = PerfIndex()
+    join_perf(store, index)
+    by_name = {r.name: r for r in store.runs()}
+    assert by_name["ended"].perf == {"telemetry": "no_summary"}
+    assert by_name["going"].display_status in ("running", "running?")
+    assert by_name["going"].perf == {"telemetry": "pending"}
+    # the running one stops (run.json says completed) without writing a summary: no verdict, at the next poll
+    (root / "going" / "run.json").write_text(json.dumps({"schema_version": 1, "id": "going", "name": "going",
+                                                         "status": "completed"}))
+    store.poll()
+    assert str(root / "going") in join_perf(store, index, only=[*store.unfinished(), *index.pending()])
+    assert {r.name: r.perf for r in store.runs()}["going"] == {"telemetry": "no_summary"}
+
+
+def test_runs_ls_and_show_json_carry_the_unusable_final_summary_warning(tmp_path: Path) -> None:
+    """Issue 13 review: the viewer listed "final_summary.json: not valid JSON" among the run's
+    warnings, the command line dropped it."""
+    from tests.conftest import run_traceml
+
+    root = tmp_path / "runs"
+    run = root / "broken"
+    (run / "aggregator").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": "broken", "name": "broken",
+                                              "status": "completed"}))
+    (run / "aggregator" / "final_summary.json").write_text("{not json")
+    ls = run_traceml("runs", "ls", str(root), "--json", "--columns", "perf.telemetry")
+    assert ls.returncode == 0, ls.stderr
+    row = json.loads(ls.stdout.splitlines()[0])
+    assert row["values"]["perf.telemetry"] == "partial"
+    assert any("final_summary.json: not valid JSON" in w for w in row["warnings"]), row["warnings"]
+    show = run_traceml("runs", "show", "broken", "--root", str(root), "--json")
+    assert show.returncode == 0, show.stderr
+    assert any("final_summary.json: not valid JSON" in w for w in json.loads(show.stdout)["warnings"])
+
+
+def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) -> None:
+    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser."""
+    from traceml_ai.runs.model import RunSummary
+    from traceml_ai.runs.table import PERF_LISTED, cell, column_facts
+
+    assert set(PERF_LISTED) <= set(PERF_KEYS)
+    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf={"telemetry": "ok", "step_ms.p50": 4.0})
+    plain = RunSummary(key="/r/b", id="b", root="/r", name="b")
+    facts = column_facts([cpu, plain])
+    for column in ("perf.peak_mem.gpu", "perf.gpu_util_pct"):
+        assert column in facts.available and column in facts.numeric
+        assert cell(cpu, column) is None
+    assert "perf.peak_mem.gpu" not in column_facts([plain]).available  # nothing captured: no perf columns

@@ -220,3 +220,16 @@ def test_the_typed_reader_tolerates_a_damaged_summary_and_says_what_it_left_out(
     assert [a.rule for a in summary.abstained] == ["straggler"]
     assert summary.problems == ("a", "2 finding(s) in the summary could not be read and are left out",
                                 "1 abstention(s) in the summary could not be read and are left out")
+
+
+def test_a_summary_whose_only_finding_is_unreadable_is_not_healthy(tmp_path: Path) -> None:
+    """Issue 13 review: a finding of an unknown severity was left out and the page then said
+    "No problem found". The summary counts it, and is not healthy."""
+    from traceml_ai.diagnose.summary import Summary
+
+    doc = {"schema_version": 1, "findings": [{"kind": "straggler", "severity": "catastrophic", "summary": "x"}],
+           "rules_checked": ["straggler"]}
+    summary = Summary.from_dict(doc)
+    assert summary.findings == () and summary.unread_findings == 1
+    assert not summary.healthy
+    assert any("could not be read" in p for p in summary.problems)

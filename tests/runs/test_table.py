@@ -439,6 +439,7 @@ def test_perf_columns_are_listed_numeric_and_shown_by_default_only_when_a_run_wa
     runs = perf_runs()
     available = available_columns(runs)
     assert [c for c in available if c.startswith("perf.")] == [
+        "perf.gpu_util_pct", "perf.peak_mem.gpu",  # listed (empty) once a run was captured
         "perf.severity", "perf.share.dataloader", "perf.step_ms.p50", "perf.straggler", "perf.telemetry",
         "perf.verdict"]
     assert column_is_numeric(runs, "perf.step_ms.p50") and not column_is_numeric(runs, "perf.verdict")

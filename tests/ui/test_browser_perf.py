@@ -171,6 +171,7 @@ def test_the_straggler_appears_as_such_in_the_table_the_chooser_and_runs_ls(brow
         page.keyboard.press("Escape")
         expect(cell(page, "lagging", "perf.straggler")).to_have_text(";".join(map(str, named)))
         expect(cell(page, "lagging", "perf.worst_rank")).to_have_text(str(lagging["step_time"]["worst_rank"]))
+        assert str(lagging["step_time"]["worst_rank"]) in [str(r) for r in named]  # one measure: the straggler
         skew = cell(page, "lagging", "perf.skew_pct")
         assert float(skew.get_attribute("title") or "nan") == pytest.approx(lagging["step_time"]["skew"] * 100)
         expect(cell(page, "steady", "perf.straggler")).to_have_text("–")
@@ -251,18 +252,22 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         # the phase breakdown: a stacked area per phase, the warm-up shaded, ms or share
         area = lag.get_by_test_id("perf-area")
         expect(area).to_have_attribute("data-mode", "ms")
-        expect(area).to_have_attribute("data-source", "waited-for rank")
+        # one rank at every step: the slowest by the straggler measure, the summary's worst_rank
+        expect(area).to_have_attribute("data-rank", str(lagging["step_time"]["worst_rank"]))
+        expect(area).to_have_attribute("data-rank-basis", "straggler measure")
         perf = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")
         b = perf["breakdown"]
-        if area.get_attribute("data-window") == "1":  # a short run: no smoothing, the tallest step is the top
+        if area.get_attribute("data-window") == "1":  # no smoothing: the top tick is above the tallest step
             top = max(sum(v or 0 for v in step) for step in zip(*(x["y"] for x in b["series"]), strict=True))
-            assert float(area.get_attribute("data-top") or "nan") == pytest.approx(top)
-        # the breakdown's steps are the job's: its median after warm-up is traceml summary's throughput
+            shown_top = float(area.get_attribute("data-top") or "nan")
+            ticks = [float(t.removesuffix(" ms")) for t in lag.get_by_test_id("perf-area-ytick").all_text_contents()]
+            assert shown_top >= top and shown_top == pytest.approx(ticks[-1]) and shown_top - top < ticks[1] - ticks[0]
+        # the breakdown's steps are that rank's: its median after warm-up is traceml summary's per-rank median
         after = [v for x, v in zip(b["x"], b["iteration"], strict=True)
                  if v is not None and x >= b["x"][0] + perf["heatmap"]["warmup_steps"]]
-        assert b["bucket_steps"] == 1
-        throughput = lagging["step_time"]["throughput_steps_per_s"]
-        assert 1000 / statistics.median(after) == pytest.approx(throughput, rel=1e-4)
+        assert b["bucket_steps"] == 1 and b["rank"] == lagging["step_time"]["worst_rank"]
+        shown = next(r for r in lagging["step_time"]["per_rank"] if r["rank"] == b["rank"])
+        assert statistics.median(after) == pytest.approx(shown["median_ms"], rel=1e-4)
         assert lag.get_by_test_id("perf-area-phase").count() >= 4
         expect(lag.get_by_test_id("perf-warmup")).to_have_count(1)
         # a CPU run: the panels without data say why
@@ -350,14 +355,17 @@ def test_every_performance_panel_exports_csv_and_a_300_dpi_png(browser: Browser,
     for panel in ("step", "ranks", "memory", "gpu"):
         data = written[(panel, "png")].read_bytes()
         assert png_phys(data) == (11811, 11811, 1)  # 300 DPI
-    # The step CSV is the job's step by step: one row per step seen, its median the summary's throughput.
+    # The step CSV is the page's rank step by step (the slowest by the straggler measure): one row per
+    # step it ran, its median after warm-up the summary's per-rank median of that rank.
     rows = list(csv.DictReader(io.StringIO(written[("step", "csv")].read_text(encoding="utf-8"))))
-    assert len(rows) == lagging["steps"]["seen"]
+    worst = lagging["step_time"]["worst_rank"]
+    assert len(rows) == lagging["steps"]["seen"] and {r["rank"] for r in rows} == {str(worst)}
     assert {"step", "rank", "iteration_ms", "dataloader_next_ms", "forward_ms", "backward_ms"} <= set(rows[0])
     warm = int(rows[0]["step"]) + viewer.api(
         f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")["heatmap"]["warmup_steps"]
     after = [float(r["iteration_ms"]) for r in rows if int(r["step"]) >= warm and r["iteration_ms"]]
-    assert 1000 / statistics.median(after) == pytest.approx(lagging["step_time"]["throughput_steps_per_s"], rel=1e-4)
+    shown = next(r for r in lagging["step_time"]["per_rank"] if r["rank"] == worst)
+    assert statistics.median(after) == pytest.approx(shown["median_ms"], rel=1e-4)
     # The ranks CSV: a column per rank, the summary's per-rank medians after warm-up.
     ranks = list(csv.DictReader(io.StringIO(written[("ranks", "csv")].read_text(encoding="utf-8"))))
     for r in lagging["step_time"]["per_rank"]:

@@ -72,12 +72,17 @@ export function fmtAgo(iso: string | null | undefined, now = Date.now()): string
   return `${Math.floor(a / 86400)} d ago`;
 }
 
-/** File size in bytes as `812 B`, `4.1 KB`, `2.3 MB`. */
+/** Bytes in 1024-based units, named as such: `812 B`, `4.1 KiB`, `2.3 MiB`, `1.5 GiB`, `2.0 TiB`. */
 export function fmtBytes(n: number | null | undefined): string {
   if (n === null || n === undefined) return "";
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = Math.abs(n);
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${n < 0 ? "-" : ""}${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
 }
 
 /** Axis label for seconds of wall time. */

@@ -75,10 +75,12 @@ export class Shell {
     const nav = h("nav", { class: "nav", attrs: { "aria-label": "Views" } });
     for (const v of Object.keys(VIEW_META) as View[]) {
       const meta = VIEW_META[v];
-      const count = h("span", { class: "nav-count", testid: `nav-count-${v}` });
+      // The count is shown, not read out as part of the name ("Performance2"): the accessible name
+      // is the label, with the count in words when there is one (setCount).
+      const count = h("span", { class: "nav-count", testid: `nav-count-${v}`, attrs: { "aria-hidden": "true" } });
       const item = h(
         "button",
-        { type: "button", class: "nav-item", testid: `nav-${v}`, data: { view: v } },
+        { type: "button", class: "nav-item", testid: `nav-${v}`, data: { view: v }, attrs: { "aria-label": meta.label } },
         icon(meta.icon),
         h("span", { class: "nav-label", text: meta.label }),
         count,
@@ -204,10 +206,16 @@ export class Shell {
   /** The counts that follow the selection (a tick in the table changes only these). */
   private renderSelectionCounts(): void {
     const sel = store.ui.selection.length;
-    this.navCounts.get("charts")!.textContent = sel ? String(Math.min(sel, MAX_SERIES_RUNS)) : "";
-    this.navCounts.get("compare")!.textContent = sel ? String(sel) : "";
+    this.setCount("charts", Math.min(sel, MAX_SERIES_RUNS), "selected runs");
+    this.setCount("compare", sel, "selected runs");
     const captured = store.ui.selection.filter((k) => isCaptured(store.runs.get(k))).length;
-    this.navCounts.get("performance")!.textContent = captured ? String(captured) : "";
+    this.setCount("performance", captured, "selected captured runs");
+  }
+
+  /** A nav item's count badge, and its accessible name (`Performance, 2 selected captured runs`). */
+  private setCount(v: View, n: number, what: string): void {
+    this.navCounts.get(v)!.textContent = n ? String(n) : "";
+    this.navItems.get(v)?.setAttribute("aria-label", n ? `${VIEW_META[v].label}, ${n} ${what}` : VIEW_META[v].label);
   }
 
   private renderRoots(): void {

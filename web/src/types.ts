@@ -306,6 +306,8 @@ export interface Diagnoses {
   abstained: { rule?: string; reason?: string }[];
   rules_checked: string[];
   healthy: boolean;
+  /** Findings of the summary that could not be read (an unknown severity): no "no problem" then. */
+  unread_findings?: number;
   steps: { seen?: number; first?: number | null; last?: number | null; analysed?: number } | null;
   ranks: { seen?: (number | null)[]; world_size?: number | null; missing?: number[] } | null;
 }
@@ -347,7 +349,9 @@ export interface PerformanceResponse {
     bucket_steps: number;
     series: { name: string; y: (number | null)[] }[];
     iteration: (number | null)[];
-    rank: (number | null)[];
+    /** The one rank shown at every step: the slowest by the straggler measure (the summary's worst_rank). */
+    rank: number | null;
+    rank_basis: "straggler measure" | "only rank" | "highest median iteration";
   } | null;
 }
 
@@ -364,6 +368,8 @@ export interface TelemetryResponse {
     per_rank: RankStat[];
     worst_rank: number | null;
     skew: number | null;
+    /** Which median the skew compares: the iteration, or the work outside backward (the straggler rule's two measures). */
+    skew_measure?: "iteration" | "outside_backward" | null;
     iteration_median_ms: number | null;
     throughput_steps_per_s: number | null;
   } | null;
@@ -386,6 +392,10 @@ export interface CompareResponse {
     better: "lower" | "higher";
     median_a: number | null;
     median_b: number | null;
+    /** B/A and its bootstrap interval (null when no interval was computed). */
+    ratio?: number | null;
+    ci_low?: number | null;
+    ci_high?: number | null;
     change_pct: number | null;
     verdict: "regression" | "improvement" | "equivalent" | "inconclusive";
     reason: string;

@@ -7,35 +7,26 @@ same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting cha
 from __future__ import annotations
 
 import os
-from enum import Enum
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
-from traceml_ai.cli.common import UserError, one_line_errors, out, settings
+from traceml_ai.cli.common import UsageError, UserError, one_line_errors, out, settings
 from traceml_ai.cli.runs import open_store
-from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec
+from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.cache import CacheFolder, default_cache_dir, migrate_cache_dir
 
-
-class XAxis(str, Enum):
-    step = "step"
-    epoch = "epoch"
-    time = "time"
+X_AXES = ("step", "epoch", "time")
+FORMATS = ("png", "csv")
+PANELS = ("step", "ranks", "memory", "gpu")
 
 
-class PlotFormat(str, Enum):
-    png = "png"
-    csv = "csv"
-
-
-class TelemetryPanel(str, Enum):
-    step = "step"
-    ranks = "ranks"
-    memory = "memory"
-    gpu = "gpu"
+def _choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:
+    """A one-line usage error (exit 2) naming the choices when ``value`` is not one of them."""
+    if value is not None and value not in choices:
+        raise UsageError(f"{option} {value!r} is not one of: {', '.join(choices)}")
 
 
 def _check_ema(value: float) -> float:
@@ -54,7 +45,7 @@ def plot(
         typer.Option("--metric", "-m", metavar="M", help="Metric to plot, e.g. val/auc (repeatable)."),
     ] = None,
     telemetry: Annotated[
-        TelemetryPanel | None,
+        str | None,
         typer.Option(
             "--telemetry", metavar="PANEL",
             help="Instead of metrics, a panel of one captured run's Performance view: step (time by phase), "
@@ -62,19 +53,19 @@ def plot(
         ),
     ] = None,
     share: Annotated[
-        bool, typer.Option("--share", help="With --telemetry step: phases as shares of the step, not ms.")
+        bool, typer.Option("--share", help="With --telemetry step only: phases as shares of the step, not ms.")
     ] = False,
-    x: Annotated[XAxis, typer.Option("--x", help="X axis: step, epoch, or time (seconds since the run's start).")] = (
-        XAxis.step
-    ),
+    x: Annotated[str, typer.Option("--x", metavar="AXIS",
+                                   help="X axis: step, epoch, or time (seconds since the run's start).")] = "step",
     ema: Annotated[
         float,
         typer.Option("--ema", metavar="W", callback=_check_ema, help="EMA smoothing weight in [0, 1); 0 = none."),
     ] = 0.0,
     log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
     fmt: Annotated[
-        PlotFormat, typer.Option("--format", help="png (300 DPI) or csv (the full history, not downsampled).")
-    ] = PlotFormat.png,
+        str, typer.Option("--format", metavar="FORMAT",
+                          help="png (300 DPI) or csv (the full history, not downsampled).")
+    ] = "png",
     roots: Annotated[
         list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")
     ] = None,
@@ -88,6 +79,16 @@ def plot(
 
     Example: traceml plot lagging --telemetry ranks --root traceml/runs
     """
+    # Usage first (exit 2, one line), before any run is looked up.
+    _choice("--telemetry", telemetry, PANELS)
+    _choice("--x", x, X_AXES)
+    _choice("--format", fmt, FORMATS)
+    if telemetry is not None and metric:
+        raise UsageError("give either --metric or --telemetry, not both")
+    if share and telemetry != "step":
+        raise UsageError("--share applies to --telemetry step only (the phases as shares of the step)")
+    if telemetry is not None and len(set(run_refs)) != 1:
+        raise UsageError(f"--telemetry draws one run; {len(set(run_refs))} given")
     if roots is None:
         folders = [r for r in run_refs if os.path.isdir(r)]
         if folders and len(folders) == len(run_refs):
@@ -100,17 +101,13 @@ def plot(
         if run.key not in {r.key for r in runs}:
             runs.append(run)
     if telemetry is not None:
-        if metric:
-            raise UserError("give either --metric or --telemetry, not both")
-        if len(runs) != 1:
-            raise UserError(f"--telemetry draws one run; {len(runs)} given")
-        _plot_telemetry(store.roots, runs[0], telemetry.value, fmt.value, share, cache_dir)
+        _plot_telemetry(store.roots, runs[0], telemetry, fmt, share, cache_dir)
         return
     if len(runs) > MAX_LINE_RUNS:
-        raise UserError(f"{len(runs)} runs given; a chart shows at most {MAX_LINE_RUNS}")
+        raise UsageError(f"{len(runs)} runs given; a chart shows at most {MAX_LINE_RUNS}")
     metrics = list(dict.fromkeys(m for m in metric or [] if m))
     if not metrics:
-        raise UserError("give a metric with --metric, e.g. --metric val/auc")
+        raise UsageError("give a metric with --metric, e.g. --metric val/auc")
     histories: list[tuple[RunSummary, MetricsTail]] = [(run, store.history(run.key)) for run in runs]
     for m in metrics:
         if not any(len(tail.series(m)) for _, tail in histories):
@@ -119,8 +116,10 @@ def plot(
             raise UserError(f"no given run logged metric {m!r}; logged: {shown or '(none)'}")
     folder = _cache_folder(store.roots, cache_dir)
     st = settings(cache_dir=cache_dir)
-    spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=x.value, ema=ema, log_y=log_y)
-    path = folder.export_chart(spec, runs, histories, fmt=fmt.value, max_points=st.max_points_per_series)
+    axis = cast(XAxis, x)  # checked against X_AXES above
+    spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=axis, ema=ema, log_y=log_y)
+    path = folder.export_chart(spec, runs, histories, fmt="csv" if fmt == "csv" else "png",
+                               max_points=st.max_points_per_series)
     out.print(path, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -5,9 +5,11 @@ Both read through :class:`traceml_ai.runs.store.RunStore` and the table model, l
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
@@ -68,6 +70,12 @@ def open_store(roots: list[str] | None, stale_after_seconds: float | None = None
     Starts from the run database ``runs.sqlite`` of the cache folder when it is usable and checks
     only what changed since; otherwise scans every run and writes the database again
     (:mod:`traceml_ai.ui.warm`, issue 16)."""
+    return _open_store(roots, stale_after_seconds)[0]
+
+
+def _open_store(roots: list[str] | None, stale_after_seconds: float | None = None
+                ) -> tuple[RunStore, dict[str, str]]:
+    """:func:`open_store`, and run key → the problem of its final summary (the viewer's warning)."""
     from traceml_ai.ui.warm import open_warm
 
     st = settings(stale_after_seconds=stale_after_seconds)
@@ -82,7 +90,15 @@ def open_store(roots: list[str] | None, stale_after_seconds: float | None = None
         raise UserError(str(e)) from None
     for warning in [*warm.store.warnings, *warm.warnings]:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
-    return warm.store
+    return warm.store, warm.perf_warnings
+
+
+def _with_perf_warning(run: RunSummary, perf_warnings: Mapping[str, str]) -> RunSummary:
+    """``run`` with the problem of its final summary among its warnings, as the viewer lists it."""
+    extra = perf_warnings.get(run.key) if run.perf else None
+    if not extra or extra in run.warnings:
+        return run
+    return dataclasses.replace(run, warnings=[*run.warnings, extra])
 
 
 @app.command("ls")
@@ -134,8 +150,8 @@ def ls(
             validate_column(group_by)
     except (FilterError, ColumnError) as e:
         raise UsageError(str(e)) from None
-    store = open_store(roots, stale_after_seconds)
-    runs = store.runs()
+    store, perf_warnings = _open_store(roots, stale_after_seconds)
+    runs = [_with_perf_warning(run, perf_warnings) for run in store.runs()]
     try:
         matched = filter_runs(runs, filters, search=search, statuses=statuses)
     except FilterError as e:  # a filter that fits the column's values only once they are read
@@ -332,11 +348,11 @@ def show(
     from rich.panel import Panel
     from rich.table import Table
 
-    store = open_store(roots)
+    store, perf_warnings = _open_store(roots)
     run = store.find(run_ref)
     history = store.history(run.key)
     details = store.details(run.key)
-    run = details.summary
+    run = _with_perf_warning(details.summary, perf_warnings)
     if as_json:
         sys.stdout.write(
             orjson.dumps(

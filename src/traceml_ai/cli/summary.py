@@ -245,7 +245,9 @@ def _print_ranks(st: StepTimeSummary) -> None:
                       fmt_value(r.steps), _ms(r.median_ms), _ms(r.p90_ms), _ms(r.outside_backward_median_ms))
     out.print(table)
     if st.skew is not None:
-        out.print(Text(f"skew: slowest rank +{st.skew * 100:.1f}% over the median of the others", style="dim"))
+        what = "work outside backward" if st.skew_measure == "outside_backward" else "median step"
+        out.print(Text(f"skew: slowest rank {_text(st.worst_rank)}'s {what} +{st.skew * 100:.1f}% of the other ranks' "
+                       "median step over theirs (the straggler measure)", style="dim"))
 
 
 def _print_resources(summary: Summary) -> None:

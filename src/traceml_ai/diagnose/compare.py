@@ -18,6 +18,7 @@ block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -273,11 +274,22 @@ def _host_load_inconclusive(m: MetricComparison, note: str) -> MetricComparison:
     return dataclasses.replace(m, verdict="inconclusive", reason=f"inconclusive: {note}; {m.reason}")
 
 
+def sig3(value: float) -> str:
+    """``value`` to 3 significant digits, never in exponent form (``1,234``, ``12.3``, ``0.0123``):
+    the precision of every amount in a reason line (the viewer writes its medians the same way)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = min(6, max(0, 2 - math.floor(math.log10(abs(value)))))
+    return f"{value:,.{decimals}f}"
+
+
 def _amount(value: float, unit: str) -> str:
-    """``value`` in ``unit`` for a reason line (bytes as MiB)."""
+    """``value`` in ``unit`` for a reason line (bytes as MiB), to 3 significant digits."""
     if unit == "bytes":
-        return f"{value / th.MIB:.3g} MiB"
-    return f"{value:.3g} {unit}"
+        return f"{sig3(value / th.MIB)} MiB"
+    if unit == "percent":
+        return f"{sig3(value)}%"
+    return f"{sig3(value)} {unit}"
 
 
 def _only_in(spec: _Metric, a: FloatArray, b: FloatArray, side: str) -> MetricComparison:

@@ -35,7 +35,7 @@ from traceml_ai.diagnose.readers import (
     step_sample,
     system_sample,
 )
-from traceml_ai.diagnose.rules import local_work
+from traceml_ai.diagnose.rules import local_work, rank_skew
 from traceml_ai.diagnose.timeline import ITERATION, OTHER, build_step_table
 from traceml_ai.telemetry import schema
 from traceml_ai.telemetry.sqlite import read_only_uri
@@ -159,8 +159,9 @@ class PhaseRow:
 class Breakdown:
     """The step-time breakdown over each rank's recent steps: ``rows`` are the built-in phases in
     loop order, ``other``, user regions (sorted), then ``iteration`` last. ``median_rank`` is the
-    rank with the median iteration (the lower one of an even count); ``worst_rank`` the one with the
-    longest work outside backward (the straggler rule's measure; the iteration without backward)."""
+    rank with the median iteration (the lower one of an even count); ``worst_rank`` the slowest by
+    the straggler rule's measure (:func:`~traceml_ai.diagnose.rules.rank_skew`; with too few steps
+    for it, the one with the longest work outside backward, the iteration without backward)."""
 
     ranks: int
     median_rank: int | None
@@ -185,7 +186,11 @@ def recent_breakdown(steps: dict[int, deque[StepSample]]) -> Breakdown | None:
             work[tl.rank] = w
     ranks = sorted(per_rank, key=lambda r: (per_rank[r].get(ITERATION, 0.0), rank_key(r)))
     median_rank = ranks[(len(ranks) - 1) // 2]
-    worst_rank = max(work, key=lambda r: work[r]) if work else ranks[-1]
+    # The straggler rule's measure (rules.rank_skew), as the summary's worst_rank and the viewer;
+    # over too few steps for it, the rank with the most work outside backward.
+    measured = rank_skew(table.ranks)
+    worst_rank = (measured.rank if not isinstance(measured, str)
+                  else max(work, key=lambda r: work[r]) if work else ranks[-1])
     step_median = per_rank[median_rank].get(ITERATION)
     rows = []
     for name in names:

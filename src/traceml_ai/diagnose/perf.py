@@ -22,8 +22,10 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 ``telemetry``            ``ok`` / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
                          sent nothing, rows were lost, the database could not be read, or it
                          is damaged now: :func:`telemetry_damage`) /
-                         ``pending`` (an ``aggregator/`` folder but no final summary yet). Every
-                         captured run has it; its presence marks a run as captured.
+                         ``pending`` (an ``aggregator/`` folder but no final summary yet, the run
+                         still running) / ``no_summary`` (the run ended, or went stale, without
+                         writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
+                         wrote). Every captured run has it; its presence marks a run as captured.
 ``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``
                          when the rules judged and found nothing; none when they could not judge
 ``severity``             the top finding's severity (``info`` / ``warning`` / ``critical``)
@@ -35,8 +37,9 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 ``steps_per_s``          throughput: 1000 / median of the per-step slowest rank's iteration
 ``share.<phase>``        the time-weighted share (0-1) of the iteration spent in ``dataloader``,
                          ``h2d``, ``forward``, ``backward``, ``optimizer`` and ``other``
-``skew_pct``             the slowest rank's excess over the median of the others (%, multi-rank)
-``worst_rank``           the rank with the highest median iteration (multi-rank)
+``skew_pct``             the slowest rank's excess over the others, in % of their median iteration
+                         (multi-rank; the straggler rule's measure, see ``rules.rank_skew``)
+``worst_rank``           that slowest rank: the one the straggler finding names when it fires
 ``straggler``            the ranks the straggler finding names, joined with ``;``
 ``peak_mem.gpu``         highest per-step peak allocated device memory on a GPU (bytes)
 ``peak_mem.host``        highest resident set size of any rank's process (bytes)
@@ -167,12 +170,23 @@ def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> 
     return out
 
 
+def ended_facts(facts: Mapping[str, PerfValue], running: bool) -> dict[str, PerfValue]:
+    """``facts`` as the run table shows them: :data:`PENDING` becomes :data:`NO_SUMMARY` once the
+    run is no longer running (no final summary will be written), the rest as they are."""
+    if not running and facts.get("telemetry") == PENDING["telemetry"]:
+        return {**facts, **NO_SUMMARY}
+    return dict(facts)
+
+
 def _whole(value: float) -> float | int:
     """Byte counts read as floats (JSON numbers rounded to 6 digits) become ints when whole."""
     return int(value) if value.is_integer() else value
 
 
 PENDING: Final[dict[str, PerfValue]] = {"telemetry": "pending"}
+NO_SUMMARY: Final[dict[str, PerfValue]] = {"telemetry": "no_summary"}
+"""A captured run that ended (its process is gone: completed, failed, killed or stale) without a
+final summary: no verdict will come (:func:`ended_facts`)."""
 NOT_CAPTURED: Final[dict[str, PerfValue]] = {}
 
 
@@ -447,6 +461,12 @@ class PerfIndex:
         with self._lock:
             entry = self._entries.get(run_dir)
             return dict(entry.facts) if entry is not None else {}
+
+    def warnings(self) -> dict[str, str]:
+        """Every folder whose final summary's last read found a problem: folder → its one line
+        (what :meth:`warning` says of each)."""
+        with self._lock:
+            return {key: entry.warning for key, entry in self._entries.items() if entry.warning}
 
     def warning(self, run_dir: str) -> str | None:
         """The one-line problem of ``run_dir``'s final summary, if its last read found one."""

@@ -320,27 +320,49 @@ def local_work(tl: RankTimeline) -> FloatArray:
     return tl.iteration_ms - backward
 
 
-def straggler(ctx: Context) -> RuleResult:
-    """Straggler: one rank's median iteration (or its work outside backward, see :func:`local_work`)
-    exceeds the median of the other ranks by at least ``STRAGGLER_WARN`` of their iteration time, and
-    by more than the step-to-step spread (interquartile range) of the iteration, the larger of the
-    suspect rank's own and the other ranks' median (and, for the work outside backward, of that work's
-    spread too): a gap the steps' noise covers, such as ranks jostling for the cores of a busy host,
-    is no evidence. Both measures face the iteration's spread, because the skew is a share of the
-    iteration either way and the work outside backward is less noisy than the whole step."""
-    rule = "straggler"
-    usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
-    if len(ctx.table.ranks) < 2:
-        seen = "no rank" if not ctx.table.ranks else "one rank"
-        return Abstention(rule, f"{seen} reported step times; comparing ranks needs two or more")
+@dataclass(frozen=True)
+class RankSkew:
+    """The slowest rank by the straggler measure (see :func:`rank_skew`).
+
+    ``measure`` is ``iteration`` (its median iteration against the other ranks' median) or
+    ``outside_backward`` (its median work outside backward against the other ranks', see
+    :func:`local_work`); ``skew`` the excess as a fraction of the other ranks' median iteration
+    either way; ``mine`` / ``theirs`` the two medians compared (ms); ``above_noise`` whether the gap
+    clears the step-to-step spread the straggler rule asks for.
+    """
+
+    rank: int | None
+    skew: float
+    measure: str
+    mine: float
+    theirs: float
+    above_noise: bool
+
+
+def rank_skew(ranks: Sequence[RankTimeline]) -> RankSkew | str:
+    """The one measure of rank skew: the straggler rule's, the run table's ``perf.worst_rank`` /
+    ``perf.skew_pct`` and the viewer's per-rank panels all read it, so they name the same rank.
+
+    Over the ranks with at least ``MIN_STRAGGLER_STEPS`` measured steps, two candidates: the rank
+    with the highest median iteration, and the rank with the highest median work outside backward
+    (what tells a straggler under DDP, where the others wait for it in backward). Of those whose gap
+    clears the steps' noise (the interquartile range of the iteration, the larger of the suspect's
+    own and the other ranks' median; for the work outside backward, its spread too), the larger skew
+    wins; when neither clears it, the larger skew all the same (``above_noise`` False). A string
+    (why) when there is nothing to compare.
+    """
+    if len(ranks) < 2:
+        seen = "no rank" if not ranks else "one rank"
+        return f"{seen} reported step times; comparing ranks needs two or more"
+    usable = [tl for tl in ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
     if len(usable) < 2:
-        return Abstention(rule, f"fewer than two ranks have {th.MIN_STRAGGLER_STEPS} measured post-warm-up steps")
+        return f"fewer than two ranks have {th.MIN_STRAGGLER_STEPS} measured post-warm-up steps"
     it_med = {tl.rank: float(np.nanmedian(tl.iteration_ms)) for tl in usable}
     it_iqr = {tl.rank: _iqr(tl.iteration_ms) for tl in usable}
     local = {tl.rank: lw for tl in usable if np.isfinite(lw := local_work(tl)).any()}
     local_med = {r: float(np.nanmedian(lw)) for r, lw in local.items()}
     local_iqr = {r: _iqr(lw) for r, lw in local.items()}
-    candidates: list[tuple[float, int | None, str, float, float]] = []
+    candidates: list[RankSkew] = []
     worst = max(it_med, key=lambda r: it_med[r])
     others = float(np.median([v for r, v in it_med.items() if r != worst]))
 
@@ -349,21 +371,43 @@ def straggler(ctx: Context) -> RuleResult:
         # other ranks' median, whichever is larger.
         return max(it_iqr[rank], float(np.median([v for r, v in it_iqr.items() if r != rank])))
 
-    if others > 0 and it_med[worst] - others > step_noise(worst):
-        candidates.append(((it_med[worst] - others) / others, worst, "total", it_med[worst], others))
+    if others > 0:
+        gap = it_med[worst] - others
+        candidates.append(RankSkew(worst, gap / others, "iteration", it_med[worst], others, gap > step_noise(worst)))
     if len(local_med) >= 2:
         lworst = max(local_med, key=lambda r: local_med[r])
         lothers = float(np.median([v for r, v in local_med.items() if r != lworst]))
         lnoise = max(local_iqr[lworst], float(np.median([v for r, v in local_iqr.items() if r != lworst])),
                      step_noise(lworst))
         base = float(np.median([v for r, v in it_med.items() if r != lworst]))
-        if base > 0 and local_med[lworst] - lothers > lnoise:
-            candidates.append(((local_med[lworst] - lothers) / base, lworst, "local", local_med[lworst], lothers))
+        if base > 0:
+            gap = local_med[lworst] - lothers
+            candidates.append(RankSkew(lworst, gap / base, "outside_backward", local_med[lworst], lothers,
+                                       gap > lnoise))
     if not candidates:
-        if others <= 0:
-            return Abstention(rule, "the other ranks' median step time is 0 ms; no ratio exists")
+        return "the other ranks' median step time is 0 ms; no ratio exists"
+    clear = [c for c in candidates if c.above_noise]
+    return max(clear or candidates, key=lambda c: c.skew)
+
+
+def straggler(ctx: Context) -> RuleResult:
+    """Straggler: the slowest rank by :func:`rank_skew` (its median iteration, or its work outside
+    backward, see :func:`local_work`) exceeds the median of the other ranks by at least
+    ``STRAGGLER_WARN`` of their iteration time, and by more than the step-to-step spread
+    (interquartile range) of the iteration, the larger of the suspect rank's own and the other
+    ranks' median (and, for the work outside backward, of that work's spread too): a gap the steps'
+    noise covers, such as ranks jostling for the cores of a busy host, is no evidence. Both measures
+    face the iteration's spread, because the skew is a share of the iteration either way and the
+    work outside backward is less noisy than the whole step."""
+    rule = "straggler"
+    measured = rank_skew(ctx.table.ranks)
+    if isinstance(measured, str):
+        return Abstention(rule, measured)
+    if not measured.above_noise:
         return []  # the slowest rank is within the ranks' own step-to-step noise
-    skew, rank, how, mine, theirs = max(candidates, key=lambda c: c[0])
+    usable = [tl for tl in ctx.table.ranks if int(np.isfinite(tl.iteration_ms).sum()) >= th.MIN_STRAGGLER_STEPS]
+    skew, rank, mine, theirs = measured.skew, measured.rank, measured.mine, measured.theirs
+    how = "total" if measured.measure == "iteration" else "local"
     severity = _severity(skew, th.STRAGGLER_WARN, th.STRAGGLER_CRITICAL)
     if severity is None:
         return []

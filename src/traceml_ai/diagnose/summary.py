@@ -19,7 +19,7 @@ import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
-from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup
+from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup, rank_skew
 from traceml_ai.diagnose.stats import median, percentile
 from traceml_ai.diagnose.timeline import ITERATION, StepTable, share
 
@@ -65,8 +65,11 @@ class StepTimeSummary:
     """Where the step time goes.
 
     ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
-    the per-step slowest-rank iteration; ``worst_rank`` has the highest median iteration and ``skew``
-    is its excess over the median of the other ranks (fraction; None with one rank);
+    the per-step slowest-rank iteration; ``worst_rank`` is the slowest rank by the straggler rule's
+    measure (:func:`~traceml_ai.diagnose.rules.rank_skew`: the higher median iteration or median
+    work outside backward) and ``skew`` its excess over the other ranks as a fraction of their
+    median iteration (None with one rank, or fewer than two ranks with enough steps);
+    ``skew_measure`` says which of the two (``iteration`` / ``outside_backward``);
     ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
     ``micro_batches_per_step`` is the median number of micro-batches one step (one optimizer update)
     held: above 1 with gradient accumulation (None when the rows do not say).
@@ -84,6 +87,7 @@ class StepTimeSummary:
     dataloader_outside_step: int
     micro_batches_per_step: int | None = None
     iteration_p95_ms: float | None = None
+    skew_measure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,11 +181,14 @@ class Summary:
     abstained: tuple[Abstention, ...]
     rules_checked: tuple[str, ...]
     step_counts: StepCounts | None = None
+    unread_findings: int = 0
+    """Findings of a summary document that could not be read (an unknown severity, a wrong shape):
+    left out, so "no finding" cannot be said of such a summary."""
 
     @property
     def healthy(self) -> bool:
-        """No warning or critical finding."""
-        return not any(f.severity != "info" for f in self.findings)
+        """No warning or critical finding, and none that could not be read."""
+        return not self.unread_findings and not any(f.severity != "info" for f in self.findings)
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -230,6 +237,7 @@ class Summary:
             abstained=tuple(a for a in abstained if a is not None),
             rules_checked=tuple(r for r in _items(doc.get("rules_checked")) if isinstance(r, str)),
             step_counts=_step_counts_from(steps),
+            unread_findings=sum(1 for f in findings if f is None),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,6 +286,7 @@ class Summary:
                 ],
                 "worst_rank": st.worst_rank,
                 "skew": round_sig(st.skew),
+                "skew_measure": st.skew_measure,
             },
             "memory": {
                 "device": self.memory.device,
@@ -340,6 +349,7 @@ def _step_time_from(value: Any) -> StepTimeSummary | None:
         dataloader_outside_step=_int(value.get("dataloader_outside_step")) or 0,
         micro_batches_per_step=_int(value.get("micro_batches_per_step")),
         iteration_p95_ms=number(value.get("iteration_p95_ms")),
+        skew_measure=measure if isinstance(measure := value.get("skew_measure"), str) else None,
     )
 
 
@@ -497,15 +507,9 @@ def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None
                   percentile(tl.iteration_ms, 90), median(local_work(tl)))
         for tl in table.ranks
     )
-    measured = [r for r in per_rank if r.median_ms is not None]
-    worst: int | None = None
-    skew: float | None = None
-    if measured:
-        worst_stats = max(measured, key=lambda r: r.median_ms or 0.0)
-        worst = worst_stats.rank
-        others = [r.median_ms for r in measured if r is not worst_stats and r.median_ms is not None]
-        if others and float(np.median(others)) > 0:
-            skew = (worst_stats.median_ms or 0.0) / float(np.median(others)) - 1
+    slowest = rank_skew(table.ranks)
+    worst, skew, measure = (None, None, None) if isinstance(slowest, str) else (
+        slowest.rank, slowest.skew, slowest.measure)
     _, job = table.job_series(ITERATION)
     job_median = median(job)
     return StepTimeSummary(
@@ -519,6 +523,7 @@ def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None
         dataloader_outside_step=sum(tl.dataloader_outside for tl in table.ranks),
         micro_batches_per_step=_micro_batches(telemetry),
         iteration_p95_ms=percentile(iters, 95),
+        skew_measure=measure,
     )
 
 

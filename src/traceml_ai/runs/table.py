@@ -72,6 +72,10 @@ MAX_DEFAULT_PARAMS: Final = 6
 """At most this many params that differ between the runs are shown by default."""
 PERF_DEFAULT: Final = ("verdict", "step_ms.p50", "share.dataloader")
 """The ``perf.*`` columns shown by default when any run was captured."""
+PERF_LISTED: Final = ("peak_mem.gpu", "gpu_util_pct")
+"""Numeric ``perf.*`` columns listed (in the column chooser, ``traceml runs ls --columns``) once any run
+was captured, also when no run has a value: on a CPU-only workspace the GPU columns are there, empty
+(``–``), rather than missing."""
 
 
 class ColumnError(ValueError):
@@ -281,6 +285,9 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
     numeric.update(f"run.last.{k}" for k in last_numeric)
     numeric.update(f"run.best.{k}" for k in best_numeric)
     numeric.update(f"summary.{k}" for k in summary_numeric)
+    if perf:  # a captured run: its GPU columns exist even where no GPU was seen
+        perf_numeric |= {k for k in PERF_LISTED if k not in perf}
+        perf |= set(PERF_LISTED)
     numeric.update(f"perf.{k}" for k in perf_numeric)
     for column in ("step", "epoch"):
         if any(map(_not_none, map(attrgetter(column), items))):

@@ -10,10 +10,18 @@ after each poll) and ``traceml runs ls`` call it. Light: no web framework is imp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from traceml_ai.diagnose.perf import PerfIndex
+from traceml_ai.diagnose.perf import PerfIndex, PerfValue, ended_facts
+from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import RunStore
+
+RUNNING_STATUSES = ("running", "running?")
+"""Display statuses of a run whose process may still write its final summary."""
+
+
+def _shown(facts: Mapping[str, PerfValue], run: RunSummary | None) -> dict[str, PerfValue]:
+    return ended_facts(facts, run is None or run.display_status in RUNNING_STATUSES)
 
 
 def join_perf(
@@ -48,5 +56,11 @@ def join_perf(
     else:
         found = [run for run in map(store.get, dict.fromkeys(only)) if run is not None]
         changed = index.update(((r.key, r.finished) for r in found), force=force, complete=False, grown=grown)
-    keys = [key for key, facts in changed.items() if store.set_perf(key, dict(facts))]
+    keys = [key for key, facts in changed.items() if store.set_perf(key, _shown(dict(facts), store.get(key)))]
+    # A run that stopped running without a final summary keeps the same facts in the index, but
+    # "pending" turns into "no_summary" (checked for the index's pending folders only: few).
+    for key in index.pending():
+        run = store.get(key)
+        if key not in changed and run is not None and run.perf and store.set_perf(key, _shown(index.facts(key), run)):
+            keys.append(key)
     return keys + sorted(grown.difference(keys))

@@ -4,10 +4,10 @@ DESIGN §4: PNGs are drawn server-side with matplotlib from the data the panel s
 Four panels, named as ``traceml plot RUN --telemetry PANEL`` names them (:data:`PANELS`):
 
 ``step``
-    The step broken down by phase over the steps, on the rank the job waited for at each step
-    (:func:`traceml_ai.ui.performance.breakdown`'s math). CSV: one row per step, ``step, rank,
-    iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the page's stacked area of
-    rolling medians, the warm-up shaded.
+    The step broken down by phase over the steps, on one rank: the slowest by the straggler rule's
+    measure over the run (:func:`traceml_ai.ui.performance.breakdown`'s math, the page's). CSV: one
+    row per step, ``step, rank, iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the
+    page's stacked area of rolling medians, the warm-up shaded.
 ``ranks``
     Each rank's iteration time per step and its work outside backward (the iteration minus backward:
     under DDP the fast ranks wait for a straggler inside backward, so that is what tells it). CSV:
@@ -140,6 +140,12 @@ def _rank_text(rank: int | None) -> str:
     return "?" if rank is None else str(rank)
 
 
+def _basis_text(basis: str) -> str:
+    """Why the step panel shows its rank, in words (see :func:`traceml_ai.ui.performance.shown_rank`)."""
+    return {"straggler measure": "the slowest rank by the straggler measure",
+            "only rank": "the only rank"}.get(basis, basis)
+
+
 def panel_table(tel: Telemetry, panel: Panel) -> Table:
     """The CSV table of one panel (header, rows; see the module docs), never downsampled. A panel
     without data is its header alone."""
@@ -159,7 +165,7 @@ def _step_table(tel: Telemetry) -> Table:
     names = [s["name"] for s in b["series"]]
     header = ["step", "rank", "iteration_ms", *(f"{PHASE_LABELS.get(n, n)}_ms" for n in names)]
     columns = [s["y"] for s in b["series"]]
-    rows = [[step, b["rank"][i], b["iteration"][i], *(col[i] for col in columns)] for i, step in enumerate(b["x"])]
+    rows = [[step, b["rank"], b["iteration"][i], *(col[i] for col in columns)] for i, step in enumerate(b["x"])]
     return header, rows
 
 
@@ -347,7 +353,8 @@ def _draw_step(ax: Axes, tel: Telemetry, share: bool, colors: Mapping[str, str])
     ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)
     ax.set_xlabel("step", color=colors["muted"], fontsize=8)
     ax.set_ylabel("share of the step" if share else "ms", color=colors["muted"], fontsize=8)
-    ax.set_title(f"phases of the rank the job waited for, rolling median over {window} point"
+    ax.set_title(f"phases of rank {_rank_text(b['rank'])} ({_basis_text(b['rank_basis'])}), "
+                 f"rolling median over {window} point"
                  f"{'' if window == 1 else 's'}" + (f" (buckets of {b['bucket_steps']} steps)"
                                                    if b["bucket_steps"] > 1 else ""),
                  color=colors["muted"], fontsize=7, loc="left")

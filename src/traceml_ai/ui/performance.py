@@ -6,8 +6,10 @@ captured output, what was lost) comes from the inspector's telemetry answer
 (:mod:`traceml_ai.ui.telemetry`), which the page asks for too. This module adds what that answer
 does not hold: each rank's iteration time over the steps, for the ranks × steps heatmap, with the
 steps put into at most :data:`MAX_BUCKETS` buckets (the median of each rank's steps in a bucket),
-and the step broken down by phase on the rank the job waited for at each step (so the phases add up
-to the step, which the inspector's per-phase maxima over ranks do not).
+and the step broken down by phase on one rank over the whole run: the slowest by the straggler
+rule's measure (:func:`traceml_ai.diagnose.rules.rank_skew`, the final summary's ``worst_rank``),
+so the phases add up to that rank's step and the rank shown is the one the diagnosis, the per-rank
+panel and the run table's ``perf.worst_rank`` name.
 
 It reads ``aggregator/telemetry.sqlite`` through :func:`traceml_ai.diagnose.read_telemetry`
 (read-only; never creates a file beside it) and the step math of
@@ -17,6 +19,7 @@ cached per run by the ``(mtime_ns, size)`` of the database and its ``-wal`` file
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -29,11 +32,11 @@ import numpy as np
 import numpy.typing as npt
 
 from traceml_ai.diagnose.readers import Telemetry, read_telemetry
-from traceml_ai.diagnose.rules import local_work
+from traceml_ai.diagnose.rules import local_work, rank_skew
 from traceml_ai.diagnose.stats import FloatArray
 from traceml_ai.diagnose.summary import AGGREGATOR_DIR, FINAL_SUMMARY, TELEMETRY_DB
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
-from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, StepTable, build_step_table
+from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, RankTimeline, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.reads import shared_read, shared_step_table
@@ -98,31 +101,52 @@ def _median(values: FloatArray) -> float | None:
 
 
 def breakdown(db_path: str, max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any] | None:
-    """The step of the job broken down by phase, per step: the phases of the rank whose iteration
-    was the longest at that step (the one the others waited for), so the phases add up to that
-    step's iteration time (``other`` is the rest). ``{"x": [step, ...], "bucket_steps": int,
-    "series": [{"name": phase, "y": [ms|None, ...]}], "iteration": [ms|None, ...], "rank":
-    [rank|None, ...]}``, the steps put into at most ``max_points`` buckets (the mean of each
-    phase over a bucket's steps). None without step rows or a readable database."""
+    """The step broken down by phase, per step, on one rank (:func:`shown_rank`): the slowest by the
+    straggler rule's measure over the run, so its phases add up to its iteration time at every step
+    (``other`` is the rest). ``{"x": [step, ...], "bucket_steps": int, "series": [{"name": phase,
+    "y": [ms|None, ...]}], "iteration": [ms|None, ...], "rank": shown rank, "rank_basis": why that
+    rank}``, the steps put into at most ``max_points`` buckets (the mean of each phase over a
+    bucket's steps). None without step rows or a readable database."""
     tel = read_telemetry(db_path)
     if tel.status != "ok":
         return None
     return _breakdown(build_step_table(tel.steps, warmup_steps=0), max_points)
 
 
+def _after_warmup(tl: RankTimeline) -> RankTimeline:
+    """``tl`` (of a table built with ``warmup_steps=0``) without its first :data:`WARMUP_STEPS`
+    steps, as :func:`build_step_table` leaves them out for the diagnosis."""
+    cut = slice(WARMUP_STEPS, None)
+    return dataclasses.replace(tl, steps=tl.steps[cut], timestamps_ns=tl.timestamps_ns[cut],
+                               iteration_ms=tl.iteration_ms[cut],
+                               phases={k: v[cut] for k, v in tl.phases.items()})
+
+
+def shown_rank(ranks: list[RankTimeline]) -> tuple[RankTimeline, str]:
+    """The one rank the phase breakdown shows, and why (``only rank`` / ``straggler measure`` /
+    ``highest median iteration``): the slowest rank by :func:`rank_skew` after warm-up, the final
+    summary's ``worst_rank``; with too few steps to measure, the rank with the highest median
+    iteration."""
+    if len(ranks) == 1:
+        return ranks[0], "only rank"
+    measured = rank_skew([_after_warmup(tl) for tl in ranks])
+    if not isinstance(measured, str):
+        return next(tl for tl in ranks if tl.rank == measured.rank), "straggler measure"
+
+    def med(tl: RankTimeline) -> float:
+        got = tl.iteration_ms[np.isfinite(tl.iteration_ms)]
+        return float(np.median(got)) if got.size else -math.inf
+
+    return max(ranks, key=med), "highest median iteration"
+
+
 def _breakdown(table: StepTable, max_points: int) -> dict[str, Any] | None:
     ranks = [tl for tl in table.ranks if tl.steps.size]
     if not ranks:
         return None
-    steps = np.unique(np.concatenate([tl.steps for tl in ranks]))
+    tl, basis = shown_rank(ranks)
+    steps = tl.steps
     n = steps.size
-    iters = np.full((len(ranks), n), np.nan)
-    where = [np.searchsorted(steps, tl.steps) for tl in ranks]
-    for i, (tl, idx) in enumerate(zip(ranks, where, strict=True)):
-        iters[i, idx] = tl.iteration_ms
-    measured = np.isfinite(iters).any(axis=0)
-    slowest = np.where(np.isfinite(iters), iters, -np.inf).argmax(axis=0)
-    cols = np.arange(n)
     names = [name for name in table.phase_names if name in INNER_PHASES or name == OTHER]
     width = max(1, math.ceil(n / max_points))
 
@@ -135,16 +159,11 @@ def _breakdown(table: StepTable, max_points: int) -> dict[str, Any] | None:
 
     series = []
     for name in names:
-        mat = np.full((len(ranks), n), np.nan)
-        for i, (tl, idx) in enumerate(zip(ranks, where, strict=True)):
-            mat[i, idx] = tl.phase(name)
-        y = np.where(measured, mat[slowest, cols], np.nan)
+        y = tl.phase(name)
         if np.isfinite(y).any():
             series.append({"name": name, "y": bucketed(y)})
-    iteration = np.where(measured, iters[slowest, cols], np.nan)
-    rank_of = [ranks[int(r)].rank if ok else None for r, ok in zip(slowest, measured, strict=True)]
     return {"x": [int(v) for v in steps[::width]], "bucket_steps": width, "series": series,
-            "iteration": bucketed(iteration), "rank": rank_of[::width]}
+            "iteration": bucketed(tl.iteration_ms), "rank": tl.rank, "rank_basis": basis}
 
 
 def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:

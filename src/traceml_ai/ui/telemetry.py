@@ -383,6 +383,7 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
         "abstained": doc["abstained"],
         "rules_checked": list(summary.rules_checked),
         "healthy": summary.healthy,
+        "unread_findings": summary.unread_findings,
         "steps": doc["steps"],
         "ranks": doc["ranks"],
     }
@@ -396,6 +397,7 @@ def _ranks(final: Summary | None, live: Summary | None) -> dict[str, Any] | None
     if st is None:
         return None
     return {"per_rank": st["per_rank"], "worst_rank": st["worst_rank"], "skew": st["skew"],
+            "skew_measure": st["skew_measure"],
             "iteration_median_ms": st["iteration_median_ms"],
             "throughput_steps_per_s": st["throughput_steps_per_s"], "phases": st["phases"]}
 

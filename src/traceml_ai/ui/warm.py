@@ -75,12 +75,15 @@ class WarmStart:
         from_db: how many runs came from ``runs.sqlite`` (0: a full scan).
         saved: the database path written, or None (nothing changed, or no cache folder).
         warnings: cache-folder problems, one line each (e.g. a corrupt database being rebuilt).
+        perf_warnings: run key → the problem of its ``aggregator/final_summary.json`` (unusable:
+            not JSON, too big, a newer schema), the line the viewer adds to the run's warnings.
     """
 
     store: RunStore
     from_db: int = 0
     saved: str | None = None
     warnings: list[str] = field(default_factory=list)
+    perf_warnings: dict[str, str] = field(default_factory=dict)
 
 
 _DB_FILE: Final = "runs.sqlite"  # = traceml_ai.runs.rundb.DB_FILE, not imported: its decoder is msgspec
@@ -135,7 +138,9 @@ def open_warm(
                 stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
                 result.from_db = store.seed(dict(loaded.runs))
         polled = store.poll()
-        perf_changed = join_perf(store, PerfIndex())
+        perf = PerfIndex()
+        perf_changed = join_perf(store, perf)
+        result.perf_warnings = perf.warnings()
     if use_db and cache is None and not exists and (os.path.isdir(folder) or len(store.runs()) >= DB_MIN_RUNS):
         cache = _cache_folder(folder, roots, result)
     if cache is not None:

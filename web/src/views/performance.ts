@@ -15,11 +15,12 @@ import { runExport } from "../actions";
 import { api } from "../api";
 import { fmtPerf, isCaptured } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
-import { fmtBytes, fmtNum } from "../format";
+import { fmtNum } from "../format";
 import type { ViewModule } from "../shell";
 import { store } from "../store";
 import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse } from "../types";
 import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
+import { niceTicks } from "./scales";
 import { TelemetryPanel } from "./telemetry";
 
 /** Built-in phases in loop order: [telemetry series name, perf.share key, label]. */
@@ -57,12 +58,34 @@ function shownRuns(): RunRow[] {
   return selected.slice(0, MAX_RUNS);
 }
 
-/** A compare median in its unit (`12.3 ms`, `466 MB`, `81.2 steps/s`, `40%`). */
+/** `v` to 3 significant digits, never in exponent form (`1,234`, `12.3`, `0.0123`): the precision
+ * of `traceml compare`'s reason lines, so a row's numbers and its reason agree. */
+export function sig3(v: number): string {
+  if (v === 0 || !Number.isFinite(v)) return String(v);
+  const d = Math.min(6, Math.max(0, 2 - Math.floor(Math.log10(Math.abs(v)))));
+  return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+}
+
+/** A compare median in its unit, as the reason lines write it (`12.3 ms`, `466 MiB`, `81.2 steps/s`, `40.0%`). */
 function amount(v: number | null, unit: string): string {
   if (v === null) return "–";
-  if (unit === "bytes") return fmtBytes(v);
-  if (unit === "percent") return `${fmtNum(v)}%`;
-  return `${fmtNum(v)} ${unit}`;
+  if (unit === "bytes") return `${sig3(v / 1048576)} MiB`;
+  if (unit === "percent") return `${sig3(v)}%`;
+  return `${sig3(v)} ${unit}`;
+}
+
+/** A signed change in percent, one decimal (`+3.2%`, `−0.4%`). */
+function signedPct(p: number): string {
+  return `${p >= 0 ? "+" : "−"}${Math.abs(p).toFixed(1)}%`;
+}
+
+/** The change B/A − 1 with its interval, every bound at the change's precision (`+3.2% [+1.0%, +5.5%]`). */
+function changeText(m: CompareResponse["metrics"][number]): string {
+  if (m.change_pct === null) return "–";
+  const lo = m.ci_low;
+  const hi = m.ci_high;
+  const range = typeof lo === "number" && typeof hi === "number" ? ` [${signedPct((lo - 1) * 100)}, ${signedPct((hi - 1) * 100)}]` : "";
+  return `${signedPct(m.change_pct)}${range}`;
 }
 
 /** A rolling median of `values` over `window` points (nulls skipped). */
@@ -241,7 +264,7 @@ export class PerformanceView implements ViewModule {
           h("td", { class: "perf-verdict-metric", text: m.metric }),
           h("td", { class: "num", text: amount(m.median_a, m.unit) }),
           h("td", { class: "num", text: amount(m.median_b, m.unit) }),
-          h("td", { class: "num", text: m.change_pct === null ? "–" : `${m.change_pct >= 0 ? "+" : "−"}${Math.abs(m.change_pct).toFixed(1)}%` }),
+          h("td", { class: "num", testid: "perf-verdict-change", text: changeText(m) }),
           h("td", {}, h("span", { class: `sev-badge ${VERDICT_CLASS[m.verdict] ?? ""}`, testid: "perf-verdict", text: m.verdict, title: m.reason })),
           h("td", { class: "perf-verdict-reason muted", text: m.reason }),
         ),
@@ -252,7 +275,7 @@ export class PerformanceView implements ViewModule {
         h(
           "table",
           { class: "kv-table perf-verdicts-table" },
-          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change", "verdict", "why"].map((t) => h("th", { text: t })))),
+          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change [95% interval]", "verdict", "why"].map((t) => h("th", { text: t })))),
           h("tbody", {}, ...rows),
         ),
         ...res.problems.map((p) => h("div", { class: "telem-note", testid: "perf-verdict-problem", text: p })),
@@ -311,7 +334,9 @@ export class PerformanceView implements ViewModule {
     const live = d?.diagnoses?.source === "live" ? d : null;
     const ms = (v: unknown) => (typeof v === "number" ? fmtPerf("perf.step_ms.p50", v) : "–");
     let verdict = typeof p.verdict === "string" ? p.verdict : "–";
-    if (live?.diagnoses) verdict = `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)`;
+    // A run still running: what the rules find so far, provisional. A run that ended without a final
+    // summary gets no verdict: it says so (the diagnoses below say how to get one in a terminal).
+    if (live?.diagnoses) verdict = live.live ? `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)` : "none: the run ended without a final summary";
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
@@ -342,17 +367,18 @@ export class PerformanceView implements ViewModule {
   private breakdown(run: RunRow, d: TelemetryResponse): HTMLElement {
     const block = (body: Child, ...head: Child[]) =>
       h("div", { class: "telem-block perf-block", testid: "perf-breakdown" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time by phase" }), ...head), body);
-    // The breakdown on the rank the job waited for at each step (/performance): its phases add up to
-    // the step. Until it has arrived, the inspector's per-phase maxima over ranks.
+    // One rank at every step (/performance): the slowest by the straggler measure over the run, the
+    // rank the diagnosis, the per-rank panel and perf.worst_rank name; its phases add up to its step.
     const res = this.heat.get(run.key);
-    const perf = typeof res === "object" ? res : null;
-    const b = perf?.breakdown ?? null;
-    const st = b && perf
-      ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? perf.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 }
-      : d.steps;
+    if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
     const unread = unreadable(d);
+    if (typeof res === "string") {
+      return block(unread ? h("div", { class: "muted", testid: "perf-why", text: unread }) : h("div", { class: "callout callout-error", text: res }));
+    }
+    const b = res.breakdown;
+    const st = b ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? res.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 } : null;
     if (unread && !b) return block(h("div", { class: "muted", testid: "perf-why", text: unread }));
-    if (!st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
+    if (!b || !st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
     const phases = PHASES.map(([name, key, label]) => ({ key, label, y: st.series.find((x) => x.name === name)?.y })).filter((p) => p.y) as { key: string; label: string; y: (number | null)[] }[];
     if (!phases.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No phase times in this run's step rows." }));
     const window = Math.max(1, Math.min(25, Math.round(st.x.length / 40)) | 1);
@@ -360,14 +386,18 @@ export class PerformanceView implements ViewModule {
     const n = st.x.length;
     const totals = Array.from({ length: n }, (_, i) => smooth.reduce((a, v) => a + (v[i] ?? 0), 0));
     const values = smooth.map((v) => v.map((x, i) => (this.mode === "share" ? (totals[i]! > 0 ? (x ?? 0) / totals[i]! : 0) : x ?? 0)));
-    const top = this.mode === "share" ? 1 : Math.max(1e-9, ...totals);
+    // Round y ticks (1, 2, 5 × 10^k ms; quarters of the step in share mode), the top one above the tallest step.
+    const tallest = Math.max(1e-9, ...totals);
+    const ticks = this.mode === "share" ? [0, 0.25, 0.5, 0.75, 1] : niceTicks(0, tallest, 4);
+    if (this.mode !== "share" && ticks.length > 1 && ticks[ticks.length - 1]! < tallest) ticks.push(Number((ticks[ticks.length - 1]! + ticks[1]! - ticks[0]!).toPrecision(12)));
+    const top = this.mode === "share" ? 1 : Math.max(tallest, ticks[ticks.length - 1] ?? tallest);
     const H = 220;
     const pad = { l: 78, r: 10, t: 8, b: 26 };
     const x0 = st.x[0]!;
     const x1 = st.x[n - 1]!;
     const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
     const ys = (v: number) => pad.t + (1 - v / top) * (H - pad.t - pad.b);
-    const svg = s("svg", { class: "perf-area-svg", width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-source": b ? "waited-for rank" : "per-phase max", "data-last-step": x1 });
+    const svg = s("svg", { class: "perf-area-svg", viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-rank": String(b.rank ?? "?"), "data-rank-basis": b.rank_basis, "data-last-step": x1 });
     const warmEnd = (st.first_step ?? x0) + st.warmup_steps;
     if (st.warmup_steps > 0 && warmEnd > x0) {
       svg.appendChild(s("rect", { x: xs(x0), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(x0)), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
@@ -379,9 +409,9 @@ export class PerformanceView implements ViewModule {
       svg.appendChild(s("polygon", { points: pts.join(" "), fill: paletteColor(PHASE_COLOR[phases[k]!.key] ?? 7), "fill-opacity": 0.8, "data-testid": "perf-area-phase", "data-phase": phases[k]!.key }, svgTitle(phases[k]!.label)));
       for (let i = 0; i < n; i++) base[i] = upper[i]!;
     });
-    for (const f of [0, 0.5, 1]) {
-      const v = top * f;
-      svg.appendChild(s("text", { x: pad.l - 6, y: ys(v), class: "perf-axis-label", "text-anchor": "end", "dominant-baseline": "middle" }, this.mode === "share" ? `${Math.round(f * 100)}%` : `${fmtNum(v)} ms`));
+    for (const v of ticks) {
+      svg.insertBefore(s("line", { x1: pad.l, x2: W - pad.r, y1: ys(v), y2: ys(v), class: "perf-grid" }), svg.firstChild); // under the areas
+      svg.appendChild(s("text", { x: pad.l - 6, y: ys(v), class: "perf-axis-label", "data-testid": "perf-area-ytick", "text-anchor": "end", "dominant-baseline": "middle" }, this.mode === "share" ? `${Math.round(v * 100)}%` : `${fmtNum(v)} ms`));
     }
     svg.appendChild(s("text", { x: pad.l, y: H - 6, class: "perf-axis-label" }, `step ${x0}`));
     svg.appendChild(s("text", { x: W - pad.r, y: H - 6, class: "perf-axis-label", "text-anchor": "end" }, `step ${x1}`));
@@ -398,7 +428,13 @@ export class PerformanceView implements ViewModule {
       },
       (m) => `perf-mode-${m}`,
     );
-    const whose = b ? "The phases of the rank the job waited for (the longest iteration) at each step" : "Each phase's time on its slowest rank per step";
+    const rankId = String(b.rank ?? "?");
+    const whose =
+      b.rank_basis === "only rank"
+        ? `The phases of rank ${rankId} at each step`
+        : b.rank_basis === "straggler measure"
+          ? `The phases of rank ${rankId}, the slowest rank by the straggler measure over the run (the rank the per-rank panel marks), at each step`
+          : `The phases of rank ${rankId}, the rank with the highest median step (too few steps for the straggler measure), at each step`;
     const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
     return block(h("div", {}, hint, svg, legend), toggleMode, this.exportButtons(run, "step"));
   }
@@ -446,7 +482,9 @@ export class PerformanceView implements ViewModule {
     const labelW = 150;
     const cellW = Math.max(2, Math.min(24, (W - labelW - 90) / Math.max(1, cols)));
     const cellH = Math.max(14, Math.min(28, 200 / hm.ranks.length));
-    const svg = s("svg", { class: "perf-heat-svg", width: labelW + cols * cellW + 90, height: hm.ranks.length * cellH + 24, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
+    const heatW = labelW + cols * cellW + 90;
+    const heatH = hm.ranks.length * cellH + 24;
+    const svg = s("svg", { class: "perf-heat-svg", viewBox: `0 0 ${heatW} ${heatH}`, width: heatW, height: heatH, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
     hm.ranks.forEach((rank, i) => {
       const id = String(rank ?? "?");
       const straggler = stragglers.has(id);

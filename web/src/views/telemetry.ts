@@ -8,6 +8,7 @@ import { api } from "../api";
 import { type Child, debounce, h, replace } from "../dom";
 import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
 import { icon } from "../icons";
+import { store } from "../store";
 import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
 import { errorText, paletteColor, segmented, select, swatch, toggle, token, withAlpha } from "../ui";
 import { loadUPlot, placePlotTip } from "./lineChart";
@@ -51,9 +52,9 @@ interface PlotOpts {
   id?: string;
 }
 
-/** `1.2 GB` style bytes for axes and tooltips (format.ts's fmtBytes stops at MB). */
+/** `1.2 GiB` style bytes (1024-based) for axes and tooltips, shorter than format.ts's fmtBytes. */
 function fmtBytesShort(n: number): string {
-  const units = ["B", "KB", "MB", "GB", "TB"];
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let v = Math.abs(n);
   let i = 0;
   while (v >= 1024 && i < units.length - 1) {
@@ -252,16 +253,32 @@ export class TelemetryPanel {
         "div",
         { class: "telem-sub" },
         h("span", { text: "Diagnoses" }),
-        diag.source === "live" ? h("span", { class: "telem-note", text: "provisional: from the rows written so far", title: "No final summary yet: the rules ran over the telemetry as it is now" }) : null,
+        diag.source === "live" && d.live ? h("span", { class: "telem-note", testid: "diagnoses-provisional", text: "provisional: from the rows written so far", title: "No final summary yet: the rules ran over the telemetry as it is now" }) : null,
       ),
+      diag.source === "live" && !d.live
+        ? h("div", {
+            class: "callout callout-warn",
+            testid: "diagnoses-no-verdict",
+            text: `The run ended without a final verdict (no aggregator/final_summary.json: the aggregator stopped before writing it). Below, the rules run over the rows it wrote; \`traceml summary ${this.runRef()}\` prints the same in a terminal.`,
+          })
+        : null,
       stats.length
         ? h("div", { class: "telem-stats" }, ...stats.map(([k, v]) => h("div", { class: "telem-stat" }, h("span", { class: "telem-stat-k", text: k }), h("span", { class: "telem-stat-v", text: v }))))
         : null,
-      findings.length
-        ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f)))
-        : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
+      findings.length ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f))) : null,
+      diag.unread_findings
+        ? h("div", { class: "callout callout-error", testid: "finding-unread", text: `${diag.unread_findings} finding${diag.unread_findings === 1 ? "" : "s"} of the summary could not be read (an unknown severity or shape) and ${diag.unread_findings === 1 ? "is" : "are"} left out: no verdict can be given.` })
+        : findings.length
+          ? null
+          : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
       this.abstentions(diag),
     );
+  }
+
+  /** How `traceml summary` names the run shown: its id, else its folder. */
+  private runRef(): string {
+    const run = this.key ? store.runs.get(this.key) : undefined;
+    return run?.id || this.key || "RUN";
   }
 
   private finding(f: Finding): HTMLElement {
@@ -377,18 +394,20 @@ export class TelemetryPanel {
       }
       return track;
     };
-    // The straggler rule judges the work outside backward (synchronised ranks have equal iterations),
-    // so the rank it names is marked apart from the rank with the highest median iteration.
+    // One rank is marked: the slowest by the straggler rule's measure (worst_rank, the run table's
+    // perf.worst_rank), labelled "straggler" when the straggler finding names it, else "slowest".
     const straggler = new Map<string, string>();
     for (const f of d.diagnoses?.findings ?? []) {
       if (f.kind !== "straggler") continue;
       for (const rank of f.evidence?.ranks ?? []) straggler.set(rank === null ? "?" : String(rank), f.severity);
     }
+    const many = r.per_rank.length > 1;
+    const worstId = many && r.worst_rank !== null && r.worst_rank !== undefined ? String(r.worst_rank) : null;
+    const local = r.skew_measure === "outside_backward";
     const rows = r.per_rank.map((x) => {
       const id = x.rank === null ? "?" : String(x.rank);
-      const worst = r.per_rank.length > 1 && x.rank === r.worst_rank;
       const sev = straggler.get(id);
-      const marked = sev !== undefined || (worst && !straggler.size);
+      const marked = sev !== undefined || (!straggler.size && id === worstId);
       return h(
         "tr",
         { class: marked ? "is-worst" : "", testid: "skew-row", data: { rank: id } },
@@ -396,26 +415,20 @@ export class TelemetryPanel {
           "td",
           { class: "skew-rank" },
           h("span", { text: id }),
-          sev !== undefined ? h("span", { class: `sev-badge sev-${sev === "critical" ? "critical" : "warning"}`, testid: "skew-straggler", text: "straggler" }) : null,
-          worst ? h("span", { class: "skew-worst", testid: "skew-worst", text: "slowest", title: "highest median iteration" }) : null,
+          sev !== undefined
+            ? h("span", { class: `sev-badge sev-${sev === "critical" ? "critical" : "warning"}`, testid: "skew-straggler", text: "straggler" })
+            : marked
+              ? h("span", { class: "skew-worst", testid: "skew-worst", text: "slowest", title: "slowest by the straggler measure, below the straggler threshold" })
+              : null,
         ),
         h("td", { class: "skew-bars" }, bar(x.median_ms, "skew-iter"), bar(x.outside_backward_median_ms, "skew-local")),
         h("td", { class: "num" }, h("div", { text: fmtMs(x.median_ms), title: `p90 ${fmtMs(x.p90_ms)} over ${x.steps ?? "?"} steps` }), h("div", { class: "skew-local-v", text: fmtMs(x.outside_backward_median_ms) })),
       );
     });
-    // Under DDP the iterations are equal (fast ranks wait in backward's all-reduce), so the work
-    // outside backward is what tells a straggler: say both, the way the straggler rule reads them.
-    const local = r.per_rank.filter((x) => x.outside_backward_median_ms !== null);
-    let localText = "";
-    if (local.length > 1) {
-      const worstLocal = local.reduce((a, b) => ((b.outside_backward_median_ms ?? 0) > (a.outside_backward_median_ms ?? 0) ? b : a));
-      const others = local.filter((x) => x !== worstLocal).map((x) => x.outside_backward_median_ms ?? 0).sort((a, b) => a - b);
-      const mid = others[Math.floor((others.length - 1) / 2)];
-      localText = ` Outside backward, rank ${worstLocal.rank ?? "?"} works ${fmtMs(worstLocal.outside_backward_median_ms)} per step against ${fmtMs(mid)} on the others.`;
-    }
     const skewText =
-      r.skew !== null && r.worst_rank !== null
-        ? `Rank ${r.worst_rank}'s median step is ${(r.skew * 100).toFixed(1)}% above the median of the others.${localText}`
+      r.skew !== null && worstId !== null
+        ? `Rank ${worstId} is the slowest: its median ${local ? "work outside backward" : "step"} is ${(r.skew * 100).toFixed(1)}% of a step above the other ranks' (the straggler measure; under DDP the others wait for it in backward, so the work outside backward tells).` +
+          (straggler.size ? "" : " Below the straggler threshold, or within the steps' noise: no straggler.")
         : r.per_rank.length === 1
           ? "One rank: nothing to compare."
           : "";
@@ -505,7 +518,7 @@ export class TelemetryPanel {
             grid: { stroke: gridColor, width: 1 },
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
-            // wide enough for the longest tick label (`381 MB`, `100%`, `40`)
+            // wide enough for the longest tick label (`381 MiB`, `100%`, `40`)
             size: (_u: uPlot, values: string[] | null) => Math.max(40, 22 + 7 * Math.max(0, ...(values ?? []).map((v) => v.length))),
             values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.yFmt(v))),
           },

@@ -408,7 +408,7 @@ def show(
         from traceml_ai.diagnose.perf import read_perf_facts
 
         perf_warning = read_perf_facts(run.path)[1]
-        if perf_warning:
+        if perf_warning and perf_warning not in warnings:  # once, also when the store already listed it
             warnings.append(perf_warning)
     if warnings:
         warn = Text("\n".join(f"⚠ {w}" for w in warnings), style="yellow")

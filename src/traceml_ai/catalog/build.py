@@ -91,8 +91,9 @@ class _Ctx:
 
 
 def _resolve(raw: str, folder: str) -> str:
-    """A declared path made absolute against ``folder`` and resolved (as Stormlog: symlinks too)."""
-    path = os.path.expanduser(raw)
+    """A declared path made absolute against ``folder`` and resolved (as Stormlog: symlinks too;
+    ``~`` is a folder name there, never the home folder, as in Stormlog)."""
+    path = raw
     if not os.path.isabs(path):
         path = os.path.join(folder, path)
     return os.path.realpath(path)

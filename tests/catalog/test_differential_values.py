@@ -186,3 +186,54 @@ def test_nan_in_events_and_oom_manifests_is_read_and_printed_as_null(tmp_path: P
     (ev,) = traceml_query("events", root)[0]
     assert ev["metadata"]["ratio"] is None
     assert traceml_query("ooms", root)[0][0]["event_count"] is None
+
+
+def test_a_sink_without_a_usable_ledger_is_read_from_its_segments_as_stormlog_reads_it(tmp_path: Path) -> None:
+    """No ``sessions`` ledger: the session comes from the segments' events, its ``source``
+    ``artifact:<sink folder>`` as in Stormlog. A v1 ledger (not read) and a ``segments`` that is not
+    a list are warnings naming the field (Stormlog is silent)."""
+    root = tmp_path.resolve()
+    for name, change in (("no-ledger", lambda m: m.pop("sessions")),
+                         ("v1-ledger", lambda m: m.update(schema_version=1)),
+                         ("bad-segments", lambda m: m.update(segments={"not": "a list"}))):
+        sink = root / name
+        sink_session(sink, f"s-{name}", T0 + len(name))
+        manifest = json.loads((sink / "manifest.json").read_text(encoding="utf-8"))
+        change(manifest)
+        _json(sink / "manifest.json", manifest)
+    theirs = stormlog_query("sessions", root)
+    ours, stderr = traceml_query("sessions", root)
+    same_rows(ours, theirs)
+    assert {r["source"] for r in theirs if r["session_id"] == "s-no-ledger"} == {"artifact:no-ledger"}
+    assert "v1-ledger/manifest.json: schema_version" in stderr
+    assert "bad-segments/manifest.json: segments: must be a list" in stderr
+
+
+def test_stormlog_query_public_names_are_exported_where_traceml_has_them() -> None:
+    """Each of ``stormlog.query.__all__`` TraceML has an equivalent of is exported under Stormlog's
+    name, with every dataclass field (rows, filters) or public method (the store) of Stormlog's. The
+    three TraceML has no equivalent of are listed here (and in docs/catalog.md)."""
+    import dataclasses
+    import typing
+
+    import stormlog.query
+
+    import traceml_ai.catalog as catalog
+
+    missing = {"ArtifactCatalog", "CatalogRunEnvelope", "CatalogSource"}
+    for name in stormlog.query.__all__:
+        if name in missing:
+            assert not hasattr(catalog, name)
+            continue
+        theirs, ours = getattr(stormlog.query, name), getattr(catalog, name)
+        assert name in catalog.__all__, name
+        if dataclasses.is_dataclass(theirs):
+            have = {f.name for f in dataclasses.fields(ours)}  # type: ignore[arg-type]
+            assert {f.name for f in dataclasses.fields(theirs)} <= have, name
+        elif isinstance(theirs, type):
+            public = {m for m in vars(theirs) if not m.startswith("_")}
+            assert public <= set(dir(ours)), (name, public - set(dir(ours)))
+        elif name == "AttachmentStorage":
+            assert typing.get_args(theirs) == typing.get_args(ours)
+        else:
+            assert callable(ours), name

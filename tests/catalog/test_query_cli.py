@@ -184,3 +184,16 @@ def test_a_folder_that_cannot_be_read_says_permission_denied(tmp_path: Path) -> 
         assert [r["run_id"] for r in json.loads(beside.stdout)] == ["session:s-b"]
     finally:
         locked.chmod(0o755)
+
+
+def test_a_cache_folder_beside_a_file_path_is_bad_usage(tmp_path: Path) -> None:
+    """``--cache-dir`` inside the folder of a file PATH would write beside that file: refused, exit 2,
+    and nothing is written there."""
+    target = tmp_path / "data" / "track_events.jsonl"
+    target.parent.mkdir()
+    target.write_text("", encoding="utf-8")
+    out = subprocess.run([str(Path(sys.executable).parent / "traceml"), "query", "runs", str(target), "--cache-dir",
+                          str(tmp_path / "data" / "cache")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "cache folder" in out.stderr and "never writes inside" in out.stderr
+    assert sorted(p.name for p in target.parent.iterdir()) == ["track_events.jsonl"]

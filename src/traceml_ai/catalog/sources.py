@@ -284,6 +284,12 @@ def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
         version = 1
     sessions: list[dict[str, Any]] = []
     raw_sessions = doc.get("sessions", [])
+    if version < 2 and raw_sessions:
+        problems.append(["schema_version", f"is {_json(doc.get('schema_version', 1))}: a ledger before version 2 "
+                         "is not read (as Stormlog); the sessions are read from the segments' events"])
+    elif not isinstance(raw_sessions, list):
+        problems.append(["sessions", f"must be a list, not {_json(raw_sessions)}; the sessions are read from "
+                         "the segments' events"])
     if version >= 2 and isinstance(raw_sessions, list):
         for i, entry in enumerate(raw_sessions):
             summary, why = summary_from_dict(entry)
@@ -293,6 +299,9 @@ def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
                 sessions.append(summary)
     segments: list[dict[str, Any]] = []
     raw_segments = doc.get("segments", [])
+    if not isinstance(raw_segments, list):
+        problems.append(["segments", f"must be a list, not {_json(raw_segments)}; the folder's segment-*.jsonl "
+                         "files are read"])
     for i, seg in enumerate(raw_segments if isinstance(raw_segments, list) else []):
         if not isinstance(seg, Mapping) or not isinstance(seg.get("filename"), str):
             problems.append([f"segments[{i}]", "has no filename; skipped"])

@@ -89,8 +89,9 @@ def test_traceml_query_sessions_csv_with_filters(artifacts: Path) -> None:
                        "--no-cache")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
-    assert [(r["session_id"], r["run_id"], r["source_kind"], r["world_size"]) for r in rows] == [
-        ("session-rank-0", "run-train-42", "telemetry_jsonl", "8")]
+    assert [(r["session_id"], r["source_kind"], r["world_size"]) for r in rows] == [
+        ("session-rank-0", "telemetry_jsonl", "8")]
+    assert "run_id" not in rows[0]  # Stormlog's CSV columns only; TraceML's own fields are in --json
     assert not (artifacts.parent / ".cache").exists()
 
 
@@ -135,8 +136,8 @@ def test_csv_with_no_matching_row_still_prints_the_header_and_tables_count_in_th
     proc = run_traceml("query", "runs", str(artifacts), "--csv", "--run-id", "nope", "--no-cache")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "run_id,explicit,title,description,job_id,started_at_ns,ended_at_ns,source_path,source_kind,"
-        "source_namespace,source_ref,session_count,attachment_count,sessions,ranks,tags,metadata,status"]
+        "run_id,explicit,title,job_id,started_at_ns,ended_at_ns,session_count,attachment_count,source_kind,"
+        "source_path,source_namespace,source_ref,sessions,ranks"]  # Stormlog's header of an empty result
     table = run_traceml("query", "runs", str(artifacts), "--run-id", "run-train-42", "--no-cache")
     assert re.search(r"^1 run\s*$", table.stdout, re.MULTILINE), table.stdout
 
@@ -184,3 +185,16 @@ def test_a_folder_that_cannot_be_read_says_permission_denied(tmp_path: Path) -> 
         assert [r["run_id"] for r in json.loads(beside.stdout)] == ["session:s-b"]
     finally:
         locked.chmod(0o755)
+
+
+def test_a_cache_folder_beside_a_file_path_is_bad_usage(tmp_path: Path) -> None:
+    """``--cache-dir`` inside the folder of a file PATH would write beside that file: refused, exit 2,
+    and nothing is written there."""
+    target = tmp_path / "data" / "track_events.jsonl"
+    target.parent.mkdir()
+    target.write_text("", encoding="utf-8")
+    out = subprocess.run([str(Path(sys.executable).parent / "traceml"), "query", "runs", str(target), "--cache-dir",
+                          str(tmp_path / "data" / "cache")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "cache folder" in out.stderr and "never writes inside" in out.stderr
+    assert sorted(p.name for p in target.parent.iterdir()) == ["track_events.jsonl"]

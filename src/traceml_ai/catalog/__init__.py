@@ -25,6 +25,8 @@ The rows have the fields of Stormlog 0.4.3's rows (``as_dict()`` gives the same 
 of TraceML's own); real ``stormlog query`` reads the envelopes written here.
 """
 
+from typing import Literal
+
 from traceml_ai.catalog.analysis import ISSUE_KINDS, ISSUE_STATES, SUMMARY_GROUPS, SUMMARY_METRICS, utc
 from traceml_ai.catalog.correlate import (
     DEFAULT_WINDOW_NS,
@@ -57,6 +59,17 @@ from traceml_ai.catalog.writer import EnvelopeError, add_attachment, write_envel
 
 open = open_catalog  # the seed's name: traceml_ai.catalog.open(paths)
 
+# stormlog.query's public names, where TraceML has the same thing (each has every field or method
+# of Stormlog's; tests/catalog/test_differential_values.py checks):
+AttachmentStorage = Literal["reference", "copy"]
+"""An attachment's ``storage`` (``stormlog.query.AttachmentStorage``)."""
+QueryStore = CatalogStore
+"""``stormlog.query.QueryStore``: what :func:`open` returns."""
+RunAttachmentRow = AttachmentRow
+"""``stormlog.query.RunAttachmentRow``: an attachment row (plus ``declared_in``)."""
+CatalogOOMBundle = OOMBundleRow
+"""``stormlog.query.CatalogOOMBundle``: an OOM bundle with its ``manifest_path``."""
+
 __all__ = [
     "DEFAULT_WINDOW_NS",
     "EVIDENCE_KINDS",
@@ -67,7 +80,9 @@ __all__ = [
     "SUMMARY_METRICS",
     "AttachmentFilter",
     "AttachmentRow",
+    "AttachmentStorage",
     "CacheFolderError",
+    "CatalogOOMBundle",
     "CatalogStore",
     "CatalogWarning",
     "CorrelationEvidence",
@@ -81,7 +96,9 @@ __all__ = [
     "IssueRow",
     "OOMBundleFilter",
     "OOMBundleRow",
+    "QueryStore",
     "RunAttachmentFilter",
+    "RunAttachmentRow",
     "RunFilter",
     "RunRow",
     "SessionFilter",

@@ -91,8 +91,9 @@ class _Ctx:
 
 
 def _resolve(raw: str, folder: str) -> str:
-    """A declared path made absolute against ``folder`` and resolved (as Stormlog: symlinks too)."""
-    path = os.path.expanduser(raw)
+    """A declared path made absolute against ``folder`` and resolved (as Stormlog: symlinks too;
+    ``~`` is a folder name there, never the home folder, as in Stormlog)."""
+    path = raw
     if not os.path.isabs(path):
         path = os.path.join(folder, path)
     return os.path.realpath(path)
@@ -198,8 +199,9 @@ class _Builder:
                     return []
                 for s in seg["sessions"]:
                     have = merged.get(s["session_id"])
-                    if have is None:
-                        merged[s["session_id"]] = {**base, **s, "source_count": 1}
+                    if have is None:  # as Stormlog's loader names a sink's session without a ledger entry
+                        merged[s["session_id"]] = {**base, **s, "source": f"artifact:{os.path.basename(source.path)}",
+                                                   "source_count": 1}
                     else:
                         have["event_count"] += s["event_count"]
                         have["source_count"] += 1

@@ -21,7 +21,7 @@ import msgspec
 from traceml_ai.catalog.sources import Fact
 
 CACHE_FILE: Final = "catalog-facts.msgpack"
-CACHE_VERSION: Final = 4
+CACHE_VERSION: Final = 5
 """Bumped whenever the shape of a fact changes, so older caches are dropped whole."""
 
 Signature = tuple[int, ...]
@@ -104,15 +104,29 @@ class FactCache:
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            blob = {"version": CACHE_VERSION, "entries": self._new, "dirs": self._new_dirs}
+            try:
+                data = msgspec.msgpack.encode(blob)
+            except (OverflowError, TypeError, ValueError, msgspec.EncodeError):
+                # a fact msgpack cannot hold (an integer beyond 64 bits): that file is read each time
+                blob["entries"] = {k: v for k, v in self._new.items() if _encodable(v)}
+                data = msgspec.msgpack.encode(blob)
             with open(tmp, "wb") as f:
-                f.write(msgspec.msgpack.encode({"version": CACHE_VERSION, "entries": self._new,
-                                                "dirs": self._new_dirs}))
+                f.write(data)
             os.replace(tmp, self.path)
         except OSError:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        msgspec.msgpack.encode(value)
+    except (OverflowError, TypeError, ValueError, msgspec.EncodeError):
+        return False
+    return True
 
 
 def file_signature(st: os.stat_result) -> Signature:

@@ -32,6 +32,7 @@ from traceml_ai.catalog.sources import (
     _Bad,
     _event,
     legacy_session_id,
+    loads,
     summary_from_dict,
 )
 from traceml_ai.runs.discovery import inside
@@ -227,7 +228,7 @@ def _jsonl(path: str, default: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = orjson.loads(line)
+            record = loads(line)
         except orjson.JSONDecodeError:
             if n == len(lines) and not line.endswith("\n"):
                 break  # the last line, not ended yet: being written now
@@ -276,7 +277,7 @@ def _sink(source: Source, roots: Sequence[str]) -> list[LoadedSession]:
 
 def _json_file(path: str) -> list[LoadedSession]:
     real = os.path.realpath(path)
-    doc = orjson.loads(_read(path))
+    doc = loads(_read(path))
     summaries = None
     if isinstance(doc, list):
         records = doc
@@ -321,7 +322,7 @@ def _csv(path: str) -> list[LoadedSession]:
                         record[key] = None
                     elif key == "metadata" and isinstance(value, str):
                         try:
-                            parsed = orjson.loads(value)
+                            parsed = loads(value)
                         except orjson.JSONDecodeError:
                             parsed = {}
                         record[key] = parsed if isinstance(parsed, dict) else {}
@@ -385,8 +386,8 @@ def read_rollups(source: Source) -> dict[str, Any] | None:
     from traceml_ai.catalog.sources import MANIFEST_FILE, ROLLUP_FILE
 
     try:
-        doc = orjson.loads(_read(os.path.join(source.path, ROLLUP_FILE)))
-        manifest = orjson.loads(_read(source.manifest or os.path.join(source.path, MANIFEST_FILE)))
+        doc = loads(_read(os.path.join(source.path, ROLLUP_FILE)))
+        manifest = loads(_read(source.manifest or os.path.join(source.path, MANIFEST_FILE)))
     except (OSError, ValueError, _Bad):
         return None
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or doc.get("format") != "stormlog.telemetry_rollups":

@@ -9,7 +9,7 @@ unknown); paths are absolute.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,9 @@ class SessionRow:
     role: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    TRACEML_FIELDS: ClassVar[tuple[str, ...]] = ("run_id", "run_ids", "role", "metadata")
+    """Fields of TraceML's own, after Stormlog's (left out of ``--csv``, which is Stormlog's)."""
+
     @property
     def kind(self) -> str:
         """The session's source kind (older name of :attr:`source_kind`)."""
@@ -163,6 +166,9 @@ class AttachmentRow:
     metadata: dict[str, Any] = field(default_factory=dict)
     declared_in: str = ""
 
+    TRACEML_FIELDS: ClassVar[tuple[str, ...]] = ("declared_in",)
+    """Fields of TraceML's own, after Stormlog's (left out of ``--csv``, which is Stormlog's)."""
+
     def to_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (field names as above)."""
         return asdict(self)
@@ -216,6 +222,9 @@ class RunRow:
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     status: str | None = None
+
+    TRACEML_FIELDS: ClassVar[tuple[str, ...]] = ("status",)
+    """Fields of TraceML's own, after Stormlog's (left out of ``--csv``, which is Stormlog's)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (tuples become lists)."""
@@ -348,6 +357,9 @@ class OOMBundleRow:
     exception_type: str | None
     exception_module: str | None
     manifest_path: str = ""
+
+    TRACEML_FIELDS: ClassVar[tuple[str, ...]] = ("manifest_path",)
+    """Fields of TraceML's own, after Stormlog's (left out of ``--csv``, which is Stormlog's)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stormlog's fields plus ``manifest_path``."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
@@ -49,10 +49,42 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality as Python's ``==`` of parsed JSON, but ``1.0`` is not ``1`` (nor ``true``)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _strict_const(_v: Validator, const: Any, instance: Any, _s: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not _same(instance, const):
+        yield ValidationError(f"{instance!r} was expected to be {const!r}")
+
+
+def _strict_enum(_v: Validator, enums: Any, instance: Any, _s: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not any(_same(instance, e) for e in enums):
+        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+
+
+_StrictValidator: Final = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    validators={"const": _strict_const, "enum": _strict_enum},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool)),
+)
+"""JSON Schema 2020-12 as Stormlog's reader applies it: an integer field takes only an integer
+(``1.0`` or ``1e3`` is a number, which Stormlog's ``isinstance(value, int)`` refuses, where plain
+JSON Schema would take it), and ``const`` / ``enum`` compare types too (``schema_version: 1.0`` is
+not ``1``)."""
+
+
 @cache
 def _validator(name: str) -> Validator:
     # Each schema stands alone (no reference into another file), as ``jsonschema`` loads it.
-    return Draft202012Validator(load_schema(name))
+    out: Validator = _StrictValidator(load_schema(name))
+    return out
 
 
 Check = Callable[[Any], bool]
@@ -71,10 +103,9 @@ _ANNOTATIONS: Final = frozenset({"$schema", "$id", "$defs", "$comment", "title",
 
 def _compile(schema: Mapping[str, Any], root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> Check:
     """A yes/no check for the subset of JSON Schema our two schemas use, built from the schema files
-    themselves. It answers only "valid?" and may say no where jsonschema says yes (e.g. ``1.0`` as an
-    integer: the caller then asks jsonschema), never the reverse; it is ~50x faster than jsonschema
-    on an envelope, and jsonschema still produces every message. A keyword outside the subset
-    raises here, so the schemas cannot grow a rule that this check would silently skip."""
+    themselves. It answers only "valid?", exactly as the (strict) jsonschema validator does; it is
+    ~50x faster than jsonschema on an envelope, and jsonschema still produces every message.
+    A keyword outside the subset raises here, so the schemas cannot grow a rule that this check would silently skip."""
     checks = [_keyword(key, value, root, registry, schema) for key, value in schema.items() if key not in _ANNOTATIONS]
     if len(checks) == 1:
         return checks[0]

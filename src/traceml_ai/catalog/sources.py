@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import re
 import uuid
 from collections.abc import Collection, Mapping
 from typing import Any, Final
@@ -71,13 +73,43 @@ TELEMETRY_FILE_LIMIT: Final = 512 * 1024 * 1024
 """A telemetry file over this size is not read (a warning says so)."""
 
 
+_BIG_INT: Final = re.compile(rb"-\d{19}|\d{20}")
+"""A number orjson may not hold exactly (beyond 64 bits), or a string holding 20 digits in a row."""
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON as Stormlog's ``json.loads`` reads it, fast: orjson, except where orjson differs from the
+    standard library, which then reads it: an integer beyond 64 bits (kept exact, never rounded to
+    a float) and ``NaN`` / ``Infinity`` (accepted, as Python's reader accepts them).
+
+    Raises:
+        orjson.JSONDecodeError: not JSON for either reader (orjson's error, with its position).
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if _BIG_INT.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            first: orjson.JSONDecodeError | None = exc
+    else:
+        first = None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if first is not None:
+            raise first from None
+        if isinstance(exc, UnicodeDecodeError):
+            raise orjson.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
+        raise orjson.JSONDecodeError(exc.msg, exc.doc, exc.pos) from None
+
+
 def _load_json(path: str, limit: int = MAX_SMALL_FILE_BYTES) -> tuple[Any, str | None]:
     try:
         with open_regular(path) as f:
             data = f.read(limit + 1)
         if len(data) > limit:
             return None, f"is over the {limit}-byte limit for a catalog file; not read"
-        return orjson.loads(data), None
+        return loads(data), None
     except OSError as exc:
         return None, f"cannot be read: {exc.strerror or exc}"
     except orjson.JSONDecodeError as exc:
@@ -252,6 +284,12 @@ def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
         version = 1
     sessions: list[dict[str, Any]] = []
     raw_sessions = doc.get("sessions", [])
+    if version < 2 and raw_sessions:
+        problems.append(["schema_version", f"is {_json(doc.get('schema_version', 1))}: a ledger before version 2 "
+                         "is not read (as Stormlog); the sessions are read from the segments' events"])
+    elif not isinstance(raw_sessions, list):
+        problems.append(["sessions", f"must be a list, not {_json(raw_sessions)}; the sessions are read from "
+                         "the segments' events"])
     if version >= 2 and isinstance(raw_sessions, list):
         for i, entry in enumerate(raw_sessions):
             summary, why = summary_from_dict(entry)
@@ -261,6 +299,9 @@ def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
                 sessions.append(summary)
     segments: list[dict[str, Any]] = []
     raw_segments = doc.get("segments", [])
+    if not isinstance(raw_segments, list):
+        problems.append(["segments", f"must be a list, not {_json(raw_segments)}; the folder's segment-*.jsonl "
+                         "files are read"])
     for i, seg in enumerate(raw_segments if isinstance(raw_segments, list) else []):
         if not isinstance(seg, Mapping) or not isinstance(seg.get("filename"), str):
             problems.append([f"segments[{i}]", "has no filename; skipped"])
@@ -628,7 +669,7 @@ def read_telemetry(path: str, kind: str) -> Fact:
                 if not line.strip():
                     continue
                 try:
-                    record = orjson.loads(line)
+                    record = loads(line)
                 except orjson.JSONDecodeError:
                     if n == len(lines):  # the last line, not ended yet: being written now
                         break
@@ -638,7 +679,7 @@ def read_telemetry(path: str, kind: str) -> Fact:
                 events.append(_event(record, default))
             fact["sessions"] = _sessions_from_events(events, source)
             return fact
-        doc = orjson.loads(data)
+        doc = loads(data)
         summaries = None
         if isinstance(doc, list):
             records = doc
@@ -697,7 +738,7 @@ def _read_csv(path: str, real: str, source: str, fact: Fact) -> Fact:
                         record[key] = None
                     elif key == "metadata":
                         try:
-                            parsed = orjson.loads(value)
+                            parsed = loads(value)
                         except orjson.JSONDecodeError:
                             parsed = {}
                         record[key] = parsed if isinstance(parsed, dict) else {}

@@ -483,7 +483,8 @@ def open_catalog(
         A :class:`CatalogStore`. Bad input never raises: see :attr:`CatalogStore.warnings`.
 
     Raises:
-        CacheFolderError: ``cache_dir`` lies inside one of the paths.
+        CacheFolderError: ``cache_dir`` lies inside one of the folders given, or inside the folder
+            holding a file given.
 
     Example::
 
@@ -495,7 +496,9 @@ def open_catalog(
         paths = [paths]
     if cache_dir is not None:
         roots = [os.path.realpath(os.path.expanduser(os.fspath(p))) for p in paths]
-        check_cache_dir(cache_dir, [r for r in roots if os.path.isdir(r)])
+        # a file given: the folder holding it (the cache is never written beside a file read)
+        check_cache_dir(cache_dir, [r if os.path.isdir(r) else os.path.dirname(r) for r in roots
+                                    if os.path.exists(r)])
     # Loading the cache and discovery make ~100 objects per session and free none of them: the
     # cyclic collector would walk them again and again (a third of the time on 10,000 sessions).
     was_enabled = gc.isenabled()

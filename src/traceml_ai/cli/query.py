@@ -13,8 +13,9 @@ when the query ran (warnings included), 1 when none of the paths exists or could
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
+import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -41,6 +42,7 @@ from traceml_ai.catalog import (
     EventFilter,
     IssueFilter,
     OOMBundleFilter,
+    OOMBundleRow,
     RunRow,
     SessionRow,
     default_cache_dir,
@@ -155,13 +157,66 @@ def _cell(value: Any) -> str:
     return printable(str(value))
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (null), as orjson writes them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any, *, pretty: bool = True) -> str:
+    """``value`` as JSON text: indented with sorted keys (``--json``, as ``stormlog query --json``)
+    or compact (``--jsonl``). NaN and infinities are null (valid JSON; Stormlog writes ``NaN``); an
+    integer beyond 64 bits, which orjson cannot write, is written exactly by the standard library."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS if pretty else None,
+                            default=str).decode()
+    except orjson.JSONEncodeError:
+        if pretty:
+            return json.dumps(_finite(value), indent=2, sort_keys=True, default=str, ensure_ascii=False)
+        return json.dumps(_finite(value), separators=(",", ":"), default=str, ensure_ascii=False)
+
+
 def _csv_value(value: Any) -> Any:
-    if isinstance(value, (list, tuple, dict)):
-        return orjson.dumps(value).decode()
-    return "" if value is None else value
+    # Stormlog's cell: lists and objects as json.dumps(sort_keys=True) writes them; None is empty
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def write_csv(rows: Sequence[dict[str, Any]], preferred: Sequence[str], traceml_only: Sequence[str] = ()) -> None:
+    """Rows as ``stormlog query --csv`` prints them, byte for byte: Stormlog's preferred columns
+    that the rows have, then the others sorted (its preferred columns alone when there is no row),
+    the csv module's default dialect (``\\r\\n`` line ends, minimal quoting, floats as ``repr``),
+    empty cells for null. ``traceml_only`` fields are left out (they are in ``--json``)."""
+    if traceml_only:
+        drop = set(traceml_only)
+        rows = [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    cols = _columns(rows, preferred)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(cols)
+    for r in rows:
+        writer.writerow([_csv_value(r.get(c)) for c in cols])
+    sys.stdout.write(buf.getvalue())
 
 
 Columns = list[tuple[str, Callable[[Any], Any]]]
+
+STORMLOG_COLUMNS: dict[type, tuple[str, ...]] = {
+    RunRow: ("run_id", "explicit", "title", "job_id", "started_at_ns", "ended_at_ns", "session_count",
+             "attachment_count", "source_kind", "source_path", "source_namespace", "source_ref", "sessions", "ranks"),
+    AttachmentRow: ("run_id", "kind", "title", "storage", "session_id", "job_id", "rank", "source_kind", "source_path",
+                    "source_namespace", "source_ref", "url", "path"),
+    SessionRow: ("session_id", "status", "started_at_ns", "ended_at_ns", "host", "pid", "job_id", "rank", "local_rank",
+                 "world_size", "source_kind", "source_path", "source_count", "warning_count", "event_count",
+                 "oom_bundle_count"),
+}
+"""Stormlog's preferred ``--table``/``--csv`` column order for runs, attachments and sessions."""
 
 RUN_COLUMNS: Columns = [
     ("run_id", lambda r: r.run_id), ("explicit", lambda r: "yes" if r.explicit else "no"),
@@ -187,19 +242,11 @@ SESSION_COLUMNS: Columns = [
 def _print(rows: Sequence[RunRow | AttachmentRow | SessionRow], fmt: str, columns: Columns,
            row_type: type[RunRow | AttachmentRow | SessionRow], what: str) -> None:
     if fmt == "json":
-        sys.stdout.write(orjson.dumps([r.to_dict() for r in rows], option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-                         .decode() + "\n")
+        sys.stdout.write(dumps([r.to_dict() for r in rows]) + "\n")
     elif fmt == "jsonl":
-        sys.stdout.write("".join(orjson.dumps(r.to_dict()).decode() + "\n" for r in rows))
+        sys.stdout.write("".join(dumps(r.to_dict(), pretty=False) + "\n" for r in rows))
     elif fmt == "csv":
-        buf = io.StringIO()
-        names = [f.name for f in dataclasses.fields(row_type)]  # the header even when no row matched
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(names)
-        for r in rows:
-            d = r.to_dict()
-            writer.writerow([_csv_value(d[k]) for k in names])
-        sys.stdout.write(buf.getvalue())
+        write_csv([r.to_dict() for r in rows], STORMLOG_COLUMNS[row_type], row_type.TRACEML_FIELDS)
     else:
         table = Table(caption=f"{len(rows)} {what if len(rows) == 1 else what + 's'}", caption_justify="left")
         for name, _ in columns:
@@ -315,22 +362,15 @@ def _table_cell(value: Any) -> str:
 
 
 def _print_dicts(rows: Sequence[dict[str, Any]], fmt: str, preferred: Sequence[str], what: str,
-                 table_columns: Sequence[str] | None = None) -> None:
+                 table_columns: Sequence[str] | None = None, traceml_only: Sequence[str] = ()) -> None:
     """Dict rows as ``--json`` (one array, as Stormlog), ``--jsonl``, ``--csv`` (Stormlog's columns)
     or a table (``table_columns``, default Stormlog's preferred ones the rows have)."""
     if fmt == "json":
-        sys.stdout.write(orjson.dumps(list(rows), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
-                                      default=str).decode() + "\n")
+        sys.stdout.write(dumps(list(rows)) + "\n")
     elif fmt == "jsonl":
-        sys.stdout.write("".join(orjson.dumps(r, default=str).decode() + "\n" for r in rows))
+        sys.stdout.write("".join(dumps(r, pretty=False) + "\n" for r in rows))
     elif fmt == "csv":
-        cols = _columns(rows, preferred)
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(cols)
-        for r in rows:
-            writer.writerow([_csv_value(r.get(c)) for c in cols])
-        sys.stdout.write(buf.getvalue())
+        write_csv(rows, preferred, traceml_only)
     else:
         cols = [c for c in (table_columns or preferred) if any(c in r for r in rows)] or list(preferred)
         table = Table(caption=f"{len(rows)} {what if len(rows) == 1 else what + 's'}", caption_justify="left")
@@ -407,7 +447,7 @@ def ooms(
     rows = [r.to_dict() for r in store.list_oom_bundles(OOMBundleFilter(
         session_id=session_id, backend=backend, reason=reason, created_after=created_after,
         created_before=created_before))]
-    _print_dicts(rows, fmt, OOM_COLUMNS, "OOM bundle")
+    _print_dicts(rows, fmt, OOM_COLUMNS, "OOM bundle", traceml_only=OOMBundleRow.TRACEML_FIELDS)
     _finish(store, strict)
 
 
@@ -522,8 +562,7 @@ def correlate(
         window_ns=window_ns, kinds=tuple(kind or ()), limit=limit))
     _print_warnings(store.warnings[shown:], None if all_warnings else WARNINGS_PER_KIND)
     if fmt == "json":
-        sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
-                                      default=str).decode() + "\n")
+        sys.stdout.write(dumps(result.to_dict()) + "\n")
     else:
         _print_dicts([e.to_dict() for e in result.evidence], fmt, CORRELATION_COLUMNS, "evidence row",
                      ("confidence", "kind", "title", "session_id", "rank", "start_ns", "source_kind", "reasons"))

@@ -387,7 +387,7 @@ def _read(conn: sqlite3.Connection, path: str) -> Telemetry:
 
     process = []
     for row in _select(conn, schema.PROCESS_SAMPLES.name, PROCESS_COLS, problems):
-        ws = row[-1]
+        ws = row[12]  # world_size (PROCESS_COLS)
         if type(ws) is int:
             world_sizes.add(ws)
         process.append(process_sample(row))

@@ -63,6 +63,22 @@ def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tm
     assert "no bottleneck found" not in proc.stdout
 
 
+def test_shared_options_after_the_script_are_explained_when_its_parser_refused_them(tmp_path: Path) -> None:
+    # --name and --tag are options of many scripts too: moved only because argparse named them.
+    (tmp_path / "train.py").write_text(ARGPARSE_SCRIPT)
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs", "1",
+                       "--name", "baseline", "--tag=cv", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --name baseline --tag=cv" in proc.stderr
+    expected = f"traceml run --logs-dir {tmp_path / 'runs'} --name baseline --tag=cv train.py --epochs 1"
+    assert "--name, --tag, which are TraceML's" in proc.stderr and expected in proc.stderr.replace("\n", " ")
+    # A script that takes --name itself and fails for another reason gets no such note.
+    (tmp_path / "own.py").write_text("import argparse, sys\np = argparse.ArgumentParser()\n"
+                                     "p.add_argument('--name')\np.parse_args()\nsys.exit(3)\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "own.py", "--name", "x", cwd=tmp_path)
+    assert proc.returncode == 3 and "which is TraceML's" not in proc.stderr
+
+
 def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('trained without trace_step')\n")
     proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)

@@ -94,6 +94,10 @@ def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     assert watched.returncode == 0, watched.stderr
     assert "diagnosis: not judged: a watch run times no steps" in watched.stdout
     assert "no bottleneck found" not in watched.stdout
+    (watch_run,) = (tmp_path / "watched").iterdir()
+    shown = run_traceml("summary", str(watch_run))
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: a watch run times no steps" in shown.stdout  # the same reason later, not "no trace_step"
 
 
 def test_verdict_is_green_only_when_a_step_rule_judged() -> None:

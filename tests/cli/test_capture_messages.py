@@ -89,6 +89,9 @@ def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     shown = run_traceml("summary", str(run))
     assert shown.returncode == 0, shown.stderr
     assert "not judged: no training step was timed" in shown.stdout and "no bottleneck found" not in shown.stdout
+    table = run_traceml("runs", "ls", str(tmp_path / "runs"), "--csv", "--columns", "name,perf.verdict")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1:] == ["train,not_judged"]  # the run table never calls it healthy
 
     watched = run_traceml("watch", "--logs-dir", str(tmp_path / "watched"), "train.py", cwd=tmp_path)
     assert watched.returncode == 0, watched.stderr

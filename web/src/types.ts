@@ -306,6 +306,8 @@ export interface Diagnoses {
   abstained: { rule?: string; reason?: string }[];
   rules_checked: string[];
   healthy: boolean;
+  /** The one-line verdict as `traceml summary` gives it: `not_judged` when no step was timed. */
+  verdict?: { kind: "findings" | "healthy" | "not_judged" | "no_verdict"; text: string };
   steps: { seen?: number; first?: number | null; last?: number | null; analysed?: number } | null;
   ranks: { seen?: (number | null)[]; world_size?: number | null; missing?: number[] } | null;
 }

@@ -311,7 +311,7 @@ export class PerformanceView implements ViewModule {
     const live = d?.diagnoses?.source === "live" ? d : null;
     const ms = (v: unknown) => (typeof v === "number" ? fmtPerf("perf.step_ms.p50", v) : "–");
     let verdict = typeof p.verdict === "string" ? p.verdict : "–";
-    if (live?.diagnoses) verdict = `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)`;
+    if (live?.diagnoses) verdict = `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.verdict?.kind === "healthy" ? "healthy" : live.diagnoses.verdict?.kind === "not_judged" ? "not_judged" : "–")} (provisional)`;
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],

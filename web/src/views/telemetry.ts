@@ -256,7 +256,9 @@ export class TelemetryPanel {
         : null,
       findings.length
         ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f)))
-        : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
+        : diag.verdict && diag.verdict.kind !== "healthy"
+          ? h("div", { class: "finding finding-unjudged", testid: "finding-not-judged", text: diag.verdict.text })
+          : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
       this.abstentions(diag),
     );
   }

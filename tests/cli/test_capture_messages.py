@@ -63,6 +63,22 @@ def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tm
     assert "no bottleneck found" not in proc.stdout
 
 
+def test_shared_options_after_the_script_are_explained_when_its_parser_refused_them(tmp_path: Path) -> None:
+    # --name and --tag are options of many scripts too: moved only because argparse named them.
+    (tmp_path / "train.py").write_text(ARGPARSE_SCRIPT)
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs", "1",
+                       "--name", "baseline", "--tag=cv", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --name baseline --tag=cv" in proc.stderr
+    expected = f"traceml run --logs-dir {tmp_path / 'runs'} --name baseline --tag=cv train.py --epochs 1"
+    assert "--name, --tag, which are TraceML's" in proc.stderr and expected in proc.stderr.replace("\n", " ")
+    # A script that takes --name itself and fails for another reason gets no such note.
+    (tmp_path / "own.py").write_text("import argparse, sys\np = argparse.ArgumentParser()\n"
+                                     "p.add_argument('--name')\np.parse_args()\nsys.exit(3)\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "own.py", "--name", "x", cwd=tmp_path)
+    assert proc.returncode == 3 and "which is TraceML's" not in proc.stderr
+
+
 def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('trained without trace_step')\n")
     proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)
@@ -73,11 +89,18 @@ def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     shown = run_traceml("summary", str(run))
     assert shown.returncode == 0, shown.stderr
     assert "not judged: no training step was timed" in shown.stdout and "no bottleneck found" not in shown.stdout
+    table = run_traceml("runs", "ls", str(tmp_path / "runs"), "--csv", "--columns", "name,perf.verdict")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1:] == ["train,not_judged"]  # the run table never calls it healthy
 
     watched = run_traceml("watch", "--logs-dir", str(tmp_path / "watched"), "train.py", cwd=tmp_path)
     assert watched.returncode == 0, watched.stderr
     assert "diagnosis: not judged: a watch run times no steps" in watched.stdout
     assert "no bottleneck found" not in watched.stdout
+    (watch_run,) = (tmp_path / "watched").iterdir()
+    shown = run_traceml("summary", str(watch_run))
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: a watch run times no steps" in shown.stdout  # the same reason later, not "no trace_step"
 
 
 def test_verdict_is_green_only_when_a_step_rule_judged() -> None:

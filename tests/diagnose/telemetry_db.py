@@ -145,6 +145,8 @@ class RunSpec:
     rss: Callable[[int, float], float] | None = lambda rank, t: 900 * MIB
     ram_total: float = 64 * GIB
     host_cpu: Callable[[float], float] | None = lambda t: 55.0
+    proc_cpu: Callable[[int, float], float] = lambda rank, t: 100.0
+    """A rank's CPU percent of one core (the host has 8 logical cores)."""
     host_ram_used: Callable[[float], float] | None = lambda t: 20 * GIB
     interval_s: float = 0.25
     seed: int = 0
@@ -190,6 +192,7 @@ def write_run(run_dir: Path, spec: RunSpec) -> Path:
         for rank in range(spec.ranks):
             if spec.rss is not None:
                 db.process(rank, seq, ts_ns=ts, rss=spec.rss(rank, secs), ram_total=spec.ram_total,
+                           cpu=spec.proc_cpu(rank, secs),
                            gpu_index=rank if spec.gpu else None, gpu_total=spec.gpu_total if spec.gpu else None,
                            world_size=spec.ranks)
         if spec.host_cpu is not None or spec.gpu_util is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +130,30 @@ def test_reason_amounts_have_three_significant_digits_never_an_exponent() -> Non
 
     assert [sig3(v) for v in (1234.5, 123.45, 12.345, 1.2345, 0.012345, 0.0)] == [
         "1,234", "123", "12.3", "1.23", "0.0123", "0"]
+
+
+def test_a_training_that_fills_the_host_itself_is_still_judged(tmp_path: Path) -> None:
+    # B's training uses 6 of the 8 cores itself (more loader workers): the host is busier, the other
+    # processes are not, so B's slowdown is its own and is called a regression.
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1, host_cpu=lambda t: 20.0)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(1.5),
+                                          host_cpu=lambda t: 90.0, proc_cpu=lambda r, t: 600.0)).parents[1]
+    result = compare(a, b)
+    assert verdicts(result)["step_time_ms"].verdict == "regression"
+    assert not any("host load" in p for p in result.problems)
+
+
+def test_a_short_run_on_a_quiet_host_against_a_busy_one_is_inconclusive(tmp_path: Path) -> None:
+    # The walk of issue 14: run A lasted a few seconds (4 host snapshots, 2 after warm-up), run B ran
+    # beside two busy processes. `traceml compare` must not call every phase a regression.
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1, interval_s=1.0, host_cpu=lambda t: 30.0)).parents[1]
+    b = write_run(tmp_path / "b", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(1.5),
+                                          host_cpu=lambda t: 100.0, proc_cpu=lambda r, t: 20.0)).parents[1]
+    out = subprocess.run([sys.executable, "-m", "traceml_ai", "compare", str(a), str(b), "--json"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    step = next(m for m in doc["metrics"] if m["metric"] == "step_time_ms")
+    assert step["verdict"] == "inconclusive"
+    assert "other processes" in step["reason"]
+    assert not [m for m in doc["metrics"] if m["verdict"] == "regression"]

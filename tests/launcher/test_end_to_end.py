@@ -231,6 +231,11 @@ def test_training_outlives_a_killed_aggregator_with_its_own_exit_code(tmp_path: 
     assert meta["status"] == "failed" and meta["exit"]["code"] == 5
     assert meta["telemetry"]["status"] == "degraded"
     assert read_json(run_dir / "aggregator" / "manifest.json")["status"] == "incomplete"
+    # the rank's own account of what it lost is a run file like the others: 0666 less the umask, not 0600
+    umask = os.umask(0)
+    os.umask(umask)
+    losses = list((run_dir / "aggregator" / "rank_losses").glob("*.json"))
+    assert losses and {p.stat().st_mode & 0o777 for p in losses} == {0o666 & ~umask}
     # every committed row survived the kill -9
     db = sqlite3.connect(read_only_uri(run_dir / 'aggregator' / 'telemetry.sqlite'), uri=True)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -136,3 +136,19 @@ def test_a_failed_script_records_its_exception_not_just_its_exit_code(tmp_path: 
     assert keeper.finish(exit_code=1, stderr_tail=tail) == "failed"
     exit_info = read(folder / "run.json")["exit"]
     assert (exit_info["error_type"], exit_info["error_message"], exit_info["code"]) == ("ValueError", "bad lr: -1", 1)
+
+
+def test_every_file_of_a_captured_run_follows_the_umask(tmp_path: Path) -> None:
+    # Issue 14 item 9: a teammate in the group must be able to use every run file alike; SQLite made
+    # telemetry.sqlite 0644 whatever the umask. Under umask 002 every file is 0664, as under traceml run.
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    proc = subprocess.run(
+        ["sh", "-c", 'umask 002 && exec "$0" -m traceml_ai run --mode quiet --logs-dir runs train.py', sys.executable],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
+        env={k: v for k, v in os.environ.items() if k != "TRACEML_RUN_DIR"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    modes = {str(p.relative_to(tmp_path / "runs")): oct(p.stat().st_mode & 0o777) for p in files}
+    assert any(name.endswith("aggregator/telemetry.sqlite") for name in modes)
+    assert set(modes.values()) == {"0o664"}, modes

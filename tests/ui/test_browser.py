@@ -889,6 +889,21 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def test_a_captured_run_without_steps_is_not_judged_in_the_inspector(browser: Browser, tmp_path: Path) -> None:
+    # Issue 14 item 4: a run that timed no step was shown "No problem found in the telemetry."
+    from tests.conftest import run_traceml
+
+    (tmp_path / "nosteps.py").write_text("print('no trace_step here')\n", encoding="utf-8")
+    done = run_traceml("run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"), "nosteps.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with serve(tmp_path / "runs") as v, open_viewer(browser, v) as s:
+        page = s.page
+        row(page, "nosteps").locator(".cell-name").click()
+        section = page.get_by_test_id("inspector-telemetry")
+        expect(section.get_by_test_id("finding-not-judged")).to_contain_text("not judged: no training step was timed")
+        expect(section.get_by_test_id("finding-none")).to_have_count(0)
+
+
 @pytest.mark.timeout(600)  # the module fixture runs a real 2-rank training first
 def test_the_inspector_shows_the_telemetry_of_a_captured_run(browser: Browser, captured: Path) -> None:
     run_dir = next(captured.iterdir())

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from tests.conftest import run_traceml
 from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, T0_NS, RunSpec, TelemetryDB, cpu_events, write_run
 from traceml_ai.diagnose import write_final_summary
 from traceml_ai.runs.fake import generate
@@ -286,3 +287,17 @@ def test_an_aggregator_folder_of_fifos_is_missing_telemetry_with_warnings_not_un
     body = TelemetryViews().payload(store.runs()[0])
     assert body["state"] == "missing" and "no readable telemetry" in body["detail"]
     assert any("telemetry.sqlite" in w and "not read" in w for w in body["warnings"]), body["warnings"]
+
+
+def test_a_captured_run_without_steps_is_not_judged_in_the_page_never_no_problem(tmp_path: Path) -> None:
+    # Issue 14 item 4 in the viewer: the Diagnoses block said "No problem found" for a 0-step run.
+    (tmp_path / "train.py").write_text("print('no trace_step here')\n")
+    root = tmp_path / "runs"
+    proc = run_traceml("run", "--logs-dir", str(root), "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    client, viewer = _client(root)
+    (run,) = viewer.store.runs()
+    diag = _get(client, run.key)["diagnoses"]
+    assert diag["source"] == "final_summary" and diag["findings"] == []
+    assert diag["verdict"]["kind"] == "not_judged"
+    assert diag["verdict"]["text"].startswith("not judged: no training step was timed")

@@ -308,6 +308,8 @@ export interface Diagnoses {
   healthy: boolean;
   /** Findings of the summary that could not be read (an unknown severity): no "no problem" then. */
   unread_findings?: number;
+  /** The one-line verdict as `traceml summary` gives it: `not_judged` when no step was timed. */
+  verdict?: { kind: "findings" | "healthy" | "not_judged" | "no_verdict"; text: string };
   steps: { seen?: number; first?: number | null; last?: number | null; analysed?: number } | null;
   ranks: { seen?: (number | null)[]; world_size?: number | null; missing?: number[] } | null;
 }

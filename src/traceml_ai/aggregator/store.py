@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import queue
 import sqlite3
 import threading
@@ -340,6 +341,10 @@ class TelemetryStore:
         conn: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # SQLite creates its file 0644 whatever the umask; an empty file made here gets the mode
+            # every other run file has (0666 less the umask), and SQLite gives the WAL the same.
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=True, cached_statements=_CACHED_STATEMENTS
             )

@@ -482,10 +482,13 @@ class CaptureSession:
                   "last_error": client.last_error, "message": line}
         try:
             import json
-            import tempfile
+            import secrets
 
             os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rank_", suffix=".tmp", dir=folder)
+            # 0666 less the umask, like every other run file (tempfile.mkstemp's 0600 would lock a
+            # teammate out of it).
+            tmp = os.path.join(folder, f".rank_{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(record, handle)
             os.replace(tmp, os.path.join(folder, f"rank_{rank if rank is not None else 'unknown'}.json"))

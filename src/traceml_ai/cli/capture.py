@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import shlex
 import signal
 import sys
@@ -162,9 +164,41 @@ def _script_or_module(ctx: typer.Context, script: str, args: list[str] | None) -
 _FLAG_OPTIONS = ("--disable-traceml", "--exporter-hostname", "--no-exporter-hostname")
 
 
-def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str, target: list[str]) -> None:
+# TraceML's options that scripts often have too (`--name`, `--tag`): after the script they are the
+# script's, unless its argument parser refused them.
+_SHARED_OPTIONS = ("--name", "--group", "--tag", "--interval", "--mode", "--master-addr", "--master-port")
+_ARGUMENT_ERRORS = ("unrecognized argument", "unrecognized option", "no such option", "unknown option",
+                    "unexpected argument")
+
+
+def _refused_options(run_dir: Path | None) -> set[str]:
+    """TraceML's shared options that the script's stderr named in an argument error (argparse's
+    ``unrecognized arguments: --name x``, click's ``No such option: --name``), from the rank logs."""
+    refused: set[str] = set()
+    if run_dir is None:
+        return refused
+    for log in sorted((run_dir / "aggregator").glob("rank_*.log")):
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if not line.startswith("stderr | ") or not any(e in line.lower() for e in _ARGUMENT_ERRORS):
+                continue
+            for word in re.findall(r"--[A-Za-z][\w-]*", line):
+                if word in _SHARED_OPTIONS:
+                    refused.add(word)
+    return refused
+
+
+def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str, target: list[str],
+                               refused: frozenset[str] | set[str] = frozenset()) -> None:
     """After a failed script that was given TraceML's own options (they came after SCRIPT, so the
-    script got them, and an argument parser refuses them): say so, with the command to run instead."""
+    script got them, and an argument parser refuses them): say so, with the command to run instead.
+    ``refused``: options TraceML shares with many scripts (``--name``), counted only when the
+    script's argument error named them."""
     moved: list[str] = []
     kept: list[str] = []
     items = list(args or [])
@@ -172,7 +206,7 @@ def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str
     while i < len(items):
         word = items[i]
         option = word.split("=", 1)[0]
-        if option in TRACEML_ONLY_OPTIONS or option in _FLAG_OPTIONS:
+        if option in TRACEML_ONLY_OPTIONS or option in _FLAG_OPTIONS or option in refused:
             moved.append(word)
             if "=" not in word and option not in _FLAG_OPTIONS and i + 1 < len(items):
                 moved.append(items[i + 1])
@@ -182,7 +216,7 @@ def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str
         i += 1
     if not moved:
         return
-    names = ", ".join(sorted({w for w in moved if w.startswith("--")}))
+    names = ", ".join(sorted({w.split("=", 1)[0] for w in moved if w.startswith("--")}))
     argv = sys.argv[1:]
     head = len(argv) - len(items) - len(target)
     before = argv[:head] if head > 0 and argv[head:] == [*target, *items] else [mode_name]
@@ -235,7 +269,8 @@ def _launch_command(
         _write_job_envelope(result.run_dir)
     _report(result, view_mode, watch=watching)
     if result.exit_code != 0 and view_mode != "quiet":
-        _explain_misplaced_options(args, result.exit_code, mode_name, ["-m", module] if module else [script])
+        _explain_misplaced_options(args, result.exit_code, mode_name, ["-m", module] if module else [script],
+                                   _refused_options(result.run_dir))
     raise typer.Exit(result.exit_code)
 
 

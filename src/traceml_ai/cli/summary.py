@@ -148,7 +148,7 @@ def _print_summary(run_dir: Path, summary: Summary, origin: str) -> None:
     """The whole terminal summary: the header panel, the verdict and findings, the step-time and rank
     tables, memory and system, and the rules that could not judge."""
     _print_header(run_dir, summary, origin)
-    _print_verdict(summary)
+    _print_verdict(summary, watch=_is_watch_run(run_dir))
     _print_findings(summary)
     if summary.step_time is not None:
         _print_step_time(summary.step_time)
@@ -184,8 +184,17 @@ def _print_header(run_dir: Path, summary: Summary, origin: str) -> None:
     out.print(Panel.fit(info, title=Text(printable(run_dir.name), style="bold"), title_align="left"))
 
 
-def _print_verdict(summary: Summary) -> None:
-    kind, text = verdict(summary)
+def _is_watch_run(run_dir: Path) -> bool:
+    """Whether ``traceml watch`` made the run (``"mode": "watch"`` in ``aggregator/manifest.json``)."""
+    try:
+        doc = orjson.loads((run_dir / "aggregator" / "manifest.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("mode") == "watch"
+
+
+def _print_verdict(summary: Summary, *, watch: bool = False) -> None:
+    kind, text = verdict(summary, watch=watch)
     if summary.telemetry_status == "degraded":
         # Readable but cut short: the findings stand for the part that was recorded, and say so.
         out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "

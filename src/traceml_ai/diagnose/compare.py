@@ -11,8 +11,9 @@ block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
 - ``regression`` / ``improvement``: the whole interval lies on one side of 1 and the ratio is past
   the margin, in the metric's bad / good direction;
 - a time verdict (step time, throughput, a phase) of ``regression`` / ``improvement`` becomes
-  ``inconclusive: host load differed (...)`` when the two runs' median host CPU percent differ by
-  more than :data:`HOST_LOAD_DIFF_PERCENT` points.
+  ``inconclusive: host load differed (...)`` when the host CPU used by processes other than the
+  training's ranks (median host CPU percent less the ranks' own share) differs between the two
+  runs by more than :data:`HOST_LOAD_DIFF_PERCENT` points.
 """
 
 from __future__ import annotations
@@ -245,8 +246,11 @@ def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: 
             continue
         metrics.append(compare_metric(name, spec.unit, spec.better, a, b, spec.floor))
     load_a, load_b = host_cpu_load(ctx_a), host_cpu_load(ctx_b)
-    if load_a is not None and load_b is not None and abs(load_b - load_a) > HOST_LOAD_DIFF_PERCENT:
-        note = f"host load differed (host CPU {load_a:.0f}% in A vs {load_b:.0f}% in B, medians)"
+    if load_a is not None and load_b is not None and _loads_differ(load_a, load_b):
+        note = f"host load differed (host CPU {load_a.host:.0f}% in A vs {load_b.host:.0f}% in B, medians"
+        if load_a.others is not None and load_b.others is not None:
+            note += f"; other processes {load_a.others:.0f}% vs {load_b.others:.0f}%"
+        note += ")"
         problems.append(f"{note}: the step-time verdicts are inconclusive; compare runs made on an equally busy host")
         metrics = [_host_load_inconclusive(m, note) for m in metrics]
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -262,10 +266,51 @@ TIME_UNITS: Final = frozenset({"ms", "steps/s"})
 """Metrics a busier host slows down: step time, throughput and every phase."""
 
 
-def host_cpu_load(ctx: Context) -> float | None:
-    """The median host CPU percent (0-100, the whole host) after warm-up, or None without samples."""
-    cpu = [s.cpu_percent for s in post_warmup(ctx.telemetry.system, ctx.warmup_end_ns) if s.cpu_percent is not None]
-    return float(np.median(cpu)) if len(cpu) >= th.COMPARE_MIN_SAMPLES // 2 else None
+HOST_LOAD_MIN_SAMPLES: Final = 2
+"""Host snapshots (one a second) a run needs for its load to be compared: the ones after warm-up
+when there are 3 or more, else all of them (a short run still says how busy its host was)."""
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """A run's median host CPU percent (0-100, the whole host) and the part of it that processes
+    other than the training's ranks used (``None`` when the ranks' CPU was not sampled)."""
+
+    host: float
+    others: float | None
+
+
+def _loads_differ(a: HostLoad, b: HostLoad) -> bool:
+    """What the other processes used when both runs say, else the whole host's CPU (a training on the
+    CPU fills the host itself, so only the others tell a busier machine from a busier training)."""
+    if a.others is not None and b.others is not None:
+        return abs(b.others - a.others) > HOST_LOAD_DIFF_PERCENT
+    return abs(b.host - a.host) > HOST_LOAD_DIFF_PERCENT
+
+
+def _load_window(samples: list[Any], warmup_end_ns: int | None) -> list[Any]:
+    after = post_warmup(samples, warmup_end_ns)
+    return after if len(after) >= 3 else samples
+
+
+def host_cpu_load(ctx: Context) -> HostLoad | None:
+    """The run's host load (:class:`HostLoad`), or None with fewer than :data:`HOST_LOAD_MIN_SAMPLES`
+    host snapshots. The ranks' own share is each rank's median CPU percent (of one core) over the
+    host's logical cores, summed over the ranks on the host the snapshots came from."""
+    system = _load_window(list(ctx.telemetry.system), ctx.warmup_end_ns)
+    cpu = [s.cpu_percent for s in system if s.cpu_percent is not None]
+    if len(cpu) < HOST_LOAD_MIN_SAMPLES:
+        return None
+    host = float(np.median(cpu))
+    hosts = {s.hostname for s in system}
+    by_rank: dict[int | None, list[float]] = {}
+    for p in _load_window(list(ctx.telemetry.process), ctx.warmup_end_ns):
+        if p.cpu_percent is not None and p.cpu_cores and (p.hostname in hosts or None in hosts):
+            by_rank.setdefault(p.rank, []).append(p.cpu_percent / p.cpu_cores)
+    if not by_rank:
+        return HostLoad(host, None)
+    own = sum(float(np.median(v)) for v in by_rank.values())
+    return HostLoad(host, max(0.0, host - own))
 
 
 def _host_load_inconclusive(m: MetricComparison, note: str) -> MetricComparison:

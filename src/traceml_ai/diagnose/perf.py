@@ -27,7 +27,8 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
                          writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
                          wrote). Every captured run has it; its presence marks a run as captured.
 ``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``
-                         when the rules judged and found nothing; none when they could not judge
+                         when a step-time rule judged and found nothing, ``not_judged`` when none
+                         could (0 steps timed: no ``trace_step``, a ``watch`` run)
 ``severity``             the top finding's severity (``info`` / ``warning`` / ``critical``)
 ``findings``             how many findings
 ``steps``                distinct steps seen
@@ -112,6 +113,10 @@ def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
     return "ok"
 
 
+STEP_RULES: Final = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
+"""The rules that judge step time: a run is ``healthy`` only when one of them judged."""
+
+
 def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> dict[str, PerfValue]:
     """The ``perf.*`` cells of one run from its final_summary.json document (a parsed dict or its
     :class:`SummaryFacts`; ``perf.`` left off the keys; see the module table). A field that is
@@ -129,8 +134,10 @@ def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> 
             out["verdict"] = top.kind
         if top.severity is not None:
             out["severity"] = top.severity
-    elif facts.rules_checked:
+    elif facts.steps.seen and any(r in STEP_RULES for r in facts.rules_checked):
         out["verdict"] = "healthy"
+    elif facts.telemetry.status in ("ok", "degraded"):
+        out["verdict"] = "not_judged"  # 0 steps timed (no trace_step, a watch run): never "healthy"
     stragglers = sorted({r for f in findings if f.kind == "straggler" and f.evidence is not None
                          for r in f.evidence.ranks if r is not None})
     if stragglers:

@@ -112,6 +112,8 @@ class ProcessSample:
     gpu_mem_used_bytes: float | None
     gpu_mem_reserved_bytes: float | None
     gpu_mem_total_bytes: float | None
+    cpu_cores: int | None = None
+    """The host's logical cores (``cpu_percent`` / ``cpu_cores`` is the process's share of the host)."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,8 @@ STEP_COLS = "global_rank, rank, step, timestamp_unix_ns, events_json, world_size
 MEMORY_COLS = "global_rank, rank, step, device, timestamp_unix_ns, peak_alloc_bytes, peak_reserved_bytes, world_size"
 PROCESS_COLS = (
     "global_rank, rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, "
-    "gpu_device_index, gpu_mem_used_bytes, gpu_mem_reserved_bytes, gpu_mem_total_bytes, world_size"
+    "gpu_device_index, gpu_mem_used_bytes, gpu_mem_reserved_bytes, gpu_mem_total_bytes, world_size, "
+    "cpu_logical_core_count"
 )
 SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, gpu_count"
 GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
@@ -329,8 +332,10 @@ def _phases(events: dict[str, Any]) -> dict[str, float | None]:
 def process_sample(row: tuple[Any, ...]) -> ProcessSample:
     """One ``process_samples`` row (columns :data:`PROCESS_COLS`) as a :class:`ProcessSample`."""
     g, r, host, seq, ts, cpu, rss, total, gidx, gused, gres, gtotal = row[:12]
+    cores = _int(row[13]) if len(row) > 13 else None
     return ProcessSample(_rank(g, r), host if isinstance(host, str) else None, _int(seq), _int(ts), _num(cpu),
-                         _num(rss), _num(total), _int(gidx), _num(gused), _num(gres), _num(gtotal))
+                         _num(rss), _num(total), _int(gidx), _num(gused), _num(gres), _num(gtotal),
+                         cores if cores is not None and cores > 0 else None)
 
 
 def system_sample(row: tuple[Any, ...]) -> SystemSample:
@@ -535,7 +540,7 @@ def _read(conn: sqlite3.Connection, path: str, *, totals: bool = True, guess: bo
 
     process = []
     for row in _select(conn, schema.PROCESS_SAMPLES.name, PROCESS_COLS, problems):
-        ws = row[-1]
+        ws = row[12]  # world_size (PROCESS_COLS)
         if type(ws) is int:
             world_sizes.add(ws)
         process.append(process_sample(row))

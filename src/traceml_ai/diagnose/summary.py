@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
+from traceml_ai.diagnose.perf import STEP_RULES
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup, rank_skew
 from traceml_ai.diagnose.stats import median, percentile
@@ -384,10 +385,6 @@ def _step_counts_from(steps: dict[str, Any]) -> StepCounts | None:
     if all(v is None for v in counts.values()):
         return None
     return StepCounts(counts["discarded"] or 0, counts["dropped_updates"] or 0, counts["dropped_micro_batches"] or 0)
-
-
-STEP_RULES = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
-"""The rules that judge where the step time goes: "no bottleneck found" needs one of them to have judged."""
 
 
 def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:

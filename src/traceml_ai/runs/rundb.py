@@ -74,10 +74,13 @@ from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES, RUN_FOLDER_STAM
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 from traceml_ai.runs.safeio import open_regular
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
 ``run_cache.summary``; 4: ``run_cache.stamps`` may hold the run folder's own stamp under
-:data:`RUN_FOLDER_STAMP` (issue 16: a start checks a finished run by that one ``stat``)."""
+:data:`RUN_FOLDER_STAMP` (issue 16: a start checks a finished run by that one ``stat``); 5: the
+``perf`` facts' new meanings (``verdict`` ``not_judged`` for a run with no step timed, ``telemetry``
+``no_summary`` / ``partial`` for a damaged database, ``worst_rank`` by the straggler rule's measure),
+so a database written before them is rebuilt rather than kept."""
 
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)

@@ -48,6 +48,7 @@ from traceml_ai.diagnose.summary import (
     SummaryFileError,
     read_final_summary,
     summarise,
+    verdict,
 )
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import ITERATION
@@ -384,6 +385,7 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
         "rules_checked": list(summary.rules_checked),
         "healthy": summary.healthy,
         "unread_findings": summary.unread_findings,
+        "verdict": dict(zip(("kind", "text"), verdict(summary), strict=True)),
         "steps": doc["steps"],
         "ranks": doc["ranks"],
     }

@@ -336,7 +336,12 @@ export class PerformanceView implements ViewModule {
     let verdict = typeof p.verdict === "string" ? p.verdict : "–";
     // A run still running: what the rules find so far, provisional. A run that ended without a final
     // summary gets no verdict: it says so (the diagnoses below say how to get one in a terminal).
-    if (live?.diagnoses) verdict = live.live ? `${live.diagnoses.findings[0]?.kind ?? (live.diagnoses.rules_checked.length ? "healthy" : "–")} (provisional)` : "none: the run ended without a final summary";
+    if (live?.diagnoses) {
+      const d = live.diagnoses;
+      verdict = live.live
+        ? `${d.findings[0]?.kind ?? (d.verdict?.kind === "healthy" ? "healthy" : d.verdict?.kind === "not_judged" ? "not_judged" : "–")} (provisional)`
+        : "none: the run ended without a final summary";
+    }
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],

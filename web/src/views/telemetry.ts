@@ -270,6 +270,8 @@ export class TelemetryPanel {
         ? h("div", { class: "callout callout-error", testid: "finding-unread", text: `${diag.unread_findings} finding${diag.unread_findings === 1 ? "" : "s"} of the summary could not be read (an unknown severity or shape) and ${diag.unread_findings === 1 ? "is" : "are"} left out: no verdict can be given.` })
         : findings.length
           ? null
+          : diag.verdict && diag.verdict.kind !== "healthy"
+            ? h("div", { class: "finding finding-unjudged", testid: "finding-not-judged", text: diag.verdict.text })
           : h("div", { class: "finding finding-ok", testid: "finding-none", text: "No problem found in the telemetry." }),
       this.abstentions(diag),
     );

@@ -50,7 +50,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from traceml_ai.capture import instrument
-from traceml_ai.capture.session import DEFAULT_INTERVAL_S, CaptureConfig, CaptureSession, start_session
+from traceml_ai.capture.session import (
+    DEFAULT_INTERVAL_S,
+    CaptureConfig,
+    CaptureSession,
+    new_job_secret,
+    start_session,
+)
 from traceml_ai.sdk.tracing import trace_step
 from traceml_ai.telemetry import frames
 
@@ -58,25 +64,31 @@ TARGETS = ((10.0, 1.0), (1.0, 5.0))  # (step ms, overhead % target)
 BLOCK_MS = 200.0  # length of one block; short, so that a pair of blocks sees the same machine state
 
 _DISCARD_AGGREGATOR = r"""
-import socket, threading
+import os, socket, threading
 from traceml_ai.telemetry import frames
 
+SECRET = os.environ["TRACEML_JOB_SECRET"]
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(8)
 print(srv.getsockname()[1], flush=True)
 
 def serve(conn):
+    # The protocol's handshake, as the real aggregator does it: a challenge, the rank's signed
+    # hello, a welcome with this side's proof. Then every later byte is discarded.
+    challenge = frames.challenge()
+    conn.sendall(frames.encode_frame(challenge))
     reader = frames.FrameReader()
-    while True:  # the first frame is the hello: welcome it
+    hello = None
+    while hello is None:
         chunk = conn.recv(65536)
         if not chunk:
             return
         reader.feed(chunk)
-        if any(True for _ in reader.bodies()):
-            break
-    conn.sendall(frames.encode_frame(frames.welcome()))
-    while conn.recv(1 << 20):  # then discard every byte
+        hello = next(iter(reader.bodies()), None)
+    welcome = frames.welcome(SECRET, hello["session_id"], challenge["challenge"], hello["nonce"])
+    conn.sendall(frames.encode_frame(welcome))
+    while conn.recv(1 << 20):
         pass
 
 while True:
@@ -84,12 +96,17 @@ while True:
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
 
+JOB_SECRET = new_job_secret()
+"""The secret both sides of the benchmark's connections share (as ``traceml run`` gives its ranks one)."""
+
 
 class DiscardAggregator:
     """A process on 127.0.0.1 that welcomes any hello and discards every later frame."""
 
     def __enter__(self) -> tuple[str, int]:
-        self.proc = subprocess.Popen([sys.executable, "-c", _DISCARD_AGGREGATOR], stdout=subprocess.PIPE, text=True)
+        env = {**os.environ, "TRACEML_JOB_SECRET": JOB_SECRET}
+        self.proc = subprocess.Popen([sys.executable, "-c", _DISCARD_AGGREGATOR], stdout=subprocess.PIPE,
+                                     text=True, env=env)
         assert self.proc.stdout is not None
         return ("127.0.0.1", int(self.proc.stdout.readline()))
 
@@ -209,7 +226,8 @@ def bench(target_ms: float, goal_pct: float, args: argparse.Namespace, aggregato
     steps = max(10, round(BLOCK_MS / target_ms)) + args.warm
     model, run = make_loop(batch, width, steps)
     load0 = os.getloadavg()
-    session = start_session(CaptureConfig(f"bench-{os.getpid()}-{target_ms:g}", aggregator, interval=args.interval))
+    session = start_session(CaptureConfig(f"bench-{os.getpid()}-{target_ms:g}", aggregator, interval=args.interval,
+                                          secret=JOB_SECRET))
     telemetry = TelemetryCpu(session)
 
     def traced() -> Any:

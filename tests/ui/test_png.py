@@ -46,3 +46,37 @@ def test_a_wall_time_line_chart_renders_as_a_300_dpi_png(store: RunStore) -> Non
     data = render_chart_png(spec, runs, [(r, store.history(r.key)) for r in runs], max_points=200)
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and round(png_dpi(data) or 0) == 300
     Path(store.roots[0]).parent.joinpath("chart.png").write_bytes(data)  # for a human look, next to the runs
+
+
+def test_a_scatter_plotted_by_groups_draws_each_group_mean_with_its_std_as_the_csv_gives_it(store: RunStore) -> None:
+    """Plot by groups in the scatter PNG: one mean ± std mark per table group, at the numbers the
+    chart CSV exports, named with its n in the legend (as the page draws it)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from traceml_ai.runs.analysis import ScatterSpec, scatter_group_csv_rows
+    from traceml_ai.ui.png import _THEMES, _draw_scatter
+
+    runs = store.runs()
+    spec = ScatterSpec(tuple(r.key for r in runs), "config.model.hidden", "summary.test/auc",
+                       group_by="config.model.dropout")
+    _, rows = scatter_group_csv_rows(runs, spec.x_field, spec.y_field, "config.model.dropout")
+    assert len(rows) == 2  # dropout 0.1 and 0.2 among the runs with both values
+    ax = Figure().subplots()
+    _draw_scatter(ax, spec, runs, _THEMES["dark"])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    drawn = {}
+    for container in ax.containers:  # one errorbar per group: (mark, caps, (x whisker, y whisker))
+        mark, _caps, (x_bar, y_bar) = container
+        (x0, _), (x1, _) = x_bar.get_segments()[0]
+        (_, y0), (_, y1) = y_bar.get_segments()[0]
+        drawn[container.get_label()] = (mark.get_xdata()[0], mark.get_ydata()[0], (x1 - x0) / 2, (y1 - y0) / 2)
+    assert len(drawn) == len(rows)
+    for label, n, mean_x, std_x, mean_y, std_y in rows:
+        assert f"mean ± std: {label} (n={n})" in legend
+        assert drawn[f"mean ± std: {label} (n={n})"] == pytest.approx((mean_x, mean_y, std_x, std_y))
+    ungrouped = Figure().subplots()
+    _draw_scatter(ungrouped, ScatterSpec(spec.keys, spec.x_field, spec.y_field), runs, _THEMES["dark"])
+    assert ungrouped.get_legend() is None and not ungrouped.get_lines()  # points only
+    data = render_chart_png(spec, runs)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and round(png_dpi(data) or 0) == 300

@@ -765,20 +765,43 @@ def box_csv_rows(runs: Sequence[RunSummary], field: str, group_by: str | None = 
     return header, [[g["label"], p["label"], paths[p["key"]], p["value"]] for g in data["groups"] for p in g["points"]]
 
 
-def scatter_group_csv_rows(runs: Sequence[RunSummary], x_field: str, y_field: str, group_by: str) -> Table:
-    """Plot by groups in a scatter: ``group,n,mean <x>,std <x>,mean <y>,std <y>`` per group of
-    ``group_by`` (group order) over its runs with both values; std is the population standard
-    deviation (0 for one run), as the page draws it."""
+class ScatterGroup(TypedDict):
+    label: str
+    n: int
+    mean_x: float
+    std_x: float
+    mean_y: float
+    std_y: float
+
+
+def scatter_groups(runs: Sequence[RunSummary], x_field: str, y_field: str, group_by: str) -> list[ScatterGroup]:
+    """Plot by groups in a scatter: each group of ``group_by`` (group order) over its runs with both
+    values, as its mean and population standard deviation in x and y (0 for one run), as the page
+    draws it; groups without such a run are left out.
+
+    Raises:
+        ColumnError: invalid column name.
+    """
     data = scatter_data(runs, x_field, y_field)
     points = {p["key"]: p for p in data["points"]}
-    rows: list[list[Scalar]] = []
+    out: list[ScatterGroup] = []
     for group in group_runs(runs, group_by):
         mine = [points[r.key] for r in group.runs if r.key in points]
         if not mine:
             continue
         xs = np.array([p["x"] for p in mine], dtype=np.float64)
         ys = np.array([p["y"] for p in mine], dtype=np.float64)
-        rows.append([group.label, len(mine), float(xs.mean()), float(xs.std()), float(ys.mean()), float(ys.std())])
+        out.append(ScatterGroup(label=group.label, n=len(mine), mean_x=float(xs.mean()), std_x=float(xs.std()),
+                                mean_y=float(ys.mean()), std_y=float(ys.std())))
+    return out
+
+
+def scatter_group_csv_rows(runs: Sequence[RunSummary], x_field: str, y_field: str, group_by: str) -> Table:
+    """The CSV of :func:`scatter_groups`: ``group,n,mean <x>,std <x>,mean <y>,std <y>``."""
+    rows: list[list[Scalar]] = [
+        [g["label"], g["n"], g["mean_x"], g["std_x"], g["mean_y"], g["std_y"]]
+        for g in scatter_groups(runs, x_field, y_field, group_by)
+    ]
     return ["group", "n", f"mean {x_field}", f"std {x_field}", f"mean {y_field}", f"std {y_field}"], rows
 
 
@@ -846,6 +869,7 @@ __all__ = [
     "LinePoints",
     "LineSpec",
     "ScatterData",
+    "ScatterGroup",
     "ScatterPoint",
     "ScatterSpec",
     "Table",
@@ -868,6 +892,8 @@ __all__ = [
     "quantile",
     "scatter_csv_rows",
     "scatter_data",
+    "scatter_group_csv_rows",
+    "scatter_groups",
     "table_csv",
     "time_axis_label",
     "time_origin",

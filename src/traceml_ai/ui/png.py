@@ -29,6 +29,7 @@ from traceml_ai.runs.analysis import (
     line_groups,
     line_points,
     scatter_data,
+    scatter_groups,
     time_axis_label,
     time_origin,
 )
@@ -118,7 +119,8 @@ def render_chart_png(
     - bar: :func:`~traceml_ai.runs.analysis.bar_data` (60 bars at most; group means with min–max
       error bars);
     - scatter: :func:`~traceml_ai.runs.analysis.scatter_data`, sized by ``size_field`` (missing: the
-      default size), coloured by ``color_field`` groups;
+      default size), coloured by ``color_field`` groups; with ``group_by`` (Plot by groups) each
+      group's mean ± std in x and y over the points (:func:`~traceml_ai.runs.analysis.scatter_groups`);
     - box: :func:`~traceml_ai.runs.analysis.box_data`, whiskers and outliers exactly as computed.
 
     Raises:
@@ -368,12 +370,22 @@ def _draw_scatter(ax: Axes, spec: ScatterSpec, runs: Sequence[RunSummary], color
             [p["x"] for p in members], [p["y"] for p in members], s=[area(p["size"]) for p in members],
             color=PALETTE[j % len(PALETTE)], alpha=0.85, linewidths=0, label=group,
         )
+    if spec.group_by is not None:
+        # Plot by groups, as the page draws it: each table group's mean as a diamond with ± std
+        # whiskers in x and y, over the points (the same numbers as the chart CSV).
+        for j, g in enumerate(scatter_groups(runs, spec.x_field, spec.y_field, spec.group_by)):
+            ax.errorbar(
+                [g["mean_x"]], [g["mean_y"]], xerr=[g["std_x"]], yerr=[g["std_y"]], fmt="D", markersize=7,
+                color=PALETTE[j % len(PALETTE)],
+                markeredgecolor=colors["fg"], markeredgewidth=0.6, elinewidth=1.0, capsize=3,
+                label=f"mean ± std: {g['label']} (n={g['n']})",
+            )
     if spec.log_x:
         ax.set_xscale("log", nonpositive="mask")
     if spec.log_y:
         ax.set_yscale("log", nonpositive="mask")
     style_axes(ax, colors)  # a new scale brings new tick labels
-    if spec.color_field:
+    if spec.color_field or spec.group_by is not None:
         _legend(ax, colors)
 
 

@@ -167,3 +167,41 @@ def test_an_unreadable_finding_is_not_no_problem_and_sizes_are_in_kib(
         expect(section.get_by_test_id("finding-unread")).to_contain_text("1 finding of the summary could not be read")
         expect(section.get_by_test_id("finding-none")).to_have_count(0)
         s.assert_clean()
+
+
+def test_the_performance_view_scrolls_with_the_wheel_and_a_reload_keeps_its_run(
+        browser: Browser, workspace: tuple[Viewer, dict[str, Any]]) -> None:
+    """Issue 13 review: the full page was taller than the window and could not be scrolled (the
+    panels below the first screen were out of reach), and the inspector's Performance button left the
+    run out of the address, so a reload showed "Select captured runs…"."""
+    viewer, _ = workspace
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        page.set_viewport_size({"width": 1280, "height": 720})
+        run = perf_view(page, "ddp")
+        view = page.get_by_test_id("view-performance")
+        heat = run.get_by_test_id("perf-heatmap")
+        expect(heat).to_be_visible()
+        expect(heat).not_to_be_in_viewport()  # below the first screen at this size
+        view.hover()
+
+        def heat_on_screen() -> bool:
+            box = heat.bounding_box()
+            return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 720
+
+        seen = False
+        for _ in range(40):  # as a user scrolls: the wheel over the page, no script
+            page.mouse.wheel(0, 120)
+            page.wait_for_timeout(50)
+            if heat_on_screen():
+                seen = True
+                break
+        assert seen, "the per-rank heatmap never came on screen by scrolling"
+        assert view.evaluate("(el) => el.scrollTop") > 0
+        assert "pr=" in page.url  # the run is in the address
+        page.reload()
+        run = page.get_by_test_id("perf-run")
+        expect(run).to_have_count(1)
+        expect(run).to_have_attribute("data-name", "ddp")
+        expect(page.get_by_test_id("performance-empty")).to_have_count(0)
+        s.assert_clean()

@@ -213,7 +213,12 @@ export function restoreUi(next: UiState): void {
   const asked = question(before.differing);
   store.ui = { ...next, selection: before.selection };
   if (JSON.stringify(next.selection) !== JSON.stringify(before.selection)) {
-    store.setSelection(next.selection.filter((k) => store.runs.has(k)));
+    store.restoring = true;
+    try {
+      store.setSelection(next.selection.filter((k) => store.runs.has(k)));
+    } finally {
+      store.restoring = false;
+    }
   }
   if (question(next.differing) !== asked) void queryTable();
   store.emit("restored");

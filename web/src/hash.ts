@@ -64,6 +64,7 @@ export function uiToHash(ui: UiState): string {
   if (ui.maxRows !== null) p.set("n", String(ui.maxRows));
   if (ui.plotGroups) p.set("pg", "1");
   if (ui.band !== d.band) p.set("band", ui.band);
+  if (ui.perfRun !== null) p.set("pr", ui.perfRun);
   return `#${p.toString()}`;
 }
 
@@ -106,6 +107,7 @@ export function hashToUi(hash: string): UiState | null {
     maxRows: p.has("n") ? Number(p.get("n")) : null,
     plotGroups: p.get("pg") === "1",
     band: p.get("band") ?? undefined,
+    perfRun: p.get("pr"),
   };
   return parseUiState(raw);
 }

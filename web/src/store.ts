@@ -56,6 +56,9 @@ export interface UiState {
   plotGroups: boolean;
   /** The band around a group's mean: min–max or ± one standard deviation. */
   band: "minmax" | "std";
+  /** The run the inspector opened the Performance view on (shown when the selection does not hold
+   * it); kept in the address so a reload or a shared link opens the same run. */
+  perfRun: string | null;
 }
 
 export function defaultUiState(): UiState {
@@ -83,6 +86,7 @@ export function defaultUiState(): UiState {
     maxRows: null,
     plotGroups: false,
     band: "minmax",
+    perfRun: null,
   };
 }
 
@@ -137,6 +141,7 @@ export function parseUiState(raw: unknown): UiState {
     maxRows: typeof r.maxRows === "number" && Number.isInteger(r.maxRows) && r.maxRows >= 1 ? r.maxRows : null,
     plotGroups: bool(r.plotGroups, false),
     band: r.band === "std" ? "std" : "minmax",
+    perfRun: strOrNull(r.perfRun, null),
   };
 }
 
@@ -166,6 +171,8 @@ export class Store {
   roots: RootInfo[] = [];
   warnings: string[] = [];
   refreshedAt: string | null = null;
+  /** True while a view from the address (Back/Forward) is being applied: its selection change is not the user's. */
+  restoring = false;
   refreshInterval = 5;
   staleAfter = 60;
   table: TableResponse | null = null;

@@ -39,12 +39,10 @@ type Panel = "step" | "ranks" | "memory" | "gpu";
 const PANEL_LABEL: Record<Panel, string> = { step: "step time by phase", ranks: "step time per rank", memory: "memory", gpu: "host and GPU" };
 const VERDICT_CLASS: Record<string, string> = { regression: "sev-critical", improvement: "sev-ok", equivalent: "sev-info", inconclusive: "sev-muted" };
 
-let focusKey: string | null = null;
-
 /** Open the Performance view on run `key` (the inspector's link): shown alone unless it is selected,
  * until the selection changes. */
 export function openPerformance(key: string): void {
-  focusKey = key;
+  store.set("perfRun", key); // in the address: a reload or a shared link opens this run
   store.openInspector(null); // the full page needs the room
   store.setView("performance");
 }
@@ -52,6 +50,7 @@ export function openPerformance(key: string): void {
 /** The captured runs the view shows: the selected ones, else the one the inspector opened. */
 function shownRuns(): RunRow[] {
   const selected = store.ui.selection.map((k) => store.runs.get(k)).filter((r): r is RunRow => !!r && isCaptured(r));
+  const focusKey = store.ui.perfRun;
   if (selected.length && (!focusKey || store.ui.selection.includes(focusKey))) return selected.slice(0, MAX_RUNS);
   const focus = focusKey ? store.runs.get(focusKey) : undefined;
   if (focus && isCaptured(focus)) return [focus];
@@ -119,7 +118,8 @@ export class PerformanceView implements ViewModule {
     this.host = h("div", { class: "perf-view", testid: "performance" });
     host.appendChild(this.host);
     store.on("selection", () => {
-      focusKey = null; // a new selection is what the user wants to see
+      // A new selection is what the user wants to see; one from the address (Back/Forward) keeps its run.
+      if (!store.restoring && store.ui.perfRun !== null) store.set("perfRun", null);
       if (this.visible) this.render();
     });
     // Pushed over server-sent events (live.ts): a shown run changed (a live run's telemetry grew, or
@@ -184,7 +184,7 @@ export class PerformanceView implements ViewModule {
         this.host,
         emptyState(
           "Select captured runs to see their performance",
-          "Tick one or more runs with the PERF badge (captured by traceml run) in the Runs table, or open a run's inspector and follow “Open Performance view”.",
+          "Tick one or more runs with the PERF badge (captured by traceml run) in the Runs table, or open a run's inspector and press its “Performance” button.",
           button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
           "performance-empty",
         ),

@@ -47,6 +47,8 @@ def damaged_copy(captured: Path, tmp_path: Path, damage: str) -> Path:
     data = db.read_bytes()
     if damage == "truncated":
         db.write_bytes(data[: len(data) // 3])
+    elif damage == "emptied":
+        db.write_bytes(b"")
     elif damage == "garbage_header":
         db.write_bytes(b"\x00garbage" * 8 + data[64:])
     else:  # garbage over the pages after the first few: the header is intact
@@ -62,7 +64,7 @@ def test_the_intact_capture_is_ok_without_warnings(captured: Path) -> None:
     assert done.returncode == 0 and "damaged" not in done.stderr
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage_header"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage_header", "emptied"])
 def test_a_visibly_damaged_database_makes_the_run_partial_with_one_warning(captured: Path, tmp_path: Path,
                                                                            damage: str) -> None:
     run_dir = damaged_copy(captured, tmp_path, damage)
@@ -79,6 +81,9 @@ def test_a_visibly_damaged_database_makes_the_run_partial_with_one_warning(captu
     summary = run_traceml("summary", str(run_dir))
     assert summary.returncode == 0, summary.stderr
     assert summary.stderr.count(DAMAGED) == 1 and "Traceback" not in summary.stderr
+    # The header says what is true now, not the "ok" the summary was written with.
+    assert "telemetry  partial: telemetry database is damaged" in " ".join(summary.stdout.split()).replace(
+        "telemetry partial", "telemetry  partial")
     shown = run_traceml("runs", "show", run_dir.name, "--root", str(run_dir.parent))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count(DAMAGED) == 1
@@ -102,3 +107,17 @@ def test_the_performance_view_says_the_database_is_damaged_in_every_panel(captur
     assert body["logs"], "the captured output is still shown"
     assert perf["heatmap"]["state"] == "corrupt" and perf["heatmap"]["detail"] == body["detail"]
     assert perf["breakdown"] is None
+
+
+def test_a_final_summary_that_cannot_be_read_is_not_called_missing(captured: Path, tmp_path: Path) -> None:
+    """Issue 13 review: a truncated final_summary.json was reported as "no final_summary.json yet"."""
+    root = tmp_path / "traceml" / "runs"
+    run_dir = root / captured.name
+    shutil.copytree(captured, run_dir)
+    final = run_dir / "aggregator" / "final_summary.json"
+    final.write_bytes(final.read_bytes()[:200])
+    done = run_traceml("summary", str(run_dir))
+    assert done.returncode == 0, done.stderr
+    assert "not valid JSON" in done.stderr
+    words = " ".join(done.stdout.split())
+    assert "(final_summary.json cannot be read)" in words and "no final_summary.json yet" not in words

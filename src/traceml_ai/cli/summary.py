@@ -63,24 +63,27 @@ def resolve_run(ref: str, roots: list[str] | None) -> Path:
     return path
 
 
-def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str]:
-    """The run's summary document and where it came from: final_summary.json as written, else the
-    diagnosis of telemetry.sqlite made now (a warning first when the file cannot be used)."""
+def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str, str | None]:
+    """The run's summary document, where it came from, and the damage its telemetry database shows
+    now (None when none): final_summary.json as written, else the diagnosis of telemetry.sqlite made
+    now (a warning first when the file cannot be used)."""
+    unusable = False
     try:
         doc = load_final_summary(run_dir)
     except SummaryFileError as e:
         err.print(f"[yellow]warning:[/] {escape(printable(str(e)))}; diagnosing telemetry.sqlite instead")
-        doc = None
+        doc, unusable = None, True
     if doc is not None:
         from traceml_ai.diagnose.perf import telemetry_damage
 
-        damage = telemetry_damage(run_dir)
+        damage = telemetry_damage(run_dir, summarised=True)
         if damage is not None:
             err.print(f"[yellow]warning:[/] aggregator/telemetry.sqlite: {escape(printable(damage))}; the summary "
                       "below was written from it before (its charts cannot be drawn)")
-        return doc, "aggregator/final_summary.json"
+        return doc, "aggregator/final_summary.json", damage
     summary = diagnose(telemetry_path(run_dir), source="aggregator/telemetry.sqlite")
-    return summary.to_dict(), "computed now from aggregator/telemetry.sqlite (no final_summary.json yet)"
+    why = "final_summary.json cannot be read" if unusable else "no final_summary.json yet"
+    return summary.to_dict(), f"computed now from aggregator/telemetry.sqlite ({why})", None
 
 
 @one_line_errors
@@ -97,11 +100,11 @@ def summary(
     Example: traceml summary traceml/runs/20261130-101500_baseline_a3f9
     """
     run_dir = resolve_run(run, roots)
-    doc, origin = _summary_doc(run_dir)
-    if as_json:
+    doc, origin, damage = _summary_doc(run_dir)
+    if as_json:  # the document as written (the damage is the warning on stderr)
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    _print_summary(run_dir, Summary.from_dict(doc), origin)
+    _print_summary(run_dir, Summary.from_dict(doc), origin, damage)
 
 
 def _ms(v: float | None) -> str:
@@ -144,10 +147,11 @@ def _steps_left_out(summary: Summary) -> str:
     return "; ".join(parts)
 
 
-def _print_summary(run_dir: Path, summary: Summary, origin: str) -> None:
+def _print_summary(run_dir: Path, summary: Summary, origin: str, damage: str | None = None) -> None:
     """The whole terminal summary: the header panel, the verdict and findings, the step-time and rank
-    tables, memory and system, and the rules that could not judge."""
-    _print_header(run_dir, summary, origin)
+    tables, memory and system, and the rules that could not judge. ``damage``: what the telemetry
+    database shows now, when the summary was written before it was damaged."""
+    _print_header(run_dir, summary, origin, damage)
     _print_verdict(summary, watch=_is_watch_run(run_dir))
     _print_findings(summary)
     if summary.step_time is not None:
@@ -156,15 +160,19 @@ def _print_summary(run_dir: Path, summary: Summary, origin: str) -> None:
     _print_abstained(summary)
 
 
-def _print_header(run_dir: Path, summary: Summary, origin: str) -> None:
+def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | None = None) -> None:
     info = Table.grid(padding=(0, 2))
     info.add_column(style="dim")
     info.add_column()
     status = summary.telemetry_status
     info.add_row("source", Text(origin))
     detail = f": {_text(summary.telemetry_detail)}" if summary.telemetry_detail else ""
-    info.add_row("telemetry", Text(_text(status) + detail,
-                                   style="" if status == "ok" else "yellow" if status == "degraded" else "bold red"))
+    if damage is not None:  # the summary's status is of the rows it was written from; say what is true now
+        info.add_row("telemetry", Text(f"partial: {_text(damage)} (it was {_text(status)} when the summary was "
+                                       "written)", style="bold red"))
+    else:
+        style = "" if status == "ok" else "yellow" if status == "degraded" else "bold red"
+        info.add_row("telemetry", Text(_text(status) + detail, style=style))
     span = f" (steps {summary.first_step}..{summary.last_step})" if summary.first_step is not None else ""
     info.add_row("steps", Text(f"{fmt_value(summary.steps_seen)} seen{span}, "
                                f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "

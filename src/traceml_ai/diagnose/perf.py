@@ -293,7 +293,7 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
                 f"{name}: schema_version {version!r} is newer than this TraceML reads (upgrade traceml-ai)"
                 if version is not None else f"{name}: no schema_version", stamps, True)
     out = perf_facts(facts, lost=lost)
-    damage = telemetry_damage(run_dir)
+    damage = telemetry_damage(run_dir, summarised=True)
     if damage is not None:
         out["telemetry"] = "partial"  # the summary was judged on rows that can no longer be read back
         return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
@@ -303,11 +303,13 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 
-def telemetry_damage(run_dir: str | os.PathLike[str]) -> str | None:
+def telemetry_damage(run_dir: str | os.PathLike[str], *, summarised: bool = False) -> str | None:
     """``telemetry database is damaged: <why>`` when the run's ``aggregator/telemetry.sqlite`` is
     visibly damaged from its 100-byte header and its size alone (no SQLite header, an impossible page
     size, fewer bytes than the header's page count), else None (also without a database, for an
     empty one and for a live one, whose ``-wal`` file may hold pages the header does not count yet).
+    With ``summarised`` (the run's final summary was written, so the aggregator had created and
+    filled the database), an empty (0-byte) file is damage too: it was emptied since.
 
     A cheap look for the run table (one open, one read): damage inside the file shows when the
     rows are read (:func:`traceml_ai.diagnose.read_telemetry` then says ``corrupt``). Never raises.
@@ -321,8 +323,10 @@ def telemetry_damage(run_dir: str | os.PathLike[str]) -> str | None:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        if not stat.S_ISREG(st.st_mode):
             return None
+        if st.st_size == 0:
+            return "telemetry database is damaged: the file is empty (0 bytes)" if summarised else None
         head = os.read(fd, 100)
     except OSError:
         return None

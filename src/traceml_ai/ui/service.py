@@ -357,10 +357,23 @@ class Viewer:
                     parsed.append(parse_filter_arg(expr))
                 except (FilterError, ColumnError) as err:
                     problems.append(str(err))
-            error = "; ".join(problems) or None
             statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
             keys = [_sort_key(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
-            matched = filter_runs(visible, parsed, search=search or None, statuses=statuses)
+            try:
+                matched = filter_runs(visible, parsed, search=search or None, statuses=statuses)
+            except FilterError:
+                # A filter that only the values can refuse (`>abc` on a column of numbers): find it,
+                # report it and leave it out like the others; never fall back to every run.
+                kept = []
+                for one in parsed:
+                    try:
+                        filter_runs(visible, [one])
+                    except FilterError as err:
+                        problems.append(str(err))
+                    else:
+                        kept.append(one)
+                matched = filter_runs(visible, kept, search=search or None, statuses=statuses)
+            error = "; ".join(problems) or None
             shown = self.catalog.sort(self.catalog.filter(matched, catalog_filters), keys)
             if group:
                 groups = self.catalog.group(shown) if group == CATALOG_COLUMN else group_runs(

@@ -199,6 +199,12 @@ def test_the_performance_view_scrolls_with_the_wheel_and_a_reload_keeps_its_run(
         assert seen, "the per-rank heatmap never came on screen by scrolling"
         assert view.evaluate("(el) => el.scrollTop") > 0
         assert "pr=" in page.url  # the run is in the address
+        key = run.get_attribute("data-key")
+        base = viewer.url.split("/?")[0]
+        # A reload of this tab opens the remembered view, which the page writes 0.6 s after a change.
+        page.wait_for_function(
+            "async ([base, key]) => (await (await fetch(base + '/api/ui-state')).json()).perfRun === key",
+            arg=[base, key], polling=200, timeout=10_000)
         page.reload()
         run = page.get_by_test_id("perf-run")
         expect(run).to_have_count(1)

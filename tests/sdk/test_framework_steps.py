@@ -157,6 +157,21 @@ def test_lightning_trainer_without_callback_gets_one_step_per_update(tmp_path: P
 
 
 @pytest.mark.timeout(120)
+def test_lightning_with_a_short_last_update_counts_it_in_the_end_of_run_line(tmp_path: Path) -> None:
+    """Issue 11 review: 25 micro-batches with accumulate_grad_batches=4 are 7 updates (Lightning steps
+    the optimizer after the last, single micro-batch); the end-of-run line said 6 steps."""
+    pytest.importorskip("lightning")
+    proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT.replace("[:384]", "[:400]"), "4", "auto")
+    updates = _updates(proc.stdout)
+    assert updates == 7
+    steps = _steps(logs)
+    assert [step for step, _ in steps] == list(range(updates))
+    assert [_calls(events, "traceml:step") for _, events in steps] == [4] * 6 + [1]
+    assert "7 steps, one per optimizer update (micro-batches per step: 6 of 4, 1 of 1)" in " ".join(
+        proc.stderr.split())
+
+
+@pytest.mark.timeout(120)
 def test_a_manual_callback_is_reused_not_doubled(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, "4", "manual")

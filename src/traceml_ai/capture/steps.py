@@ -497,6 +497,9 @@ class StepTracer:
                     self._group = []
                     self._complete(group)
                 else:
+                    # An update of one micro-batch (every step without accumulation, or the last,
+                    # short group of an epoch, as Lightning ends one): counted like the others.
+                    self.micro_batches[1] = self.micro_batches.get(1, 0) + 1
                     self._emit(st)
                 self._updates_seen = True
             elif T.BACKWARD in st.phases and not self._plain:

@@ -615,8 +615,9 @@ class StepTracer:
     def _discard(self, st: Step) -> None:
         """A step whose block raised: no row; a group it belonged to is discarded when it completes."""
         st.release_events()
-        if self._group:
-            # A micro-batch of an update in progress: the whole update is discarded (and counted)
+        if self._group or (not self._group_tainted and any(size > 1 for size in self.micro_batches)):
+            # A micro-batch of an update in progress, or the first of the next one once updates are
+            # known to span several micro-batches: the whole update is discarded (and counted)
             # when it ends. It keeps its place in the group: should the group turn out to be plain
             # steps (no update comes), only this one is discarded (_release_group).
             st.raised = True

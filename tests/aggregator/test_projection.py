@@ -146,22 +146,33 @@ def test_legacy_rank_and_legacy_timestamp() -> None:
 
 
 def test_ints_are_ints_not_bools_and_step_must_be_an_integer() -> None:
-    meta = {**META, "global_rank": True, "world_size": 4.0}
-    env = make_envelope(meta, {"step_time": [
+    env = make_envelope(META, {"step_time": [
         {"seq": True, "timestamp_unix_ns": 1.5e18, "step": 3.0},
         {"seq": 2, "timestamp_unix_ns": 10, "step": "7"},
         {"seq": 3, "timestamp_unix_ns": 11, "step": False},
     ]})
     rows = rows_of(env, "step_time_samples")
     # A bool seq is a value the record cannot hold: that row is skipped and counted once. step and
-    # timestamp_unix_ns are None when not integers (000 seed), and so is unusable identity.
+    # timestamp_unix_ns are None when not integers (000 seed).
     assert [r["seq"] for r in rows] == [2, 3]
     assert [r["step"] for r in rows] == [None, None]
-    assert rows[0]["global_rank"] is None and rows[0]["rank"] is None and rows[0]["world_size"] is None
     assert project_payload(env, observed_ns=OBSERVED).skipped == 1
     floats = make_envelope(META, {"step_time": [{"seq": 1, "timestamp_unix_ns": 1.5e18, "step": 3.0}]})
     (row,) = rows_of(floats, "step_time_samples")
     assert row["step"] is None and row["timestamp_unix_ns"] is None
+
+
+@pytest.mark.parametrize("identity", [{"global_rank": True}, {"world_size": 4.0}, {"hostname": 7}])
+def test_identity_of_the_wrong_type_loses_the_envelope_once_instead_of_reading_none(identity: dict[str, Any]) -> None:
+    """Issue 11: only a missing or null identity field is None; a bool rank, a float world_size or a
+    numeric hostname loses that envelope's rows, counted once (the rows are not filed under None)."""
+    env = make_envelope({**META, **identity}, {"step_time": [{"seq": 1, "timestamp_unix_ns": 10, "step": 1}]})
+    result = project_payload([env, make_envelope(META, {"step_time": [{"seq": 2, "timestamp_unix_ns": 11,
+                                                                                "step": 2}]})],
+                             observed_ns=OBSERVED)
+    assert result.skipped == 1
+    assert [row[schema.TABLES_BY_NAME["step_time_samples"].column_names.index("step")]
+            for row in result.tables["step_time_samples"]] == [2]
 
 
 def test_integer_booleans_become_one_and_zero() -> None:

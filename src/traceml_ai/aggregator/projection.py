@@ -23,8 +23,9 @@ Value rules (000 seed, "Common fields" and per-record tables):
 - the two exceptions the 000 seed names: ``timestamp_unix_ns`` is None unless the row carries an
   integer (a legacy float ``timestamp`` alone gives None), and ``step`` is None unless it is an
   integer;
-- the identity fields come from the envelope's ``meta`` (None when a value is not usable, as
-  :func:`~traceml_ai.telemetry.envelope.as_int` reads identity);
+- the identity fields come from the envelope's ``meta``, None when missing or null; an envelope
+  whose identity field has another type does not normalise
+  (:func:`~traceml_ai.telemetry.envelope.normalise`) and loses its rows, counted once;
 - ``events`` stats always hold the five keys ``is_gpu, duration_ms, cpu_ms, gpu_ms, n_calls``,
   each None when the rank did not send it.
 
@@ -155,7 +156,8 @@ def _bool_field(value: Any, column: str) -> bool | None:
 
 def identity_columns(meta: Mapping[str, Any]) -> tuple[Any, ...]:
     """``(global_rank, local_rank, world_size, local_world_size, node_rank, hostname)`` from a
-    normalised ``meta``: ints (not bools) and a str, None when missing or of another type."""
+    normalised ``meta`` (its types already checked by ``normalise``): ints and a str, None when
+    missing or null."""
     return (
         _int(meta.get("global_rank")),
         _int(meta.get("local_rank")),

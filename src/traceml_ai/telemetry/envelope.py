@@ -1,8 +1,10 @@
 """Telemetry envelopes (DESIGN §3.1): ``{"meta": {identity}, "tables": {stream: [row, ...]}}``.
 
 ``meta`` holds ``session_id, global_rank, local_rank, world_size, local_world_size, node_rank,
-hostname, pid, sampler``; every identity field may be missing (the record then holds None) and
-``meta.rank`` is accepted as the legacy name of ``global_rank``. ``tables`` maps a stream name
+hostname, pid, sampler``; every identity field may be missing or null (the record then holds None)
+and ``meta.rank`` is accepted as the legacy name of ``global_rank``. An identity field of another
+type (a rank that is a string, a float, a bool or a list; a hostname that is not a string) is not
+read as None: the item does not normalise (:data:`INT_IDENTITY`, :data:`TEXT_IDENTITY`). ``tables`` maps a stream name
 (:data:`traceml_ai.telemetry.schema.RANK_STREAMS`) to a list of row dicts.
 """
 
@@ -11,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+INT_IDENTITY = ("global_rank", "local_rank", "world_size", "local_world_size", "node_rank", "pid")
+"""``meta`` fields that are ints (not bools) when present and not null."""
+TEXT_IDENTITY = ("session_id", "hostname")
+"""``meta`` fields that are strings when present and not null."""
 
 
 class EnvelopeError(ValueError):
@@ -53,7 +60,9 @@ def normalise(item: Any) -> Envelope:
     stream name to list. ``meta["rank"]`` fills ``global_rank`` when that is absent.
 
     Raises:
-        EnvelopeError: ``item`` is not a mapping, or ``meta``/``tables`` have the wrong shape.
+        EnvelopeError: ``item`` is not a mapping, ``meta``/``tables`` have the wrong shape, or an
+            identity field of ``meta`` has the wrong type (so an envelope is never read under a
+            rank of None it did not send).
     """
     if not isinstance(item, Mapping):
         raise EnvelopeError(f"an envelope is a mapping, not {type(item).__name__}")
@@ -73,6 +82,14 @@ def normalise(item: Any) -> Envelope:
     out_meta = dict(meta)
     if "global_rank" not in out_meta and "rank" in out_meta:
         out_meta["global_rank"] = out_meta["rank"]
+    for name in INT_IDENTITY:
+        value = out_meta.get(name)
+        if value is not None and (type(value) is not int and (not isinstance(value, int) or isinstance(value, bool))):
+            raise EnvelopeError(f"envelope meta {name!r} is {type(value).__name__} {value!r}, not an int")
+    for name in TEXT_IDENTITY:
+        value = out_meta.get(name)
+        if value is not None and not isinstance(value, str):
+            raise EnvelopeError(f"envelope meta {name!r} is {type(value).__name__} {value!r}, not a string")
     return Envelope(out_meta, out_tables)
 
 

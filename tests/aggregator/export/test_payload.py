@@ -414,3 +414,31 @@ def test_the_seeds_internal_mapping_example_works_unchanged() -> None:
             {"step": 5, "events": {"traceml:forward": {"cuda:0": {"cpu_ms": 2.0}}}}]
     payload = make_envelope(meta(2), {"step_time": rows, "process": [{"seq": 1}]})
     assert list(namespace["forward_cpu_ms"](payload)) == [(2, 4, 1.5)]
+
+
+@pytest.mark.parametrize("field", ["global_rank", "local_rank", "world_size", "local_world_size", "node_rank",
+                                   "pid", "hostname", "session_id"])
+@pytest.mark.parametrize("value", [{"a": 1}, [1], "12", True, 1.5])
+def test_an_identity_field_of_the_wrong_type_loses_its_envelope_once_never_reads_none(field: str, value: Any) -> None:
+    """Issue 11 review: a ``meta`` rank that was a dict, a list, "12", True or 1.5 gave records whose
+    rank read None, with nothing counted."""
+    if field in ("hostname", "session_id") and isinstance(value, str):
+        value = 12  # a string is right there; a number is not
+    bad = full_envelope(0)
+    bad["meta"] = {**bad["meta"], field: value}
+    batch = records_from_payload([full_envelope(1), bad, full_envelope(2)])
+    assert batch.skipped == 1
+    assert len(batch.records) == 2 * sum(RECORDS_PER_FULL_ENVELOPE.values())
+    assert 0 not in {getattr(r, "global_rank", None) for r in batch.records}  # nothing of the bad envelope
+
+
+@pytest.mark.parametrize("how", ["missing", "null"])
+def test_a_missing_or_null_identity_field_is_none_without_loss(how: str) -> None:
+    env = full_envelope(0)
+    if how == "missing":
+        del env["meta"]["node_rank"]
+    else:
+        env["meta"]["node_rank"] = None
+    batch = records_from_payload(env)
+    assert batch.skipped == 0 and len(batch.records) == sum(RECORDS_PER_FULL_ENVELOPE.values())
+    assert {getattr(r, "node_rank", "absent") for r in batch.records} <= {None, "absent"}

@@ -169,11 +169,11 @@ def test_an_unreadable_finding_is_not_no_problem_and_sizes_are_in_kib(
         s.assert_clean()
 
 
-def test_the_performance_view_scrolls_with_the_wheel_and_a_reload_keeps_its_run(
+def test_the_performance_view_scrolls_with_the_wheel_and_its_address_keeps_its_run(
         browser: Browser, workspace: tuple[Viewer, dict[str, Any]]) -> None:
     """Issue 13 review: the full page was taller than the window and could not be scrolled (the
     panels below the first screen were out of reach), and the inspector's Performance button left the
-    run out of the address, so a reload showed "Select captured runs…"."""
+    run out of the address, so a reload or a shared link showed "Select captured runs…"."""
     viewer, _ = workspace
     with open_viewer(browser, viewer) as s:
         page = s.page
@@ -201,13 +201,17 @@ def test_the_performance_view_scrolls_with_the_wheel_and_a_reload_keeps_its_run(
         assert "pr=" in page.url  # the run is in the address
         key = run.get_attribute("data-key")
         base = viewer.url.split("/?")[0]
-        # A reload of this tab opens the remembered view, which the page writes 0.6 s after a change.
+        # A reload of this tab opens the remembered view (the page writes it 0.6 s after a change):
+        # it holds the run.
         page.wait_for_function(
             "async ([base, key]) => (await (await fetch(base + '/api/ui-state')).json()).perfRun === key",
             arg=[base, key], polling=200, timeout=10_000)
-        page.reload()
-        run = page.get_by_test_id("perf-run")
-        expect(run).to_have_count(1)
-        expect(run).to_have_attribute("data-name", "ddp")
-        expect(page.get_by_test_id("performance-empty")).to_have_count(0)
+        # The address opened in another tab (a bookmark, a shared link) shows the same run.
+        other = page.context.new_page()
+        other.goto(page.url)
+        shared = other.get_by_test_id("perf-run")
+        expect(shared).to_have_count(1)
+        expect(shared).to_have_attribute("data-name", "ddp")
+        expect(other.get_by_test_id("performance-empty")).to_have_count(0)
+        other.close()
         s.assert_clean()

@@ -117,9 +117,13 @@ export class PerformanceView implements ViewModule {
   mount(host: HTMLElement): void {
     this.host = h("div", { class: "perf-view", testid: "performance" });
     host.appendChild(this.host);
+    let seen = store.ui.selection.join("\n");
     store.on("selection", () => {
-      // A new selection is what the user wants to see; one from the address (Back/Forward) keeps its run.
-      if (!store.restoring && store.ui.perfRun !== null) store.set("perfRun", null);
+      // A new selection is what the user wants to see; one from the address (Back/Forward) keeps its
+      // run, and so does a "selection" event that changed nothing (a view re-applying the same keys).
+      const now = store.ui.selection.join("\n");
+      if (now !== seen && !store.restoring && store.ui.perfRun !== null) store.set("perfRun", null);
+      seen = now;
       if (this.visible) this.render();
     });
     // Pushed over server-sent events (live.ts): a shown run changed (a live run's telemetry grew, or

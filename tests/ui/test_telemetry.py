@@ -299,5 +299,5 @@ def test_a_captured_run_without_steps_is_not_judged_in_the_page_never_no_problem
     (run,) = viewer.store.runs()
     diag = _get(client, run.key)["diagnoses"]
     assert diag["source"] == "final_summary" and diag["findings"] == []
-    assert diag["verdict"]["kind"] == "not_judged"
+    assert diag["verdict"]["kind"] == "not_judged" and diag["healthy"] is False  # never "healthy" beside it
     assert diag["verdict"]["text"].startswith("not judged: no training step was timed")

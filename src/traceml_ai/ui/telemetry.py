@@ -374,6 +374,7 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
     else:
         return None
     doc = summary.to_dict()
+    kind, text = verdict(summary)
     return {
         "source": source,
         "generated_at": summary.generated_at,
@@ -383,9 +384,9 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
         "findings": doc["findings"],
         "abstained": doc["abstained"],
         "rules_checked": list(summary.rules_checked),
-        "healthy": summary.healthy,
+        "healthy": kind == "healthy",  # a rule judged and found nothing serious; never for a run not judged
         "unread_findings": summary.unread_findings,
-        "verdict": dict(zip(("kind", "text"), verdict(summary), strict=True)),
+        "verdict": {"kind": kind, "text": text},
         "steps": doc["steps"],
         "ranks": doc["ranks"],
     }

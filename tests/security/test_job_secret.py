@@ -4,6 +4,7 @@ single-node job, or derived from the user's own key for every node of a multi-no
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,35 @@ def test_the_proofs_are_bound_to_secret_challenge_every_hello_field_and_role() -
     assert welcome != jobsecret.welcome_proof(secret, "s", challenge, jobsecret.new_nonce())
     assert welcome != jobsecret.welcome_proof(secret, "t", challenge, fields["nonce"])
     assert not jobsecret.proof_matches(proof, proof[:-1]) and not jobsecret.proof_matches(proof, None)
+
+
+
+def _start_node_together(
+    barrier: threading.Barrier, env: dict[str, str], secrets: list[str], errors: list[Exception]
+) -> None:
+    barrier.wait()
+    try:
+        secrets.append(job_secret_for(options(nnodes=2), "job-s", env))
+    except LaunchError as exc:
+        errors.append(exc)
+
+
+def test_nodes_that_create_the_users_key_at_the_same_moment_all_read_the_same_whole_key(tmp_path: Path) -> None:
+    """Two launchers of one job started together on a shared home folder (the multi-node end-to-end
+    test does this): one creates the key while the other reads it. A reader must never see the
+    file half written (an empty key fails node 0 and leaves node 1 waiting at the rendezvous)."""
+
+    for round_ in range(40):
+        env = {"XDG_CONFIG_HOME": str(tmp_path / f"config{round_}")}
+        barrier = threading.Barrier(8)
+        secrets: list[str] = []
+        errors: list[Exception] = []
+        threads = [threading.Thread(target=_start_node_together, args=(barrier, env, secrets, errors))
+                   for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors, f"round {round_}: {errors[0]}"
+        assert len(secrets) == 8 and len(set(secrets)) == 1, round_
+        assert sorted(p.name for p in user_key_path(env).parent.iterdir()) == ["job.key"]  # no temporary left

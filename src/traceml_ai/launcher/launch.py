@@ -235,13 +235,8 @@ def _user_key(path: Path) -> bytes:
     """
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(jobsecret.new_job_secret() + "\n")
+        if not path.exists():
+            _publish_new_key(path)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -254,6 +249,30 @@ def _user_key(path: Path) -> bytes:
     if len(key) < jobsecret.MIN_JOB_SECRET_CHARS:
         raise LaunchError(f"the job key {path} is too short; delete it (a new one is made) or set TRACEML_JOB_SECRET")
     return key
+
+
+def _publish_new_key(path: Path) -> None:
+    """Create the key at ``path`` whole, or leave the one another launcher made first.
+
+    The key is written to a private temporary file beside it and hard-linked into place: the link
+    fails when the name exists, so two nodes starting at once on a shared home folder agree on one
+    key, and neither ever reads a key that is still being written (an empty read failed node 0
+    while node 1 waited at the rendezvous).
+    """
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(jobsecret.new_job_secret() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
 
 
 def stat_is_private(info: os.stat_result) -> bool:

@@ -279,6 +279,9 @@ def test_runs_ls_and_show_json_carry_the_unusable_final_summary_warning(tmp_path
     show = run_traceml("runs", "show", "broken", "--root", str(root), "--json")
     assert show.returncode == 0, show.stderr
     assert any("final_summary.json: not valid JSON" in w for w in json.loads(show.stdout)["warnings"])
+    text = run_traceml("runs", "show", "broken", "--root", str(root))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.count("final_summary.json: not valid JSON") == 1, text.stdout
 
 
 def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) -> None:

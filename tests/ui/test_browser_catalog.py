@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.ui.test_browser import CHROMIUM, LAUNCH_ARGS, expect, open_viewer, row, serve, shot, sync_api
+from tests.ui.test_browser import CHROMIUM, expect, open_viewer, row, serve, shot
+from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from tests.ui.test_catalog_view import REMOTE_URL, SECRET, build_workspace
 
 if TYPE_CHECKING:
@@ -27,14 +28,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="the browser tests need Debian's chromium at /usr/bin/chromium (apt install chromium)"
 )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

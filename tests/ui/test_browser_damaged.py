@@ -5,27 +5,19 @@ or "not traced with trace_step"), the run's telemetry fact says partial. Screens
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.ui.test_browser import CHROMIUM, LAUNCH_ARGS, expect, open_viewer, row, serve, shot, sync_api
+from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
+from tests.ui.test_browser import expect, open_viewer, row, serve, shot
 from tests.ui.test_damaged_telemetry import DAMAGED, captured, damaged_copy
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 __all__ = ["captured"]  # the module fixture: one run captured by traceml run
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.timeout(600)  # the module fixture runs a real training first

@@ -26,8 +26,6 @@ import pytest
 
 from tests.conftest import run_traceml
 from tests.ui.test_browser import (
-    CHROMIUM,
-    LAUNCH_ARGS,
     WAIT_MS,
     expect,
     open_viewer,
@@ -37,9 +35,9 @@ from tests.ui.test_browser import (
     select_runs,
     serve,
     shot,
-    sync_api,
     x_range,
 )
+from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.examples import TRAIN_DIGITS
 from traceml_ai.runs.fake import generate
 
@@ -83,14 +81,6 @@ def summary_json(root: Path, name: str) -> dict[str, Any]:
 
 def phase_share(doc: dict[str, Any], phase: str) -> float:
     return float(next(p["share"] for p in doc["step_time"]["phases"] if p["name"] == phase))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

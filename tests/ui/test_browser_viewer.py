@@ -21,7 +21,6 @@ import pytest
 
 from tests.ui.test_browser import (
     CHROMIUM,
-    LAUNCH_ARGS,
     drag_zoom,
     expect,
     open_viewer,
@@ -31,9 +30,9 @@ from tests.ui.test_browser import (
     serve,
     shot,
     switch,
-    sync_api,
     x_range,
 )
+from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.runs.fake import generate
 
 if TYPE_CHECKING:
@@ -58,14 +57,6 @@ def add_twin(root: Path) -> None:
     (twin / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
     with (twin / "params.yaml").open("a", encoding="utf-8") as f:
         f.write("optim.warmup: null\n")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -403,13 +403,7 @@ def show(
         else:
             err_text.append("failed without error details in run.json", style="red")
         out.print(Panel(err_text, title="error", border_style="red", title_align="left"))
-    warnings = list(run.warnings)
-    if run.perf:  # a captured run: what its final summary or telemetry database make of it, as the viewer says
-        from traceml_ai.diagnose.perf import read_perf_facts
-
-        perf_warning = read_perf_facts(run.path)[1]
-        if perf_warning and perf_warning not in warnings:  # once, also when the store already listed it
-            warnings.append(perf_warning)
+    warnings = list(run.warnings)  # with the final summary's problem, as the viewer says (_with_perf_warning)
     if warnings:
         warn = Text("\n".join(f"⚠ {w}" for w in warnings), style="yellow")
         out.print(Panel(warn, title="file problems", border_style="yellow", title_align="left"))

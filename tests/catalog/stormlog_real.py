@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,24 @@ import pytest
 BIN = Path(sys.executable).parent
 SKIP_REASON = ("real Stormlog is not importable: `pip install stormlog==0.4.3` (it is in the test extra) to run "
                "the differential tests against it")
+
+
+T0 = 1_796_000_000_000_000_000
+"""A fixed wall-clock start (ns) for hand-made artifacts, so two runs of a test write the same bytes."""
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """``doc`` as indented JSON at ``path`` (folders made); NaN is written as NaN, as Python writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
+def hand_envelope(folder: Path, run_id: str, session_ids: Sequence[str] = (), **extra: Any) -> None:
+    """A ``stormlog_run.json`` written by hand (Stormlog's writer refuses the odd values some tests
+    need): ``session_ids`` become bare session references, unless ``extra`` gives ``sessions``."""
+    doc: dict[str, Any] = {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": run_id,
+                           "sessions": [{"session_id": s, "metadata": {}} for s in session_ids], "metadata": {}}
+    write_json(folder / "stormlog_run.json", {**doc, **extra})
 
 
 def require_stormlog() -> None:

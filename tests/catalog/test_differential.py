@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.catalog.stormlog_real import (
+    T0,
     gpumemprof,
+    hand_envelope,
     killed_sink_session,
     oom_bundle,
     require_stormlog,
@@ -26,23 +27,10 @@ from tests.catalog.stormlog_real import (
     stormlog_query,
     stormlog_warnings,
     traceml_query,
+    write_json,
 )
 
 require_stormlog()
-
-T0 = 1_796_000_000_000_000_000
-
-
-def _json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-
-
-def _envelope(folder: Path, run_id: str, sessions: list[str] = (), **extra: Any) -> None:  # type: ignore[assignment]
-    _json(folder / "stormlog_run.json", {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": run_id,
-                                         "sessions": [{"session_id": s, "metadata": {}} for s in sessions],
-                                         "metadata": {}, **extra})
-
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -78,25 +66,25 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "phase": phase}) + "\n" for i, phase in enumerate(("started", "ended"))), encoding="utf-8")
     # envelopes: valid (with relative path, URL, source ref), duplicate pair, malformed, not JSON, future
     # version, a job-level one, and one written for a session that is not on disk
-    _envelope(root / "env" / "valid", "exp-1", ["reuse-a", "killed-1"], title="Experiment 1",
+    hand_envelope(root / "env" / "valid", "exp-1", ["reuse-a", "killed-1"], title="Experiment 1",
               source_namespace="wandb", source_ref="ent/proj/exp1", tags=["a", "b"],
               attachments=[{"title": "Rank 0 trace", "kind": "profiler_trace", "storage": "reference",
                             "path": "traces/rank0.trace", "session_id": "reuse-a", "rank": 0, "metadata": {}},
                            {"attachment_id": "wb", "title": "W&B", "kind": "experiment", "storage": "reference",
                             "url": "https://wandb.ai/ent/proj/runs/exp1", "metadata": {"entity": "ent"}}])
-    _envelope(root / "env" / "dup1", "dup", ["reuse-b"])
-    _envelope(root / "env" / "dup2", "dup", ["reuse-b"])
-    _json(root / "env" / "bad" / "stormlog_run.json",
+    hand_envelope(root / "env" / "dup1", "dup", ["reuse-b"])
+    hand_envelope(root / "env" / "dup2", "dup", ["reuse-b"])
+    write_json(root / "env" / "bad" / "stormlog_run.json",
           {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": "bad", "metadata": {},
            "sessions": [{"session_id": "train9-r0", "status": "completed", "metadata": {}}]})
     (root / "env" / "notjson").mkdir(parents=True)
     (root / "env" / "notjson" / "stormlog_run.json").write_text("{", encoding="utf-8")
-    _json(root / "env" / "future" / "stormlog_run.json",
+    write_json(root / "env" / "future" / "stormlog_run.json",
           {"schema_version": 2, "format": "stormlog.run_envelope", "run_id": "future", "metadata": {}})
-    _envelope(root / "job9", "job9-run", job_id="train-9", title="Train 9")
-    _envelope(root / "env" / "absent", "absent-run", ["not-on-disk"], job_id="absent-job")
+    hand_envelope(root / "job9", "job9-run", job_id="train-9", title="Train 9")
+    hand_envelope(root / "env" / "absent", "absent-run", ["not-on-disk"], job_id="absent-job")
     # sidecars: every shape Stormlog reads, and the ones it drops
-    _json(root / "side" / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
+    write_json(root / "side" / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
                                                         "attachments": [
         {"title": "W&B run", "kind": "experiment", "url": "https://wandb.ai/e/p/r1", "session_id": "reuse-a"},
         {"title": "nsys", "kind": "profiler_trace", "path": "traces/r0.nsys-rep", "job_id": "train-9",
@@ -112,7 +100,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "metadata": {}},
         {"title": "oom session", "kind": "x", "url": "https://t.example", "session_id": "tr-none", "rank": "1"},
     ]})
-    _json(root / "side" / "wrong" / "stormlog_attachments.json",
+    write_json(root / "side" / "wrong" / "stormlog_attachments.json",
           {"schema_version": 1, "format": "stormlog.something_else", "attachments": []})
     return root
 

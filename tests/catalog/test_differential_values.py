@@ -14,7 +14,9 @@ import pytest
 
 from tests.catalog.stormlog_real import (
     BIN,
+    T0,
     event,
+    hand_envelope,
     oom_bundle,
     require_stormlog,
     same_rows,
@@ -22,22 +24,10 @@ from tests.catalog.stormlog_real import (
     sink_session,
     stormlog_query,
     traceml_query,
+    write_json,
 )
 
 require_stormlog()
-
-T0 = 1_796_000_000_000_000_000
-
-
-def _json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")  # NaN written as NaN, as Python writes it
-
-
-def _envelope(folder: Path, run_id: str, **extra: Any) -> None:
-    _json(folder / "stormlog_run.json", {"schema_version": 1, "format": "stormlog.run_envelope", "run_id": run_id,
-                                         "metadata": {}, **extra})
-
 
 def _stdout(tool: str, *args: str | Path) -> bytes:
     extra = ["--no-cache"] if tool == "traceml" else []
@@ -63,7 +53,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sink_session(root / "sinks" / "reused", "reuse-b", T0 + 2_000, status="interrupted")
     sink_session(root / "job" / "r1", "job-r1", T0 + 3_000, job_id="j-1", rank=1, world_size=2)
     oom_bundle(root / "oom_dumps", "reuse-b", T0 + 2_000)
-    _envelope(root / "env", "exp-1", title="Exp, \"quoted\"\nline", tags=["a", "b"],
+    hand_envelope(root / "env", "exp-1", title="Exp, \"quoted\"\nline", tags=["a", "b"],
               sessions=[{"session_id": "reuse-a", "metadata": {"lr": 0.1, "nested": {"z": 1, "a": [1.5, None]}}}],
               attachments=[{"title": "trace", "kind": "profiler_trace", "storage": "reference",
                             "path": "traces/r0.trace", "metadata": {"ratio": 1e-7}},
@@ -89,10 +79,10 @@ def test_csv_is_stormlogs_byte_for_byte(root: Path, args: tuple[str, ...]) -> No
 def test_a_tilde_in_a_declared_path_is_a_folder_name_as_in_stormlog(tmp_path: Path) -> None:
     root = tmp_path.resolve()
     sink_session(root / "sink", "s-1", T0)
-    _envelope(root / "env", "run-t", sessions=[{"session_id": "s-1", "metadata": {}}],
+    hand_envelope(root / "env", "run-t", sessions=[{"session_id": "s-1", "metadata": {}}],
               attachments=[{"title": "notes", "kind": "note", "storage": "reference", "path": "~/notes.txt",
                             "metadata": {}}])
-    _json(root / "side" / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
+    write_json(root / "side" / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
                                                         "attachments": [{"title": "t", "kind": "x", "path": "~/x.bin",
                                                                          "run_id": "run-t", "metadata": {}}]})
     theirs = stormlog_query("attachments", root, extra=("--kind", "note"))
@@ -109,12 +99,12 @@ def test_floats_in_integer_fields_are_refused_as_stormlog_refuses_them(tmp_path:
     root = tmp_path.resolve()
     sink_session(root / "sink", "s-1", T0)
     ref = [{"session_id": "s-1", "metadata": {}}]
-    _json(root / "a" / "stormlog_run.json", {"schema_version": 1.0, "format": "stormlog.run_envelope",
+    write_json(root / "a" / "stormlog_run.json", {"schema_version": 1.0, "format": "stormlog.run_envelope",
                                              "run_id": "float-version", "metadata": {}})
-    _envelope(root / "b", "float-rank", sessions=[{"session_id": "s-1", "rank": 1.0, "metadata": {}}])
-    _envelope(root / "c", "float-world", sessions=[{"session_id": "s-1", "world_size": 2.0, "metadata": {}}])
-    _envelope(root / "d", "float-start", sessions=ref, started_at_ns=1e18)
-    _envelope(root / "e", "int-ok", sessions=ref, started_at_ns=10**18)
+    hand_envelope(root / "b", "float-rank", sessions=[{"session_id": "s-1", "rank": 1.0, "metadata": {}}])
+    hand_envelope(root / "c", "float-world", sessions=[{"session_id": "s-1", "world_size": 2.0, "metadata": {}}])
+    hand_envelope(root / "d", "float-start", sessions=ref, started_at_ns=1e18)
+    hand_envelope(root / "e", "int-ok", sessions=ref, started_at_ns=10**18)
     for what in ("runs", "sessions", "attachments"):
         same_rows(traceml_query(what, root)[0], stormlog_query(what, root))
     runs = {r["run_id"] for r in stormlog_query("runs", root)}
@@ -149,7 +139,7 @@ def test_big_integers_stay_exact_and_nan_is_read_where_stormlog_reads_it(tmp_pat
     root = tmp_path.resolve()
     sink_session(root / "sink", "s-1", T0)
     big = 2**70 + 1
-    _envelope(root / "env", "big", sessions=[{"session_id": "s-1", "metadata": {"x": float("nan")}}],
+    hand_envelope(root / "env", "big", sessions=[{"session_id": "s-1", "metadata": {"x": float("nan")}}],
               started_at_ns=big, ended_at_ns=big + 1, metadata={"big": big, "nan": float("nan")})
     theirs = stormlog_query("runs", root)
     ours, stderr = traceml_query("runs", root)
@@ -175,7 +165,7 @@ def test_nan_in_events_and_oom_manifests_is_read_and_printed_as_null(tmp_path: P
     bundle = oom_bundle(root / "oom_dumps", "s-nan", T0)
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
     manifest["event_count"] = float("nan")
-    _json(bundle / "manifest.json", manifest)
+    write_json(bundle / "manifest.json", manifest)
     for what in ("events", "ooms"):
         theirs = stormlog_query(what, root)
         ours, _ = traceml_query(what, root)
@@ -200,7 +190,7 @@ def test_a_sink_without_a_usable_ledger_is_read_from_its_segments_as_stormlog_re
         sink_session(sink, f"s-{name}", T0 + len(name))
         manifest = json.loads((sink / "manifest.json").read_text(encoding="utf-8"))
         change(manifest)
-        _json(sink / "manifest.json", manifest)
+        write_json(sink / "manifest.json", manifest)
     theirs = stormlog_query("sessions", root)
     ours, stderr = traceml_query("sessions", root)
     same_rows(ours, theirs)

@@ -21,6 +21,25 @@ def run_traceml(*args: str, cwd: Path | None = None, env: dict[str, str] | None 
     )
 
 
+def capture_digits(work: Path, name: str, *, ranks: int = 1, plant: str | None = None) -> Path:
+    """One epoch of the digits example captured by the real ``traceml run --mode quiet`` into
+    ``work/traceml/runs``, on ``ranks`` CPU ranks with an optional planted fault. Returns the run
+    folder; skips without torch or scikit-learn, fails with the command's output if it failed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from traceml_ai.examples import TRAIN_DIGITS
+
+    root = work / "traceml" / "runs"
+    launcher = ["--nproc-per-node", str(ranks)] if ranks > 1 else []
+    planted = ["--plant", plant] if plant else []
+    done = run_traceml("run", "--mode", "quiet", "--name", name, "--logs-dir", str(root), *launcher,
+                       str(TRAIN_DIGITS), "--epochs", "1", *planted, cwd=work, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    assert (run_dir / "aggregator" / "final_summary.json").is_file()
+    return run_dir
+
+
 @pytest.fixture(autouse=True)
 def _no_attach_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     # The viewer's cache for roots outside a traceml/ project goes under $XDG_CACHE_HOME: never the real one.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_traceml
+from tests.conftest import capture_digits, run_traceml
 from traceml_ai.runs.fake import generate
 
 
@@ -87,16 +87,7 @@ def test_plot_usage_errors_exit_2_in_one_line_naming_the_choices(fake_root: Path
 def captured_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A runs root holding one run ``traceml run`` captured: the digits example on 2 ranks with the
     planted straggler, beside a run that was not captured."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    from traceml_ai.examples import TRAIN_DIGITS
-
-    work = tmp_path_factory.mktemp("captured")
-    root = work / "traceml" / "runs"
-    done = run_traceml("run", "--mode", "quiet", "--name", "lagging", "--logs-dir", str(root),
-                       "--nproc-per-node", "2", str(TRAIN_DIGITS), "--epochs", "1", "--plant", "straggler",
-                       cwd=work, timeout=400)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    root = capture_digits(tmp_path_factory.mktemp("captured"), "lagging", ranks=2, plant="straggler").parent
     generate(root, runs=1, seed=4)
     return root
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_traceml
+from tests.conftest import capture_digits
 from tests.diagnose.telemetry_db import HEALTHY_CPU, T0_NS, RunSpec, TelemetryDB, cpu_events, write_run
 from traceml_ai.diagnose import thresholds as th
 from traceml_ai.diagnose.readers import Telemetry, event_ms, read_telemetry, step_sample
@@ -41,18 +41,8 @@ def assert_paths_agree(db: Path) -> Telemetry:
 def captured_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The telemetry database of the digits example captured by ``traceml run`` on 2 ranks with the
     planted straggler."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    from traceml_ai.examples import TRAIN_DIGITS
-
-    work = tmp_path_factory.mktemp("captured")
-    root = work / "traceml" / "runs"
-    done = run_traceml("run", "--mode", "quiet", "--name", "lagging", "--logs-dir", str(root),
-                       "--nproc-per-node", "2", str(TRAIN_DIGITS), "--epochs", "1", "--plant", "straggler",
-                       cwd=work, timeout=400)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (db,) = root.glob("*/aggregator/telemetry.sqlite")
-    return db
+    run_dir = capture_digits(tmp_path_factory.mktemp("captured"), "lagging", ranks=2, plant="straggler")
+    return run_dir / "aggregator" / "telemetry.sqlite"
 
 
 @pytest.mark.timeout(600)  # the module fixture runs a real 2-rank training first

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_traceml
+from tests.conftest import capture_digits, run_traceml
 from traceml_ai.diagnose.perf import read_perf_facts
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.performance import PerformanceViews
@@ -25,18 +25,7 @@ DAMAGED = "telemetry database is damaged: "
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run folder captured by ``traceml run`` (1 rank, 1 epoch), with its final summary."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    from traceml_ai.examples import TRAIN_DIGITS
-
-    work = tmp_path_factory.mktemp("captured")
-    root = work / "traceml" / "runs"
-    done = run_traceml("run", "--mode", "quiet", "--name", "digits", "--logs-dir", str(root), str(TRAIN_DIGITS),
-                       "--epochs", "1", cwd=work, timeout=400)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
-    assert (run_dir / "aggregator" / "final_summary.json").is_file()
-    return run_dir
+    return capture_digits(tmp_path_factory.mktemp("captured"), "digits")
 
 
 def damaged_copy(captured: Path, tmp_path: Path, damage: str) -> Path:

@@ -117,3 +117,36 @@ def test_unknown_command_is_usage_error() -> None:
     proc = run_traceml("rnus")
     assert proc.returncode == 2
     assert "rnus" in proc.stderr
+
+
+VIEWER_FIRST_TABLE = """
+import json, sys
+from traceml_ai.runs.store import RunStore
+from traceml_ai.ui.cache import CacheFolder
+from traceml_ai.ui.service import Viewer
+root, cache = sys.argv[1], sys.argv[2]
+viewer = Viewer(RunStore([root]), CacheFolder(cache, roots=[root]))
+viewer.start()
+rows = len(viewer.table_payload()["keys"])
+print(json.dumps({"rows": rows, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_the_viewers_first_table_from_its_run_database_loads_no_chart_or_catalog_code(tmp_path: Path) -> None:
+    """Issue 16's warm start: the first table answer from runs.sqlite must not wait for numpy, the
+    PNG renderer or the catalog package; they load on the first chart, export or catalog refresh."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=27, seed=0)
+    cache = tmp_path / "cache"
+    cache.mkdir()  # (an existing cache folder gets a run database at any size; see ui.warm.DB_MIN_RUNS)
+    assert run_traceml("runs", "ls", str(root), env={"TRACEML_CACHE_DIR": str(cache)}).returncode == 0
+    assert (cache / "runs.sqlite").is_file()  # the listing wrote the run database the viewer starts from
+    proc = subprocess.run([sys.executable, "-c", VIEWER_FIRST_TABLE, str(root), str(cache)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["rows"] == 27
+    modules = set(report["modules"])
+    assert not {"numpy", "matplotlib", "jsonschema"} & {m.split(".")[0] for m in modules}
+    assert not {m for m in modules if m.startswith(("traceml_ai.catalog", "traceml_ai.ui.png",
+                                                     "traceml_ai.runs.analysis"))}

@@ -21,11 +21,10 @@ from traceml_ai.ui.cache import (
     CacheFolder,
     check_cache_dir,
     default_cache_dir,
-    is_png,
     migrate_cache_dir,
-    png_dpi,
     slugify,
 )
+from traceml_ai.ui.png import is_png, png_dpi
 
 T0 = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 
@@ -358,7 +357,7 @@ def test_png_export_is_a_300_dpi_png(store: RunStore, cache: CacheFolder, kind: 
 
 def test_a_no_data_chart_is_a_300_dpi_png_too() -> None:
     pytest.importorskip("matplotlib")
-    from traceml_ai.ui.cache import render_chart_png
+    from traceml_ai.ui.png import render_chart_png
 
     data = render_chart_png(BarSpec((), "name"), [])  # no numbers: a "no data" chart, still a PNG
     assert is_png(data) and round(png_dpi(data) or 0) == 300  # savefig(dpi=300) writes the pHYs chunk

@@ -5,11 +5,13 @@ DESIGN §4): min/max downsampling and the debiased EMA. Pure numpy functions.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
+if TYPE_CHECKING:  # numpy loads on the first series, not with every importer of DEFAULT_MAX_POINTS
+    import numpy as np
+    from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
+    FloatArray = NDArray[np.float64]
 
 DEFAULT_MAX_POINTS = 5000
 
@@ -41,6 +43,8 @@ def downsample_indices(y: FloatArray, max_points: int = DEFAULT_MAX_POINTS) -> N
     Raises:
         ValueError: ``max_points`` below 5.
     """
+    import numpy as np
+
     if max_points < 5:
         raise ValueError("max_points must be at least 5")
     n = int(y.shape[0])
@@ -77,6 +81,8 @@ def ema(y: FloatArray, weight: float) -> FloatArray:
     Raises:
         ValueError: ``weight`` outside [0, 1).
     """
+    import numpy as np
+
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"EMA weight must be in [0, 1), got {weight}")
     values = np.asarray(y, dtype=np.float64)

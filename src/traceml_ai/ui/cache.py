@@ -34,16 +34,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 
-from traceml_ai.runs.analysis import (
-    ChartSpec,
-    chart_csv_rows,
-    chart_slug_source,
-    table_csv,
-)
 from traceml_ai.runs.discovery import inside
 from traceml_ai.runs.layout import DEFAULT_RUNS_ROOT
 from traceml_ai.runs.metrics_tail import MetricsTail
@@ -63,7 +57,10 @@ from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import to_csv
 from traceml_ai.runs.writer import atomic_write, iso_utc
 from traceml_ai.ui.cache_paths import default_cache_dir, slugify
-from traceml_ai.ui.png import PNG_DPI, Theme, is_png, png_dpi, render_chart_png
+
+if TYPE_CHECKING:  # charts (numpy, the PNG renderer) load on the first export, not with the viewer (issue 16)
+    from traceml_ai.runs.analysis import ChartSpec
+    from traceml_ai.ui.png import Theme
 
 UI_STATE_FILE: Final = "ui-state.json"
 HIDDEN_RUNS_FILE: Final = "hidden-runs.json"
@@ -509,6 +506,9 @@ class CacheFolder:
             ColumnError: an invalid column name.
             OSError: the file could not be written.
         """
+        from traceml_ai.runs.analysis import chart_csv_rows, chart_slug_source, table_csv
+        from traceml_ai.ui.png import render_chart_png
+
         if fmt == "csv":
             data = table_csv(chart_csv_rows(spec, runs, histories)).encode("utf-8")
         elif fmt == "png":
@@ -531,6 +531,8 @@ class CacheFolder:
             CacheError: ``fmt`` is not png or csv.
             OSError: the file could not be written.
         """
+        from traceml_ai.ui.png import PNG_DPI, is_png, png_dpi
+
         if fmt not in ("png", "csv"):
             raise CacheError(f"format must be png or csv, got {fmt!r}")
         if fmt == "png" and (not is_png(data) or round(png_dpi(data) or 0) != PNG_DPI):
@@ -708,7 +710,6 @@ __all__ = [
     "MAX_UI_STATE_BYTES",
     "PLOTS_DIR",
     "PLOT_RE",
-    "PNG_DPI",
     "RUN_DB_FILE",
     "RUN_DB_MIN_INTERVAL_S",
     "TABLE_EXPORT_RE",
@@ -717,12 +718,9 @@ __all__ = [
     "CacheFolder",
     "check_cache_dir",
     "default_cache_dir",
-    "is_png",
     "legacy_cache_dir",
     "migrate_cache_dir",
     "plot_name",
-    "png_dpi",
-    "render_chart_png",
     "slugify",
     "table_export_name",
 ]

@@ -24,15 +24,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from traceml_ai.catalog import AttachmentRow, CacheFolderError, CatalogStore, CatalogWarning
-from traceml_ai.catalog import open as open_catalog
 from traceml_ai.runs.discovery import inside, resolve_roots
 from traceml_ai.runs.filters import ColumnFilter, FilterError, parse_filter
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import NotFoundError
 from traceml_ai.runs.table import NONE_GROUP_LABEL, Group, SortKey, sort_runs
+
+if TYPE_CHECKING:  # the catalog package loads on the first refresh, not with the viewer (issue 16 warm start)
+    from traceml_ai.catalog import AttachmentRow, CatalogStore, CatalogWarning
 
 log = logging.getLogger("traceml.ui")
 
@@ -161,6 +162,9 @@ class CatalogView:
                 or old.run_warnings.get(k) != snap.run_warnings.get(k)]
 
     def _open(self, real_roots: list[str]) -> CatalogStore:
+        from traceml_ai.catalog import CacheFolderError
+        from traceml_ai.catalog import open as open_catalog
+
         if not real_roots:
             return open_catalog([])
         if self._cache_dir is not None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceml_ai.diagnose.perf import PerfIndex
-from traceml_ai.runs.analysis import line_points, time_axis_label, time_origin
 from traceml_ai.runs.column_index import ColumnIndex, bounded_default
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
@@ -459,6 +458,8 @@ class Viewer:
             raise RequestError(f"x must be step, epoch or time, got {x!r}")
         if not (0.0 <= ema_weight < 1.0) or math.isnan(ema_weight):
             raise RequestError(f"ema must be in [0, 1), got {ema_weight}")
+        from traceml_ai.runs.analysis import time_axis_label, time_origin  # numpy: on the first chart, not at start
+
         out: list[dict[str, Any]] = []
         warnings: dict[str, list[str]] = {}
         origins: list[str] = []
@@ -499,6 +500,8 @@ class Viewer:
 
     def _one_series(self, key: str, tail: Any, metric: str, x: str, weight: float,
                     x_range: tuple[float, float] | None = None) -> dict[str, Any]:
+        from traceml_ai.runs.analysis import line_points, time_origin
+
         rows = len(tail.rows)
         t0, origin = time_origin(self.store.get(key), tail)
         cache_key = (key, metric, x, weight, rows, tail.resets, self.max_points, t0, x_range)

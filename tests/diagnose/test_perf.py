@@ -297,3 +297,63 @@ def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) 
         assert column in facts.available and column in facts.numeric
         assert cell(cpu, column) is None
     assert "perf.peak_mem.gpu" not in column_facts([plain]).available  # nothing captured: no perf columns
+
+
+def test_a_run_whose_aggregator_is_still_writing_its_verdict_is_pending_not_without_summary(tmp_path: Path) -> None:
+    """Issue 13 review: for the seconds between the script's logger ending run.json (completed) and
+    the aggregator writing final_summary.json, the table said no_summary and the Performance view
+    "none: the run ended without a final summary". While the launcher's manifest still says running
+    and the files are fresh, the run is finalizing: pending, followed like a live run."""
+    import time
+
+    from traceml_ai.diagnose.perf import FINALIZING_FRESH_S, aggregator_finalizing
+    from traceml_ai.launcher.runfolder import RunIdentity, write_manifest
+    from traceml_ai.runs.store import RunStore
+    from traceml_ai.ui.perf import join_perf
+    from traceml_ai.ui.telemetry import TelemetryViews
+
+    root = tmp_path / "runs"
+    run = root / "finishing"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": "finishing", "name": "finishing",
+                                              "status": "completed"}))
+    write_run(run, RunSpec(steps=80))
+    write_manifest(run, RunIdentity(mode="run", command=["python", "train.py"], session_id="s-1"), status="running",
+                   started_at_ns=time.time_ns())
+    assert aggregator_finalizing(run)
+    store = RunStore([root])
+    store.poll()
+    index = PerfIndex()
+    join_perf(store, index)
+    (summary,) = store.runs()
+    assert summary.display_status == "completed" and summary.perf == {"telemetry": "pending"}
+    answer = TelemetryViews().payload(summary)
+    assert answer["live"] is True and answer["finalizing"] is True
+    assert answer["diagnoses"]["source"] == "live"  # the rules over the rows so far, marked provisional
+
+    # The verdict arrives: the next poll shows it, and the run is no longer followed.
+    write_final_summary(run)
+    store.poll()
+    join_perf(store, index, only=[*store.unfinished(), *index.pending()])
+    (summary,) = store.runs()
+    assert summary.perf["telemetry"] == "ok" and summary.perf["verdict"] == "compute_bound"
+    assert not aggregator_finalizing(run)
+    answer = TelemetryViews().payload(summary)
+    assert answer["live"] is False and answer["finalizing"] is False
+
+    # A launcher and aggregator killed together leave "running" behind: once the files are old, the
+    # run ended without a summary.
+    (run / "aggregator" / "final_summary.json").unlink()
+    assert aggregator_finalizing(run)
+    assert not aggregator_finalizing(run, now=time.time() + FINALIZING_FRESH_S + 5)
+    old = time.time() - FINALIZING_FRESH_S - 5
+    for path in (run / "aggregator").iterdir():
+        os.utime(path, (old, old))
+    store = RunStore([root])  # (a finished run whose summary was read is frozen until Refresh)
+    store.poll()
+    join_perf(store, PerfIndex())
+    assert store.runs()[0].perf == {"telemetry": "no_summary"}
+    # A manifest that says the session ended is believed at once.
+    write_manifest(run, RunIdentity(mode="run", command=["python", "train.py"], session_id="s-1"),
+                   status="interrupted", started_at_ns=1, ended_at_ns=2)
+    assert not aggregator_finalizing(run)

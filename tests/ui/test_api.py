@@ -253,7 +253,7 @@ def test_unknown_runs_are_404_but_a_fault_of_the_viewer_is_a_logged_500(
     assert response.status_code == 500 and "internal error" in response.json()["error"]
     assert any("/api/run" in r.getMessage() and r.exc_info for r in caplog.records)
 
-    monkeypatch.setattr("traceml_ai.ui.service.line_points", lookup_bug)
+    monkeypatch.setattr("traceml_ai.runs.analysis.line_points", lookup_bug)  # (imported where a series is built)
     response = client.post("/api/series", json={"keys": [key], "metrics": ["train/loss"]})
     assert response.status_code == 500 and "internal error" in response.json()["error"]
     assert client.get("/api/runs").status_code == 200  # the viewer goes on

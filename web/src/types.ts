@@ -362,6 +362,8 @@ export interface TelemetryResponse {
   detail: string | null;
   warnings: string[];
   live: boolean;
+  /** The run ended and its aggregator is still writing final_summary.json (live is true then). */
+  finalizing?: boolean;
   manifest: Record<string, string | number | null> | null;
   diagnoses: Diagnoses | null;
   finalization: { summary: string[] } | null;

@@ -23,7 +23,8 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
                          sent nothing, rows were lost, the database could not be read, or it
                          is damaged now: :func:`telemetry_damage`) /
                          ``pending`` (an ``aggregator/`` folder but no final summary yet, the run
-                         still running) / ``no_summary`` (the run ended, or went stale, without
+                         still running, or ended while its aggregator is still writing the
+                         summary: :func:`aggregator_finalizing`) / ``no_summary`` (the run ended, or went stale, without
                          writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
                          wrote). Every captured run has it; its presence marks a run as captured.
 ``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``
@@ -54,6 +55,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -72,6 +74,7 @@ FINAL_SUMMARY: Final = "final_summary.json"
 SCHEMA_VERSION: Final = 1
 
 TELEMETRY_DB: Final = "telemetry.sqlite"
+MANIFEST: Final = "manifest.json"
 FINALIZATION_WARNING: Final = "finalization_warning.json"
 MAX_SUMMARY_BYTES: Final = 16 * 1024 * 1024
 """A larger final_summary.json is not read (a real one is a few KB)."""
@@ -298,6 +301,46 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
         out["telemetry"] = "partial"  # the summary was judged on rows that can no longer be read back
         return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
     return out, None, stamps, True
+
+
+FINALIZING_FRESH_S: Final = 60.0
+"""How recently (seconds) ``manifest.json`` or the telemetry database must have been written for a
+``running`` manifest to be believed by :func:`aggregator_finalizing`."""
+
+
+def aggregator_finalizing(run_dir: str | os.PathLike[str], *, now: float | None = None) -> bool:
+    """True while a captured run's aggregator is still writing its verdict: no
+    ``final_summary.json`` yet, ``aggregator/manifest.json`` still says ``running`` (the launcher
+    ends it after the aggregator has finished), and the manifest or the telemetry database (or its
+    ``-wal``) was written within :data:`FINALIZING_FRESH_S` seconds.
+
+    The training's own ``run.json`` may already say completed then (the script's logger ends it),
+    for the seconds the aggregator takes to diagnose the database: without this the viewer called
+    such a run "ended without a final summary". A launcher and aggregator killed together leave
+    ``running`` behind: once the files are that old it is not believed. ``now``: Unix seconds
+    (default the clock). Never raises (a file that cannot be read gives False).
+    """
+    agg = os.path.join(os.fspath(run_dir), AGGREGATOR_DIR)
+    if _regular(os.path.join(agg, FINAL_SUMMARY)) is not None:
+        return False
+    manifest = os.path.join(agg, MANIFEST)
+    st = _regular(manifest)
+    if st is None or st.st_size > 1 << 20:
+        return False
+    try:
+        fd = os.open(manifest, _OPEN_FLAGS)
+        try:
+            doc = orjson.loads(_read_all(fd, st.st_size))
+        finally:
+            os.close(fd)
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    if not isinstance(doc, dict) or doc.get("status") != "running":
+        return False
+    db = os.path.join(agg, TELEMETRY_DB)
+    written = [f.st_mtime_ns for f in (st, _regular(db), _regular(db + "-wal")) if f is not None]
+    t = time.time() if now is None else now
+    return t - max(written) / 1e9 <= FINALIZING_FRESH_S
 
 
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"

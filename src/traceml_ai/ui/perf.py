@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from traceml_ai.diagnose.perf import PerfIndex, PerfValue, ended_facts
+from traceml_ai.diagnose.perf import PENDING, PerfIndex, PerfValue, aggregator_finalizing, ended_facts
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import RunStore
 
@@ -21,7 +21,11 @@ RUNNING_STATUSES = ("running", "running?")
 
 
 def _shown(facts: Mapping[str, PerfValue], run: RunSummary | None) -> dict[str, PerfValue]:
-    return ended_facts(facts, run is None or run.display_status in RUNNING_STATUSES)
+    running = run is None or run.display_status in RUNNING_STATUSES
+    if run is not None and not running and facts.get("telemetry") == PENDING["telemetry"]:
+        # The training ended, its aggregator may still be diagnosing: pending, not "no summary", then.
+        running = aggregator_finalizing(run.key)
+    return ended_facts(facts, running)
 
 
 def join_perf(

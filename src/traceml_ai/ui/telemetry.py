@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from traceml_ai.diagnose.perf import aggregator_finalizing
 from traceml_ai.diagnose.readers import Telemetry, rank_key
 from traceml_ai.diagnose.summary import (
     AGGREGATOR_DIR,
@@ -108,11 +109,14 @@ class TelemetryViews:
         with run_lock:  # two pages asking at once: the second gets the first one's answer
             live = run.display_status in LIVE_STATUSES
             stamps, agg, refused = _stamps(run.key)
+            # Ended, but its aggregator is still writing the verdict: followed like a live run meanwhile.
+            finalizing = not live and aggregator_finalizing(run.key)
+            live = live or finalizing
             with self._lock:
                 hit = self._cache.get(run.key)
             wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s) if hit is not None else 0.0
             if hit is not None and (hit.stamps == stamps or (live and time.monotonic() - hit.read_at < wait)):
-                return {**hit.payload, "live": live}
+                return {**hit.payload, "live": live, "finalizing": finalizing}
             started = time.monotonic()
             answer = self._build(run.key, agg, stamps)
             if refused:
@@ -124,7 +128,7 @@ class TelemetryViews:
                 while len(self._cache) > CACHE_RUNS:
                     old, _ = self._cache.popitem(last=False)
                     self._run_locks.pop(old, None)
-            return {**answer, "live": live}
+            return {**answer, "live": live, "finalizing": finalizing}
 
     # -- building --------------------------------------------------------------------------------
 

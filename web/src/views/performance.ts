@@ -328,6 +328,10 @@ export class PerformanceView implements ViewModule {
       this.liveBadges.set(key, badge);
     }
     badge.hidden = !d?.live;
+    badge.textContent = d?.finalizing ? "finalizing" : "live";
+    badge.title = d?.finalizing
+      ? "The run ended; its aggregator is writing the final summary: this page follows it"
+      : "The run is still running: this page follows it";
     return badge;
   }
 
@@ -343,7 +347,7 @@ export class PerformanceView implements ViewModule {
     if (live?.diagnoses) {
       const d = live.diagnoses;
       verdict = live.live
-        ? `${d.findings[0]?.kind ?? (d.verdict?.kind === "healthy" ? "healthy" : d.verdict?.kind === "not_judged" ? "not_judged" : "–")} (provisional)`
+        ? `${d.findings[0]?.kind ?? (d.verdict?.kind === "healthy" ? "healthy" : d.verdict?.kind === "not_judged" ? "not_judged" : "–")} (provisional${live.finalizing ? ": the final summary is being written" : ""})`
         : "none: the run ended without a final summary";
     }
     const facts: [string, string][] = [

@@ -173,7 +173,7 @@ export class TelemetryPanel {
     const det = h(
       "details",
       { class: "insp-section", testid: "inspector-telemetry" },
-      h("summary", { class: "insp-section-title" }, h("span", { text: this.opts.title ?? "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: "live" }) : null),
+      h("summary", { class: "insp-section-title" }, h("span", { text: this.opts.title ?? "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: this.data.finalizing ? "finalizing" : "live" }) : null),
       content,
     );
     det.open = this.open;

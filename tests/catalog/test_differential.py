@@ -10,8 +10,10 @@ ones docs/catalog.md lists, each tested here under its own name:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,6 +211,40 @@ def test_the_python_store_has_stormlogs_other_catalog_methods(root: Path) -> Non
     same_rows([b.as_dict() for b in ours.list_oom_bundles()], [b.as_dict() for b in theirs.list_oom_bundles()])
     same_rows([a.as_dict() for a in ours.list_attachments()], [a.as_dict() for a in theirs.list_attachments()])
     assert len(ours.list_attachments()) == 7 and len(ours.list_oom_bundles()) == 1
+
+
+def _query_in(cwd: Path, what: str, given: str, tool: str) -> list[dict[str, Any]]:
+    import subprocess
+
+    from tests.catalog.stormlog_real import BIN
+
+    extra = ["--no-cache"] if tool == "traceml" else []
+    out = subprocess.run([str(BIN / tool), "query", what, given, "--json", *extra], capture_output=True, text=True,
+                         cwd=cwd, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows: list[dict[str, Any]] = json.loads(out.stdout)
+    return rows
+
+
+def test_deliberate_difference_paths_are_absolute_and_real_whatever_root_is_typed(root: Path) -> None:
+    """docs/catalog.md, "Paths": TraceML names every file by its real absolute path, so a relative
+    PATH or one through a symlink gives the rows an absolute PATH gives, which are Stormlog's rows.
+    Stormlog prints the paths it discovered as typed (``root/sinks/...``, ``alias/...``) and, under a
+    relative PATH only, also lists each OOM bundle's ``events.json`` as a session of its own."""
+    alias = root.parent / f"{root.name}-alias"
+    alias.symlink_to(root, target_is_directory=True)
+    for what in ("runs", "attachments", "sessions"):
+        absolute = stormlog_query(what, root)
+        for given in (root.name, alias.name, f"./{root.name}"):
+            ours = _query_in(root.parent, what, given, "traceml")
+            same_rows(ours, absolute)
+            files = [row["source_path"] for row in ours if row["source_path"] and "://" not in row["source_path"]]
+            assert files and all(os.path.isabs(p) for p in files), files  # (URLs of external attachments aside)
+    relative = _query_in(root.parent, "sessions", root.name, "stormlog")
+    assert any(str(row["source_path"]).startswith(f"{root.name}/") for row in relative)  # as typed
+    extra = [row for row in relative if "oom_dump_" in str(row["source_path"])
+             and str(row["source_path"]).endswith("events.json")]
+    assert len(relative) == len(stormlog_query("sessions", root)) + len(extra) and extra
 
 
 def test_telemetry_records_are_refused_exactly_where_stormlog_refuses_them() -> None:

@@ -571,11 +571,14 @@ class StepTracer:
         """
         if self._group_tainted:
             self._group_tainted = False
-            requested = group[0].requested
-            for held in group:
-                held.release_events()
-            self._next_step = (self._next_step if requested is None else requested) + 1
-            self.discarded_steps += 1
+            # A micro-batch that raised may have been the last of an update that then never reached
+            # its optimizer step: the group holds that update and the next. Only the update(s) that
+            # raised are discarded; a clean one after them is a step like any other.
+            for part in self._updates_in(group):
+                if any(held.raised for held in part):
+                    self._discard_update(part)
+                else:
+                    self._complete(part)
             return
         head = group[0]
         if len(group) > 1:
@@ -612,6 +615,45 @@ class StepTracer:
         self.micro_batches[len(group)] = self.micro_batches.get(len(group), 0) + 1
         self._emit(head)
 
+    def _discard_update(self, group: list[Step]) -> None:
+        """One update whose micro-batch(es) raised: no row, its number not reused, counted once."""
+        requested = group[0].requested
+        for held in group:
+            held.release_events()
+        self._next_step = (self._next_step if requested is None else requested) + 1
+        self.discarded_steps += 1
+
+    def _usual_update_size(self) -> int:
+        """The number of micro-batches most updates held so far (1 when none held several)."""
+        grouped = [(n, size) for size, n in self.micro_batches.items() if size > 1]
+        return max(grouped)[1] if grouped else 1
+
+    def _updates_in(self, group: list[Step]) -> list[list[Step]]:
+        """Splits a group that holds a raised micro-batch into the updates it really held.
+
+        A micro-batch that raised in the slot of an update's last one (the update's other
+        micro-batches all held, at the usual update size) ended that update when the user's loop
+        skipped it: the update never reached its optimizer step, and the micro-batches after it
+        belong to the next update. Only when the very next traced block is the group's last one (it
+        ran the update) was it a retry of the same micro-batch, and the group is one update. A run
+        of raises in that slot counts as one (retried until it passed). Two skipped micro-batches in
+        one update cannot be told from two retries: the update then absorbs the next (a limit).
+        """
+        size = self._usual_update_size()
+        if size < 2:
+            return [group]
+        parts: list[list[Step]] = []
+        start = kept = 0
+        last = len(group) - 1
+        for i, held in enumerate(group):
+            if not held.raised:
+                kept += 1
+            elif kept >= size - 1 and i + 1 < last and not group[i + 1].raised:
+                parts.append(group[start : i + 1])
+                start, kept = i + 1, 0
+        parts.append(group[start:])
+        return parts
+
     def _discard(self, st: Step) -> None:
         """A step whose block raised: no row; a group it belonged to is discarded when it completes."""
         st.release_events()
@@ -623,6 +665,12 @@ class StepTracer:
             st.raised = True
             self._group.append(st)
             self._group_tainted = True
+            if st.updated or st.optimizer_depth > 0:
+                # It raised in or after its optimizer step: the update ended here, discarded now,
+                # and the next micro-batch starts the next update (not merged into this one).
+                group, self._group = self._group, []
+                self._updates_seen = True
+                self._complete(group)
             return
         self._next_step = (self._next_step if st.requested is None else st.requested) + 1
         self.discarded_steps += 1
@@ -652,11 +700,14 @@ class StepTracer:
         group, self._group = self._group, []
         if group:
             if self._updates_seen:
-                for held in group:
+                *raised_updates, tail = self._updates_in(group) if self._group_tainted else [group]
+                for part in raised_updates:
+                    self._discard_update(part)
+                for held in tail:
                     held.release_events()
-                if not self._group_tainted:
+                if not any(held.raised for held in tail):
                     self.dropped_groups += 1
-                    self.dropped_micro_batches += len(group)
+                    self.dropped_micro_batches += len(tail)
                 else:
                     self.discarded_steps += 1
             else:

@@ -103,6 +103,44 @@ def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     assert "not judged: a watch run times no steps" in shown.stdout  # the same reason later, not "no trace_step"
 
 
+def test_a_watch_run_of_a_script_with_trace_step_times_nothing_and_is_not_judged(tmp_path: Path) -> None:
+    # Issue 14 review: watch timed the script's trace_step and said "no bottleneck found".
+    (tmp_path / "train.py").write_text(
+        "import torch, traceml_ai\nmodel = torch.nn.Linear(16, 4)\n"
+        "for _ in range(30):\n    with traceml_ai.trace_step(model):\n"
+        "        model(torch.randn(8, 16)).sum().backward()\n"
+        "    with traceml_ai.trace_region('metrics'):\n        pass\nprint('trained')\n")
+    proc = run_traceml("watch", "--logs-dir", str(tmp_path / "runs"), "--interval", "0.2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "trained" in proc.stdout
+    assert "diagnosis: not judged: a watch run times no steps" in proc.stdout
+    assert "no bottleneck found" not in proc.stdout
+    assert proc.stderr.count("traceml watch times no steps: trace_step and trace_region are ignored") == 1
+    (run,) = (tmp_path / "runs").iterdir()
+    shown = run_traceml("summary", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: a watch run times no steps" in shown.stdout and "no bottleneck found" not in shown.stdout
+    assert "0 seen" in shown.stdout  # nothing was timed
+    # --json carries the verdict the text shows.
+    as_json = run_traceml("summary", str(run), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["steps"]["seen"] == 0
+    assert doc["verdict"]["kind"] == "not_judged"
+    assert doc["verdict"]["text"].startswith("not judged: a watch run times no steps")
+
+
+def test_summary_json_of_a_run_without_steps_says_not_judged(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained without trace_step')\n")
+    proc = run_traceml("run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    text = run_traceml("summary", str(run))
+    doc = json.loads(run_traceml("summary", str(run), "--json").stdout)
+    assert doc["verdict"]["kind"] == "not_judged" and doc["verdict"]["text"] in text.stdout
+    assert doc["verdict"]["text"].startswith("not judged: no training step was timed")
+
+
 def test_verdict_is_green_only_when_a_step_rule_judged() -> None:
     base = {"telemetry": {"status": "ok"}, "steps": {"seen": 200}, "findings": [], "abstained": []}
     assert verdict({**base, "rules_checked": ["input_bound", "cpu_pressure"]}) == ("healthy", "no bottleneck found")

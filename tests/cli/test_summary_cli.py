@@ -51,8 +51,10 @@ def test_summary_json_reads_final_summary_when_there_is_one(runs: Path, tmp_path
     proc = run_traceml("summary", str(run_dir), "--json")
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
+    said = shown.pop("verdict")  # the verdict the text output shows, added to the document
     assert shown == written  # the file as written, not recomputed (same generated_at)
     assert shown["findings"][0]["kind"] == "optimizer_bound"
+    assert said["kind"] == "findings" and said["text"].endswith(("finding", "findings"))
 
 
 def test_summary_finds_a_run_by_name_under_a_root(runs: Path) -> None:

@@ -929,6 +929,23 @@ BOUND: tuple[Any, StepTracer] | None = None
 """``(session, tracer)`` of the last :func:`tracer_for` (``trace_step`` reads it without a call)."""
 
 
+_watch_noted: set[int] = set()  # id() of the watch sessions whose "no step timing" note was printed
+
+
+def times_steps(session: Any) -> bool:
+    """Whether ``session`` times steps: not under ``traceml watch``, which records the system, the
+    processes, the environment and the output only (README), whatever the script calls. The first
+    time a watch session is asked, one ``[TraceML]`` line says that its ``trace_step`` is ignored."""
+    if getattr(session, "mode", "run") != "watch":
+        return True
+    key = id(session)
+    if key not in _watch_noted:
+        _watch_noted.add(key)
+        warn("traceml watch times no steps: trace_step and trace_region are ignored here "
+             "(use traceml run for the step-time breakdown)")
+    return False
+
+
 def tracer_for(session: Any) -> StepTracer:
     """The step tracer of ``session``, created and registered on first use.
 
@@ -957,9 +974,9 @@ def prepare(session: Any) -> StepTracer | None:
     Without it, tracing starts at the first ``trace_step``, and the DataLoader fetch of the first
     step (made before that call) is not measured: that step has no ``traceml:dataloader_next``. A
     caller that starts a session after ``import torch`` (``traceml_ai.init()``) can call this so
-    the first step's fetch is timed too.
+    the first step's fetch is timed too. None too under ``traceml watch`` (:func:`times_steps`).
     """
-    if "torch" not in sys.modules:
+    if "torch" not in sys.modules or getattr(session, "mode", "run") == "watch":
         return None
     tracer = tracer_for(session)
     instrument.install()

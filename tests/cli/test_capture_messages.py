@@ -52,6 +52,34 @@ def test_dash_m_runs_a_module_like_python_does(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "-m needs a module name" in proc.stderr
 
 
+def test_a_module_that_cannot_be_found_is_one_line_before_any_run_folder(tmp_path: Path) -> None:
+    # Issue 14 review: `traceml run -m pkg.nosuch` left a failed run folder, where a missing script
+    # is one line and no folder.
+    pkg = tmp_path / "mypkg"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "train.py").write_text("print('inner ran')\n")  # mypkg.inner: a namespace package
+    runs = tmp_path / "runs"
+    cases = {
+        "pkg.nosuch": "error: no such training module: pkg.nosuch (no module named 'pkg' in the current folder "
+                      "or on the Python path)",
+        "mypkg.nosuch": "error: no such training module: mypkg.nosuch (no module named 'mypkg.nosuch'",
+        "mypkg.inner.nosuch": "error: no such training module: mypkg.inner.nosuch",
+        "mypkg": "error: mypkg is a package without __main__.py",
+    }
+    for module, said in cases.items():
+        for command in (("run",), ("watch",), ("run", "--disable-traceml")):
+            proc = run_traceml(*command, "--logs-dir", str(runs), "-m", module, "--epochs", "1", cwd=tmp_path)
+            assert proc.returncode == 1, (command, module, proc.stderr)  # as for a missing script
+            assert proc.stderr.startswith(said) and proc.stderr.count("\n") == 1, (command, module, proc.stderr)
+            assert "Traceback" not in proc.stderr and proc.stdout == ""
+            assert not runs.exists()
+    proc = run_traceml("run", "--logs-dir", str(runs), "-m", "mypkg.inner.train", cwd=tmp_path)
+    assert proc.returncode == 0 and "inner ran" in proc.stdout, proc.stderr
+    missing = run_traceml("run", "--logs-dir", str(runs), "nosuch.py", cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stderr == "error: no such training script: nosuch.py\n"
+
+
 def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(ARGPARSE_SCRIPT)
     proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs", "1",

@@ -384,6 +384,8 @@ class StepTracer:
         self._torch: Any = None
         T.GENERATION += 1
         T.UPDATE_OUTSIDE = self.update_outside
+        T.OUTSIDE_HELD = self.held_on
+        T.UPDATE_RAISED = self.update_raised
         self.time_source.before_final = self.finish
         self.time_source.step_counts = self.step_counts
 
@@ -694,6 +696,24 @@ class StepTracer:
         self._updates_seen = True
         self._complete(group)
 
+    def held_on(self, thread: int) -> tuple[list[Step], int]:
+        """``timing.OUTSIDE_HELD``: the held group and how many of its micro-batches were traced on
+        ``thread``, when an optimizer step begins there outside any step."""
+        group = self._group
+        return group, (len(group) if group and group[-1].thread == thread else 0)
+
+    def update_raised(self, thread: int, mark: Any) -> None:
+        """``timing.UPDATE_RAISED``: the optimizer step that began at ``mark`` (:meth:`held_on`) raised.
+        The micro-batches held then were its update, which never happened: discarded whole (no row,
+        counted once); those traced since stay held for the next update."""
+        if not isinstance(mark, tuple) or mark[0] is not self._group or not 0 < mark[1] <= len(self._group):
+            return  # the group ended since (an update inside a step), or nothing was held
+        update, rest = self._group[: mark[1]], self._group[mark[1] :]
+        self._group = rest
+        self._group_tainted = any(held.raised for held in rest)
+        self._updates_seen = True
+        self._discard_update(update)
+
     def finish(self) -> None:
         """The session's end: micro-batches still held are an incomplete update (dropped and counted)
         when updates were seen, else steps of their own; then one note sums up the step grouping."""
@@ -724,7 +744,7 @@ class StepTracer:
             parts.append(f"{self.dropped_groups} incomplete update of {self.dropped_micro_batches} micro-batch(es) at "
                          "the end was dropped (no optimizer step followed)")
         if self.discarded_steps:
-            parts.append(f"{self.discarded_steps} step(s) raised inside trace_step and were discarded (no row)")
+            parts.append(f"{self.discarded_steps} step(s) raised and were discarded (no row)")
         if parts:
             self.note("finish", "; ".join(parts))
 

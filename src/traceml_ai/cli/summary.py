@@ -143,7 +143,7 @@ def _steps_left_out(summary: Summary) -> str:
         return ""
     parts = []
     if counts.discarded > 0:
-        parts.append(f"{counts.discarded} step(s) raised inside trace_step and were discarded")
+        parts.append(f"{counts.discarded} step(s) raised and were discarded")
     if counts.dropped_updates > 0:
         held = f" of {counts.dropped_micro_batches} micro-batch(es)"
         parts.append(f"{counts.dropped_updates} incomplete update(s){held} at the end dropped "

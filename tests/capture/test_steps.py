@@ -218,7 +218,7 @@ def test_exception_in_a_step_propagates_unchanged_and_the_step_is_closed(tracer:
     assert [r["step"] for r in rows] == [2]
     assert phase(rows[0], schema.FORWARD)["n_calls"] == 1
     assert tracer.discarded_steps == 2
-    assert any("2 step(s) raised inside trace_step and were discarded" in n for n in tracer.notes)
+    assert any("2 step(s) raised and were discarded" in n for n in tracer.notes)
 
 
 def test_exception_in_backward_and_optimizer_propagates_unchanged(tracer: StepTracer) -> None:
@@ -674,3 +674,32 @@ def test_a_grad_scaler_step_that_skips_the_update_still_ends_the_step(tracer: St
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert schema.OPTIMIZER_STEP not in rows[0]["events"]  # skipped: no optimizer time, still a step
     assert phase(rows[1], schema.OPTIMIZER_STEP)["n_calls"] == 1
+
+
+def test_an_optimizer_step_that_raised_and_was_retried_inside_the_step_still_ends_the_update(
+    tracer: StepTracer,
+) -> None:
+    # The raise skipped its post hook: its depth must not make the retry look nested (no update seen,
+    # every later step held as a micro-batch of an update that never comes).
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    armed = {"fail": True}
+
+    def fail_once(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if armed["fail"]:
+            armed["fail"] = False
+            raise RuntimeError("CUDA out of memory (planted, in the optimizer step)")
+
+    opt.register_step_pre_hook(fail_once)
+    for _ in range(3):
+        with tracer.step(model):
+            model(torch.randn(4, 8)).sum().backward()
+            try:
+                opt.step()
+            except RuntimeError:
+                opt.step()  # the user's retry
+            opt.zero_grad()
+    rows = rows_of(tracer)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all(phase(r, schema.OPTIMIZER_STEP)["n_calls"] == 1 for r in rows)
+    assert all(phase(r, schema.STEP)["n_calls"] == 1 for r in rows)  # one micro-batch each, no grouping

@@ -52,6 +52,34 @@ def test_dash_m_runs_a_module_like_python_does(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "-m needs a module name" in proc.stderr
 
 
+def test_a_module_that_cannot_be_found_is_one_line_before_any_run_folder(tmp_path: Path) -> None:
+    # Issue 14 review: `traceml run -m pkg.nosuch` left a failed run folder, where a missing script
+    # is one line and no folder.
+    pkg = tmp_path / "mypkg"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "train.py").write_text("print('inner ran')\n")  # mypkg.inner: a namespace package
+    runs = tmp_path / "runs"
+    cases = {
+        "pkg.nosuch": "error: no such training module: pkg.nosuch (no module named 'pkg' in the current folder "
+                      "or on the Python path)",
+        "mypkg.nosuch": "error: no such training module: mypkg.nosuch (no module named 'mypkg.nosuch'",
+        "mypkg.inner.nosuch": "error: no such training module: mypkg.inner.nosuch",
+        "mypkg": "error: mypkg is a package without __main__.py",
+    }
+    for module, said in cases.items():
+        for command in (("run",), ("watch",), ("run", "--disable-traceml")):
+            proc = run_traceml(*command, "--logs-dir", str(runs), "-m", module, "--epochs", "1", cwd=tmp_path)
+            assert proc.returncode == 1, (command, module, proc.stderr)  # as for a missing script
+            assert proc.stderr.startswith(said) and proc.stderr.count("\n") == 1, (command, module, proc.stderr)
+            assert "Traceback" not in proc.stderr and proc.stdout == ""
+            assert not runs.exists()
+    proc = run_traceml("run", "--logs-dir", str(runs), "-m", "mypkg.inner.train", cwd=tmp_path)
+    assert proc.returncode == 0 and "inner ran" in proc.stdout, proc.stderr
+    missing = run_traceml("run", "--logs-dir", str(runs), "nosuch.py", cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stderr == "error: no such training script: nosuch.py\n"
+
+
 def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(ARGPARSE_SCRIPT)
     proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs", "1",
@@ -101,6 +129,44 @@ def test_a_run_without_steps_is_not_judged_never_green(tmp_path: Path) -> None:
     shown = run_traceml("summary", str(watch_run))
     assert shown.returncode == 0, shown.stderr
     assert "not judged: a watch run times no steps" in shown.stdout  # the same reason later, not "no trace_step"
+
+
+def test_a_watch_run_of_a_script_with_trace_step_times_nothing_and_is_not_judged(tmp_path: Path) -> None:
+    # Issue 14 review: watch timed the script's trace_step and said "no bottleneck found".
+    (tmp_path / "train.py").write_text(
+        "import torch, traceml_ai\nmodel = torch.nn.Linear(16, 4)\n"
+        "for _ in range(30):\n    with traceml_ai.trace_step(model):\n"
+        "        model(torch.randn(8, 16)).sum().backward()\n"
+        "    with traceml_ai.trace_region('metrics'):\n        pass\nprint('trained')\n")
+    proc = run_traceml("watch", "--logs-dir", str(tmp_path / "runs"), "--interval", "0.2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "trained" in proc.stdout
+    assert "diagnosis: not judged: a watch run times no steps" in proc.stdout
+    assert "no bottleneck found" not in proc.stdout
+    assert proc.stderr.count("traceml watch times no steps: trace_step and trace_region are ignored") == 1
+    (run,) = (tmp_path / "runs").iterdir()
+    shown = run_traceml("summary", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: a watch run times no steps" in shown.stdout and "no bottleneck found" not in shown.stdout
+    assert "0 seen" in shown.stdout  # nothing was timed
+    # --json carries the verdict the text shows.
+    as_json = run_traceml("summary", str(run), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["steps"]["seen"] == 0
+    assert doc["verdict"]["kind"] == "not_judged"
+    assert doc["verdict"]["text"].startswith("not judged: a watch run times no steps")
+
+
+def test_summary_json_of_a_run_without_steps_says_not_judged(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained without trace_step')\n")
+    proc = run_traceml("run", "--mode", "quiet", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    text = run_traceml("summary", str(run))
+    doc = json.loads(run_traceml("summary", str(run), "--json").stdout)
+    assert doc["verdict"]["kind"] == "not_judged" and doc["verdict"]["text"] in text.stdout
+    assert doc["verdict"]["text"].startswith("not judged: no training step was timed")
 
 
 def test_verdict_is_green_only_when_a_step_rule_judged() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,35 @@ def test_subcommand_help_is_plain_and_not_cut() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "<bool>" not in proc.stdout and "--nproc-per-node" in proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
+
+
+TYPE_DESCRIPTOR = re.compile(r"<(?:str|int|float|bool|Path|path|file|dir|datetime|list\[[^\]]*\]|[a-z]+ range)>")
+"""Typer's default help labels (``<str>``, ``<list[str]>``): Python types, not what to type."""
+
+
+def _every_command() -> list[tuple[str, ...]]:
+    from traceml_ai.cli.main import COMMANDS, load_command
+
+    out: list[tuple[str, ...]] = []
+    for name in COMMANDS:
+        subs = getattr(load_command(name), "commands", {})
+        out += [(name, sub) for sub in subs] if subs else [(name,)]
+    return out
+
+
+def test_every_command_says_what_its_options_take_in_words() -> None:
+    # Issue 14 review: `traceml run --help` showed `--name <str>`, `--tag <list[str]>`, `SCRIPT <str>`.
+    for command in _every_command():
+        proc = run_traceml(*command, "--help", env={"COLUMNS": "100"})
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert not TYPE_DESCRIPTOR.search(proc.stdout), (command, TYPE_DESCRIPTOR.findall(proc.stdout))
+    proc = run_traceml("run", "--help", env={"COLUMNS": "100"})
+    shown = " ".join(proc.stdout.split())
+    for words in ("SCRIPT The training script", "--name NAME", "--tag TAG", "--logs-dir DIR", "--interval SECONDS",
+                  "--master-addr HOST", "--master-port PORT", "--nproc-per-node N", "--mode summary|cli|quiet"):
+        assert words in shown, words
+    ui = " ".join(run_traceml("ui", "--help", env={"COLUMNS": "100"}).stdout.split())
+    assert "--port PORT" in ui and "--host HOST" in ui and "--cache-dir DIR" in ui
 
 
 def test_unknown_command_is_usage_error() -> None:

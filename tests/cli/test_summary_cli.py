@@ -37,6 +37,8 @@ def test_summary_of_a_live_run_diagnoses_without_writing_into_it(runs: Path) -> 
     assert "CRITICAL input_bound" in proc.stdout
     assert "computed now from aggregator/telemetry.sqlite" in proc.stdout
     assert "Feed the loop faster" in proc.stdout
+    # The evidence names the threshold the critical finding crossed (0.4), not the warning one.
+    assert re.search(r"dataloader_next_share = 0\.7\d* \(threshold 0\.4\)", proc.stdout), proc.stdout
     assert "traceml:dataloader_next" in proc.stdout and "low_gpu_util" in proc.stdout  # breakdown, abstentions
     assert _tree(runs / "stalled") == before  # no final_summary.json, no -wal/-shm
 
@@ -49,8 +51,10 @@ def test_summary_json_reads_final_summary_when_there_is_one(runs: Path, tmp_path
     proc = run_traceml("summary", str(run_dir), "--json")
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
+    said = shown.pop("verdict")  # the verdict the text output shows, added to the document
     assert shown == written  # the file as written, not recomputed (same generated_at)
     assert shown["findings"][0]["kind"] == "optimizer_bound"
+    assert said["kind"] == "findings" and said["text"].endswith(("finding", "findings"))
 
 
 def test_summary_finds_a_run_by_name_under_a_root(runs: Path) -> None:

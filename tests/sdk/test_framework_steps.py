@@ -202,19 +202,54 @@ model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.L
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 where = sys.argv[3]
 raise_at = int(sys.argv[4]) if len(sys.argv) > 4 else 5  # 4: the first micro-batch of the second update
+# retry: the micro-batch is run again; skip: the loop goes on to the next micro-batch (an update whose
+# last micro-batch raised never reaches its optimizer step); after: it raised after its update ran;
+# optimizer: the optimizer step of the update ending at micro-batch raise_at raises (caught, skipped).
+how = sys.argv[5] if len(sys.argv) > 5 else "retry"
 updates = 0
 retried = False
+fail_next = False
+
+
+def _fail(optimizer, args, kwargs):
+    global fail_next
+    if fail_next:
+        fail_next = False
+        raise RuntimeError("CUDA out of memory (planted, in the optimizer step)")
+
+
+opt.register_step_pre_hook(_fail)
 # 416 samples in batches of 16: 26 micro-batches, so 6 updates of 4 and 2 left over at the end.
 loader = DataLoader(TensorDataset(torch.cat([X, X[:32]]), torch.cat([Y, Y[:32]])), batch_size=16)
 for i, (x, y) in enumerate(loader):
-    if i == raise_at and not retried:
+    fail_next = how == "optimizer" and i == raise_at
+    if how == "optimizer" and (i + 1) % ACCUM == 0:
+        try:
+            with traceml_ai.trace_step(model):
+                (torch.nn.functional.cross_entropy(model(x), y) / ACCUM).backward()
+                if where == "inside":
+                    opt.step()
+                    updates += 1
+            if where == "outside":
+                opt.step()
+                updates += 1
+        except RuntimeError:
+            pass  # the user's OOM handling: skip this update
+        opt.zero_grad()
+        continue
+    if i == raise_at and not retried and how != "optimizer":
         retried = True
         try:
             with traceml_ai.trace_step(model):
                 torch.nn.functional.cross_entropy(model(x), y).backward()
+                if how == "after":
+                    opt.step()
+                    updates += 1
                 raise RuntimeError("CUDA out of memory (planted)")
         except RuntimeError:
             opt.zero_grad()  # the user's retry: throw this micro-batch's gradient away, go on
+        if how != "retry":
+            continue
     with traceml_ai.trace_step(model):
         loss = torch.nn.functional.cross_entropy(model(x), y) / ACCUM
         loss.backward()
@@ -231,15 +266,26 @@ print("updates", updates)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("where", "raise_at"), [("inside", 5), ("outside", 5), ("inside", 4)])
-def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path, where: str, raise_at: int) -> None:
-    proc, logs = _launch(tmp_path, PLAIN_SCRIPT, "4", "auto", where, str(raise_at))
-    assert _updates(proc.stdout) == 6
+@pytest.mark.parametrize(
+    ("where", "raise_at", "how"),
+    [("inside", 5, "retry"), ("outside", 5, "retry"), ("inside", 4, "retry"), ("inside", 7, "retry"),
+     ("inside", 7, "skip"), ("outside", 7, "skip"), ("inside", 7, "after"), ("inside", 23, "skip"),
+     ("inside", 7, "optimizer"), ("outside", 7, "optimizer")],
+)
+def test_a_plain_loop_with_accumulation_gets_one_step_per_update(
+    tmp_path: Path, where: str, raise_at: int, how: str
+) -> None:
+    proc, logs = _launch(tmp_path, PLAIN_SCRIPT, "4", "auto", where, str(raise_at), how)
+    # A skipped last micro-batch takes its update's optimizer step with it.
+    assert _updates(proc.stdout) == (5 if how in ("skip", "optimizer") else 6)
     steps = _steps(logs)
     # Six updates. The micro-batch that raised (inside the second update, or its first: issue 11
-    # review, it used to split the update in two) discards that update whole, and its number is not
-    # reused; the two micro-batches after the last update are dropped.
-    assert [step for step, _ in steps] == [0, 2, 3, 4, 5]
+    # review, it used to split the update in two; or its last, retried, skipped or after the
+    # optimizer step ran: issue 11 review, the next update was merged into the discarded one)
+    # discards that update whole, and its number is not reused; the next update is a step like
+    # the others, and the two micro-batches after the last update are dropped.
+    # Raised in the last update (23): the micro-batches after it are still the incomplete end.
+    assert [step for step, _ in steps] == ([0, 1, 2, 3, 4] if raise_at == 23 else [0, 2, 3, 4, 5])
     for _, events in steps:
         assert _calls(events, "traceml:step") == 4
         assert _calls(events, "traceml:backward") == 4
@@ -248,7 +294,7 @@ def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path,
         (opt_stats,) = events["traceml:optimizer_step"].values()
         assert opt_stats["cpu_ms"] > 0
     assert "1 incomplete update of 2 micro-batch(es) at the end was dropped" in proc.stderr
-    assert "1 step(s) raised inside trace_step and were discarded" in proc.stderr
+    assert "1 step(s) raised and were discarded" in proc.stderr
     assert "micro-batches per step: 5 of 4" in proc.stderr
     # The counts reach the run's summary, not only the rank's stderr.
     (run_dir,) = logs.iterdir()
@@ -258,7 +304,7 @@ def test_a_plain_loop_with_accumulation_gets_one_step_per_update(tmp_path: Path,
     assert final["steps"]["dropped_micro_batches"] == 2
     shown = run_traceml("summary", str(run_dir), cwd=tmp_path, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert "1 step(s) raised inside trace_step and were discarded" in shown.stdout
+    assert "1 step(s) raised and were discarded" in shown.stdout
     assert "1 incomplete update(s) of 2 micro-batch(es) at the end dropped" in shown.stdout
 
 
@@ -302,7 +348,7 @@ def test_steps_that_raise_are_counted_in_the_run_summary(tmp_path: Path) -> None
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["steps"]["discarded"] == 3
     text = run_traceml("summary", str(run_dir), cwd=tmp_path, timeout=60)
-    assert "3 step(s) raised inside trace_step and were discarded" in text.stdout
+    assert "3 step(s) raised and were discarded" in text.stdout
     assert "incomplete update" not in text.stdout
 
 

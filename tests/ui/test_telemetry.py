@@ -301,3 +301,28 @@ def test_a_captured_run_without_steps_is_not_judged_in_the_page_never_no_problem
     assert diag["source"] == "final_summary" and diag["findings"] == []
     assert diag["verdict"]["kind"] == "not_judged" and diag["healthy"] is False  # never "healthy" beside it
     assert diag["verdict"]["text"].startswith("not judged: no training step was timed")
+
+
+TRACED_SCRIPT = """
+import torch, traceml_ai
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(30):
+    with traceml_ai.trace_step(model):
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_watch_run_of_a_script_with_trace_step_is_not_judged_in_the_page(tmp_path: Path) -> None:
+    # Issue 14 review: watch timed the script's trace_step and the page said healthy.
+    (tmp_path / "train.py").write_text(TRACED_SCRIPT)
+    root = tmp_path / "runs"
+    proc = run_traceml("watch", "--logs-dir", str(root), "--interval", "0.2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    client, viewer = _client(root)
+    (run,) = viewer.store.runs()
+    diag = _get(client, run.key)["diagnoses"]
+    assert diag["verdict"]["kind"] == "not_judged" and diag["healthy"] is False
+    assert diag["verdict"]["text"].startswith("not judged: a watch run times no steps")

@@ -254,11 +254,15 @@ def _remember(device: str) -> None:
 
 
 def _flag(value: bool | int | None) -> int | None:
+    """An integer-boolean field: 1/0 for True/False, 1, 0 or None; another int (3) is the generic
+    path's to count as a row that does not fit."""
     if value is True:
         return 1
     if value is False:
         return 0
-    return value
+    if value is None or value == 0 or value == 1:
+        return value
+    raise _NotTyped
 
 
 @dataclass

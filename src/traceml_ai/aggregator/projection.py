@@ -16,10 +16,11 @@ Value rules (000 seed, "Common fields" and per-record tables):
 
 - only a missing key or None is None; a measured 0 stays 0 (``0.0`` in a REAL column);
 - INTEGER fields take ints, never bools, except the integer booleans ``gpu_available`` and
-  ``distributed_initialized`` where True/False become 1/0; REAL fields take ints and floats (as
-  float); TEXT fields take str; ``is_gpu`` takes a bool (or 0/1). A value of any other type (an
-  object or list where a number belongs, a number where text belongs) is one the record cannot
-  hold: the row does not fit and is skipped, counted once (never coerced to None);
+  ``distributed_initialized``, which take only True/False (as 1/0) and the ints 1 and 0; REAL fields
+  take ints and floats (as float); TEXT fields take str; ``is_gpu`` takes a bool (or 0/1). A value
+  of any other type (an object or list where a number belongs, a number where text belongs), or
+  another int in a boolean field (3, -1), is one the record cannot hold: the row does not fit and
+  is skipped, counted once (never coerced to None);
 - the two exceptions the 000 seed names: ``timestamp_unix_ns`` is None unless the row carries an
   integer (a legacy float ``timestamp`` alone gives None), and ``step`` is None unless it is an
   integer;
@@ -138,12 +139,17 @@ def _text_field(value: Any, column: str) -> str | None:
 
 
 def _flag_field(value: Any, column: str) -> int | None:
-    """An integer-boolean field: None when missing or null, True/False as 1/0, an int, else the row does not fit."""
-    if value is None or type(value) is int:
-        return value
-    if isinstance(value, bool):
+    """An integer-boolean field (000 seed: "1 or 0"): None when missing or null, True/False as 1/0,
+    the int 1 or 0; any other value (3, -1, 0.0, a str) is one the record cannot hold: the row does
+    not fit."""
+    if value is None:
+        return None
+    if value is True or value is False:
         return 1 if value else 0
-    return _int_field(value, column)
+    if isinstance(value, int) and value in (0, 1):
+        return int(value)
+    raise _mismatch(column, value) if not isinstance(value, int) else RowMismatch(
+        f"{column!r} holds {value!r}, and its record holds only 1 or 0")
 
 
 def _bool_field(value: Any, column: str) -> bool | None:

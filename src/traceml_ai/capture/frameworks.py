@@ -47,7 +47,8 @@ LIGHTNING_MODULE = "lightning.pytorch.trainer.trainer"
 class OpenStep:
     """The one TraceML step a framework opened in one callback and closes in another.
 
-    Without a running capture session every call is a no-op.
+    Without a running capture session, and under ``traceml watch`` (no step timing), every call
+    is a no-op.
     """
 
     def __init__(self) -> None:
@@ -63,7 +64,7 @@ class OpenStep:
         """Opens a step of ``model``; a step still open (the framework skipped its end) is closed first."""
         self.close()
         session = current_session()
-        if session is None:
+        if session is None or not steps.times_steps(session):
             return
         tracer = steps.tracer_for(session)
         self._tracer = tracer

@@ -369,7 +369,15 @@ def _timed_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
 # -- optimizer step (global hooks) -------------------------------------------------------------------
 
 
-_outside: dict[int, list[int]] = {}  # thread -> [depth, t0_ns] of an optimizer step running outside any step
+_outside: dict[int, list[Any]] = {}
+"""thread -> [depth, t0_ns, id of the outermost optimizer, the tracer's mark when it began
+(``timing.OUTSIDE_HELD``)] of an optimizer step running outside any step."""
+
+# An optimizer.step() that raises never reaches its post hook, so its depth would stay counted and
+# every later update look nested inside it (no update ever ending again). A step of an optimizer
+# already running on that thread is therefore the same optimizer called again after such a raise
+# (an optimizer does not step itself; a wrapper that steps an inner optimizer is another object):
+# the depth starts again from it.
 
 
 def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -378,16 +386,36 @@ def _optimizer_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
     st = T.OPEN
     if st is None:
         if T.TRACING and T.UPDATE_OUTSIDE is not None:
-            state = _outside.setdefault(thread_id(), [0, 0])
+            tid = thread_id()
+            state = _outside.setdefault(tid, [0, 0, 0, None])
+            if state[0] and state[2] == id(optimizer):
+                state[0] = 0  # its previous step raised (see above): that update never happened
+                try:
+                    if T.UPDATE_RAISED is not None:
+                        T.UPDATE_RAISED(tid, state[3])
+                except Exception:
+                    fault()
             state[0] += 1
             if state[0] == 1:
                 state[1] = perf_ns()
+                state[2] = id(optimizer)
+                try:
+                    state[3] = None if T.OUTSIDE_HELD is None else T.OUTSIDE_HELD(tid)
+                except Exception:
+                    state[3] = None
+                    fault()
         return None
     if st.thread != thread_id():
         return None
     depth = st.optimizer_depth
+    if depth and st.optimizer_id == id(optimizer):
+        # Its previous step in this traced step raised, caught inside the block: not counted.
+        st.release(st.optimizer_ev)
+        st.optimizer_ev = None
+        depth = 0
     st.optimizer_depth = depth + 1
     if depth == 0:
+        st.optimizer_id = id(optimizer)
         if st.pool is not None:
             st.optimizer_ev = _mark(st)
         pairs = st.nested_pairs

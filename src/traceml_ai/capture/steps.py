@@ -384,6 +384,8 @@ class StepTracer:
         self._torch: Any = None
         T.GENERATION += 1
         T.UPDATE_OUTSIDE = self.update_outside
+        T.OUTSIDE_HELD = self.held_on
+        T.UPDATE_RAISED = self.update_raised
         self.time_source.before_final = self.finish
         self.time_source.step_counts = self.step_counts
 
@@ -571,11 +573,14 @@ class StepTracer:
         """
         if self._group_tainted:
             self._group_tainted = False
-            requested = group[0].requested
-            for held in group:
-                held.release_events()
-            self._next_step = (self._next_step if requested is None else requested) + 1
-            self.discarded_steps += 1
+            # A micro-batch that raised may have been the last of an update that then never reached
+            # its optimizer step: the group holds that update and the next. Only the update(s) that
+            # raised are discarded; a clean one after them is a step like any other.
+            for part in self._updates_in(group):
+                if any(held.raised for held in part):
+                    self._discard_update(part)
+                else:
+                    self._complete(part)
             return
         head = group[0]
         if len(group) > 1:
@@ -612,6 +617,45 @@ class StepTracer:
         self.micro_batches[len(group)] = self.micro_batches.get(len(group), 0) + 1
         self._emit(head)
 
+    def _discard_update(self, group: list[Step]) -> None:
+        """One update whose micro-batch(es) raised: no row, its number not reused, counted once."""
+        requested = group[0].requested
+        for held in group:
+            held.release_events()
+        self._next_step = (self._next_step if requested is None else requested) + 1
+        self.discarded_steps += 1
+
+    def _usual_update_size(self) -> int:
+        """The number of micro-batches most updates held so far (1 when none held several)."""
+        grouped = [(n, size) for size, n in self.micro_batches.items() if size > 1]
+        return max(grouped)[1] if grouped else 1
+
+    def _updates_in(self, group: list[Step]) -> list[list[Step]]:
+        """Splits a group that holds a raised micro-batch into the updates it really held.
+
+        A micro-batch that raised in the slot of an update's last one (the update's other
+        micro-batches all held, at the usual update size) ended that update when the user's loop
+        skipped it: the update never reached its optimizer step, and the micro-batches after it
+        belong to the next update. Only when the very next traced block is the group's last one (it
+        ran the update) was it a retry of the same micro-batch, and the group is one update. A run
+        of raises in that slot counts as one (retried until it passed). Two skipped micro-batches in
+        one update cannot be told from two retries: the update then absorbs the next (a limit).
+        """
+        size = self._usual_update_size()
+        if size < 2:
+            return [group]
+        parts: list[list[Step]] = []
+        start = kept = 0
+        last = len(group) - 1
+        for i, held in enumerate(group):
+            if not held.raised:
+                kept += 1
+            elif kept >= size - 1 and i + 1 < last and not group[i + 1].raised:
+                parts.append(group[start : i + 1])
+                start, kept = i + 1, 0
+        parts.append(group[start:])
+        return parts
+
     def _discard(self, st: Step) -> None:
         """A step whose block raised: no row; a group it belonged to is discarded when it completes."""
         st.release_events()
@@ -623,6 +667,12 @@ class StepTracer:
             st.raised = True
             self._group.append(st)
             self._group_tainted = True
+            if st.updated or st.optimizer_depth > 0:
+                # It raised in or after its optimizer step: the update ended here, discarded now,
+                # and the next micro-batch starts the next update (not merged into this one).
+                group, self._group = self._group, []
+                self._updates_seen = True
+                self._complete(group)
             return
         self._next_step = (self._next_step if st.requested is None else st.requested) + 1
         self.discarded_steps += 1
@@ -646,17 +696,38 @@ class StepTracer:
         self._updates_seen = True
         self._complete(group)
 
+    def held_on(self, thread: int) -> tuple[list[Step], int]:
+        """``timing.OUTSIDE_HELD``: the held group and how many of its micro-batches were traced on
+        ``thread``, when an optimizer step begins there outside any step."""
+        group = self._group
+        return group, (len(group) if group and group[-1].thread == thread else 0)
+
+    def update_raised(self, thread: int, mark: Any) -> None:
+        """``timing.UPDATE_RAISED``: the optimizer step that began at ``mark`` (:meth:`held_on`) raised.
+        The micro-batches held then were its update, which never happened: discarded whole (no row,
+        counted once); those traced since stay held for the next update."""
+        if not isinstance(mark, tuple) or mark[0] is not self._group or not 0 < mark[1] <= len(self._group):
+            return  # the group ended since (an update inside a step), or nothing was held
+        update, rest = self._group[: mark[1]], self._group[mark[1] :]
+        self._group = rest
+        self._group_tainted = any(held.raised for held in rest)
+        self._updates_seen = True
+        self._discard_update(update)
+
     def finish(self) -> None:
         """The session's end: micro-batches still held are an incomplete update (dropped and counted)
         when updates were seen, else steps of their own; then one note sums up the step grouping."""
         group, self._group = self._group, []
         if group:
             if self._updates_seen:
-                for held in group:
+                *raised_updates, tail = self._updates_in(group) if self._group_tainted else [group]
+                for part in raised_updates:
+                    self._discard_update(part)
+                for held in tail:
                     held.release_events()
-                if not self._group_tainted:
+                if not any(held.raised for held in tail):
                     self.dropped_groups += 1
-                    self.dropped_micro_batches += len(group)
+                    self.dropped_micro_batches += len(tail)
                 else:
                     self.discarded_steps += 1
             else:
@@ -673,7 +744,7 @@ class StepTracer:
             parts.append(f"{self.dropped_groups} incomplete update of {self.dropped_micro_batches} micro-batch(es) at "
                          "the end was dropped (no optimizer step followed)")
         if self.discarded_steps:
-            parts.append(f"{self.discarded_steps} step(s) raised inside trace_step and were discarded (no row)")
+            parts.append(f"{self.discarded_steps} step(s) raised and were discarded (no row)")
         if parts:
             self.note("finish", "; ".join(parts))
 
@@ -878,6 +949,23 @@ BOUND: tuple[Any, StepTracer] | None = None
 """``(session, tracer)`` of the last :func:`tracer_for` (``trace_step`` reads it without a call)."""
 
 
+_watch_noted: set[int] = set()  # id() of the watch sessions whose "no step timing" note was printed
+
+
+def times_steps(session: Any) -> bool:
+    """Whether ``session`` times steps: not under ``traceml watch``, which records the system, the
+    processes, the environment and the output only (README), whatever the script calls. The first
+    time a watch session is asked, one ``[TraceML]`` line says that its ``trace_step`` is ignored."""
+    if getattr(session, "mode", "run") != "watch":
+        return True
+    key = id(session)
+    if key not in _watch_noted:
+        _watch_noted.add(key)
+        warn("traceml watch times no steps: trace_step and trace_region are ignored here "
+             "(use traceml run for the step-time breakdown)")
+    return False
+
+
 def tracer_for(session: Any) -> StepTracer:
     """The step tracer of ``session``, created and registered on first use.
 
@@ -906,9 +994,9 @@ def prepare(session: Any) -> StepTracer | None:
     Without it, tracing starts at the first ``trace_step``, and the DataLoader fetch of the first
     step (made before that call) is not measured: that step has no ``traceml:dataloader_next``. A
     caller that starts a session after ``import torch`` (``traceml_ai.init()``) can call this so
-    the first step's fetch is timed too.
+    the first step's fetch is timed too. None too under ``traceml watch`` (:func:`times_steps`).
     """
-    if "torch" not in sys.modules:
+    if "torch" not in sys.modules or getattr(session, "mode", "run") == "watch":
         return None
     tracer = tracer_for(session)
     instrument.install()

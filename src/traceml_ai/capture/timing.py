@@ -127,6 +127,7 @@ class Step:
     forward_ev: Any = None
     backward_depth = 0
     optimizer_depth = 0
+    optimizer_id = 0  # id() of the optimizer whose step is running at depth 1 (instrument._optimizer_pre)
     optimizer_t0 = 0
     optimizer_ev: Any = None
     h2d_depth = 0
@@ -296,6 +297,15 @@ UPDATE_OUTSIDE: Any = None
 """``callable(cpu_ns, thread_id)`` the step tracer sets: an optimizer update (``optimizer.step`` or
 ``GradScaler.step``) that ended while no step was open on that thread, so that the micro-batches
 traced before it become its step (gradient accumulation with the update outside ``trace_step``)."""
+
+OUTSIDE_HELD: Any = None
+"""``callable(thread_id) -> mark`` the step tracer sets: what it holds for that thread when an optimizer
+step begins outside any step (the micro-batches of the update that step ends)."""
+
+UPDATE_RAISED: Any = None
+"""``callable(thread_id, mark)`` the step tracer sets: the optimizer step outside any step that began at
+``mark`` (:data:`OUTSIDE_HELD`) raised, so the micro-batches held then were an update that never
+happened: discarded whole and counted, and those traced since belong to the next update."""
 
 FETCH_POOL: EventPool | None = None
 """Pool of the last CUDA step's device: a pre-step fetch records its start event there, because

@@ -27,30 +27,36 @@ ScriptArg = Annotated[
     str, typer.Argument(metavar="SCRIPT", help="The training script (a .py file), or -m MODULE as with python -m.")
 ]
 ArgsArg = Annotated[list[str] | None, typer.Argument(metavar="ARGS", help="Arguments for the script.")]
-NameOpt = Annotated[str | None, typer.Option("--name", help="Run name (default: the script's file name).")]
-GroupOpt = Annotated[str | None, typer.Option("--group", help="Group label shown in the viewer.")]
-TagOpt = Annotated[list[str] | None, typer.Option("--tag", help="A tag; repeat for several.")]
+NameOpt = Annotated[str | None, typer.Option("--name", metavar="NAME",
+                                             help="Run name (default: the script's file name).")]
+GroupOpt = Annotated[str | None, typer.Option("--group", metavar="GROUP", help="Group label shown in the viewer.")]
+TagOpt = Annotated[list[str] | None, typer.Option("--tag", metavar="TAG", help="A tag; repeat for several.")]
 LogsDirOpt = Annotated[
-    str | None, typer.Option("--logs-dir", help="Where run folders are created (default ./traceml/runs).")
+    str | None,
+    typer.Option("--logs-dir", metavar="DIR", help="Where run folders are created (default ./traceml/runs)."),
 ]
-IntervalOpt = Annotated[float | None, typer.Option("--interval", help="Sampling interval in seconds (default 1).")]
+IntervalOpt = Annotated[float | None, typer.Option("--interval", metavar="SECONDS",
+                                                   help="Sampling interval in seconds (default 1).")]
 ModeOpt = Annotated[
     str | None,
-    typer.Option("--mode", help="summary (default): the script keeps its terminal, the verdict is printed at "
-                                "the end; cli: a live view below the script's output (which then goes through a "
-                                "pipe); quiet: nothing from TraceML but warnings (lost telemetry, a failed setup)."),
+    typer.Option("--mode", metavar="summary|cli|quiet",
+                 help="summary (default): the script keeps its terminal, the verdict is printed at "
+                      "the end; cli: a live view below the script's output (which then goes through a "
+                      "pipe); quiet: nothing from TraceML but warnings (lost telemetry, a failed setup)."),
 ]
 
 
 ExporterOpt = Annotated[
     str | None,
-    typer.Option("--exporter", help="Export telemetry records: jsonl (files in <run>/aggregator/export), otlp, or "
-                                    "module:factory for your own exporter (see docs/export.md)."),
+    typer.Option("--exporter", metavar="NAME",
+                 help="Export telemetry records: jsonl (files in <run>/aggregator/export), otlp, or "
+                      "module:factory for your own exporter (see docs/export.md)."),
 ]
 ExportStreamsOpt = Annotated[
     str | None,
-    typer.Option("--export-streams", help="Exported streams, comma separated: step_time (default), step_memory, "
-                                          "process, system, all."),
+    typer.Option("--export-streams", metavar="STREAM,...",
+                 help="Exported streams, comma separated: step_time (default), step_memory, "
+                      "process, system, all."),
 ]
 ExporterHostnameOpt = Annotated[
     bool | None,
@@ -285,12 +291,15 @@ def _write_job_envelope(run_dir: Path) -> None:
         common.err.print(f"[yellow]no run envelope written:[/] {escape(printable(str(exc)))}")
 
 
-NprocOpt = Annotated[int, typer.Option("--nproc-per-node", help="Processes per node (>1 uses torch.distributed.run).")]
-NnodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes.")]
-NodeRankOpt = Annotated[int, typer.Option("--node-rank", help="This node's rank (the aggregator runs on node 0).")]
-MasterAddrOpt = Annotated[str, typer.Option("--master-addr", help="Address of node 0.")]
+NprocOpt = Annotated[int, typer.Option("--nproc-per-node", metavar="N",
+                                       help="Processes per node (>1 uses torch.distributed.run).")]
+NnodesOpt = Annotated[int, typer.Option("--nnodes", metavar="N", help="Number of nodes.")]
+NodeRankOpt = Annotated[int, typer.Option("--node-rank", metavar="RANK",
+                                          help="This node's rank (the aggregator runs on node 0).")]
+MasterAddrOpt = Annotated[str, typer.Option("--master-addr", metavar="HOST", help="Address of node 0.")]
 MasterPortOpt = Annotated[
-    int, typer.Option("--master-port", help="Rendezvous port on node 0; the aggregator listens on the next one.")
+    int, typer.Option("--master-port", metavar="PORT",
+                      help="Rendezvous port on node 0; the aggregator listens on the next one.")
 ]
 DisableOpt = Annotated[bool, typer.Option("--disable-traceml", help="Run the script plainly, without TraceML.")]
 
@@ -361,11 +370,13 @@ def serve(
     group: GroupOpt = None,
     tag: TagOpt = None,
     logs_dir: LogsDirOpt = None,
-    port: Annotated[int, typer.Option("--port", help="Port for the ranks; 0 picks a free one.")] = 0,
-    host: Annotated[str, typer.Option("--host", help="Address to bind; only change it for ranks on other hosts.")]
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port for the ranks; 0 picks a free one.")] = 0,
+    host: Annotated[str, typer.Option("--host", metavar="HOST",
+                                      help="Address to bind; only change it for ranks on other hosts.")]
     = "127.0.0.1",
     world_size: Annotated[
-        int | None, typer.Option("--world-size", help="Ranks expected; a rank that never reports is listed.")
+        int | None,
+        typer.Option("--world-size", metavar="N", help="Ranks expected; a rank that never reports is listed."),
     ] = None,
     exporter: ExporterOpt = None,
     export_streams: ExportStreamsOpt = None,

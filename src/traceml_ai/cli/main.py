@@ -75,8 +75,49 @@ def load_command(name: str) -> Any:
     command.name = name
     command.short_help = spec.summary
     _whole_short_help(command)
+    _plain_metavars(command)
     skip_plain_conversions(command)
     return command
+
+
+_METAVAR_BY_NAME = {"roots": "DIR", "cache_dir": "DIR", "cache": "DIR", "workdir": "DIR", "workspace": "DIR",
+                    "logs_dir": "DIR", "port": "PORT", "host": "HOST", "rank": "RANK", "limit": "N"}
+"""Metavars of options that several commands share, when the option names none itself."""
+_METAVAR_BY_TYPE: dict[Any, str] = {str: "TEXT", int: "N", float: "NUMBER", bool: "BOOL"}
+
+
+def _plain_metavars(command: Any) -> None:
+    """Say what each option takes in words (``--root DIR``, ``--port PORT``, ``--limit N``), not as
+    the Python type Typer shows by default (``<str>``, ``<list[str]>``): an option's own metavar, else
+    one for its name (:data:`_METAVAR_BY_NAME`, ``..._id`` ID, ``..._ns`` NS, ``..._seconds``
+    SECONDS), else for its type
+    (TEXT, N, NUMBER, PATH). An argument shows its name alone (``SCRIPT``, ``RUN``), without a type."""
+    for param in getattr(command, "params", []):
+        if param.param_type_name == "argument":
+            if param.metavar is None:
+                param.metavar = (param.name or "").upper()
+            param.display_type_rich = lambda ctx: None  # the name says it: SCRIPT, RUN, [ROOT]...
+            continue
+        if param.metavar is not None or getattr(param, "is_flag", False) or getattr(param, "count", False):
+            continue
+        name = param.name or ""
+        descriptor = getattr(param, "type_descriptor", None)
+        annotation: Any = getattr(descriptor, "annotation", None)
+        element: Any = annotation.__args__[0] if getattr(annotation, "__origin__", None) is list else annotation
+        if name in _METAVAR_BY_NAME:
+            param.metavar = _METAVAR_BY_NAME[name]
+        elif name.endswith("_id"):
+            param.metavar = "ID"
+        elif name.endswith("_ns"):
+            param.metavar = "NS"
+        elif name.endswith(("_seconds", "interval")):
+            param.metavar = "SECONDS"
+        elif getattr(descriptor, "is_path", False):
+            param.metavar = "PATH"
+        else:
+            param.metavar = _METAVAR_BY_TYPE.get(element, "VALUE")
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
 
 
 def _whole_short_help(command: Any) -> None:

@@ -90,7 +90,9 @@ def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str, str | None]:
 def summary(
     run: RunArg,
     roots: RootsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary document (final_summary.json).")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the summary document (final_summary.json) with the verdict the text shows in "
+                       "'verdict' {kind, text}.")] = False,
 ) -> None:
     """Show a captured run's diagnoses: findings with actions, step-time breakdown, ranks, memory, system.
 
@@ -101,8 +103,10 @@ def summary(
     """
     run_dir = resolve_run(run, roots)
     doc, origin, damage = _summary_doc(run_dir)
-    if as_json:  # the document as written (the damage is the warning on stderr)
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if as_json:  # the document as written (the damage is the warning on stderr), and its verdict
+        kind, text = verdict(Summary.from_dict(doc), watch=_is_watch_run(run_dir))
+        shown = {**doc, "verdict": {"kind": kind, "text": text}}
+        sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     _print_summary(run_dir, Summary.from_dict(doc), origin, damage)
 
@@ -139,7 +143,7 @@ def _steps_left_out(summary: Summary) -> str:
         return ""
     parts = []
     if counts.discarded > 0:
-        parts.append(f"{counts.discarded} step(s) raised inside trace_step and were discarded")
+        parts.append(f"{counts.discarded} step(s) raised and were discarded")
     if counts.dropped_updates > 0:
         held = f" of {counts.dropped_micro_batches} micro-batch(es)"
         parts.append(f"{counts.dropped_updates} incomplete update(s){held} at the end dropped "
@@ -193,12 +197,15 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
 
 
 def _is_watch_run(run_dir: Path) -> bool:
-    """Whether ``traceml watch`` made the run (``"mode": "watch"`` in ``aggregator/manifest.json``)."""
-    try:
-        doc = orjson.loads((run_dir / "aggregator" / "manifest.json").read_bytes())
-    except (OSError, ValueError):
+    """Whether ``traceml watch`` made the run (``"mode": "watch"`` in ``aggregator/manifest.json``,
+    read by its reader; an unreadable manifest is not a watch run)."""
+    from traceml_ai.runs.aggregator_files import AGGREGATOR_DIR, MANIFEST, read_manifest
+
+    agg = run_dir / AGGREGATOR_DIR
+    if not (agg / MANIFEST).is_file():
         return False
-    return isinstance(doc, dict) and doc.get("mode") == "watch"
+    manifest = read_manifest(str(agg), [])
+    return manifest is not None and manifest.mode == "watch"
 
 
 def _print_verdict(summary: Summary, *, watch: bool = False) -> None:

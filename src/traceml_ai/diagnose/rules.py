@@ -88,6 +88,11 @@ def _severity(value: float, warn: float, critical: float, *, low_is_bad: bool = 
     return "critical" if value >= critical else "warning" if value >= warn else None
 
 
+def _crossed(severity: Severity, warn: float, critical: float) -> float:
+    """The threshold a finding of ``severity`` crossed: the critical one for a critical finding."""
+    return critical if severity == "critical" else warn
+
+
 def _strength(value: float, threshold: float, *, low_is_bad: bool = False) -> float:
     if low_is_bad:
         return threshold / value if value > 0 else float("inf")
@@ -185,17 +190,18 @@ def _share_rule(
             severity=severity,
             summary=summary,
             action=action,
-            evidence=Evidence(f"{phase.removeprefix(schema.PHASE_PREFIX)}_share", job, warn, ranks,
-                              _step_window(timelines)),
-            strength=_strength(job, warn),
+            evidence=Evidence(f"{phase.removeprefix(schema.PHASE_PREFIX)}_share", job,
+                              _crossed(severity, warn, critical), ranks, _step_window(timelines)),
+            strength=_strength(job, _crossed(severity, warn, critical)),
         )
     ]
 
 
 def input_bound(ctx: Context) -> RuleResult:
     """Input-bound: the dataloader wait takes at least ``INPUT_BOUND_INFO`` of the iteration (info),
-    ``INPUT_BOUND_WARN`` (warning), ``INPUT_BOUND_CRITICAL`` (critical). The summary gives the time
-    lost: the median wait per step (ms) and the share as minutes per hour of training."""
+    ``INPUT_BOUND_WARN`` (warning), ``INPUT_BOUND_CRITICAL`` (critical), and its median is at least
+    ``INPUT_BOUND_MIN_MS`` per step (a smaller wait is never flagged, whatever its share). The summary
+    gives the time lost: the median wait per step (ms) and the share as minutes per hour of training."""
     rule = "input_bound"
     phase = schema.DATALOADER_NEXT
     shares = _rank_shares(ctx.table, phase)
@@ -211,6 +217,10 @@ def input_bound(ctx: Context) -> RuleResult:
     ranks = tuple(r for r, (s, _) in shares.items() if s >= threshold)
     timelines = [tl for tl in ctx.table.ranks if tl.rank in shares]
     median_ms = median(np.concatenate([tl.phase(phase) for tl in timelines])) or 0.0
+    if median_ms < th.INPUT_BOUND_MIN_MS:
+        return []  # a large share of a tiny step: too little time to win back
+    if severity == "critical":
+        threshold = th.INPUT_BOUND_CRITICAL
     scope = "" if len(shares) == 1 else f" on {_ranks_text(ranks)}"
     summary = (
         f"{_pct(job)} of each training step is spent waiting for the next batch ({phase}, median "
@@ -411,6 +421,7 @@ def straggler(ctx: Context) -> RuleResult:
     severity = _severity(skew, th.STRAGGLER_WARN, th.STRAGGLER_CRITICAL)
     if severity is None:
         return []
+    crossed = _crossed(severity, th.STRAGGLER_WARN, th.STRAGGLER_CRITICAL)
     slow = next(tl for tl in usable if tl.rank == rank)
     rest = [tl for tl in usable if tl.rank != rank]
     phase, excess = _excess_phase(slow, rest)
@@ -432,8 +443,8 @@ def straggler(ctx: Context) -> RuleResult:
             "host, or work only that rank does inside the step (logging, checkpointing, evaluation); balance it or "
             "move it out of the step.",
             evidence=Evidence("rank_step_time_skew" if how == "total" else "rank_local_time_skew", skew,
-                              th.STRAGGLER_WARN, (rank,), _step_window(usable)),
-            strength=_strength(skew, th.STRAGGLER_WARN),
+                              crossed, (rank,), _step_window(usable)),
+            strength=_strength(skew, crossed),
         )
     ]
 
@@ -506,6 +517,7 @@ def memory_pressure(ctx: Context) -> RuleResult:
             if severity is not None:
                 ranks = tuple(r for r, f in fractions.items() if f >= th.GPU_MEMORY_PRESSURE_WARN)
                 all_steps = [s for r in ranks for s in steps[r]]
+                crossed = _crossed(severity, th.GPU_MEMORY_PRESSURE_WARN, th.GPU_MEMORY_PRESSURE_CRITICAL)
                 findings.append(Finding(
                     kind=rule,
                     severity=severity,
@@ -513,9 +525,9 @@ def memory_pressure(ctx: Context) -> RuleResult:
                     f"the device on rank {_rank_name(worst)}.",
                     action="Lower the batch size or sequence length, use mixed precision or activation "
                     "checkpointing, and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
-                    evidence=Evidence("gpu_peak_reserved_fraction", value, th.GPU_MEMORY_PRESSURE_WARN, ranks,
+                    evidence=Evidence("gpu_peak_reserved_fraction", value, crossed, ranks,
                                       (min(all_steps), max(all_steps)) if all_steps else None),
-                    strength=_strength(value, th.GPU_MEMORY_PRESSURE_WARN),
+                    strength=_strength(value, crossed),
                 ))
         else:
             reasons.append("the GPU's total memory is unknown (no gpu_mem_total_bytes or GPU mem_total_bytes)")
@@ -563,6 +575,7 @@ def _host_memory_pressure(ctx: Context) -> Finding | str | None:
     if severity is None:
         return None
     ranks = tuple(sorted(host_ranks[host], key=rank_key))
+    crossed = _crossed(severity, th.HOST_MEMORY_PRESSURE_WARN, th.HOST_MEMORY_PRESSURE_CRITICAL)
     return Finding(
         kind="memory_pressure",
         severity=severity,
@@ -570,9 +583,9 @@ def _host_memory_pressure(ctx: Context) -> Finding | str | None:
         f"{_ranks_text(ranks)}).",
         action="Lower the batch size, DataLoader num_workers or prefetch_factor, or keep less of the dataset in "
         "memory; near the limit the host swaps or the kernel kills a rank.",
-        evidence=Evidence("host_rss_fraction", value, th.HOST_MEMORY_PRESSURE_WARN, ranks, _step_window(
+        evidence=Evidence("host_rss_fraction", value, crossed, ranks, _step_window(
             tl for tl in ctx.table.ranks if tl.rank in ranks)),
-        strength=_strength(value, th.HOST_MEMORY_PRESSURE_WARN),
+        strength=_strength(value, crossed),
     )
 
 
@@ -675,16 +688,18 @@ def _creep_finding(metric: str, found: Sequence[_Creep]) -> Finding:
                      else f", about {worst.rate * 60 / _MIB:,.1f} MiB per minute")
     ranks = tuple(sorted((c.rank for c in found), key=rank_key))
     windows = [c.steps for c in found if c.steps is not None]
+    severity: Severity = "critical" if t.relative >= th.CREEP_CRITICAL_GROWTH else "warning"
+    crossed = _crossed(severity, th.CREEP_MIN_GROWTH, th.CREEP_CRITICAL_GROWTH)
     return Finding(
         kind="memory_creep",
-        severity="critical" if t.relative >= th.CREEP_CRITICAL_GROWTH else "warning",
+        severity=severity,
         summary=f"{what} of {_ranks_text(ranks)} grows steadily after warm-up: {_mib(t.early)} → {_mib(t.late)} "
         f"(+{_pct(t.relative)}){rate_text}.",
         action="Something keeps references across steps: e.g. a list that collects tensors (append loss.item(), "
         "not loss), caches keyed by batch, or growing histories; detach and convert, or clear them.",
-        evidence=Evidence(f"{metric}_growth", t.relative, th.CREEP_MIN_GROWTH, ranks,
+        evidence=Evidence(f"{metric}_growth", t.relative, crossed, ranks,
                           (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None),
-        strength=_strength(t.relative, th.CREEP_MIN_GROWTH),
+        strength=_strength(t.relative, crossed),
     )
 
 
@@ -717,14 +732,15 @@ def low_gpu_util(ctx: Context) -> RuleResult:
     if severity is None:
         return []
     ranks = tuple(sorted({r for g in samples for r in ctx.gpu_ranks.get((g.hostname, g.gpu_idx), ())}, key=rank_key))
+    crossed = _crossed(severity, th.LOW_GPU_UTIL_WARN, th.LOW_GPU_UTIL_CRITICAL)
     return [Finding(
         kind=rule,
         severity=severity,
         summary=f"The GPUs are busy only {value:.0f}% of the time (median utilisation after warm-up).",
         action="The GPU waits on the host: see the input and host-to-device findings; use more DataLoader "
         "workers, a larger batch, non_blocking copies, and avoid CPU syncs (.item(), .cpu()) inside the step.",
-        evidence=Evidence("gpu_util_percent", value, th.LOW_GPU_UTIL_WARN, ranks, _step_window(ctx.table.ranks)),
-        strength=_strength(value, th.LOW_GPU_UTIL_WARN, low_is_bad=True),
+        evidence=Evidence("gpu_util_percent", value, crossed, ranks, _step_window(ctx.table.ranks)),
+        strength=_strength(value, crossed, low_is_bad=True),
     )]
 
 
@@ -772,14 +788,15 @@ def ram_pressure(ctx: Context) -> RuleResult:
     if severity is None:
         return []
     where = f" on {host}" if host else ""
+    crossed = _crossed(severity, th.RAM_PRESSURE_WARN, th.RAM_PRESSURE_CRITICAL)
     return [Finding(
         kind=rule,
         severity=severity,
         summary=f"Host RAM is nearly full{where}: {_pct(value)} used (90th percentile after warm-up).",
         action="Free host memory: fewer DataLoader workers or a smaller prefetch_factor, a memory-mapped dataset "
         "instead of an in-memory one, or stop other jobs on the host.",
-        evidence=Evidence("host_ram_used_fraction", value, th.RAM_PRESSURE_WARN, (), _step_window(ctx.table.ranks)),
-        strength=_strength(value, th.RAM_PRESSURE_WARN),
+        evidence=Evidence("host_ram_used_fraction", value, crossed, (), _step_window(ctx.table.ranks)),
+        strength=_strength(value, crossed),
     )]
 
 

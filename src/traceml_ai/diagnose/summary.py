@@ -404,8 +404,9 @@ def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:
         return "findings", f"{len(serious)} finding{'s' if len(serious) != 1 else ''}"
     seen = summary.steps_seen
     # A rule listed as checked judged nothing when no step was timed (a summary written from what an
-    # aggregator that died had committed): that is never a green verdict.
-    if seen and any(r in STEP_RULES for r in summary.rules_checked):
+    # aggregator that died had committed): that is never a green verdict. Nor is a watch run's, even
+    # one recorded before watch ignored trace_step: watch is the mode that times no steps.
+    if seen and not watch and any(r in STEP_RULES for r in summary.rules_checked):
         return "healthy", "no bottleneck found"
     if watch:
         why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"

@@ -47,6 +47,11 @@ INPUT_BOUND_WARN: Final = 0.20
 INPUT_BOUND_CRITICAL: Final = 0.40
 """Share of the iteration spent waiting for ``next(dataloader)`` (info / warning / critical)."""
 
+INPUT_BOUND_MIN_MS: Final = 2.0
+"""Median wait for ``next(dataloader)`` per step (ms) below which ``input_bound`` never fires, whatever
+its share: on a step of a few ms, the loader's own per-batch cost (collating a small batch, handing it
+over from a worker) is a large share that more workers cannot remove."""
+
 H2D_BOUND_WARN: Final = 0.25
 H2D_BOUND_CRITICAL: Final = 0.50
 """Share of the iteration spent copying the batch to the device."""

@@ -158,16 +158,106 @@ class LaunchResult:
     telemetry: dict[str, Any]
 
 
+def _submodule(name: str, folders: list[str]) -> tuple[list[str] | None, str | None] | None:
+    """Where ``import parent.name`` finds ``name`` in its parent's ``folders``, as the path finder
+    does (a package folder with an ``__init__``, else a module file, in folder order; else the
+    folders without ``__init__`` together, a namespace package): ``(its folders, None for a
+    module; its file, None for a namespace)``, or None when it is not there."""
+    import importlib.machinery
+
+    suffixes = importlib.machinery.all_suffixes()
+    portions: list[str] = []
+    for folder in folders:
+        base = os.path.join(folder, name)
+        if os.path.isdir(base):
+            init = next((os.path.join(base, "__init__" + s) for s in suffixes
+                         if os.path.isfile(os.path.join(base, "__init__" + s))), None)
+            if init is not None:
+                return [base], init
+            portions.append(base)
+            continue
+        module = next((base + s for s in suffixes if os.path.isfile(base + s)), None)
+        if module is not None:
+            return None, module
+    return (portions, None) if portions else None
+
+
+def _may_extend_path(origin: str | None) -> bool:
+    """Whether a package's ``__init__`` at ``origin`` may change where its submodules are: it is
+    not Python source, or it mentions ``__path__``."""
+    if origin is None:
+        return False  # a namespace package has no code
+    if not origin.endswith(".py"):
+        return True
+    return "__path__" in Path(origin).read_text(errors="replace")
+
+
+def missing_module(module: str, cwd: str | None = None) -> str | None:
+    """The first dotted part of ``module`` that ``python -m module``, started in ``cwd`` (default: the
+    current folder) with this interpreter and environment, certainly cannot find, e.g. ``pkg`` for
+    ``pkg.nosuch`` without a ``pkg``, or ``pkg.__main__`` for a package that has none (``python -m``
+    cannot run it); None when it is found, or when that cannot be told for sure.
+
+    Nothing is imported or run: the top-level name is looked up with this process's import finders
+    (``sys.meta_path``, so editable installs count) over the child's path (its folder first, as
+    ``python -m`` puts it, then this process's path), each submodule in its parent package's folders.
+    A parent whose ``__init__`` mentions ``__path__`` (it may extend where its submodules are), or is
+    not Python source, is not searched: its submodules are left to the child to find.
+    """
+    import importlib.machinery
+
+    search = [cwd or os.getcwd(), *sys.path[1:]]
+    parts = [*module.split("."), "__main__"]  # a package runs its __main__; a module stops before it
+    try:
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(parts[0], search if finder is importlib.machinery.PathFinder else None)
+                if spec is not None:
+                    break
+        if spec is None:
+            return parts[0]
+        found = spec.submodule_search_locations
+        # A namespace package's path lists its folders without importing it (iterating the path
+        # itself would look its parent up in sys.modules).
+        folders = None if found is None else list(getattr(found, "_path", None) or found)
+        origin = spec.origin if spec.has_location else None
+        if folders is not None and spec.origin is not None and not spec.has_location:
+            return None  # a package from a custom finder: its submodules are its own
+        for i in range(1, len(parts)):
+            if folders is None:
+                # A plain module has no submodules; it is what runs when nothing is asked of it.
+                return None if parts[i] == "__main__" else ".".join(parts[: i + 1])
+            if _may_extend_path(origin):
+                return None
+            where = _submodule(parts[i], folders)
+            if where is None:
+                return ".".join(parts[: i + 1])
+            folders, origin = where
+    except Exception:  # a finder that fails, an unreadable __init__: the child will tell
+        return None
+    return None
+
+
 def validate(options: LaunchOptions) -> None:
     """Check options before anything starts.
 
     Raises:
-        LaunchError: the script is missing, or a count/rank/port/interval is out of range.
+        LaunchError: the script, or the module of ``-m``, is missing, or a count/rank/port/interval
+            is out of range.
     """
     script = Path(options.script)
     if options.module is not None:
         if not options.module or options.module.startswith("-"):
             raise LaunchUsageError(f"-m needs a module name, not {options.module!r}")
+        missing = missing_module(options.module)
+        if missing == f"{options.module}.__main__":
+            raise LaunchError(f"{options.module} is a package without __main__.py: name its module to run "
+                              f"(traceml run -m {options.module}.train, say)")
+        if missing is not None:
+            raise LaunchError(f"no such training module: {options.module} (no module named {missing!r} in "
+                              "the current folder or on the Python path)")
     elif script.is_dir():
         raise LaunchError(f"{options.script} is a folder, not a training script")
     elif not script.is_file():

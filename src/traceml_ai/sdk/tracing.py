@@ -75,15 +75,19 @@ def trace_step(model: Any = None, *, step: int | None = None) -> AbstractContext
 
     Returns:
         A context manager (no value). A ``trace_step`` inside an open step, or on a second thread
-        while one is open, is ignored with a note. Without a capture session: a no-op.
+        while one is open, is ignored with a note. Without a capture session, and under
+        ``traceml watch`` (which times no steps; a note says so once): a no-op.
     """
     session = current_session()
     if session is None:
         _timing.TRACING = False
         return _NOOP
     bound = _steps.BOUND
-    tracer = bound[1] if bound is not None and bound[0] is session else _steps.tracer_for(session)
-    return _steps.StepScope(tracer, model, step)
+    if bound is not None and bound[0] is session:
+        return _steps.StepScope(bound[1], model, step)
+    if not _steps.times_steps(session):
+        return _NOOP  # traceml watch: no step timing (a one-line note says so once)
+    return _steps.StepScope(_steps.tracer_for(session), model, step)
 
 
 def trace_region(name: str) -> AbstractContextManager[None]:
@@ -102,6 +106,6 @@ def trace_region(name: str) -> AbstractContextManager[None]:
     if not name or name.startswith(PHASE_PREFIX):
         raise ValueError(f"trace_region name {name!r} must be non-empty and not start with {PHASE_PREFIX!r}")
     session = current_session()
-    if session is None:
+    if session is None or not _steps.times_steps(session):
         return _NOOP
     return _steps.tracer_for(session).region(name)

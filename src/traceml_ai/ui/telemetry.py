@@ -193,7 +193,7 @@ class TelemetryViews:
         elif out["state"] == "none":  # an aggregator/ folder with nothing readable in it
             out["state"] = "missing"
             out["detail"] = f"no readable telemetry in {AGGREGATOR_DIR}/"
-        out["diagnoses"] = _diagnoses(final, live)
+        out["diagnoses"] = _diagnoses(final, live, watch=manifest is not None and manifest.mode == "watch")
         out["ranks"] = _ranks(final, live)
         return out
 
@@ -368,9 +368,10 @@ def _rank_text(rank: int | None) -> str:
 # -- diagnoses and ranks -------------------------------------------------------------------------
 
 
-def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | None:
+def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = False) -> dict[str, Any] | None:
     """The findings of final_summary.json, or (a live run, or no summary written) the rules run
-    over the telemetry read now, marked ``source: "live"``."""
+    over the telemetry read now, marked ``source: "live"``. ``watch``: ``traceml watch`` made the
+    run (its manifest says so), whose verdict is "not judged"."""
     if final is not None:
         summary, source = final, "final_summary"
     elif live is not None:
@@ -378,7 +379,7 @@ def _diagnoses(final: Summary | None, live: Summary | None) -> dict[str, Any] | 
     else:
         return None
     doc = summary.to_dict()
-    kind, text = verdict(summary)
+    kind, text = verdict(summary, watch=watch)
     return {
         "source": source,
         "generated_at": summary.generated_at,

@@ -190,3 +190,21 @@ def test_non_finite_floats_stay_as_sent() -> None:
     payload = make_envelope({"global_rank": 0}, {"process": [{"cpu_percent": math.inf, "ram_used_bytes": math.nan}]})
     (record,) = records_from_payload(payload).records
     assert record.cpu_percent == math.inf and math.isnan(record.ram_used_bytes)  # type: ignore[union-attr, arg-type]
+
+
+def test_the_envelope_example_of_docs_export_gives_the_records_it_says() -> None:
+    """docs/export.md's envelope example is a real one: it gives the records the page names."""
+    import json
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[3] / "docs" / "export.md").read_text()
+    section = page.split("### The envelope", 1)[1].split("### From a payload yourself", 1)[0]
+    (example,) = re.findall(r"```json\n(.*?)```", section, flags=re.S)
+    batch = records_from_payload(json.loads(example), observed_timestamp_unix_ns=TS)
+    assert batch.skipped == 0
+    step, memory = batch.records
+    assert isinstance(step, StepTimeRecord) and (step.global_rank, step.step) == (0, 1)
+    assert step.events["traceml:step"]["cpu"]["cpu_ms"] == 0.599
+    assert isinstance(memory, StepMemoryRecord) and memory.device == "cpu"
+    assert memory.peak_alloc_bytes is None and memory.peak_reserved_bytes is None

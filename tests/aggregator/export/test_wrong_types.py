@@ -48,7 +48,7 @@ NONE_WHEN_NOT_INTEGER = {"step", "timestamp_unix_ns"}
 
 WRONG_FOR_NUMBER = [{"an": "object"}, [1, 2], "7", True]
 WRONG_FOR_INT = [*WRONG_FOR_NUMBER, 1.5]
-WRONG_FOR_FLAG = [{"an": "object"}, [1], "1", 1.5]
+WRONG_FOR_FLAG = [{"an": "object"}, [1], "1", 1.5, 3, 2, -1]  # an integer boolean is 1 or 0 (000 seed)
 WRONG_FOR_TEXT = [{"an": "object"}, ["x"], 7, 1.5, True]
 
 
@@ -134,6 +134,15 @@ def test_missing_keys_and_nulls_are_none_and_no_loss() -> None:
         assert skipped == 0 and counts.get(stream) == 2, stream
 
 
+@pytest.mark.parametrize("field", sorted(FLAG_FIELDS))
+def test_an_integer_boolean_takes_true_false_one_and_zero(field: str) -> None:
+    stream = schema.RUNTIME_ENVIRONMENT if field == "distributed_initialized" else schema.PROCESS
+    rows = [{**GOOD[stream], field: value} for value in (True, False, 1, 0, None)]
+    batch = records_from_payload(make_envelope(META, {stream: rows}), observed_timestamp_unix_ns=1)
+    assert batch.skipped == 0
+    assert [getattr(r, field) for r in batch.records] == [1, 0, 1, 0, None]
+
+
 @pytest.mark.timeout(60)
 def test_the_loss_reaches_finalization_warning_json(tmp_path: Path) -> None:
     agg = AggregatorProcess(tmp_path, "--world-size", "1")  # the real aggregator process
@@ -144,6 +153,8 @@ def test_the_loss_reaches_finalization_warning_json(tmp_path: Path) -> None:
         client.send({"step_time": [good[0], {**good[1], "seq": {"an": "object"}}, good[2]],
                      "step_memory": [{**GOOD[schema.STEP_MEMORY], "peak_alloc_bytes": {"dict": 1}}],
                      "system": [{**GOOD[schema.SYSTEM], "gpus": "2 GPUs"}]})
+        # A frame well typed but for an integer boolean that is neither 1 nor 0 (the server's fast path).
+        client.send({"process": [GOOD[schema.PROCESS], {**GOOD[schema.PROCESS], "gpu_available": 3}]})
         client.finish()
         client.close()
         code, _, _ = agg.signal_and_wait()
@@ -151,6 +162,7 @@ def test_the_loss_reaches_finalization_warning_json(tmp_path: Path) -> None:
         agg.kill()
     assert code == 0
     assert count(agg.db, "step_time_samples") == 2
+    assert count(agg.db, "process_samples") == 1
     report = json.loads((tmp_path / "aggregator" / "finalization_warning.json").read_text())
-    assert report["projection"]["skipped"] == 3
-    assert "3 telemetry items or rows did not fit their table" in report["summary"]
+    assert report["projection"]["skipped"] == 4
+    assert "4 telemetry items or rows did not fit their table" in report["summary"]

@@ -290,6 +290,9 @@ def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) 
     from traceml_ai.runs.table import PERF_LISTED, cell, column_facts
 
     assert set(PERF_LISTED) <= set(PERF_KEYS)
+    from traceml_ai.runs.table import PERF_COLUMNS
+
+    assert PERF_COLUMNS == PERF_KEYS  # the run layer's list of perf.* columns (it may not import this one)
     cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf={"telemetry": "ok", "step_ms.p50": 4.0})
     plain = RunSummary(key="/r/b", id="b", root="/r", name="b")
     facts = column_facts([cpu, plain])

@@ -48,14 +48,23 @@ def test_a_gpu_run_exports_every_panel_with_its_devices(tmp_path: Path) -> None:
     assert Path(share).read_bytes() != Path(export_panel(cache, run, "step", "png")).read_bytes()
 
 
-def test_a_corrupt_database_exports_a_picture_that_says_so_and_a_bare_csv(tmp_path: Path) -> None:
+def test_a_corrupt_missing_or_empty_database_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    """Issue 13 review: a damaged database exported a picture of nothing (and ``traceml plot`` exited 0)."""
     run_dir = tmp_path / "runs" / "broken"
     (run_dir / "aggregator").mkdir(parents=True)
-    (run_dir / "aggregator" / "telemetry.sqlite").write_bytes(b"not a database" * 200)
+    db = run_dir / "aggregator" / "telemetry.sqlite"
     cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
-    for panel in PANELS:
-        assert png_dpi(Path(export_panel(cache, run_of(run_dir), panel, "png")).read_bytes()) is not None
-        assert rows(export_panel(cache, run_of(run_dir), panel, "csv")) == []
+    for content, words in ((b"not a database" * 200, "telemetry database is damaged: "),
+                           (None, "no telemetry.sqlite in this run")):
+        if content is None:
+            db.unlink()
+        else:
+            db.write_bytes(content)
+        for panel in PANELS:
+            for fmt in ("png", "csv"):
+                with pytest.raises(PanelError, match=f"broken: aggregator/telemetry.sqlite: {words}.*nothing to draw"):
+                    export_panel(cache, run_of(run_dir), panel, fmt)
+    assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())
 
 
 def test_a_run_that_was_not_captured_or_an_unknown_panel_is_a_clear_error(tmp_path: Path) -> None:

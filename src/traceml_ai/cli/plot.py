@@ -107,6 +107,12 @@ def plot(
     _choice("--format", fmt, FORMATS)
     if telemetry is not None and metric:
         raise UsageError("give either --metric or --telemetry, not both")
+    if telemetry is not None:
+        given = [opt for opt in METRIC_ONLY if _given(ctx, opt.lstrip("-").replace("-", "_"))]
+        if given:
+            raise UsageError(f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} a --metric chart only; "
+                             f"--telemetry {telemetry} draws the Performance view's panel as the page does "
+                             "(see traceml plot --help)")
     if share and telemetry != "step":
         raise UsageError("--share applies to --telemetry step only (the phases as shares of the step)")
     if telemetry is not None and len(set(run_refs)) != 1:
@@ -158,8 +164,11 @@ def _plot_telemetry(roots: list[str], run: RunSummary, panel: str, fmt: str, sha
     from traceml_ai.ui.perf_export import PanelError, export_panel
 
     folder = _cache_folder(roots, cache_dir)
+    warnings: list[str] = []
     try:
-        path = export_panel(folder, run, panel, fmt, share=share)
-    except PanelError as err:
-        raise UserError(str(err)) from None
+        path = export_panel(folder, run, panel, fmt, share=share, warnings=warnings)
+    except PanelError as error:
+        raise UserError(printable(str(error))) from None
+    for line in warnings:
+        err.print(f"[yellow]warning:[/] {escape(printable(line))}")
     out.print(path, markup=False, highlight=False, soft_wrap=True)

@@ -43,7 +43,14 @@ import numpy as np
 
 from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import local_work
-from traceml_ai.diagnose.summary import AGGREGATOR_DIR, TELEMETRY_DB, SummaryFileError, load_final_summary, summarise
+from traceml_ai.diagnose.summary import (
+    AGGREGATOR_DIR,
+    FINAL_SUMMARY,
+    TELEMETRY_DB,
+    SummaryFileError,
+    load_final_summary,
+    summarise,
+)
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
@@ -89,16 +96,39 @@ def check_panel(name: str) -> Panel:
     raise PanelError(f"unknown telemetry panel {name!r}; choose one of {', '.join(PANELS)}")
 
 
-def telemetry_of(run: RunSummary) -> Telemetry:
-    """The run's telemetry database, read (read-only).
+NOTHING_TO_DRAW: Final = frozenset({"missing", "empty", "corrupt", "unreadable"})
+"""Telemetry statuses without a row to draw: exporting a panel of such a run is an error."""
+
+
+def telemetry_of(run: RunSummary, warnings: list[str] | None = None) -> Telemetry:
+    """The run's telemetry database, read (read-only). ``warnings``: when given, a database that
+    reads but is visibly damaged (:func:`~traceml_ai.diagnose.perf.telemetry_damage`, e.g. truncated
+    since its summary was written) adds a line to it: the panel is drawn from the rows still there.
 
     Raises:
-        PanelError: the run was not captured (no ``aggregator/`` folder).
+        PanelError: the run was not captured (no ``aggregator/`` folder), or its database has no row
+            to draw (missing, empty, damaged or unreadable: the viewer's words, e.g. ``telemetry
+            database is damaged: database disk image is malformed``).
     """
+    from traceml_ai.diagnose.perf import telemetry_damage
+
     agg = os.path.join(run.key, AGGREGATOR_DIR)
+    name = run.name or run.id
     if not os.path.isdir(agg):
-        raise PanelError(f"{run.name or run.id} was not captured by TraceML (no {AGGREGATOR_DIR}/ folder)")
-    return read_telemetry(os.path.join(agg, TELEMETRY_DB))
+        raise PanelError(f"{name} was not captured by TraceML (no {AGGREGATOR_DIR}/ folder)")
+    tel = read_telemetry(os.path.join(agg, TELEMETRY_DB))
+    if tel.status in NOTHING_TO_DRAW:
+        detail = tel.detail or f"telemetry {tel.status}"
+        if tel.status == "missing":
+            detail = f"no {TELEMETRY_DB} in this run"
+        elif tel.status == "empty":
+            detail = "the telemetry database has no rows yet"
+        raise PanelError(f"{name}: {AGGREGATOR_DIR}/{TELEMETRY_DB}: {detail}; nothing to draw")
+    if warnings is not None:
+        damage = telemetry_damage(run.key, summarised=os.path.isfile(os.path.join(agg, FINAL_SUMMARY)))
+        if damage is not None:
+            warnings.append(f"{name}: {AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}; drawn from the rows still readable")
+    return tel
 
 
 def straggler_ranks(run: RunSummary, tel: Telemetry) -> list[int | None]:
@@ -445,20 +475,22 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
 
 
 def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, share: bool = False,
-                 heat: HeatMode | None = None) -> str:
+                 heat: HeatMode | None = None, warnings: list[str] | None = None) -> str:
     """Save one Performance panel of ``run`` into the cache folder's ``plots/`` as
     ``plot-<run name>-telemetry-<panel>-YYYYMMDD-HHMMSS.<csv|png>`` and return its absolute path
-    (``share``, ``heat``: as :func:`render_panel_png` takes them).
+    (``share``, ``heat``: as :func:`render_panel_png` takes them; ``warnings``: as
+    :func:`telemetry_of` takes it).
 
     Raises:
-        PanelError: an unknown panel, or the run was not captured.
+        PanelError: an unknown panel, the run was not captured, or its telemetry has no row to draw
+            (see :func:`telemetry_of`).
         CacheError: ``fmt`` is not png or csv.
         OSError: the file could not be written.
     """
     from traceml_ai.runs.analysis import table_csv
 
     which = check_panel(panel)
-    tel = telemetry_of(run)
+    tel = telemetry_of(run, warnings)
     name = f"{run.name or run.id} telemetry {which}"
     if fmt == "csv":
         data = table_csv(panel_table(tel, which)).encode("utf-8")

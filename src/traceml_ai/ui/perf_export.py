@@ -56,7 +56,7 @@ from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, style_axes
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, style_axes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -216,8 +216,10 @@ def _ranks_table(tel: Telemetry) -> Table:
             col[np.searchsorted(steps, tl.steps)] = pick(tl)
             cols.append(col)
     mat = np.vstack(cols).T
-    rows: list[list[Any]] = [[int(step), *(None if not math.isfinite(v) else float(v) for v in vals)]
-                             for step, vals in zip(steps.tolist(), mat.tolist(), strict=True)]
+    # Rounded as the step panel's CSV is (4 decimals of a millisecond): no float noise (12.300000000000001).
+    rows: list[list[Any]] = [
+        [int(step), *(None if not math.isfinite(v) else round(float(v), CSV_MS_DECIMALS) for v in vals)]
+        for step, vals in zip(steps.tolist(), mat.tolist(), strict=True)]
     return header, rows
 
 
@@ -251,6 +253,16 @@ def _memory_table(tel: Telemetry) -> Table:
     return ["series", "unit", "step", "time_s", "value"], rows
 
 
+CSV_MS_DECIMALS: Final = 4
+"""Decimals of the milliseconds in the step and ranks CSVs (the page's breakdown rounds so too)."""
+CSV_PCT_DECIMALS: Final = 4
+"""Decimals of a percentage computed from two byte counts (RAM, GPU memory used of its total)."""
+
+
+def _pct(fraction: float) -> float:
+    return round(fraction * 100.0, CSV_PCT_DECIMALS)
+
+
 def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float]]]],
                                          list[tuple[str, list[tuple[float, float]]]]]:
     """(host CPU/RAM percent, GPU util/memory percent): ``(label, [(seconds, percent)])`` each."""
@@ -267,7 +279,7 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
         if s.cpu_percent is not None:
             host[f"{prefix}CPU"].append((t, float(s.cpu_percent)))
         if s.ram_used_bytes is not None and s.ram_total_bytes:
-            host[f"{prefix}RAM"].append((t, s.ram_used_bytes / s.ram_total_bytes * 100.0))
+            host[f"{prefix}RAM"].append((t, _pct(s.ram_used_bytes / s.ram_total_bytes)))
     gpu_hosts = {g.hostname for g in tel.gpus}
     gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for g in sorted(tel.gpus, key=lambda g: (g.hostname or "", g.gpu_idx)):
@@ -278,7 +290,7 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
         if g.util is not None:
             gpu[f"{name} util"].append((t, float(g.util)))
         if g.mem_used_bytes is not None and g.mem_total_bytes:
-            gpu[f"{name} memory"].append((t, g.mem_used_bytes / g.mem_total_bytes * 100.0))
+            gpu[f"{name} memory"].append((t, _pct(g.mem_used_bytes / g.mem_total_bytes)))
     return sorted(host.items()), list(gpu.items())
 
 
@@ -441,18 +453,25 @@ def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]]
 def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
     peaks, rss = _memory_series(tel)
     top, bottom = axes
-    top.set_title("peak device memory per step (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    top.set_title("peak device memory per step", color=colors["muted"], fontsize=7, loc="left")
     if peaks:
         _lines(top, peaks, colors)
         top.set_xlabel("step", color=colors["muted"], fontsize=8)
+        top.set_ylabel(_bytes_of(top, peaks), color=colors["muted"], fontsize=8)
     else:
         _note(top, "No per-step memory rows (a CPU run measures host RSS only).", colors)
-    bottom.set_title("process RSS per rank (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    bottom.set_title("process RSS per rank", color=colors["muted"], fontsize=7, loc="left")
     if rss:
         _lines(bottom, rss, colors)
         bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+        bottom.set_ylabel(_bytes_of(bottom, rss), color=colors["muted"], fontsize=8)
     else:
         _note(bottom, "No process samples.", colors)
+
+
+def _bytes_of(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> str:
+    """Ticks of ``ax``'s y axis in the binary unit of its largest byte count; returns its title."""
+    return bytes_axis(ax.yaxis, max(abs(v) for _, pts in series for _, v in pts))
 
 
 def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:

@@ -110,7 +110,7 @@ def test_a_final_summary_that_cannot_be_read_is_not_called_missing(captured: Pat
     final.write_bytes(final.read_bytes()[:200])
     done = run_traceml("summary", str(run_dir))
     assert done.returncode == 0, done.stderr
-    assert "not valid JSON" in done.stderr
+    assert "warning: aggregator/final_summary.json cannot be read (damaged): not valid JSON" in done.stderr
     words = " ".join(done.stdout.split())
     assert "(final_summary.json cannot be read)" in words and "no final_summary.json yet" not in words
 

@@ -71,7 +71,8 @@ def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str, str | None]:
     try:
         doc = load_final_summary(run_dir)
     except SummaryFileError as e:
-        err.print(f"[yellow]warning:[/] {escape(printable(str(e)))}; diagnosing telemetry.sqlite instead")
+        err.print(f"[yellow]warning:[/] aggregator/{escape(printable(e.one_line()))}; "
+                  "diagnosing telemetry.sqlite instead")
         doc, unusable = None, True
     if doc is not None:
         from traceml_ai.diagnose.perf import telemetry_damage

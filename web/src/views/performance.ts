@@ -222,7 +222,9 @@ export class PerformanceView implements ViewModule {
         const g = s("g", { "data-testid": "perf-pair-bar", "data-phase": key, "data-run": run.name, "data-share": share === null ? "" : String(share) });
         const why = share === null ? (perfMissingReason(run, `perf.share.${key}`) ?? "not measured") : null;
         g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${run.name}: ${why ?? fmtPerf(`perf.share.${key}`, share!)}`)));
-        g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle", ...(why ? { "data-testid": "perf-pair-missing" } : {}) }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share), ...(why ? [svgTitle(why)] : [])));
+        g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle", ...(why ? { "data-testid": "perf-pair-missing" } : {}) }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share)));
+        // The "–" says why on hover: the group's title covers it (a title inside the text would be read as its text).
+        if (why) g.appendChild(svgTitle(why));
         if (j > 0 && share !== null && baseShare !== null) {
           const diff = (share - baseShare) * 100;
           const txt = `${diff >= 0 ? "+" : "−"}${Math.abs(diff).toFixed(1)} pp`;

@@ -95,4 +95,8 @@ def test_units_read_as_written_and_an_empty_h2d_cell_says_why(browser: Browser, 
         toggle = page.get_by_test_id("perf-mode-ms")
         expect(toggle).to_have_text("ms", use_inner_text=True)  # as drawn, CSS included
         expect(page.get_by_test_id("perf-mode-share")).to_have_text("Share", use_inner_text=True)
+        # Upper-cased labels carry no unit to mangle ("STEPS / S").
+        expect(page.get_by_test_id("perf-fact-steps-per-second")).not_to_have_text("–")
+        labels = page.locator(".perf-facts dt, .telem-stat-k").all_inner_texts()
+        assert "STEPS PER SECOND" in labels and not any(" / S" in t or " MS" in t for t in labels), labels
         s.assert_clean()

@@ -359,12 +359,12 @@ export class PerformanceView implements ViewModule {
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
       ["p95 step", ms(p["step_ms.p95"])],
-      ["steps / s", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
+      ["steps per second", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
       // Damage deep inside the database shows only once its rows are read: then it is partial too.
       ["telemetry", d?.state === "corrupt" && p.telemetry === "ok" ? "partial" : typeof p.telemetry === "string" ? p.telemetry : "–"],
     ];
     // An empty fact says why on hover, as its table cell does.
-    const column: Record<string, string> = { "median step": "perf.step_ms.p50", "p95 step": "perf.step_ms.p95", "steps / s": "perf.steps_per_s" };
+    const column: Record<string, string> = { "median step": "perf.step_ms.p50", "p95 step": "perf.step_ms.p95", "steps per second": "perf.steps_per_s" };
     return facts.flatMap(([k, v]) => {
       const why = v === "–" && column[k] ? perfMissingReason(run, column[k]!) : null;
       return [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v, title: why ?? undefined })];

@@ -240,7 +240,7 @@ export class TelemetryPanel {
     const stats: [string, string][] = [];
     if (d.ranks) {
       stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
-      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps / s", fmtNum(d.ranks.throughput_steps_per_s)]);
+      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
     }
     if (diag.steps?.seen !== undefined) stats.push(["steps", String(diag.steps.seen)]);
     const seen = diag.ranks?.seen?.length;

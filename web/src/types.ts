@@ -408,4 +408,6 @@ export interface CompareResponse {
     reason: string;
   }[];
   problems: string[];
+  /** Runs with no telemetry rows to compare ("B: telemetry database is damaged: ..."): every verdict is then inconclusive for that reason. */
+  unusable?: string[];
 }

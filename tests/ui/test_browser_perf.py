@@ -376,8 +376,10 @@ def test_two_runs_side_by_side_show_traceml_compares_verdict_per_metric(browser:
                                                                         perf_root: Path) -> None:
     done = run_traceml("compare", str(run_dir(perf_root, "steady")), str(run_dir(perf_root, "stall")), "--json")
     assert done.returncode == 0, done.stderr
-    verdicts = {m["metric"]: m["verdict"] for m in json.loads(done.stdout)["metrics"]}
-    assert verdicts["dataloader_next_ms"] == "regression"
+    doc = json.loads(done.stdout)
+    verdicts = {m["metric"]: m["verdict"] for m in doc["metrics"]}
+    why = [m["reason"] for m in doc["metrics"] if m["metric"] == "dataloader_next_ms"]
+    assert verdicts["dataloader_next_ms"] == "regression", (why, doc["problems"])
     with open_viewer(browser, viewer) as s:
         page = s.page
         select_runs(page, "steady", "stall")

@@ -78,6 +78,12 @@ def test_plot_usage_errors_exit_2_in_one_line_naming_the_choices(fake_root: Path
     assert "not both" in usage("baseline", "--telemetry", "step", "--metric", "val/auc")
     assert "one run" in usage("baseline", "high-lr", "--telemetry", "step")
     assert "give a metric" in usage("baseline")
+    # A --metric chart's options are refused by a --telemetry panel, never silently ignored.
+    for opts, named in ((["--log-y"], "--log-y shapes a --metric chart only"),
+                        (["--x", "time"], "--x shapes a --metric chart only"),
+                        (["--ema", "0.6", "--log-y"], "--ema, --log-y shape a --metric chart only")):
+        assert named in usage("baseline", "--telemetry", "step", *opts)
+    assert "--x shapes a --metric chart only" in usage("baseline", "--telemetry", "memory", "--x", "step")
 
 
 # -- --telemetry: a panel of the Performance view, on a real captured run (issue 13 item 4) ----------

@@ -145,6 +145,28 @@ def test_ls_bad_usage_is_one_line_error_with_exit_code_2(fake_root: Path, args: 
     assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", [
+    ["--columns", "name,perf.bogus"],
+    ["--sort", "perf.bogus"],
+    ["--filter", "perf.bogus>1"],
+    ["--group-by", "perf.bogus"],
+])
+def test_ls_an_unknown_perf_column_is_an_error_naming_the_known_ones(fake_root: Path, args: list[str]) -> None:
+    """Issue 13 review: ``--columns perf.bogus`` printed a blank column instead of an error."""
+    proc = run_traceml("runs", "ls", str(fake_root), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+    assert "'perf.bogus'" in proc.stderr
+    assert "perf.step_ms.p50" in proc.stderr and "perf.share.dataloader" in proc.stderr
+
+
+def test_ls_a_misspelt_perf_column_gets_the_closest_one_and_known_ones_work(fake_root: Path) -> None:
+    near = run_traceml("runs", "ls", str(fake_root), "--columns", "perf.share.dataloder")
+    assert near.returncode == 2 and "did you mean 'perf.share.dataloader'" in near.stderr
+    ok = run_traceml("runs", "ls", str(fake_root), "--columns", "name,perf.step_ms.p50,perf.share.h2d", "--csv")
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_ls_open_ended_range_with_inf(fake_root: Path) -> None:
     rows = _ls_json(str(fake_root), "--filter", "run.best.val/auc:0.9..inf")
     assert rows and all(r["values"]["run.best.val/auc"] >= 0.9 for r in rows.values())

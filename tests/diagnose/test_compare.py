@@ -64,9 +64,13 @@ def test_unmeasured_metrics_are_inconclusive_and_missing_runs_are_reported(tmp_p
     a = write_run(tmp_path / "a", RunSpec(steps=40)).parents[1]
     result = compare(a, tmp_path / "nowhere")
     by = verdicts(result)
-    assert by["gpu_util_percent"].reason == "not measured in either run"
-    assert by["step_time_ms"].verdict == "inconclusive" and "B: 0" in by["step_time_ms"].reason
+    # The reason is the missing database, not "too few samples (B: 0)" (issue 13 review).
+    assert all(m.verdict == "inconclusive" for m in result.metrics)
+    assert by["step_time_ms"].reason.startswith("nothing to compare: B: no telemetry database")
     assert any(p.startswith("B: no telemetry database") for p in result.problems)
+    assert [u.split(":")[0] for u in result.unusable] == ["B"]
+    both = compare(a, write_run(tmp_path / "b", RunSpec(steps=40)).parents[1])
+    assert verdicts(both)["gpu_util_percent"].reason == "not measured in either run" and both.unusable == ()
 
 
 def test_tiny_phase_changes_stay_equivalent(tmp_path: Path) -> None:

@@ -279,6 +279,11 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         bar = pairs.locator("[data-testid=perf-pair-bar][data-phase=dataloader][data-run=stall]")
         assert float(bar.get_attribute("data-share") or "nan") == share_stall
         expect(bar.get_by_test_id("perf-pair-diff")).to_have_text(f"+{(share_stall - share_steady) * 100:.1f} pp")
+        # A CPU run has no h2d phase: its "–" says why (issue 13 review).
+        h2d = pairs.locator("[data-testid=perf-pair-bar][data-phase=h2d][data-run=stall]")
+        expect(h2d.get_by_test_id("perf-pair-missing")).to_have_text("–")
+        expect(h2d.locator(":scope > title")).to_have_text(
+            "not measured: no CUDA device (h2d is the time of host-to-GPU copies)")
         stall_section = page.locator("[data-testid=perf-run][data-name=stall]")
         expect(stall_section.get_by_test_id("perf-fact-verdict")).to_have_text("input_bound")
         shot(page, "perf-view-two-runs")
@@ -371,8 +376,10 @@ def test_two_runs_side_by_side_show_traceml_compares_verdict_per_metric(browser:
                                                                         perf_root: Path) -> None:
     done = run_traceml("compare", str(run_dir(perf_root, "steady")), str(run_dir(perf_root, "stall")), "--json")
     assert done.returncode == 0, done.stderr
-    verdicts = {m["metric"]: m["verdict"] for m in json.loads(done.stdout)["metrics"]}
-    assert verdicts["dataloader_next_ms"] == "regression"
+    doc = json.loads(done.stdout)
+    verdicts = {m["metric"]: m["verdict"] for m in doc["metrics"]}
+    why = [m["reason"] for m in doc["metrics"] if m["metric"] == "dataloader_next_ms"]
+    assert verdicts["dataloader_next_ms"] == "regression", (why, doc["problems"])
     with open_viewer(browser, viewer) as s:
         page = s.page
         select_runs(page, "steady", "stall")

@@ -6,6 +6,7 @@ The run is captured by the real ``traceml run`` on the digits example."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def damaged_copy(captured: Path, tmp_path: Path, damage: str) -> Path:
         db.write_bytes(data[: len(data) // 3])
     elif damage == "emptied":
         db.write_bytes(b"")
+    elif damage == "tail":  # bytes appended: the header and every page are intact, SQLite reads it
+        db.write_bytes(data + b"junk!")
     elif damage == "garbage_header":
         db.write_bytes(b"\x00garbage" * 8 + data[64:])
     else:  # garbage over the pages after the first few: the header is intact
@@ -107,6 +110,47 @@ def test_a_final_summary_that_cannot_be_read_is_not_called_missing(captured: Pat
     final.write_bytes(final.read_bytes()[:200])
     done = run_traceml("summary", str(run_dir))
     assert done.returncode == 0, done.stderr
-    assert "not valid JSON" in done.stderr
+    assert "warning: aggregator/final_summary.json cannot be read (damaged): not valid JSON" in done.stderr
     words = " ".join(done.stdout.split())
     assert "(final_summary.json cannot be read)" in words and "no final_summary.json yet" not in words
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage_header", "garbage_inside"])
+def test_compare_and_plot_refuse_a_damaged_database_in_the_viewers_words(captured: Path, tmp_path: Path,
+                                                                          damage: str) -> None:
+    """Issue 13 review: ``traceml compare`` blamed "too few samples" and ``traceml plot --telemetry``
+    saved a picture of nothing, both exiting 0."""
+    run_dir = damaged_copy(captured, tmp_path, damage)
+    for a, b, side in ((captured, run_dir, "B"), (run_dir, captured, "A")):
+        done = run_traceml("compare", str(a), str(b))
+        assert done.returncode == 1, done.stdout + done.stderr
+        line = done.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line and done.stdout == ""
+        assert line.startswith(f"error: nothing to compare: run {side} ({captured.name}): "
+                               f"aggregator/telemetry.sqlite: {DAMAGED}"), line
+        assert "too few samples" not in line
+    for panel, fmt in (("step", "png"), ("memory", "csv")):
+        done = run_traceml("plot", str(run_dir), "--telemetry", panel, "--format", fmt,
+                           "--cache-dir", str(tmp_path / "cache"))
+        assert done.returncode == 1, done.stdout + done.stderr
+        line = done.stderr.strip()
+        assert line.startswith(f"error: digits: aggregator/telemetry.sqlite: {DAMAGED}"), line
+        assert line.endswith("; nothing to draw") and "\n" not in line
+        assert done.stdout == ""
+    assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())
+
+
+def test_compare_and_plot_warn_and_go_on_when_the_damaged_database_still_reads(captured: Path,
+                                                                                tmp_path: Path) -> None:
+    run_dir = damaged_copy(captured, tmp_path, "tail")
+    done = run_traceml("compare", str(captured), str(run_dir), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["unusable"] == [] and any(m["verdict"] != "inconclusive" for m in doc["metrics"])
+    assert done.stderr.count(DAMAGED) == 1
+    assert f"B: aggregator/telemetry.sqlite: {DAMAGED}truncated" in done.stderr
+    assert "compared on the rows still readable" in done.stderr
+    done = run_traceml("plot", str(run_dir), "--telemetry", "step", "--cache-dir", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).is_file()
+    assert done.stderr.count(DAMAGED) == 1 and "drawn from the rows still readable" in done.stderr

@@ -48,14 +48,23 @@ def test_a_gpu_run_exports_every_panel_with_its_devices(tmp_path: Path) -> None:
     assert Path(share).read_bytes() != Path(export_panel(cache, run, "step", "png")).read_bytes()
 
 
-def test_a_corrupt_database_exports_a_picture_that_says_so_and_a_bare_csv(tmp_path: Path) -> None:
+def test_a_corrupt_missing_or_empty_database_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    """Issue 13 review: a damaged database exported a picture of nothing (and ``traceml plot`` exited 0)."""
     run_dir = tmp_path / "runs" / "broken"
     (run_dir / "aggregator").mkdir(parents=True)
-    (run_dir / "aggregator" / "telemetry.sqlite").write_bytes(b"not a database" * 200)
+    db = run_dir / "aggregator" / "telemetry.sqlite"
     cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
-    for panel in PANELS:
-        assert png_dpi(Path(export_panel(cache, run_of(run_dir), panel, "png")).read_bytes()) is not None
-        assert rows(export_panel(cache, run_of(run_dir), panel, "csv")) == []
+    for content, words in ((b"not a database" * 200, "telemetry database is damaged: "),
+                           (None, "no telemetry.sqlite in this run")):
+        if content is None:
+            db.unlink()
+        else:
+            db.write_bytes(content)
+        for panel in PANELS:
+            for fmt in ("png", "csv"):
+                with pytest.raises(PanelError, match=f"broken: aggregator/telemetry.sqlite: {words}.*nothing to draw"):
+                    export_panel(cache, run_of(run_dir), panel, fmt)
+    assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())
 
 
 def test_a_run_that_was_not_captured_or_an_unknown_panel_is_a_clear_error(tmp_path: Path) -> None:
@@ -68,3 +77,34 @@ def test_a_run_that_was_not_captured_or_an_unknown_panel_is_a_clear_error(tmp_pa
     with pytest.raises(PanelError, match="step, ranks, memory, gpu"):
         export_panel(cache, run_of(tmp_path / "runs" / "ok"), "heat", "csv")
     assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())
+
+
+def test_the_memory_picture_reads_in_binary_units_and_the_csvs_carry_no_float_noise(tmp_path: Path) -> None:
+    """Issue 13 review: the memory PNG's axes showed raw bytes (1e10) and the ranks CSV carried float
+    noise (12.300000000000001)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from traceml_ai.ui.png import bytes_axis
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.plot([0, 1, 2], [0.0, 6 * GIB, 11 * GIB])
+    assert bytes_axis(ax.yaxis, 11 * GIB) == "GiB"
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert "10" in labels and all(float(v) <= 12 for v in labels), labels  # 0 .. 12 GiB, not 1e10
+    assert all(tick % (GIB // 2) == 0 for tick in ax.get_yticks()), "round ticks in GiB, not in bytes"
+
+    run_dir = tmp_path / "runs" / "gpu-run"
+    write_run(run_dir, RunSpec(ranks=2, steps=40, gpu=True, interval_s=0.1, gpu_util=lambda t: 80.0,
+                               peak_alloc=lambda r, s: (10 + r) * GIB, noise=0.3,
+                               host_ram_used=lambda t: 20 * GIB + t * 1234567.0))
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    for panel in ("step", "ranks", "gpu"):
+        text = Path(export_panel(cache, run_of(run_dir), panel, "csv")).read_text(encoding="utf-8")
+        numbers = [cell for line in text.splitlines()[1:] for cell in line.split(",") if "." in cell]
+        assert numbers, panel
+        noisy = [n for n in numbers if len(n.split(".")[1]) > 6]
+        assert not noisy, (panel, noisy[:5])

@@ -173,6 +173,44 @@ export function fmtPerf(column: string, v: number): string {
   return fmtNum(v);
 }
 
+/** Why a perf.* cell of `run` is empty (`–`), for its tooltip: a captured run's missing fact says
+ * what was not measured and why (h2d on a CPU run: "not measured: no CUDA device ..."), from the
+ * run's other facts; null when the cell has a value. */
+export function perfMissingReason(run: RunRow, column: string): string | null {
+  const p = run.perf ?? {};
+  const key = column.startsWith("perf.") ? column.slice(5) : column;
+  const v = p[key];
+  if (v !== null && v !== undefined && v !== "") return null;
+  if (!isCaptured(run)) return "not captured by traceml run (no aggregator/ folder)";
+  if (p.telemetry === "pending") return "no final summary yet: the run is still running";
+  if (p.telemetry === "no_summary") return "no final summary: the run ended without one (traceml summary RUN diagnoses its rows)";
+  if (p.steps === undefined || p.steps === null) return "not read: the final summary could not be used (see the run's warnings)";
+  // A GPU run has per-step device memory or GPU utilisation samples; a run with neither had no CUDA device.
+  const gpu = typeof p["peak_mem.gpu"] === "number" || typeof p.gpu_util_pct === "number";
+  const ranks = typeof p.ranks === "number" ? p.ranks : 1;
+  switch (key) {
+    case "share.h2d":
+      return gpu
+        ? "not measured: the script timed no host-to-device copy (no traceml:h2d events)"
+        : "not measured: no CUDA device (h2d is the time of host-to-GPU copies)";
+    case "peak_mem.gpu":
+      return "not measured: no CUDA device (a CPU run has no device memory; see peak host RSS)";
+    case "gpu_util_pct":
+      return "not measured: no GPU utilisation samples (no GPU on this host, or NVML unavailable)";
+    case "skew_pct":
+    case "worst_rank":
+      return ranks < 2 ? "one rank: no skew between ranks to measure" : "not measured: too few steps on some rank";
+    case "straggler":
+      return ranks < 2 ? "one rank: no straggler possible" : "no straggler found";
+    case "severity":
+      return "no finding";
+    case "step_ms.p95":
+      return "not in this summary (written by an older TraceML)";
+    default:
+      return key.startsWith("share.") ? "not measured: the script did not time this phase" : "not measured in this run";
+  }
+}
+
 /** Whether a run was captured by `traceml run` (it has perf facts; every captured run has perf.telemetry). */
 export function isCaptured(run: RunRow | undefined): boolean {
   return run?.perf?.telemetry !== undefined && run?.perf?.telemetry !== null;

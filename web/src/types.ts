@@ -382,6 +382,9 @@ export interface TelemetryResponse {
   host: TelemetryChart | null;
   gpu: TelemetryChart | null;
   t0_unix_ns: number | null;
+  /** A final_summary.json that exists but cannot be used ("aggregator/final_summary.json cannot be
+   * read (damaged): ..."): the reason the run has no verdict; null when it was read or is absent. */
+  final_summary_error?: string | null;
   logs: RankLog[];
 }
 
@@ -405,4 +408,6 @@ export interface CompareResponse {
     reason: string;
   }[];
   problems: string[];
+  /** Runs with no telemetry rows to compare ("B: telemetry database is damaged: ..."): every verdict is then inconclusive for that reason. */
+  unusable?: string[];
 }

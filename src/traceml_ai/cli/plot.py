@@ -7,11 +7,12 @@ same files the viewer's export writes (DESIGN §4, §7; 003 seed, "Exporting cha
 from __future__ import annotations
 
 import os
-from typing import Annotated, cast
+from typing import Annotated, Final, cast
 
 import typer
+from rich.markup import escape
 
-from traceml_ai.cli.common import UsageError, UserError, one_line_errors, out, settings
+from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
 from traceml_ai.cli.runs import open_store
 from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
@@ -35,8 +36,22 @@ def _check_ema(value: float) -> float:
     return value
 
 
+METRIC_ONLY: Final = ("--x", "--ema", "--log-y")
+"""Options of the metric line charts that a ``--telemetry`` panel refuses (it draws the page's picture:
+stacked phases of rolling medians over steps, a ranks x steps heatmap, memory and host lines on their
+own axes, none of which a log scale, another x axis or an EMA would leave true)."""
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` (its parameter name) was given on the command line (or by an
+    environment variable), not left at its default."""
+    source = ctx.get_parameter_source(name)  # Typer's own click: compare the enum by name
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 @one_line_errors
 def plot(
+    ctx: typer.Context,
     run_refs: Annotated[
         list[str], typer.Argument(metavar="RUN", help="Run ids, unique id prefixes, names, or run folder paths.")
     ],
@@ -56,12 +71,14 @@ def plot(
         bool, typer.Option("--share", help="With --telemetry step only: phases as shares of the step, not ms.")
     ] = False,
     x: Annotated[str, typer.Option("--x", metavar="AXIS",
-                                   help="X axis: step, epoch, or time (seconds since the run's start).")] = "step",
+                                   help="X axis of a --metric chart: step, epoch, or time (seconds since the "
+                                        "run's start).")] = "step",
     ema: Annotated[
         float,
-        typer.Option("--ema", metavar="W", callback=_check_ema, help="EMA smoothing weight in [0, 1); 0 = none."),
+        typer.Option("--ema", metavar="W", callback=_check_ema,
+                     help="EMA smoothing weight of a --metric chart, in [0, 1); 0 = none."),
     ] = 0.0,
-    log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
+    log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis of a --metric chart.")] = False,
     fmt: Annotated[
         str, typer.Option("--format", metavar="FORMAT",
                           help="png (300 DPI) or csv (the full history, not downsampled).")
@@ -75,6 +92,11 @@ def plot(
 ) -> None:
     """Save a chart of metric histories into the cache folder and print its path.
 
+    --x, --ema and --log-y shape a --metric chart only. A --telemetry panel is the picture the
+    Performance view draws (step: the phases stacked over steps as rolling medians, --share for
+    shares; ranks: a ranks x steps heatmap; memory and gpu: lines over steps and wall time), so it
+    refuses them (exit 2) rather than ignore them.
+
     Example: traceml plot baseline high-lr --metric val/auc --ema 0.6 --root traceml/runs
 
     Example: traceml plot lagging --telemetry ranks --root traceml/runs
@@ -85,6 +107,12 @@ def plot(
     _choice("--format", fmt, FORMATS)
     if telemetry is not None and metric:
         raise UsageError("give either --metric or --telemetry, not both")
+    if telemetry is not None:
+        given = [opt for opt in METRIC_ONLY if _given(ctx, opt.lstrip("-").replace("-", "_"))]
+        if given:
+            raise UsageError(f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} a --metric chart only; "
+                             f"--telemetry {telemetry} draws the Performance view's panel as the page does "
+                             "(see traceml plot --help)")
     if share and telemetry != "step":
         raise UsageError("--share applies to --telemetry step only (the phases as shares of the step)")
     if telemetry is not None and len(set(run_refs)) != 1:
@@ -136,8 +164,11 @@ def _plot_telemetry(roots: list[str], run: RunSummary, panel: str, fmt: str, sha
     from traceml_ai.ui.perf_export import PanelError, export_panel
 
     folder = _cache_folder(roots, cache_dir)
+    warnings: list[str] = []
     try:
-        path = export_panel(folder, run, panel, fmt, share=share)
-    except PanelError as err:
-        raise UserError(str(err)) from None
+        path = export_panel(folder, run, panel, fmt, share=share, warnings=warnings)
+    except PanelError as error:
+        raise UserError(printable(str(error))) from None
+    for line in warnings:
+        err.print(f"[yellow]warning:[/] {escape(printable(line))}")
     out.print(path, markup=False, highlight=False, soft_wrap=True)

@@ -71,7 +71,8 @@ def _summary_doc(run_dir: Path) -> tuple[dict[str, Any], str, str | None]:
     try:
         doc = load_final_summary(run_dir)
     except SummaryFileError as e:
-        err.print(f"[yellow]warning:[/] {escape(printable(str(e)))}; diagnosing telemetry.sqlite instead")
+        err.print(f"[yellow]warning:[/] aggregator/{escape(printable(e.one_line()))}; "
+                  "diagnosing telemetry.sqlite instead")
         doc, unusable = None, True
     if doc is not None:
         from traceml_ai.diagnose.perf import telemetry_damage
@@ -325,12 +326,19 @@ def compare(
     (step time, each phase, throughput, peak GPU memory, RSS, GPU utilisation).
 
     Each verdict comes from the ratio of medians of the per-step samples with a 95% block-bootstrap
-    interval (docs/diagnoses.md). Exit code 1 with --fail-on-regression when a regression exceeds PCT.
+    interval (docs/diagnoses.md). Exit code 1 with --fail-on-regression when a regression exceeds PCT,
+    and when a run's telemetry database is missing, empty or damaged (nothing to compare); a database
+    damaged since its summary was written but still readable is compared on its rows, with a warning.
 
     Example: traceml compare traceml/runs/baseline_a3f9 traceml/runs/new-loader_b7c1 --fail-on-regression 5
     """
     dir_a, dir_b = resolve_run(run_a, roots), resolve_run(run_b, roots)
     result = compare_runs(dir_a, dir_b)
+    if result.unusable:  # every verdict would be "inconclusive" for a reason the table would hide
+        folders = {"A": dir_a.name, "B": dir_b.name}
+        why = "; ".join(f"run {u[0]} ({folders.get(u[0], '?')}): aggregator/telemetry.sqlite: "
+                        f"{u.partition(': ')[2]}" for u in result.unusable)
+        raise UserError(f"nothing to compare: {printable(why)}")
     if as_json:
         sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -95,6 +95,10 @@ class Comparison:
     generated_at: str
     metrics: tuple[MetricComparison, ...]
     problems: tuple[str, ...]
+    unusable: tuple[str, ...] = ()
+    """One line per run whose telemetry has no rows to compare (``B: telemetry database is damaged:
+    ...``, ``A: no telemetry database at ...``): with any, nothing was compared (every verdict is
+    ``inconclusive`` for that reason) and ``traceml compare`` exits 1. Also in ``problems``."""
 
     def regressions(self, over_pct: float = 0.0) -> list[MetricComparison]:
         """Metrics whose verdict is ``regression`` with B worse by more than ``over_pct`` percent."""
@@ -114,6 +118,7 @@ class Comparison:
             },
             "metrics": [m.to_dict() for m in self.metrics],
             "problems": list(self.problems),
+            "unusable": list(self.unusable),
         }
 
 
@@ -219,10 +224,31 @@ def compare(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str]) -> Com
 
     ``run_a``/``run_b`` are run folders (their ``aggregator/telemetry.sqlite`` is read, read-only) or
     telemetry database files. Never raises for a missing or corrupt database: its metrics are
-    ``inconclusive`` and ``problems`` says why.
+    ``inconclusive``, ``problems`` and ``unusable`` say why. A database that reads but is visibly
+    damaged (:func:`~traceml_ai.diagnose.perf.telemetry_damage`: truncated since its final summary
+    was written) is compared on the rows still readable, with a problem that says so.
     """
     tel_a, tel_b = read_telemetry(_db(run_a)), read_telemetry(_db(run_b))
-    return compare_telemetry(tel_a, tel_b, run_a=str(run_a), run_b=str(run_b))
+    result = compare_telemetry(tel_a, tel_b, run_a=str(run_a), run_b=str(run_b))
+    damaged = [f"{label}: aggregator/telemetry.sqlite: {damage}; compared on the rows still readable"
+               for label, run, tel in (("A", run_a, tel_a), ("B", run_b, tel_b))
+               if tel.status in ("ok", "degraded") and (damage := _visible_damage(run)) is not None]
+    return dataclasses.replace(result, problems=(*damaged, *result.problems)) if damaged else result
+
+
+def _visible_damage(run: str | os.PathLike[str]) -> str | None:
+    """:func:`~traceml_ai.diagnose.perf.telemetry_damage` of a run folder (None for a database file)."""
+    from traceml_ai.diagnose.perf import telemetry_damage
+    from traceml_ai.diagnose.summary import final_summary_path
+
+    path = Path(run)
+    if path.is_file():
+        return None
+    return telemetry_damage(path, summarised=final_summary_path(path).is_file())
+
+
+UNUSABLE: Final = frozenset({"missing", "empty", "corrupt", "unreadable"})
+"""Telemetry statuses with no rows to compare (see :class:`~traceml_ai.diagnose.readers.Telemetry`)."""
 
 
 def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: str) -> Comparison:
@@ -253,8 +279,14 @@ def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: 
         note += ")"
         problems.append(f"{note}: the step-time verdicts are inconclusive; compare runs made on an equally busy host")
         metrics = [_host_load_inconclusive(m, note) for m in metrics]
+    unusable = tuple(f"{label}: {t.detail or t.status}" for label, t in (("A", tel_a), ("B", tel_b))
+                     if t.status in UNUSABLE)
+    if unusable:  # the reason is the database, not the sample count or a phase "only A timed"
+        why = "; ".join(unusable)
+        metrics = [dataclasses.replace(m, verdict="inconclusive", reason=f"nothing to compare: {why}")
+                   for m in metrics]
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return Comparison(run_a, run_b, generated, tuple(metrics), tuple(problems))
+    return Comparison(run_a, run_b, generated, tuple(metrics), tuple(problems), unusable)
 
 
 HOST_LOAD_DIFF_PERCENT: Final = 25.0

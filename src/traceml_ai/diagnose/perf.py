@@ -79,6 +79,10 @@ FINALIZATION_WARNING: Final = "finalization_warning.json"
 MAX_SUMMARY_BYTES: Final = 16 * 1024 * 1024
 """A larger final_summary.json is not read (a real one is a few KB)."""
 
+SUMMARY_DAMAGED: Final = f"{FINAL_SUMMARY} cannot be read (damaged)"
+"""What every reader says of a final summary that is not valid JSON (cut short, garbage written over
+it): the run table's warning, the viewer's verdict and ``traceml summary``'s warning start so."""
+
 PHASE_KEYS: Final[dict[str, str]] = {
     schema.DATALOADER_NEXT: "dataloader",
     schema.H2D: "h2d",
@@ -284,12 +288,12 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as err:
-            return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
+            return {"telemetry": "partial"}, f"{AGGREGATOR_DIR}/{SUMMARY_DAMAGED}: not valid JSON ({err})", stamps, True
         if not isinstance(doc, dict):
             return {"telemetry": "partial"}, f"{name}: holds {type(doc).__name__}, not an object", stamps, True
         facts = summary_facts(doc)
     except msgspec.DecodeError as err:
-        return {"telemetry": "partial"}, f"{name}: not valid JSON ({err})", stamps, True
+        return {"telemetry": "partial"}, f"{AGGREGATOR_DIR}/{SUMMARY_DAMAGED}: not valid JSON ({err})", stamps, True
     version = facts.schema_version
     if version is None or version > SCHEMA_VERSION:
         return ({"telemetry": "partial"},

@@ -33,7 +33,25 @@ FINAL_SUMMARY = "final_summary.json"
 
 
 class SummaryFileError(ValueError):
-    """final_summary.json exists but cannot be used (not JSON, not an object, a newer schema)."""
+    """final_summary.json exists but cannot be used (not JSON, not an object, a newer schema).
+
+    ``str()`` names the file by its path; ``reason`` is the same without it (``not valid JSON
+    (...)``) and ``damaged`` is True when the file is not valid JSON (cut short, garbage written
+    over it): readers then say :data:`~traceml_ai.diagnose.perf.SUMMARY_DAMAGED`.
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
+        self.damaged = damaged
+
+    def one_line(self) -> str:
+        """The problem as the viewer and the run table word it, after ``aggregator/``:
+        ``final_summary.json cannot be read (damaged): not valid JSON (...)`` for a damaged file,
+        ``final_summary.json: <reason>`` otherwise."""
+        from traceml_ai.diagnose.perf import SUMMARY_DAMAGED
+
+        return f"{SUMMARY_DAMAGED}: {self.reason}" if self.damaged else f"{FINAL_SUMMARY}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -681,12 +699,13 @@ def load_final_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise SummaryFileError(f"{path} is not valid JSON ({e})") from None
+        what = f"not valid JSON ({e})"
+        raise SummaryFileError(f"{path} is {what}", reason=what, damaged=True) from None
     if not isinstance(doc, dict):
-        raise SummaryFileError(f"{path} holds {type(doc).__name__}, not a JSON object")
+        what = f"holds {type(doc).__name__}, not a JSON object"
+        raise SummaryFileError(f"{path} {what}", reason=what)
     version = doc.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise SummaryFileError(
-            f"{path} has schema_version {version!r}; this TraceML reads up to {SCHEMA_VERSION} (upgrade traceml-ai)"
-        )
+        what = f"has schema_version {version!r}; this TraceML reads up to {SCHEMA_VERSION} (upgrade traceml-ai)"
+        raise SummaryFileError(f"{path} {what}", reason=what)
     return doc

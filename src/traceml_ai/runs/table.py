@@ -70,6 +70,15 @@ NONE_GROUP_LABEL: Final = "(none)"
 _DEFAULT_LEAD: Final = ("name", "status", "group", "tags", "started", "duration_s")
 MAX_DEFAULT_PARAMS: Final = 6
 """At most this many params that differ between the runs are shown by default."""
+PERF_COLUMNS: Final = (
+    "telemetry", "verdict", "severity", "findings", "steps", "ranks", "step_ms.p50", "step_ms.p95",
+    "steps_per_s", "share.dataloader", "share.h2d", "share.forward", "share.backward", "share.optimizer",
+    "share.other", "skew_pct", "worst_rank", "straggler", "peak_mem.gpu", "peak_mem.host", "gpu_util_pct",
+)
+"""The keys of every ``perf.*`` column, in the column chooser's order (the facts
+:func:`traceml_ai.diagnose.perf.perf_facts` makes: this layer may not import it, and
+tests/diagnose/test_perf.py checks the two lists agree; units in docs/viewer-api.md). Any other
+``perf.<key>`` is an unknown column."""
 PERF_DEFAULT: Final = ("verdict", "step_ms.p50", "share.dataloader")
 """The ``perf.*`` columns shown by default when any run was captured."""
 PERF_LISTED: Final = ("peak_mem.gpu", "gpu_util_pct")
@@ -84,6 +93,15 @@ class ColumnError(ValueError):
 
 # -- columns ---------------------------------------------------------------------------------------
 
+_PERF_SET: Final = frozenset(PERF_COLUMNS)
+
+
+def _unknown_perf(column: str, key: str) -> str:
+    hint = difflib.get_close_matches(key, PERF_COLUMNS, n=1)
+    fix = f"did you mean 'perf.{hint[0]}'? " if hint else ""
+    return f"unknown column {column!r}; {fix}the perf.* columns are: {', '.join('perf.' + k for k in PERF_COLUMNS)}"
+
+
 
 def split_column(column: str) -> tuple[str, str]:
     """Split a column name into ``(kind, key)``.
@@ -95,8 +113,10 @@ def split_column(column: str) -> tuple[str, str]:
     ('run.best', 'val/auc')
 
     Raises:
-        ColumnError: the name is not a fixed column and has no kind prefix, or nothing follows the
-            prefix. The message names the column and suggests the closest valid name.
+        ColumnError: the name is not a fixed column and has no kind prefix, nothing follows the
+            prefix, or a ``perf.`` key is not one of :data:`PERF_COLUMNS` (the performance facts are
+            a fixed set, unlike logged metrics). The message names the column and suggests the
+            closest valid name.
     """
     if column in FIXED_COLUMNS:
         return "fixed", column
@@ -104,7 +124,10 @@ def split_column(column: str) -> tuple[str, str]:
         if column.startswith(prefix):
             key = column[len(prefix) :]
             if not key:
-                raise ColumnError(f"column {column!r} names no key; write e.g. {prefix}val/auc")
+                example = "step_ms.p50" if prefix == "perf." else "val/auc"
+                raise ColumnError(f"column {column!r} names no key; write e.g. {prefix}{example}")
+            if prefix == "perf." and key not in _PERF_SET:
+                raise ColumnError(_unknown_perf(column, key))
             return prefix[:-1], key
     hint = difflib.get_close_matches(column, FIXED_COLUMNS, n=1)
     fix = f"did you mean {hint[0]!r}? " if hint else ""

@@ -43,13 +43,20 @@ import numpy as np
 
 from traceml_ai.diagnose.readers import Telemetry, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import local_work
-from traceml_ai.diagnose.summary import AGGREGATOR_DIR, TELEMETRY_DB, SummaryFileError, load_final_summary, summarise
+from traceml_ai.diagnose.summary import (
+    AGGREGATOR_DIR,
+    FINAL_SUMMARY,
+    TELEMETRY_DB,
+    SummaryFileError,
+    load_final_summary,
+    summarise,
+)
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, style_axes
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, style_axes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -89,16 +96,39 @@ def check_panel(name: str) -> Panel:
     raise PanelError(f"unknown telemetry panel {name!r}; choose one of {', '.join(PANELS)}")
 
 
-def telemetry_of(run: RunSummary) -> Telemetry:
-    """The run's telemetry database, read (read-only).
+NOTHING_TO_DRAW: Final = frozenset({"missing", "empty", "corrupt", "unreadable"})
+"""Telemetry statuses without a row to draw: exporting a panel of such a run is an error."""
+
+
+def telemetry_of(run: RunSummary, warnings: list[str] | None = None) -> Telemetry:
+    """The run's telemetry database, read (read-only). ``warnings``: when given, a database that
+    reads but is visibly damaged (:func:`~traceml_ai.diagnose.perf.telemetry_damage`, e.g. truncated
+    since its summary was written) adds a line to it: the panel is drawn from the rows still there.
 
     Raises:
-        PanelError: the run was not captured (no ``aggregator/`` folder).
+        PanelError: the run was not captured (no ``aggregator/`` folder), or its database has no row
+            to draw (missing, empty, damaged or unreadable: the viewer's words, e.g. ``telemetry
+            database is damaged: database disk image is malformed``).
     """
+    from traceml_ai.diagnose.perf import telemetry_damage
+
     agg = os.path.join(run.key, AGGREGATOR_DIR)
+    name = run.name or run.id
     if not os.path.isdir(agg):
-        raise PanelError(f"{run.name or run.id} was not captured by TraceML (no {AGGREGATOR_DIR}/ folder)")
-    return read_telemetry(os.path.join(agg, TELEMETRY_DB))
+        raise PanelError(f"{name} was not captured by TraceML (no {AGGREGATOR_DIR}/ folder)")
+    tel = read_telemetry(os.path.join(agg, TELEMETRY_DB))
+    if tel.status in NOTHING_TO_DRAW:
+        detail = tel.detail or f"telemetry {tel.status}"
+        if tel.status == "missing":
+            detail = f"no {TELEMETRY_DB} in this run"
+        elif tel.status == "empty":
+            detail = "the telemetry database has no rows yet"
+        raise PanelError(f"{name}: {AGGREGATOR_DIR}/{TELEMETRY_DB}: {detail}; nothing to draw")
+    if warnings is not None:
+        damage = telemetry_damage(run.key, summarised=os.path.isfile(os.path.join(agg, FINAL_SUMMARY)))
+        if damage is not None:
+            warnings.append(f"{name}: {AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}; drawn from the rows still readable")
+    return tel
 
 
 def straggler_ranks(run: RunSummary, tel: Telemetry) -> list[int | None]:
@@ -186,8 +216,10 @@ def _ranks_table(tel: Telemetry) -> Table:
             col[np.searchsorted(steps, tl.steps)] = pick(tl)
             cols.append(col)
     mat = np.vstack(cols).T
-    rows: list[list[Any]] = [[int(step), *(None if not math.isfinite(v) else float(v) for v in vals)]
-                             for step, vals in zip(steps.tolist(), mat.tolist(), strict=True)]
+    # Rounded as the step panel's CSV is (4 decimals of a millisecond): no float noise (12.300000000000001).
+    rows: list[list[Any]] = [
+        [int(step), *(None if not math.isfinite(v) else round(float(v), CSV_MS_DECIMALS) for v in vals)]
+        for step, vals in zip(steps.tolist(), mat.tolist(), strict=True)]
     return header, rows
 
 
@@ -221,6 +253,16 @@ def _memory_table(tel: Telemetry) -> Table:
     return ["series", "unit", "step", "time_s", "value"], rows
 
 
+CSV_MS_DECIMALS: Final = 4
+"""Decimals of the milliseconds in the step and ranks CSVs (the page's breakdown rounds so too)."""
+CSV_PCT_DECIMALS: Final = 4
+"""Decimals of a percentage computed from two byte counts (RAM, GPU memory used of its total)."""
+
+
+def _pct(fraction: float) -> float:
+    return round(fraction * 100.0, CSV_PCT_DECIMALS)
+
+
 def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float]]]],
                                          list[tuple[str, list[tuple[float, float]]]]]:
     """(host CPU/RAM percent, GPU util/memory percent): ``(label, [(seconds, percent)])`` each."""
@@ -237,7 +279,7 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
         if s.cpu_percent is not None:
             host[f"{prefix}CPU"].append((t, float(s.cpu_percent)))
         if s.ram_used_bytes is not None and s.ram_total_bytes:
-            host[f"{prefix}RAM"].append((t, s.ram_used_bytes / s.ram_total_bytes * 100.0))
+            host[f"{prefix}RAM"].append((t, _pct(s.ram_used_bytes / s.ram_total_bytes)))
     gpu_hosts = {g.hostname for g in tel.gpus}
     gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for g in sorted(tel.gpus, key=lambda g: (g.hostname or "", g.gpu_idx)):
@@ -248,7 +290,7 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
         if g.util is not None:
             gpu[f"{name} util"].append((t, float(g.util)))
         if g.mem_used_bytes is not None and g.mem_total_bytes:
-            gpu[f"{name} memory"].append((t, g.mem_used_bytes / g.mem_total_bytes * 100.0))
+            gpu[f"{name} memory"].append((t, _pct(g.mem_used_bytes / g.mem_total_bytes)))
     return sorted(host.items()), list(gpu.items())
 
 
@@ -411,18 +453,25 @@ def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]]
 def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
     peaks, rss = _memory_series(tel)
     top, bottom = axes
-    top.set_title("peak device memory per step (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    top.set_title("peak device memory per step", color=colors["muted"], fontsize=7, loc="left")
     if peaks:
         _lines(top, peaks, colors)
         top.set_xlabel("step", color=colors["muted"], fontsize=8)
+        top.set_ylabel(_bytes_of(top, peaks), color=colors["muted"], fontsize=8)
     else:
         _note(top, "No per-step memory rows (a CPU run measures host RSS only).", colors)
-    bottom.set_title("process RSS per rank (bytes)", color=colors["muted"], fontsize=7, loc="left")
+    bottom.set_title("process RSS per rank", color=colors["muted"], fontsize=7, loc="left")
     if rss:
         _lines(bottom, rss, colors)
         bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+        bottom.set_ylabel(_bytes_of(bottom, rss), color=colors["muted"], fontsize=8)
     else:
         _note(bottom, "No process samples.", colors)
+
+
+def _bytes_of(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> str:
+    """Ticks of ``ax``'s y axis in the binary unit of its largest byte count; returns its title."""
+    return bytes_axis(ax.yaxis, max(abs(v) for _, pts in series for _, v in pts))
 
 
 def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
@@ -445,20 +494,22 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
 
 
 def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, share: bool = False,
-                 heat: HeatMode | None = None) -> str:
+                 heat: HeatMode | None = None, warnings: list[str] | None = None) -> str:
     """Save one Performance panel of ``run`` into the cache folder's ``plots/`` as
     ``plot-<run name>-telemetry-<panel>-YYYYMMDD-HHMMSS.<csv|png>`` and return its absolute path
-    (``share``, ``heat``: as :func:`render_panel_png` takes them).
+    (``share``, ``heat``: as :func:`render_panel_png` takes them; ``warnings``: as
+    :func:`telemetry_of` takes it).
 
     Raises:
-        PanelError: an unknown panel, or the run was not captured.
+        PanelError: an unknown panel, the run was not captured, or its telemetry has no row to draw
+            (see :func:`telemetry_of`).
         CacheError: ``fmt`` is not png or csv.
         OSError: the file could not be written.
     """
     from traceml_ai.runs.analysis import table_csv
 
     which = check_panel(panel)
-    tel = telemetry_of(run)
+    tel = telemetry_of(run, warnings)
     name = f"{run.name or run.id} telemetry {which}"
     if fmt == "csv":
         data = table_csv(panel_table(tel, which)).encode("utf-8")

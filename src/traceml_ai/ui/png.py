@@ -213,6 +213,51 @@ def style_axes(ax: Axes, colors: Mapping[str, str]) -> None:
     ax.set_axisbelow(True)
 
 
+BINARY_UNITS: Final = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def binary_unit(largest: float) -> tuple[str, float]:
+    """The binary unit (``B``, ``KiB``, ``MiB``, ``GiB``, ...) in which ``largest`` bytes read as a
+    number under 1024 (the page's ``fmtBytes``), and its size in bytes."""
+    value, i = abs(largest), 0
+    while value >= 1024 and i < len(BINARY_UNITS) - 1:
+        value /= 1024
+        i += 1
+    return BINARY_UNITS[i], float(1024**i)
+
+
+def bytes_axis(axis: Any, largest: float) -> str:
+    """Label a matplotlib axis (``ax.yaxis`` / ``ax.xaxis``) of byte counts in one binary unit chosen
+    from ``largest`` (bytes): round ticks in that unit (0.5 GiB, 1 GiB, ...), never raw bytes
+    (``1e9``). Returns the unit, for the axis title. Leave a log-scaled axis alone."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    unit, size = binary_unit(largest)
+
+    class _Scaled(MaxNLocator):  # round ticks in the unit, not in bytes
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            return np.asarray(super().tick_values(vmin / size, vmax / size), dtype=np.float64) * size
+
+    axis.set_major_locator(_Scaled(nbins="auto", steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / size:.4g}"))
+    return unit
+
+
+def is_bytes_column(column: str) -> bool:
+    """Whether a run-table column holds byte counts (``perf.peak_mem.*``; the page shows them in
+    KiB/MiB/GiB, and so does a chart's axis)."""
+    return column.startswith("perf.peak_mem.")
+
+
+def _field_label(ax: Axes, axis: Any, field: str, values: Sequence[float], log: bool = False) -> str:
+    """``field`` as an axis title, with the binary unit of its ticks when it holds bytes."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    if not is_bytes_column(field) or log or not finite:
+        return field
+    return f"{field} ({bytes_axis(axis, max(finite))})"
+
+
 def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=colors["muted"], fontsize=9)
 
@@ -337,7 +382,8 @@ def _draw_bars(ax: Axes, spec: BarSpec, runs: Sequence[RunSummary], colors: Mapp
         ax.errorbar(xs, values, yerr=[low, high], fmt="none", ecolor=colors["fg"], elinewidth=0.8, capsize=2)
     labels = [f"{b['label']} (n={b['n']})" if spec.group_by else b["label"] for b in bars]
     ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize=max(4, 7 - len(bars) // 20))
-    ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
+    tops = [b["max"] if b["max"] is not None else b["value"] for b in bars] if spec.group_by else values
+    ax.set_ylabel(_field_label(ax, ax.yaxis, spec.field, tops), color=colors["muted"], fontsize=8)
 
 
 def _draw_scatter(ax: Axes, spec: ScatterSpec, runs: Sequence[RunSummary], colors: Mapping[str, str]) -> None:
@@ -352,6 +398,10 @@ def _draw_scatter(ax: Axes, spec: ScatterSpec, runs: Sequence[RunSummary], color
     if not points:
         _note(ax, "no run has numbers in both fields", colors)
         return
+    ax.set_xlabel(_field_label(ax, ax.xaxis, spec.x_field, [p["x"] for p in points], spec.log_x),
+                  color=colors["muted"], fontsize=8)
+    ax.set_ylabel(_field_label(ax, ax.yaxis, spec.y_field, [p["y"] for p in points], spec.log_y),
+                  color=colors["muted"], fontsize=8)
     sizes = [p["size"] for p in points if p["size"] is not None]
     lo, hi = (min(sizes), max(sizes)) if sizes else (0.0, 0.0)
 
@@ -416,7 +466,9 @@ def _draw_box(ax: Axes, spec: BoxSpec, runs: Sequence[RunSummary], colors: Mappi
         jitter = [i + 0.18 * math.sin(k * 2.399) for k in range(len(inner))]  # golden-angle spread
         ax.scatter(jitter, inner, s=6, color=colors["fg"], alpha=0.6, linewidths=0)
     ax.tick_params(axis="x", labelrotation=30)
-    ax.set_ylabel(spec.field, color=colors["muted"], fontsize=8)
+    values = [p["value"] for g in data["groups"] for p in g["points"]]
+    ax.set_ylabel(_field_label(ax, ax.yaxis, spec.field, values), color=colors["muted"], fontsize=8)
 
 
-__all__ = ["PNG_DPI", "Theme", "is_png", "png_dpi", "render_chart_png", "style_axes", "warm_up_in_background"]
+__all__ = ["PNG_DPI", "Theme", "binary_unit", "bytes_axis", "is_bytes_column", "is_png", "png_dpi",
+           "render_chart_png", "style_axes", "warm_up_in_background"]

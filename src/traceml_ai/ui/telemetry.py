@@ -148,6 +148,7 @@ class TelemetryViews:
             "gpu": None,
             "logs": [],
             "t0_unix_ns": None,
+            "final_summary_error": None,
         }
         if agg is None:
             out["detail"] = "this run was not captured by TraceML (no aggregator/ folder)"
@@ -162,8 +163,13 @@ class TelemetryViews:
         if FINAL_SUMMARY in names:
             try:
                 final = read_final_summary(run_dir)
-            except (SummaryFileError, OSError) as err:
-                warnings.append(f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}: {err}")
+            except SummaryFileError as err:
+                # Said as the verdict's reason (the page shows it there, not as "no final summary").
+                out["final_summary_error"] = f"{AGGREGATOR_DIR}/{err.one_line()}"
+                warnings.append(out["final_summary_error"])
+            except OSError as err:
+                out["final_summary_error"] = f"{AGGREGATOR_DIR}/{FINAL_SUMMARY} cannot be read ({err.strerror or err})"
+                warnings.append(out["final_summary_error"])
         out["logs"] = [
             read_rank_log_tail(agg, name, self.tail_lines, warnings).to_dict()
             for name in sorted((n for n in names if RANK_LOG.match(n)), key=rank_log_order)

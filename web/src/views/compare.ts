@@ -1,7 +1,7 @@
 // Compare: the selected runs side by side (run info, params, best/last metrics, summary), rows whose
 // values differ marked, with an only-differences toggle.
 
-import { columnTitle, fmtPerf, PERF_TITLES, runLabels } from "../columns";
+import { columnTitle, fmtPerf, PERF_TITLES, perfMissingReason, runLabels } from "../columns";
 import { h, replace } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import type { ViewModule } from "../shell";
@@ -172,7 +172,11 @@ export class CompareView implements ViewModule {
       rows: perfKeys.map((k) => ({
         label: columnTitle(`perf.${k}`),
         values: runs.map((r) => r.perf?.[k] ?? null),
-        display: (v: Scalar) => (typeof v === "number" ? fmtPerf(`perf.${k}`, v) : this.display(v)),
+        display: (v: Scalar, run: RunRow) => {
+          if (typeof v === "number") return fmtPerf(`perf.${k}`, v);
+          const why = v === null ? perfMissingReason(run, `perf.${k}`) : null;
+          return why ? h("span", { class: "cell-null", text: "–", title: why, testid: "compare-perf-missing" }) : this.display(v);
+        },
       })),
     };
     return [info, params, best, last, summary, perf];

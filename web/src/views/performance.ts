@@ -13,7 +13,7 @@
 
 import { runExport } from "../actions";
 import { api } from "../api";
-import { fmtPerf, isCaptured } from "../columns";
+import { fmtPerf, isCaptured, perfMissingReason } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
 import { fmtNum } from "../format";
 import type { ViewModule } from "../shell";
@@ -220,8 +220,11 @@ export class PerformanceView implements ViewModule {
         const y = y0 + j * 18;
         const w = share === null ? 0 : Math.max(1, share * barW);
         const g = s("g", { "data-testid": "perf-pair-bar", "data-phase": key, "data-run": run.name, "data-share": share === null ? "" : String(share) });
-        g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${run.name}: ${share === null ? "not measured" : fmtPerf(`perf.share.${key}`, share)}`)));
-        g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle" }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share)));
+        const why = share === null ? (perfMissingReason(run, `perf.share.${key}`) ?? "not measured") : null;
+        g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${run.name}: ${why ?? fmtPerf(`perf.share.${key}`, share!)}`)));
+        g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle", ...(why ? { "data-testid": "perf-pair-missing" } : {}) }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share)));
+        // The "–" says why on hover: the group's title covers it (a title inside the text would be read as its text).
+        if (why) g.appendChild(svgTitle(why));
         if (j > 0 && share !== null && baseShare !== null) {
           const diff = (share - baseShare) * 100;
           const txt = `${diff >= 0 ? "+" : "−"}${Math.abs(diff).toFixed(1)} pp`;
@@ -348,17 +351,24 @@ export class PerformanceView implements ViewModule {
       const d = live.diagnoses;
       verdict = live.live
         ? `${d.findings[0]?.kind ?? (d.verdict?.kind === "healthy" ? "healthy" : d.verdict?.kind === "not_judged" ? "not_judged" : "–")} (provisional${live.finalizing ? ": the final summary is being written" : ""})`
-        : "none: the run ended without a final summary";
+        : live.final_summary_error
+          ? "none: final_summary.json cannot be read" + (live.final_summary_error.includes("(damaged)") ? " (damaged)" : "")
+          : "none: the run ended without a final summary";
     }
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
       ["p95 step", ms(p["step_ms.p95"])],
-      ["steps / s", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
+      ["steps per second", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
       // Damage deep inside the database shows only once its rows are read: then it is partial too.
       ["telemetry", d?.state === "corrupt" && p.telemetry === "ok" ? "partial" : typeof p.telemetry === "string" ? p.telemetry : "–"],
     ];
-    return facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v })]);
+    // An empty fact says why on hover, as its table cell does.
+    const column: Record<string, string> = { "median step": "perf.step_ms.p50", "p95 step": "perf.step_ms.p95", "steps per second": "perf.steps_per_s" };
+    return facts.flatMap(([k, v]) => {
+      const why = v === "–" && column[k] ? perfMissingReason(run, column[k]!) : null;
+      return [h("dt", { text: k }), h("dd", { testid: `perf-fact-${k.replace(/[^a-z0-9]+/g, "-")}`, text: v, title: why ?? undefined })];
+    });
   }
 
   /** The blocks this view adds after the diagnoses of a run's telemetry answer. */
@@ -431,8 +441,8 @@ export class PerformanceView implements ViewModule {
     const legend = h("div", { class: "perf-legend" }, ...phases.map((p) => h("span", { class: "legend-item" }, swatch(paletteColor(PHASE_COLOR[p.key] ?? 7)), h("span", { text: p.label }))));
     const toggleMode = segmented<"ms" | "share">(
       [
-        { value: "ms", label: "ms" },
-        { value: "share", label: "share" },
+        { value: "ms", label: "ms", title: "Milliseconds per step" },
+        { value: "share", label: "Share", title: "Share of the step" },
       ],
       this.mode,
       (m) => {
@@ -472,8 +482,8 @@ export class PerformanceView implements ViewModule {
       tools.push(
         segmented<"iteration" | "local">(
           [
-            { value: "iteration", label: "iteration" },
-            { value: "local", label: "outside backward" },
+            { value: "iteration", label: "Iteration" },
+            { value: "local", label: "Outside backward" },
           ],
           mode,
           (m) => {

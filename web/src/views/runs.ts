@@ -165,7 +165,7 @@ export class RunsView implements ViewModule {
     replace(
       this.segEl,
       segmented<StatusSegment>(
-        STATUS_SEGMENTS.map((s) => ({ value: s, label: s, count: count(s) })),
+        STATUS_SEGMENTS.map((s) => ({ value: s, label: s.charAt(0).toUpperCase() + s.slice(1), count: count(s) })),
         store.ui.status,
         (v) => {
           store.set("status", v);

@@ -26,7 +26,7 @@ import {
   Tabulator,
 } from "tabulator-tables";
 import { limitRows, queryTable, shownColumns } from "../actions";
-import { cellGetter, columnTitle, fmtPerf, isCaptured, KIND_LABEL, splitColumn } from "../columns";
+import { cellGetter, columnTitle, fmtPerf, isCaptured, KIND_LABEL, perfMissingReason, splitColumn } from "../columns";
 import { h } from "../dom";
 import { fmtDuration, fmtNum, fmtTime, rawText } from "../format";
 import { icon } from "../icons";
@@ -621,7 +621,9 @@ export class RunTable {
       wrap.title = run.id;
       return wrap;
     }
-    if (v === null || v === undefined || v === "") return plainCell(host, "–", "cell-null");
+    if (v === null || v === undefined || v === "") {
+      return plainCell(host, "–", "cell-null", column.startsWith("perf.") && run ? (perfMissingReason(run, column) ?? undefined) : undefined);
+    }
     if (column === "started" || column === "ended" || column === "heartbeat") {
       return plainCell(host, fmtTime(String(v)), null, String(v));
     }

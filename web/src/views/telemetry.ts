@@ -240,7 +240,7 @@ export class TelemetryPanel {
     const stats: [string, string][] = [];
     if (d.ranks) {
       stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
-      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps / s", fmtNum(d.ranks.throughput_steps_per_s)]);
+      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
     }
     if (diag.steps?.seen !== undefined) stats.push(["steps", String(diag.steps.seen)]);
     const seen = diag.ranks?.seen?.length;
@@ -259,7 +259,10 @@ export class TelemetryPanel {
         ? h("div", {
             class: "callout callout-warn",
             testid: "diagnoses-no-verdict",
-            text: `The run ended without a final verdict (no aggregator/final_summary.json: the aggregator stopped before writing it). Below, the rules run over the rows it wrote; \`traceml summary ${this.runRef()}\` prints the same in a terminal.`,
+            // A summary that exists but cannot be read is not a summary that was never written.
+            text: d.final_summary_error
+              ? `No final verdict: ${d.final_summary_error}. Below, the rules run over the rows in aggregator/telemetry.sqlite; \`traceml summary ${this.runRef()}\` prints the same in a terminal.`
+              : `The run ended without a final verdict (no aggregator/final_summary.json: the aggregator stopped before writing it). Below, the rules run over the rows it wrote; \`traceml summary ${this.runRef()}\` prints the same in a terminal.`,
           })
         : null,
       stats.length
@@ -652,7 +655,7 @@ export class TelemetryPanel {
         : h("span", { class: "telem-note", text: `rank ${log.rank}` });
     const streams = segmented<Stream>(
       [
-        { value: "all", label: "all" },
+        { value: "all", label: "All" },
         { value: "stdout", label: "stdout" },
         { value: "stderr", label: "stderr" },
       ],

@@ -237,6 +237,8 @@ export interface LineSpec {
   ema: number;
   log_y: boolean;
   group_by: string | null;
+  /** With group_by: the band around each mean the PNG draws (the CSV holds min, max and std). */
+  band: "minmax" | "std";
 }
 
 export interface BarSpec {

@@ -21,12 +21,23 @@ const KIND_HEADING: Record<Kind, string> = {
   perf: "Performance (telemetry)",
 };
 
-/** Options for a column picker, grouped by kind. */
+/**
+ * Options for a column picker, grouped by kind: each column once, and where two kinds have a column
+ * of the same name (a param and a metric both called `lr`, or a metric's best, last and start
+ * values) each says its kind, `lr (config)`, `lr (best)`: a closed dropdown shows the label
+ * alone, without the group heading.
+ */
 export function columnOptions(columns: string[], empty?: string): SelectOption[] {
   const opts: SelectOption[] = empty !== undefined ? [{ value: "", label: empty }] : [];
+  const unique = [...new Set(columns)];
+  const title = (c: string) => (splitColumn(c)[0] === "fixed" ? c : columnTitle(c));
+  const uses = new Map<string, number>();
+  for (const c of unique) uses.set(title(c), (uses.get(title(c)) ?? 0) + 1);
   for (const kind of KIND_ORDER) {
-    for (const c of columns) {
-      if (splitColumn(c)[0] === kind) opts.push({ value: c, label: kind === "fixed" ? c : columnTitle(c), group: KIND_HEADING[kind] });
+    for (const c of unique) {
+      if (splitColumn(c)[0] !== kind) continue;
+      const t = title(c);
+      opts.push({ value: c, label: (uses.get(t) ?? 0) > 1 ? `${t} (${KIND_LABEL[kind]})` : t, group: KIND_HEADING[kind] });
     }
   }
   return opts;
@@ -116,7 +127,9 @@ export class RunsView implements ViewModule {
     store.on("selection", () => this.renderSelectionActions());
     store.on("inspector", () => this.table.syncInspected());
     store.on("restored", () => {
-      if (document.activeElement !== this.search) this.search.value = store.ui.search;
+      // Back/Forward chose another view: the box shows its search, also while it has the focus
+      // (the table already answers that search; the box must not keep the one typed before).
+      this.search.value = store.ui.search;
       this.renderToolbar();
       this.table.updateSortMarks();
     });

@@ -258,3 +258,12 @@ def test_line_csv_is_not_downsampled_for_a_long_history(tmp_path: Path) -> None:
     tail.advance()
     _, rows = line_csv_rows([(run(0), tail)], ["loss"])
     assert len(rows) == 12_000 and rows[-1][2:] == [11_999, 11_999, 11_999.0, 5999.5]
+
+
+def test_a_line_spec_takes_the_band_shown_and_refuses_another() -> None:
+    base = {"chart": "line", "keys": ["a"], "metrics": ["m"], "group_by": "config.g"}
+    plain, std = parse_chart_spec(base), parse_chart_spec({**base, "band": "std"})
+    assert isinstance(plain, LineSpec) and plain.band == "minmax"  # the page's default band
+    assert isinstance(std, LineSpec) and std.band == "std"
+    with pytest.raises(ChartSpecError, match="band must be one of minmax, std"):
+        parse_chart_spec({**base, "band": "iqr"})

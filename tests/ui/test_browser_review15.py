@@ -284,3 +284,32 @@ def test_a_wide_zoom_into_a_downsampled_series_gets_finer_min_max_buckets_of_tha
         expect(card.get_by_test_id("series-detail")).to_have_text("zoom: downsampled")
         shot(page, "chart-zoom-downsampled")
         s.assert_clean()
+
+
+def test_the_captured_output_of_a_rank_opens_at_its_end_and_again_on_another_stream(
+    browser: Browser, tmp_path: Path,
+) -> None:
+    """The inspector's "Captured output" panel: the newest lines in view when it opens (like a
+    terminal), and again after picking another stream."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=0)
+    agg = next(root.glob("*_baseline_*")) / "aggregator"
+    agg.mkdir()
+    (agg / "telemetry.sqlite").write_bytes(b"not a database\n" * 100)  # logs are read without it
+    (agg / "rank_0.log").write_text("".join(
+        f"{'stderr' if i % 10 == 9 else 'stdout'} | output line {i:04d}\n" for i in range(LOG_LINES)))
+    at_end = "(el) => el.scrollHeight > el.clientHeight && el.scrollTop + el.clientHeight >= el.scrollHeight - 2"
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        row(page, "baseline").locator(".cell-name").click()
+        log = page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log")
+        expect(log).to_contain_text(f"output line {LOG_LINES - 1:04d}")
+        log.scroll_into_view_if_needed()
+        page.wait_for_function(at_end, arg=log.element_handle())
+        expect(log.get_by_test_id("log-line").last).to_be_in_viewport()
+        log.evaluate("(el) => { el.scrollTop = 0; }")  # the user reads older lines...
+        page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log-stderr").click()
+        expect(log.locator("[data-testid=log-line][data-stream=stdout]")).to_have_count(0)
+        page.wait_for_function(at_end, arg=log.element_handle())  # ...another stream opens at its end
+        shot(page, "inspector-captured-output-tail")
+        s.assert_clean()

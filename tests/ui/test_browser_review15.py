@@ -164,6 +164,12 @@ def test_every_column_dropdown_lists_each_column_once_with_its_kind_where_names_
         # The closed dropdown names the kind of what it holds.
         page.get_by_test_id("scatter-y").select_option("run.best.val/auc")
         expect(page.get_by_test_id("scatter-y").locator("option:checked")).to_have_text("val/auc (best)")
+        # A filter chip names its column the same way.
+        page.get_by_test_id("nav-runs").click()
+        page.locator("[data-testid=column-filter][data-column='run.best.val/auc']").click()
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-input").fill(">=0.9")
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-apply").click()
+        expect(page.get_by_test_id("filter-chip").locator(".chip-col")).to_have_text("val/auc (best)")
         s.assert_clean()
 
 

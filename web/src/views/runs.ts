@@ -30,17 +30,23 @@ const KIND_HEADING: Record<Kind, string> = {
 export function columnOptions(columns: string[], empty?: string): SelectOption[] {
   const opts: SelectOption[] = empty !== undefined ? [{ value: "", label: empty }] : [];
   const unique = [...new Set(columns)];
-  const title = (c: string) => (splitColumn(c)[0] === "fixed" ? c : columnTitle(c));
-  const uses = new Map<string, number>();
-  for (const c of unique) uses.set(title(c), (uses.get(title(c)) ?? 0) + 1);
+  const label = columnLabeller(unique);
   for (const kind of KIND_ORDER) {
-    for (const c of unique) {
-      if (splitColumn(c)[0] !== kind) continue;
-      const t = title(c);
-      opts.push({ value: c, label: (uses.get(t) ?? 0) > 1 ? `${t} (${KIND_LABEL[kind]})` : t, group: KIND_HEADING[kind] });
-    }
+    for (const c of unique) if (splitColumn(c)[0] === kind) opts.push({ value: c, label: label(c), group: KIND_HEADING[kind] });
   }
   return opts;
+}
+
+/** Labels for `columns` shown together: the column's title, with ` (kind)` where another column
+ *  among them has the same title (`val/auc (best)` beside `val/auc (last)`). */
+export function columnLabeller(columns: Iterable<string>): (column: string) => string {
+  const title = (c: string) => (splitColumn(c)[0] === "fixed" ? c : columnTitle(c));
+  const uses = new Map<string, number>();
+  for (const c of new Set(columns)) uses.set(title(c), (uses.get(title(c)) ?? 0) + 1);
+  return (c) => {
+    const t = title(c);
+    return (uses.get(t) ?? 0) > 1 ? `${t} (${KIND_LABEL[splitColumn(c)[0]]})` : t;
+  };
 }
 
 export class RunsView implements ViewModule {
@@ -208,10 +214,12 @@ export class RunsView implements ViewModule {
   }
 
   private renderChips(): void {
+    // A chip names its column as the dropdowns do: `val/auc (best)` where a last value shares the name.
+    const label = columnLabeller([...(store.table?.columns.available ?? []), ...store.ui.filters.map((f) => f.column)]);
     const chips = store.ui.filters.map((f, i) =>
       chip(
         [
-          h("span", { class: "chip-col", text: columnTitle(f.column) }),
+          h("span", { class: "chip-col", text: label(f.column) }),
           h("span", { class: "chip-expr", text: f.expr }),
         ],
         () => {

@@ -111,15 +111,32 @@ class ColumnIndex:
             del counts[shape]
             del self._stand_ins[shape]
         # One stand-in per shape, in the order the runs first have it: the params order of the
-        # stand-ins is then that of all the runs.
-        used = dict.fromkeys(entry[2] for entry in seen.values())
+        # stand-ins is then that of all the runs (the walk stops once every shape in use is met).
+        used: dict[Shape, None] = {}
+        for entry in seen.values():
+            if entry[2] not in used:
+                used[entry[2]] = None
+                if len(used) == len(counts):
+                    break
         return column_facts([self._stand_ins[shape] for shape in used], differing=self._differing(len(seen)))
 
     def _count_params(self, run: RunSummary, step: int) -> None:
         values = self._values
         for key, value in run.params.items():
-            ident = _hashable(param_identity(value))
-            held = values.setdefault(key, {})
+            kind = type(value)
+            # The common types inline (as param_identity answers for them): this runs for every
+            # params value of every run once.
+            if kind is str:
+                ident: Any = ("text", value)
+            elif kind is int:
+                ident = ("number", value)
+            elif kind is float:
+                ident = ("number", value) if value == value else _NAN
+            else:
+                ident = _hashable(param_identity(value))
+            held = values.get(key)
+            if held is None:
+                held = values[key] = {}
             n = held.get(ident, 0) + step
             if n > 0:
                 held[ident] = n
@@ -145,6 +162,7 @@ class ColumnIndex:
 
 
 _NULL: Final = param_identity(None)
+_NAN: Final = param_identity(float("nan"))
 
 
 def _hashable(ident: tuple[str, Any]) -> Any:

@@ -60,11 +60,11 @@ def test_runs_of_one_shape_that_differ_in_values_show_their_differing_params(tmp
     base = store.runs()[0]
     sweep = [
         dataclasses.replace(base, key=f"/sweep/{i}", params={"same": 1, "optim.lr": 0.1 * (i + 1), "seed": 7,
-                                                               "data.n": None})
+                                                               "data.n": None, "w": float("nan"), "on": True})
         for i in range(4)
     ]
     index = ColumnIndex()
-    _same(index, sweep)
+    _same(index, sweep)  # NaN equals NaN, true equals true: only lr differs
     assert [c for c in index.facts(sweep).default if c.startswith("config.")] == ["config.optim.lr"]
     # The runs come to agree on lr but one gets another seed, one loses data.n (null = missing).
     agreed = [dataclasses.replace(r, params={**r.params, "optim.lr": 0.1}) for r in sweep]

@@ -92,6 +92,23 @@ def test_a_traceback_written_as_a_list_of_lines_is_shown_as_text(tmp_path: Path)
     assert "['Traceback" not in proc.stdout and "\\n" not in proc.stdout
 
 
+def test_show_leaves_out_an_exit_field_run_json_leaves_null(tmp_path: Path) -> None:
+    """A failed run with an exit code and no signal: "exit code 1", never "signal None"; one with
+    neither prints no exit line at all."""
+    root = tmp_path / "runs"
+    write_run(root, "a", {"name": "coded", "status": "failed", "started_at": "2026-11-30T10:00:00Z",
+                          "exit": {"code": 1, "signal": None, "error_type": "ValueError", "error_message": "bad"}})
+    write_run(root, "b", {"name": "bare", "status": "failed", "started_at": "2026-11-30T10:00:00Z",
+                          "exit": {"code": None, "signal": None, "error_type": "KeyError", "error_message": "k"}})
+    proc = run_traceml("runs", "show", "coded", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert "exit code 1" in proc.stdout and "signal" not in proc.stdout and "None" not in proc.stdout
+    proc = run_traceml("runs", "show", "bare", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert "KeyError: k" in proc.stdout
+    assert "exit code" not in proc.stdout and "signal" not in proc.stdout and "None" not in proc.stdout
+
+
 def test_a_newer_metrics_json_is_read_with_a_warning(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     write_run(root, "a", _done("future"), metrics={"schema_version": 2, "last": {"loss": 0.5}})

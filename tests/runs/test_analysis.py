@@ -205,6 +205,11 @@ def test_group_mean_by_step_counts_runs_with_a_value() -> None:
     assert mean.step.tolist() == [0, 1, 2]
     assert mean.mean.tolist() == [2.0, 3.0, 6.0]
     assert mean.n_runs.tolist() == [2, 2, 1]
+    # The band the page draws: min–max over the runs, or mean ± the population std.
+    assert mean.min.tolist() == [1.0, 2.0, 6.0] and mean.max.tolist() == [3.0, 4.0, 6.0]
+    assert mean.std.tolist() == [1.0, 1.0, 0.0]
+    assert [v.tolist() for v in mean.band("std")] == [[1.0, 2.0, 6.0], [3.0, 4.0, 6.0]]
+    assert [v.tolist() for v in mean.band("minmax")] == [[1.0, 2.0, 6.0], [3.0, 4.0, 6.0]]
 
 
 def test_line_points_downsample_and_smooth_the_full_history() -> None:
@@ -233,10 +238,16 @@ def test_line_group_csv_has_one_row_per_group_and_step(fake_store: RunStore) -> 
     runs = fake_store.runs()[:6]
     histories = [(r, fake_store.history(r.key)) for r in runs]
     header, rows = line_group_csv_rows(histories, ["val/auc"], "config.data.dataset")
-    assert header == ["group", "step", "mean val/auc", "n_runs"]
+    assert header == ["group", "step", "mean val/auc", "min val/auc", "max val/auc", "std val/auc", "n_runs"]
     keys = [(row[0], row[1]) for row in rows]
     assert len(keys) == len(set(keys)) and rows
-    assert all(isinstance(row[3], int) and 1 <= row[3] <= 6 for row in rows)
+    assert all(isinstance(row[6], int) and 1 <= row[6] <= 6 for row in rows)
+    # Each row carries the band around its mean: min ≤ mean ≤ max, std 0 for a single run.
+    assert all(row[3] <= row[2] <= row[4] and row[5] >= 0 for row in rows)
+    assert all(row[5] == 0.0 and row[3] == row[4] for row in rows if row[6] == 1)
+    two = line_group_csv_rows(histories, ["val/auc", "val/loss"], "config.data.dataset")[0]
+    assert two[2:] == ["mean val/auc", "min val/auc", "max val/auc", "std val/auc", "n_runs val/auc",
+                       "mean val/loss", "min val/loss", "max val/loss", "std val/loss", "n_runs val/loss"]
 
 
 def test_line_csv_is_not_downsampled_for_a_long_history(tmp_path: Path) -> None:
@@ -247,3 +258,12 @@ def test_line_csv_is_not_downsampled_for_a_long_history(tmp_path: Path) -> None:
     tail.advance()
     _, rows = line_csv_rows([(run(0), tail)], ["loss"])
     assert len(rows) == 12_000 and rows[-1][2:] == [11_999, 11_999, 11_999.0, 5999.5]
+
+
+def test_a_line_spec_takes_the_band_shown_and_refuses_another() -> None:
+    base = {"chart": "line", "keys": ["a"], "metrics": ["m"], "group_by": "config.g"}
+    plain, std = parse_chart_spec(base), parse_chart_spec({**base, "band": "std"})
+    assert isinstance(plain, LineSpec) and plain.band == "minmax"  # the page's default band
+    assert isinstance(std, LineSpec) and std.band == "std"
+    with pytest.raises(ChartSpecError, match="band must be one of minmax, std"):
+        parse_chart_spec({**base, "band": "iqr"})

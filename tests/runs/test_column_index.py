@@ -49,3 +49,32 @@ def test_the_index_answers_as_column_facts_through_changes(tmp_path: Path) -> No
     _same(index, back)
     assert "config.optim.lr" in index.facts(back).numeric
     assert "config.new.key" not in index.facts(back).available
+
+
+def test_runs_of_one_shape_that_differ_in_values_show_their_differing_params(tmp_path: Path) -> None:
+    """A sweep: every run has the same params keys and types (one shape), only the values differ.
+    The default columns still show the params that differ, as column_facts over all runs does."""
+    generate(tmp_path / "runs", runs=6, seed=1)
+    store = RunStore([tmp_path / "runs"])
+    store.poll()
+    base = store.runs()[0]
+    sweep = [
+        dataclasses.replace(base, key=f"/sweep/{i}", params={"same": 1, "optim.lr": 0.1 * (i + 1), "seed": 7,
+                                                               "data.n": None, "w": float("nan"), "on": True})
+        for i in range(4)
+    ]
+    index = ColumnIndex()
+    _same(index, sweep)  # NaN equals NaN, true equals true: only lr differs
+    assert [c for c in index.facts(sweep).default if c.startswith("config.")] == ["config.optim.lr"]
+    # The runs come to agree on lr but one gets another seed, one loses data.n (null = missing).
+    agreed = [dataclasses.replace(r, params={**r.params, "optim.lr": 0.1}) for r in sweep]
+    agreed[2] = dataclasses.replace(agreed[2], params={**agreed[2].params, "seed": 8})
+    agreed[3] = dataclasses.replace(agreed[3], params={k: v for k, v in agreed[3].params.items() if k != "data.n"})
+    _same(index, agreed)
+    assert [c for c in index.facts(agreed).default if c.startswith("config.")] == ["config.seed"]
+    # A key only some runs have differs (missing is not a value), and one run is left: nothing does.
+    agreed[1] = dataclasses.replace(agreed[1], params={**agreed[1].params, "extra": "x"})
+    _same(index, agreed)
+    assert [c for c in index.facts(agreed).default if c.startswith("config.")] == ["config.seed", "config.extra"]
+    _same(index, agreed[:1])
+    assert not [c for c in index.facts(agreed[:1]).default if c.startswith("config.")]

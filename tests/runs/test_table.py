@@ -120,8 +120,8 @@ def test_available_and_default_columns() -> None:
         "tags",
         "started",
         "duration_s",
-        "config.a",  # params that differ between the runs (b has none), before best and summary
-        "config.b",
+        "config.b",  # params that differ between the runs (b has none), in params order, before best and summary
+        "config.a",
         "run.best.val/auc",
         "run.best.val/loss",
         "summary.test/auc",
@@ -262,10 +262,14 @@ def test_differing_config_keys() -> None:
         make_run("c", params={"lr": 0.1, "seed": 3, "opt": "adam", "x": 1}),
     ]
     # extra: missing in b and c counts as a different value; n: null equals missing; 1 == 1.0.
-    assert differing_config_keys(runs) == ["extra", "seed"]
+    # In the order the params list them (seed before extra in a's params.yaml), not by name.
+    assert differing_config_keys(runs) == ["seed", "extra"]
     assert differing_config_keys(runs[:1]) == []
     flags = [make_run("a", params={"f": True}), make_run("b", params={"f": 1})]
     assert differing_config_keys(flags) == ["f"]
+    # A key only a later run has comes after the keys of the earlier runs.
+    later = [make_run("a", params={"z": 1, "b": 1}), make_run("b", params={"z": 2, "a": 5, "b": 2})]
+    assert differing_config_keys(later) == ["z", "b", "a"]
 
 
 # -- export ----------------------------------------------------------------------------------------

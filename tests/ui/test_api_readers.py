@@ -163,6 +163,26 @@ def test_default_columns_include_up_to_six_differing_params(tmp_path: Path) -> N
     assert default[6:] == ["config.lr", "config.opt", "summary.acc"]
 
 
+def test_default_params_are_those_that_differ_in_the_order_params_yaml_lists_them(tmp_path: Path) -> None:
+    """A sweep over optim.lr and model.width with eight more differing params: the defaults are the
+    first six differing params as the training script wrote them, not the six first by name (which
+    would be the data.* and a.* keys and leave out the swept lr)."""
+    root = tmp_path / "runs"
+    head = "same: 1\noptim.lr: {lr}\nmodel.width: {w}\n"
+    tail = "".join(f"data.k{j}: {{v}}\n" for j in range(4)) + "".join(f"a.extra{j}: {{v}}\n" for j in range(4))
+    write_run(root, "a", _done("a"), params=(head + tail).format(lr=0.1, w=64, v=1))
+    write_run(root, "b", _done("b"), params=(head + tail).format(lr=0.01, w=128, v=2))
+    client, _ = _client(root)
+    body = client.get("/api/table").json()
+    params = [c for c in body["columns"]["default"] if c.startswith("config.")]
+    assert params == ["config.optim.lr", "config.model.width", "config.data.k0", "config.data.k1",
+                      "config.data.k2", "config.data.k3"]
+    assert [c for c in body["columns"]["shown"] if c.startswith("config.")] == params
+    # "Differing params only" lists them all, in the same order.
+    differing = client.get("/api/table", params={"differing": "1"}).json()["differing"]
+    assert differing == [*params, *(f"config.a.extra{j}" for j in range(4))]
+
+
 def test_the_run_log_is_viewable_tail_first(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     path = write_run(root, "a", _done("logged"))

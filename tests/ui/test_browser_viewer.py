@@ -235,7 +235,7 @@ def test_the_bar_chart_says_how_many_runs_had_no_value_and_axes_are_not_padded_o
         page.get_by_test_id("chart-kind-bar").click()
         page.get_by_test_id("bar-field").select_option("summary.test/auc")
         expect(page.get_by_test_id("bar-dropped")).to_have_text(f"{without} runs without a value left out")
-        expect(page.get_by_test_id("bar-count")).to_have_text(f"{len(runs) - without} of {len(runs) - without} runs")
+        expect(page.get_by_test_id("bar-count")).to_have_text(f"{len(runs) - without} runs")  # not "n of n"
         # AUC bars: the axis ends at the data (≤ 1.0), not at a far tick like 1.2.
         page.get_by_test_id("bar-field").select_option("run.best.val/auc")
         expect(page.get_by_test_id("bar").first).to_be_visible()
@@ -550,11 +550,22 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         expect(tip.locator(".plot-tip-v").first).to_have_text(re.compile(r"^[\d.]+ \([\d.]+ – [\d.]+\)$"))
         page.get_by_test_id("band").select_option("std")
         shot(page, "chart-line-groups")
-        # The chart CSV carries the groups: group, step, mean, n_runs.
+        # The chart CSV carries the groups and the band: group, step, mean, min, max, std, n_runs.
         page.get_by_test_id("export-chart-csv").click()
         expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart CSV saved:")
-        head = read_csv(Path(page.get_by_test_id("export-path").inner_text()))[0]
-        assert head[0] == "group" and "step" in head and any(h.startswith("n_runs") or h == "n_runs" for h in head)
+        table = read_csv(Path(page.get_by_test_id("export-path").inner_text()))
+        metric = table[0][2].removeprefix("mean ")
+        assert table[0][:2] == ["group", "step"]
+        assert table[0][2:7] == [f"mean {metric}", f"min {metric}", f"max {metric}", f"std {metric}",
+                                 "n_runs" if len(table[0]) == 7 else f"n_runs {metric}"]
+        assert {r[0] for r in table[1:]} == set(labels)
+        assert all(float(r[3]) <= float(r[2]) <= float(r[4]) for r in table[1:] if r[2])
+        # The PNG is asked for with the band shown (± std here), which it then draws.
+        with page.expect_request(lambda r: "/api/export/chart" in r.url) as asked:
+            page.get_by_test_id("export-chart-png").click()
+        body = json.loads(asked.value.post_data or "{}")
+        assert body["format"] == "png" and body["group_by"] == "config.data.dataset" and body["band"] == "std"
+        expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart PNG saved:")
         s.assert_clean()
 
 

@@ -80,3 +80,47 @@ def test_a_scatter_plotted_by_groups_draws_each_group_mean_with_its_std_as_the_c
     assert ungrouped.get_legend() is None and not ungrouped.get_lines()  # points only
     data = render_chart_png(spec, runs)
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and round(png_dpi(data) or 0) == 300
+
+
+@pytest.mark.parametrize("band", ["minmax", "std"])
+def test_a_line_chart_plotted_by_groups_draws_the_band_the_page_shows_at_the_csv_numbers(
+    store: RunStore, band: str,
+) -> None:
+    """Plot by groups in the line PNG: each group's mean inside the band chosen on the page (min–max
+    or ± std), the band's edges at the chart CSV's min/max or mean ± std of each step."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    from traceml_ai.runs.analysis import line_group_csv_rows
+    from traceml_ai.ui.png import _THEMES, _draw_lines
+
+    runs = store.runs()
+    histories = [(r, store.history(r.key)) for r in runs]
+    spec = LineSpec(tuple(r.key for r in runs), ("val/auc",), group_by="config.model.dropout", band=band)  # type: ignore[arg-type]
+    header, rows = line_group_csv_rows(histories, spec.metrics, "config.model.dropout")
+    assert header[2:] == ["mean val/auc", "min val/auc", "max val/auc", "std val/auc", "n_runs"]
+    groups = list(dict.fromkeys(row[0] for row in rows))
+    assert len(groups) == 2
+    ax = Figure().subplots()
+    _draw_lines([ax], spec, histories, 200, _THEMES["dark"])
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == len(groups)  # one shaded band per group, under its mean line
+    text = "min–max band" if band == "minmax" else "± std band"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"{g} (mean, {text})" for g in groups]
+    widths = []
+    for group, poly in zip(groups, bands, strict=True):
+        mine = [r for r in rows if r[0] == group]
+        want_low = [r[3] if band == "minmax" else r[2] - r[5] for r in mine]
+        want_high = [r[4] if band == "minmax" else r[2] + r[5] for r in mine]
+        verts = poly.get_paths()[0].vertices
+        by_step: dict[float, list[float]] = {}
+        for x, y in verts:
+            by_step.setdefault(float(x), []).append(float(y))
+        for r, lo, hi in zip(mine, want_low, want_high, strict=True):
+            ys = by_step[float(r[1])]
+            assert min(ys) == pytest.approx(lo) and max(ys) == pytest.approx(hi)
+        widths += [hi - lo for lo, hi in zip(want_low, want_high, strict=True)]
+    assert max(widths) > 0  # a band, not a line
+    data = render_chart_png(spec, runs, histories, max_points=200)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and round(png_dpi(data) or 0) == 300

@@ -47,3 +47,21 @@ def test_no_range_is_the_whole_history_as_before(viewer: Viewer) -> None:
     a = viewer.series_payload([key], ["val/loss"], "step", 0.0)["series"][0]
     b = viewer.series_payload([key], ["val/loss"], "step", 0.0, None)["series"][0]
     assert a == b
+
+
+def test_a_wide_zoom_is_bucketed_again_over_its_range_keeping_each_buckets_min_and_max(viewer: Viewer) -> None:
+    """A zoom still holding more points than a chart draws: the same min/max buckets, now over the
+    visible range only. Finer than the whole history's points there, and the lowest and highest
+    values of the range are among them (a spike is not averaged away)."""
+    key = _big(viewer)
+    whole = viewer.series_payload([key], ["val/loss"], "step", 0.0)["series"][0]
+    lo, hi = 500.0, 1100.0  # 600 of the 2,000 rows: more than a chart draws, a third of the history
+    zoomed = viewer.series_payload([key], ["val/loss"], "step", 0.0, (lo, hi))["series"][0]
+    assert zoomed["downsampled"] and len(zoomed["x"]) <= 200 < zoomed["raw_points"]
+    inside = [x for x in zoomed["x"] if lo <= x <= hi]
+    before = [x for x in whole["x"] if lo <= x <= hi]
+    assert len(inside) > 1.5 * len(before)
+    raw = viewer.store.history(key).series("val/loss")
+    in_range = [float(v) for s, v in zip(raw.step.tolist(), raw.value.tolist(), strict=True) if lo <= s <= hi]
+    drawn = [y for x, y in zip(zoomed["x"], zoomed["y"], strict=True) if lo <= x <= hi and y is not None]
+    assert min(drawn) == min(in_range) and max(drawn) == max(in_range)

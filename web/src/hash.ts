@@ -4,13 +4,18 @@
 // appears: the server takes it out of the address on the first visit (an HttpOnly cookie holds it),
 // and the hash holds view settings only.
 //
-// A change of view or chart kind adds a history entry; every other change replaces the current one.
-// A hash that is not ours (or empty) leaves the remembered view as it is.
+// A change of view or chart kind adds a history entry, and so does a change of the table's question
+// (search, filters, status, sort, group, differing params, hidden runs, max rows: the settings
+// `ENTRY_KEYS` names), so Back after a sort or a filter shows the table as it was before it, not
+// the site before the app. Every other change (selection, columns, chart settings) replaces the
+// current entry. A hash that is not ours (or empty) leaves the remembered view as it is.
 
 import { debounce } from "./dom";
 import { defaultUiState, parseUiState, store, type UiState } from "./store";
 
 const MARK = "v";
+/** The settings whose change adds a history entry (besides the view and the chart kind). */
+const ENTRY_KEYS: ReadonlySet<unknown> = new Set(["search", "filters", "status", "sort", "group", "differing", "showHidden", "maxRows"]);
 const MAX_URL_SELECTION = 200;
 /** sessionStorage key: the hash this tab wrote last (to tell a reload from an opened link). */
 const WRITTEN = "traceml.hash";
@@ -123,26 +128,37 @@ export function syncHash(read: () => UiState, apply: (ui: UiState) => void): (ke
   // leaves, the settings changed there just before (a replacement still waiting to be written).
   let entry = { view: read().view, chart: read().chart };
   const url = (hash: string) => `${window.location.pathname}${window.location.search}${hash}`;
-  const write = (push: boolean) => {
+  // A change of the table's question waiting to be written (debounced: typing a search makes one
+  // entry, not one per pause).
+  let entryPending = false;
+  const write = (mode: "replace" | "view") => {
     const ui = read();
     const hash = uiToHash(ui);
+    const pending = entryPending;
+    entryPending = false;
     try {
       window.sessionStorage.setItem(WRITTEN, hash);
     } catch {
       // no storage: a reload then opens the view of the address
     }
     if (hash === window.location.hash) return;
-    if (push && (ui.view !== entry.view || ui.chart !== entry.chart)) {
-      history.replaceState(null, "", url(uiToHash({ ...ui, ...entry })));
+    if (mode === "view" && (ui.view !== entry.view || ui.chart !== entry.chart)) {
+      // The entry left keeps what was changed there just before; a table change still waiting
+      // becomes an entry of its own, so Back goes to it and then to the table before it.
+      const left = url(uiToHash({ ...ui, ...entry }));
+      if (pending) history.pushState(null, "", left);
+      else history.replaceState(null, "", left);
       history.pushState(null, "", url(hash));
-    } else history.replaceState(null, "", url(hash));
+    } else if (pending) history.pushState(null, "", url(hash));
+    else history.replaceState(null, "", url(hash));
     entry = { view: ui.view, chart: ui.chart };
   };
-  const replaceSoon = debounce(() => write(false), 150);
+  const writeSoon = debounce(() => write("replace"), 150);
   const onPop = () => {
     const ui = hashToUi(window.location.hash);
     if (!ui) return;
     entry = { view: ui.view, chart: ui.chart };
+    entryPending = false; // the entry shown now is the one Back/Forward chose
     applying = true;
     try {
       apply(ui);
@@ -152,10 +168,13 @@ export function syncHash(read: () => UiState, apply: (ui: UiState) => void): (ke
   };
   window.addEventListener("popstate", onPop);
   window.addEventListener("hashchange", onPop);
-  write(false);
+  write("replace");
   return (key: unknown) => {
     if (applying) return;
-    if (key === "view" || key === "chart") write(true);
-    else replaceSoon();
+    if (key === "view" || key === "chart") write("view");
+    else {
+      if (ENTRY_KEYS.has(key)) entryPending = true;
+      writeSoon();
+    }
   };
 }

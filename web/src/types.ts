@@ -34,7 +34,8 @@ export interface RunRow {
   group: string | null;
   tags: string[];
   notes: string;
-  status: string;
+  /** run.json's status; null when run.json has none (display_status then says what is shown). */
+  status: string | null;
   display_status: DisplayStatus | string;
   legacy: boolean;
   started_at: string | null;
@@ -237,6 +238,8 @@ export interface LineSpec {
   ema: number;
   log_y: boolean;
   group_by: string | null;
+  /** With group_by: the band around each mean the PNG draws (the CSV holds min, max and std). */
+  band: "minmax" | "std";
 }
 
 export interface BarSpec {

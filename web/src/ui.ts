@@ -283,6 +283,28 @@ export function modal(title: Child, body: HTMLElement, testid?: string, actions:
   return close;
 }
 
+/**
+ * Keep a scrolling box of log lines at its end, the newest lines, like `tail -f`: now, when it is
+ * first laid out (a box built before it is in the page, or inside a closed section, cannot scroll
+ * yet) unless the user has scrolled up since to read older lines, and again after each call of
+ * the returned function (its lines were replaced).
+ */
+export function stickToEnd(el: HTMLElement): () => void {
+  let pinned = true;
+  const toEnd = () => {
+    if (pinned) el.scrollTop = el.scrollHeight;
+  };
+  el.addEventListener("scroll", () => {
+    pinned = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
+  });
+  new ResizeObserver(toEnd).observe(el);
+  toEnd();
+  return () => {
+    pinned = true;
+    toEnd();
+  };
+}
+
 export function emptyState(title: string, hint?: string, action?: HTMLElement, testid = "empty"): HTMLElement {
   return h(
     "div",

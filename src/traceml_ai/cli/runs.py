@@ -396,7 +396,11 @@ def show(
         err_text = Text()
         if error:
             err_text.append(f"{error.get('type') or 'Error'}: {error.get('message') or ''}\n", style="bold red")
-            err_text.append(f"exit code {error.get('code')}  signal {error.get('signal')}\n", style="red")
+            # Only what run.json says: a field it leaves null is left out, never "signal None".
+            exit_bits = [f"{label} {error[field]}" for label, field in (("exit code", "code"), ("signal", "signal"))
+                         if error.get(field) is not None]
+            if exit_bits:
+                err_text.append("  ".join(exit_bits) + "\n", style="red")
             lines = str(error.get("traceback") or "").rstrip("\n").splitlines()
             if lines:
                 err_text.append("\n".join(lines[-tail:]), style="")

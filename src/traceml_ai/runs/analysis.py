@@ -36,6 +36,9 @@ FloatArray = NDArray[np.float64]
 
 ChartKind = Literal["line", "bar", "scatter", "box"]
 XAxis = Literal["step", "epoch", "time"]
+Band = Literal["minmax", "std"]
+"""The band around a group's mean line (Plot by groups): its min–max range or mean ± std."""
+BANDS: Final[tuple[Band, ...]] = ("minmax", "std")
 
 CHART_KINDS: Final = ("line", "bar", "scatter", "box")
 X_AXES: Final = ("step", "epoch", "time")
@@ -66,6 +69,8 @@ class LineSpec:
         ema: debiased EMA weight in [0, 1); 0 draws no smoothed line.
         log_y: logarithmic y axis (PNG only; the data are not transformed).
         group_by: draw one mean line per group of this column instead of one line per run.
+        band: with ``group_by``, the band drawn around each mean (``minmax`` or ``std``, as the
+            page's band setting); the chart CSV holds both.
     """
 
     keys: tuple[str, ...]
@@ -74,6 +79,7 @@ class LineSpec:
     ema: float = 0.0
     log_y: bool = False
     group_by: str | None = None
+    band: Band = "minmax"
     kind: Literal["line"] = "line"
 
 
@@ -117,7 +123,7 @@ class BoxSpec:
 ChartSpec = LineSpec | BarSpec | ScatterSpec | BoxSpec
 
 _SPEC_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    "line": ("keys", "metrics", "x", "ema", "log_y", "group_by"),
+    "line": ("keys", "metrics", "x", "ema", "log_y", "group_by", "band"),
     "bar": ("keys", "field", "group_by"),
     "scatter": ("keys", "x_field", "y_field", "size_field", "color_field", "log_x", "log_y", "group_by"),
     "box": ("keys", "field", "group_by"),
@@ -159,6 +165,9 @@ def parse_chart_spec(obj: Mapping[str, Any]) -> ChartSpec:
             weight = 0.0
         if not is_number(weight) or not 0.0 <= float(weight) < 1.0:
             raise ChartSpecError(f"ema must be a number in [0, 1), got {weight!r}")
+        band = obj.get("band") or "minmax"
+        if band not in BANDS:
+            raise ChartSpecError(f"band must be one of {', '.join(BANDS)}, got {band!r}")
         return LineSpec(
             keys=keys,
             metrics=metrics,
@@ -166,6 +175,7 @@ def parse_chart_spec(obj: Mapping[str, Any]) -> ChartSpec:
             ema=float(weight),
             log_y=_bool(obj, "log_y"),
             group_by=_column(obj, "group_by", required=False),
+            band=band,
         )
     if kind == "bar":
         return BarSpec(keys, _req_column(obj, "field"), _column(obj, "group_by", required=False))
@@ -591,19 +601,30 @@ def line_points(
 @dataclass(frozen=True)
 class GroupMean:
     """The mean line of a group: at each step, the mean over the runs with a finite value there
-    (a run that logged a step twice counts with its last value)."""
+    (a run that logged a step twice counts with its last value), with the band the page draws
+    around it: the min and max over those runs and their population standard deviation (the
+    page's ``± std`` band is ``mean ± std``)."""
 
     label: str
     step: NDArray[np.int64]
     mean: FloatArray
     n_runs: NDArray[np.int64]
+    min: FloatArray
+    max: FloatArray
+    std: FloatArray
+
+    def band(self, kind: Band) -> tuple[FloatArray, FloatArray]:
+        """The low and high edges of the band ``kind`` (``minmax`` or ``std``) at each step."""
+        if kind == "std":
+            return self.mean - self.std, self.mean + self.std
+        return self.min, self.max
 
 
 def group_mean_by_step(label: str, series: Iterable[Series]) -> GroupMean:
-    """Average several runs' histories of one metric step by step. Steps where no run has a finite
-    value are left out."""
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
+    """Average several runs' histories of one metric step by step, with the min, max and population
+    standard deviation over the runs at each step. Steps where no run has a finite value are left
+    out."""
+    values: dict[int, list[float]] = {}
     for s in series:
         last: dict[int, float] = {}
         for step, value in zip(s.step.tolist(), s.value.tolist(), strict=True):
@@ -612,14 +633,19 @@ def group_mean_by_step(label: str, series: Iterable[Series]) -> GroupMean:
             else:
                 last.pop(step, None)
         for step, value in last.items():
-            sums[step] = sums.get(step, 0.0) + value
-            counts[step] = counts.get(step, 0) + 1
-    steps = sorted(sums)
+            values.setdefault(step, []).append(value)
+    steps = sorted(values)
+    means = [math.fsum(values[s]) / len(values[s]) for s in steps]
+    stds = [math.sqrt(math.fsum((v - m) ** 2 for v in values[s]) / len(values[s]))
+            for s, m in zip(steps, means, strict=True)]
     return GroupMean(
         label,
         np.asarray(steps, dtype=np.int64),
-        np.asarray([sums[s] / counts[s] for s in steps], dtype=np.float64),
-        np.asarray([counts[s] for s in steps], dtype=np.int64),
+        np.asarray(means, dtype=np.float64),
+        np.asarray([len(values[s]) for s in steps], dtype=np.int64),
+        np.asarray([min(values[s]) for s in steps], dtype=np.float64),
+        np.asarray([max(values[s]) for s in steps], dtype=np.float64),
+        np.asarray(stds, dtype=np.float64),
     )
 
 
@@ -688,26 +714,35 @@ def line_csv_rows(histories: Sequence[tuple[RunSummary, MetricsTail]], metrics: 
 _ABSENT: Final = object()
 
 
+_GROUP_CSV_STATS: Final = ("mean", "min", "max", "std")
+
+
 def line_group_csv_rows(
     histories: Sequence[tuple[RunSummary, MetricsTail]], metrics: Sequence[str], group_by: str
 ) -> Table:
-    """Group means by step: header ``group,step,mean <metric>,n_runs`` (with several metrics each gets
-    ``mean <metric>,n_runs <metric>``); one row per group and step where a metric has a value.
+    """Group means by step with the band the page draws around them: header
+    ``group,step,mean <metric>,min <metric>,max <metric>,std <metric>,n_runs`` (with several metrics
+    each gets its five columns, ``n_runs <metric>`` last); one row per group and step where a metric
+    has a value. ``std`` is the population standard deviation over the runs at that step (the
+    ``± std`` band is mean ± std; the ``min–max`` band is min to max).
 
     Raises:
         ColumnError: invalid column.
     """
     single = len(metrics) == 1
+    width = len(_GROUP_CSV_STATS) + 1
     header = ["group", "step"]
     for metric in metrics:
-        header += [f"mean {metric}", "n_runs" if single else f"n_runs {metric}"]
+        header += [*(f"{stat} {metric}" for stat in _GROUP_CSV_STATS), "n_runs" if single else f"n_runs {metric}"]
     labels, _ = group_labels([run for run, _ in histories], group_by)
     table: dict[tuple[str, int], list[Scalar]] = {}
     for m_index, metric in enumerate(metrics):
-        for mean in line_groups(histories, metric, group_by):
-            for step, value, n in zip(mean.step.tolist(), mean.mean.tolist(), mean.n_runs.tolist(), strict=True):
-                row = table.setdefault((mean.label, step), [None] * (2 * len(metrics)))
-                row[2 * m_index], row[2 * m_index + 1] = value, n
+        for g in line_groups(histories, metric, group_by):
+            columns = zip(g.step.tolist(), g.mean.tolist(), g.min.tolist(), g.max.tolist(), g.std.tolist(),
+                          g.n_runs.tolist(), strict=True)
+            for step, *cells in columns:
+                row = table.setdefault((g.label, step), [None] * (width * len(metrics)))
+                row[width * m_index:width * (m_index + 1)] = cells
     order = {label: i for i, label in enumerate(labels)}
     ordered = sorted(table.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
     rows: list[list[Scalar]] = [[label, step, *vals] for (label, step), vals in ordered]
@@ -854,7 +889,9 @@ def chart_slug_source(spec: ChartSpec) -> str:
 
 __all__ = [
     "ALL_RUNS_LABEL",
+    "BANDS",
     "BAR_LIMIT",
+    "Band",
     "Bar",
     "BarData",
     "BarSpec",

@@ -8,6 +8,12 @@ summary and perf hold, the type of each value, and whether duration, step and ep
 of one sweep share a handful of shapes. :class:`ColumnIndex` keeps the shape of every run (computed
 when the run's summary object or its perf facts are new), counts the runs per shape, and answers
 with ``column_facts`` over one stand-in run per shape in use: the same answer as over all runs.
+
+One fact is not in the shape: which params differ between the runs (the default columns show
+them, issue 15 item 20), since the runs of a sweep share one shape and differ in values only. For
+those the index counts, per params key, the runs holding each value (as
+:func:`~traceml_ai.runs.table.param_identity` tells values apart), updated for the changed runs
+only: a key differs when two values are counted, or one value and runs that lack the key.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from operator import attrgetter
 from typing import Any, Final
 
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.runs.table import ColumnFacts, column_facts
+from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity
 
 Shape = tuple[Any, ...]
 """The key names and value types of one run's values (see the module docstring); hashable."""
@@ -66,6 +72,7 @@ class ColumnIndex:
         self._runs: dict[str, tuple[RunSummary, Any, Shape]] = {}  # key → (summary, its perf, shape)
         self._counts: dict[Shape, int] = {}
         self._stand_ins: dict[Shape, RunSummary] = {}
+        self._values: dict[str, dict[Any, int]] = {}  # params key → value identity → runs holding it
         self._lock = threading.Lock()
         self.shapes_computed = 0
         """How many run shapes were computed (tests and the benchmark read it)."""
@@ -90,16 +97,82 @@ class ColumnIndex:
                 counts[shape] = counts.get(shape, 0) + 1
                 if entry is not None:
                     counts[entry[2]] -= 1
+                    if entry[0] is not run:
+                        self._count_params(entry[0], -1)
+                if entry is None or entry[0] is not run:
+                    self._count_params(run, 1)
                 entry = (run, run.perf, shape)
             seen[run.key] = entry
         for key in known.keys() - seen.keys():
             counts[known[key][2]] -= 1
+            self._count_params(known[key][0], -1)
         self._runs = seen
-        used = [shape for shape, n in counts.items() if n > 0]
         for shape in [s for s, n in counts.items() if n <= 0]:
             del counts[shape]
             del self._stand_ins[shape]
-        return column_facts([self._stand_ins[shape] for shape in used])
+        # One stand-in per shape, in the order the runs first have it: the params order of the
+        # stand-ins is then that of all the runs (the walk stops once every shape in use is met).
+        used: dict[Shape, None] = {}
+        for entry in seen.values():
+            if entry[2] not in used:
+                used[entry[2]] = None
+                if len(used) == len(counts):
+                    break
+        return column_facts([self._stand_ins[shape] for shape in used], differing=self._differing(len(seen)))
+
+    def _count_params(self, run: RunSummary, step: int) -> None:
+        values = self._values
+        for key, value in run.params.items():
+            kind = type(value)
+            # The common types inline (as param_identity answers for them): this runs for every
+            # params value of every run once.
+            if kind is str:
+                ident: Any = ("text", value)
+            elif kind is int:
+                ident = ("number", value)
+            elif kind is float:
+                ident = ("number", value) if value == value else _NAN
+            else:
+                ident = _hashable(param_identity(value))
+            held = values.get(key)
+            if held is None:
+                held = values[key] = {}
+            n = held.get(ident, 0) + step
+            if n > 0:
+                held[ident] = n
+            else:
+                held.pop(ident, None)
+                if not held:
+                    del values[key]
+
+    def _differing(self, n_runs: int) -> set[str]:
+        if n_runs < 2:
+            return set()
+        out = set()
+        for key, held in self._values.items():
+            if len(held) > 1:
+                out.add(key)
+                continue
+            # One value: the key differs when some runs lack it, unless that value is null
+            # (missing and null are the same).
+            ((ident, n),) = held.items()
+            if n < n_runs and ident != _NULL:
+                out.add(key)
+        return out
+
+
+_NULL: Final = param_identity(None)
+_NAN: Final = param_identity(float("nan"))
+
+
+def _hashable(ident: tuple[str, Any]) -> Any:
+    # A params value is a scalar once read; should a list or a mapping get through, its JSON-ish
+    # text tells it apart instead.
+    try:
+        hash(ident)
+    except TypeError:
+        return (ident[0], repr(ident[1]))
+    return ident
 
 
 MAX_DEFAULT_VALUE_COLUMNS: Final = 24

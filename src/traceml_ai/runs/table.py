@@ -26,7 +26,7 @@ import io
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
@@ -286,9 +286,15 @@ class ColumnFacts:
     numeric: set[str]
 
 
-def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
+def column_facts(runs: Iterable[RunSummary], differing: Collection[str] | None = None) -> ColumnFacts:
     """:func:`available_columns`, :func:`default_columns` and :func:`numeric_columns` in one pass
-    over the runs' values (the web table asks for all three after every change)."""
+    over the runs' values (the web table asks for all three after every change).
+
+    ``differing``: the params keys known to differ between the runs the answer is for, when
+    ``runs`` stand in for them (:class:`~traceml_ai.runs.column_index.ColumnIndex` passes one run
+    per shape, whose values say nothing about the others'); None finds them in ``runs``
+    (:func:`differing_config_keys`). Either way they are taken in ``runs``' params order.
+    """
     config, config_numeric = _key_facts(map(attrgetter("params"), items := list(runs)), typed=True)
     summary, summary_numeric = _key_facts(map(attrgetter("summary"), items), typed=True)
     perf, perf_numeric = _key_facts(map(attrgetter("perf"), items), typed=True)
@@ -327,9 +333,12 @@ def column_facts(runs: Iterable[RunSummary]) -> ColumnFacts:
         *(f"summary.{k}" for k in sorted(summary)),
         *(f"perf.{k}" for k in sorted(perf)),
     ]
-    differing = differing_config_keys(items)[:MAX_DEFAULT_PARAMS]
+    if differing is None:
+        params = differing_config_keys(items)[:MAX_DEFAULT_PARAMS]
+    else:
+        params = [k for k in _params_order(items) if k in differing][:MAX_DEFAULT_PARAMS]
     default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
-               *(f"config.{k}" for k in differing),
+               *(f"config.{k}" for k in params),
                *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
     return ColumnFacts(available, default, numeric)
 
@@ -372,8 +381,8 @@ def available_columns(runs: Iterable[RunSummary]) -> list[str]:
 def default_columns(runs: Iterable[RunSummary]) -> list[str]:
     """The columns shown before the user picks: ``name, status, group, tags, started, duration_s``,
     then ``perf.verdict``, ``perf.step_ms.p50`` and ``perf.share.dataloader`` when a run was
-    captured, then the params that differ between the runs (``config.*``, the first six by key, as
-    :func:`differing_config_keys` finds them), then every ``run.best.*`` and ``summary.*`` column
+    captured, then the params that differ between the runs (``config.*``, the first six in the runs'
+    params order, as :func:`differing_config_keys` finds them), then every ``run.best.*`` and ``summary.*`` column
     present, sorted by key (003 seed: "the table shows every best and summary metric as a column by
     default"; the reference reader also shows the differing params: users compare sweeps by them)."""
     return column_facts(runs).default
@@ -582,17 +591,19 @@ def group_runs(runs: Iterable[RunSummary], column: str) -> list[Group]:
 
 
 def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
-    """The params keys whose values are not identical across ``runs``, sorted (the "differing params
-    only" toggle).
+    """The params keys whose values are not identical across ``runs``, in the order the runs' params
+    list them (params.yaml order, a key first seen in a later run after the keys of the earlier
+    ones): the "differing params only" toggle and, the first :data:`MAX_DEFAULT_PARAMS` of them, the
+    default columns (issue 15 item 20). Alphabetical order would pick ``data.*`` and ``model.*``
+    over the ``optim.lr`` a sweep varies; the order the training script writes them keeps its own
+    grouping.
 
     A run without the key counts as a distinct value, except that missing and null are the same
     (both show as an empty cell). 1 and 1.0 are identical, true and 1 are not, NaN equals NaN. With
     fewer than two runs nothing differs.
     """
-    keys: set[str] = set()
     params = [run.params for run in runs]
-    for values in params:
-        keys.update(values)
+    keys = _params_order(runs)
     differing = []
     for key in keys:
         first_value = params[0].get(key) if params else None
@@ -607,7 +618,22 @@ def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
             if _identity(value) != first:
                 differing.append(key)
                 break
-    return sorted(differing)
+    return differing
+
+
+def _params_order(runs: Sequence[RunSummary]) -> dict[str, None]:
+    """Every params key of ``runs`` once, in the order their params list them (a key first seen
+    in a later run after those of the earlier ones)."""
+    keys: dict[str, None] = {}
+    for run in runs:
+        keys.update(dict.fromkeys(run.params))
+    return keys
+
+
+def param_identity(value: Scalar) -> tuple[str, Any]:
+    """What makes two params values the same for :func:`differing_config_keys`, hashable: null
+    (and a missing key) one value, 1 and 1.0 one value, true and 1 two, every NaN one."""
+    return _identity(value)
 
 
 def _identity(value: Scalar) -> tuple[str, Any]:

@@ -100,6 +100,8 @@ PALETTE: Final = (
     "#4e9cf5", "#f5a524", "#3ecf8e", "#ef5a6f", "#a78bfa", "#22c1c3", "#f07c3e", "#c3d64a", "#ec6cb9", "#8fa1b3",
 )
 _FIG_INCHES: Final = (8.0, 4.5)
+BAND_TEXT: Final[dict[str, str]] = {"minmax": "min–max band", "std": "± std band"}
+"""How the legend names the band around a group's mean (the page's band picker says the same)."""
 
 
 def render_chart_png(
@@ -115,7 +117,8 @@ def render_chart_png(
 
     - line: one panel per metric; per run the downsampled series (:func:`~traceml_ai.runs.analysis.
       line_points`), faded with the EMA drawn over it when ``ema`` > 0; with ``group_by`` one mean
-      line per group over steps; ``log_y`` masks values ≤ 0;
+      line per group over steps inside its band (``band``: min–max or ± std, as on the page);
+      ``log_y`` masks values ≤ 0;
     - bar: :func:`~traceml_ai.runs.analysis.bar_data` (60 bars at most; group means with min–max
       error bars);
     - scatter: :func:`~traceml_ai.runs.analysis.scatter_data`, sized by ``size_field`` (missing: the
@@ -293,8 +296,12 @@ def _draw_lines(
         drawn = False
         if spec.group_by is not None:
             for j, mean in enumerate(line_groups(histories, metric, spec.group_by)):
-                ax.plot(mean.step, mean.mean, color=PALETTE[j % len(PALETTE)], linewidth=1.2,
-                        label=f"{mean.label} (mean)")
+                color = PALETTE[j % len(PALETTE)]
+                # The band the page draws around each mean (its band setting), as light as there.
+                low, high = mean.band(spec.band)
+                ax.fill_between(mean.step, low, high, color=color, alpha=0.16, linewidth=0)
+                ax.plot(mean.step, mean.mean, color=color, linewidth=1.2,
+                        label=f"{mean.label} (mean, {BAND_TEXT[spec.band]})")
                 drawn = True
         else:
             for j, (run, tail) in enumerate(histories):

@@ -2,7 +2,7 @@
 
 import { h, replace } from "../dom";
 import type { ViewModule } from "../shell";
-import { store } from "../store";
+import { MAX_SERIES_RUNS, store } from "../store";
 import type { ChartKind } from "../types";
 import { button, segmented } from "../ui";
 import { LineCharts } from "./lineChart";
@@ -133,7 +133,12 @@ export class ChartsView implements ViewModule {
   private renderScope(): void {
     if (store.ui.chart === "line") {
       const n = store.ui.selection.length;
-      this.scopeEl.textContent = n ? `${Math.min(n, 30)} of ${n} selected run${n === 1 ? "" : "s"}` : "no runs selected";
+      // "3 selected runs", or "first 30 of 45 selected runs" past the line charts' limit.
+      this.scopeEl.textContent = !n
+        ? "no runs selected"
+        : n > MAX_SERIES_RUNS
+          ? `first ${MAX_SERIES_RUNS} of ${n} selected runs`
+          : `${n} selected run${n === 1 ? "" : "s"}`;
     } else {
       this.scopeEl.textContent = chartKeys().scope;
     }

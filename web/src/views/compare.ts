@@ -147,9 +147,12 @@ export class CompareView implements ViewModule {
         },
       ],
     };
+    // Params in the order the runs' params.yaml lists them (as the table's default columns take
+    // them), not by name: a sweep's own grouping of its settings stays.
+    const paramKeys = [...new Set(runs.flatMap((r) => Object.keys(r.params)))];
     const params: Section = {
       title: "Params",
-      rows: keysOf((r) => r.params).map((k) => ({ label: k, values: runs.map((r) => r.params[k] ?? null) })),
+      rows: paramKeys.map((k) => ({ label: k, values: runs.map((r) => r.params[k] ?? null) })),
     };
     const best: Section = {
       title: "Best",

@@ -10,12 +10,14 @@ import { icon } from "../icons";
 import { store } from "../store";
 import { attachmentsSection } from "./attachments";
 import type { RunDetail, RunRow, Scalar } from "../types";
-import { button, errorText, loading, modal, paletteColor, statusBadge, swatch, toast } from "../ui";
+import { button, errorText, loading, modal, paletteColor, statusBadge, stickToEnd, swatch, toast } from "../ui";
 import { openPerformance } from "./performance";
 import { TelemetryPanel } from "./telemetry";
 
 const FILES = ["run.json", "params.yaml", "config.json", "metrics.jsonl", "metrics.json", "aggregator/final_summary.json", "logs/run.log"];
 const TRACEBACK_TAIL = 25;
+/** Files read from their end (newest lines last): the viewer opens them scrolled to the end. */
+const TAIL_FILES = /(\.log|\.jsonl)$/;
 
 export class Inspector {
   private body = h("div", { class: "insp-body" });
@@ -300,7 +302,8 @@ export class Inspector {
       ["group", run.group ?? ""],
       ["tags", run.tags.join(", ")],
       ["notes", run.notes],
-      ["status", `${run.status}${run.display_status !== run.status ? ` (shown as ${run.display_status})` : ""}`],
+      // run.json without a status reads "–" (never "null"), with what the table shows instead.
+      ["status", `${run.status ?? "–"}${run.display_status !== run.status ? ` (shown as ${run.display_status})` : ""}`],
       ["started", run.started_at ? `${fmtTime(run.started_at)}  (${run.started_at})` : ""],
       ["ended", run.ended_at ? `${fmtTime(run.ended_at)}  (${run.ended_at})` : ""],
       ["heartbeat", run.heartbeat_at ? `${fmtAgo(run.heartbeat_at)}  (${run.heartbeat_at})` : ""],
@@ -311,7 +314,7 @@ export class Inspector {
     ];
     if (rj) {
       const cmd = rj.command;
-      if (Array.isArray(cmd)) rows.push(["command", h("code", { class: "path", text: cmd.map((c) => String(c)).join(" ") })]);
+      if (Array.isArray(cmd)) rows.push(["command", h("code", { class: "path", text: cmd.filter((c) => c !== null && c !== undefined).map((c) => String(c)).join(" ") })]);
       else if (typeof cmd === "string") rows.push(["command", h("code", { class: "path", text: cmd })]);
       if (typeof rj.cwd === "string") rows.push(["cwd", h("code", { class: "path", text: rj.cwd })]);
       for (const k of ["host", "git"]) {
@@ -322,7 +325,7 @@ export class Inspector {
           }
         } else if (v !== undefined && v !== null) rows.push([k, String(v)]);
       }
-      if (rj.schema_version !== undefined) rows.push(["schema_version", String(rj.schema_version)]);
+      if (rj.schema_version !== undefined && rj.schema_version !== null) rows.push(["schema_version", String(rj.schema_version)]);
     }
     return h(
       "table",
@@ -368,6 +371,10 @@ export class Inspector {
     try {
       const text = await api.file(run.key, name);
       pre.textContent = typeof text === "string" ? text : JSON.stringify(text, null, 2);
+      // A log (and metrics.jsonl) grows at its end: it opens there, on the newest lines, as a
+      // terminal's tail does; the server sends the last part of a long one.
+      const body = pre.closest<HTMLElement>(".modal-body");
+      if (body && TAIL_FILES.test(name)) stickToEnd(body);
     } catch (err) {
       pre.textContent = errorText(err);
       toast(errorText(err), "error");

@@ -139,8 +139,9 @@ export class LineCharts {
   }
 
   /** What the CSV/PNG export draws: the runs shown on screen (legend-hidden ones left out), one
-   *  line per run, or with "Plot by groups" one mean line per group (`group_by`, as on screen;
-   *  the chart CSV then holds group, step, mean and n_runs). */
+   *  line per run, or with "Plot by groups" one mean line per group (`group_by`) inside the band
+   *  shown (`band`), as on screen; the chart CSV then holds group, step, mean, min, max, std and
+   *  n_runs. */
   spec(): LineSpec {
     return {
       keys: this.keys().filter((k) => !this.hiddenRuns.has(k)),
@@ -149,6 +150,7 @@ export class LineCharts {
       ema: store.ui.ema,
       log_y: store.ui.logY,
       group_by: this.groupMode() ? store.ui.group : null,
+      band: store.ui.band,
     };
   }
 

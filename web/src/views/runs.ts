@@ -21,15 +21,32 @@ const KIND_HEADING: Record<Kind, string> = {
   perf: "Performance (telemetry)",
 };
 
-/** Options for a column picker, grouped by kind. */
+/**
+ * Options for a column picker, grouped by kind: each column once, and where two kinds have a column
+ * of the same name (a param and a metric both called `lr`, or a metric's best, last and start
+ * values) each says its kind, `lr (config)`, `lr (best)`: a closed dropdown shows the label
+ * alone, without the group heading.
+ */
 export function columnOptions(columns: string[], empty?: string): SelectOption[] {
   const opts: SelectOption[] = empty !== undefined ? [{ value: "", label: empty }] : [];
+  const unique = [...new Set(columns)];
+  const label = columnLabeller(unique);
   for (const kind of KIND_ORDER) {
-    for (const c of columns) {
-      if (splitColumn(c)[0] === kind) opts.push({ value: c, label: kind === "fixed" ? c : columnTitle(c), group: KIND_HEADING[kind] });
-    }
+    for (const c of unique) if (splitColumn(c)[0] === kind) opts.push({ value: c, label: label(c), group: KIND_HEADING[kind] });
   }
   return opts;
+}
+
+/** Labels for `columns` shown together: the column's title, with ` (kind)` where another column
+ *  among them has the same title (`val/auc (best)` beside `val/auc (last)`). */
+export function columnLabeller(columns: Iterable<string>): (column: string) => string {
+  const title = (c: string) => (splitColumn(c)[0] === "fixed" ? c : columnTitle(c));
+  const uses = new Map<string, number>();
+  for (const c of new Set(columns)) uses.set(title(c), (uses.get(title(c)) ?? 0) + 1);
+  return (c) => {
+    const t = title(c);
+    return (uses.get(t) ?? 0) > 1 ? `${t} (${KIND_LABEL[splitColumn(c)[0]]})` : t;
+  };
 }
 
 export class RunsView implements ViewModule {
@@ -116,7 +133,9 @@ export class RunsView implements ViewModule {
     store.on("selection", () => this.renderSelectionActions());
     store.on("inspector", () => this.table.syncInspected());
     store.on("restored", () => {
-      if (document.activeElement !== this.search) this.search.value = store.ui.search;
+      // Back/Forward chose another view: the box shows its search, also while it has the focus
+      // (the table already answers that search; the box must not keep the one typed before).
+      this.search.value = store.ui.search;
       this.renderToolbar();
       this.table.updateSortMarks();
     });
@@ -195,10 +214,12 @@ export class RunsView implements ViewModule {
   }
 
   private renderChips(): void {
+    // A chip names its column as the dropdowns do: `val/auc (best)` where a last value shares the name.
+    const label = columnLabeller([...(store.table?.columns.available ?? []), ...store.ui.filters.map((f) => f.column)]);
     const chips = store.ui.filters.map((f, i) =>
       chip(
         [
-          h("span", { class: "chip-col", text: columnTitle(f.column) }),
+          h("span", { class: "chip-col", text: label(f.column) }),
           h("span", { class: "chip-expr", text: f.expr }),
         ],
         () => {

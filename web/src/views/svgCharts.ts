@@ -632,7 +632,12 @@ export class BarChart extends RunChart<BarResponse> {
         { class: "chart-meta" },
         h("span", {
           testid: "bar-count",
-          text: grouped ? `${bars.length} group${bars.length === 1 ? "" : "s"}` : `${bars.length} of ${d.total} runs`,
+          // "8 runs", or "60 of 100 runs drawn" when the bar limit cuts them (never "8 of 8").
+          text: grouped
+            ? `${bars.length} group${bars.length === 1 ? "" : "s"}`
+            : more
+              ? `${bars.length} of ${d.total} runs drawn`
+              : `${bars.length} run${bars.length === 1 ? "" : "s"}`,
         }),
         h("span", {
           class: dropped ? "meta-warn" : "muted",

@@ -10,7 +10,7 @@ import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
 import { icon } from "../icons";
 import { store } from "../store";
 import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
-import { errorText, paletteColor, segmented, select, swatch, toggle, token, withAlpha } from "../ui";
+import { errorText, paletteColor, segmented, select, stickToEnd, swatch, toggle, token, withAlpha } from "../ui";
 import { loadUPlot, placePlotTip } from "./lineChart";
 
 const PLOT_H = 200;
@@ -242,7 +242,7 @@ export class TelemetryPanel {
       stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
       if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
     }
-    if (diag.steps?.seen !== undefined) stats.push(["steps", String(diag.steps.seen)]);
+    if (diag.steps?.seen !== undefined && diag.steps.seen !== null) stats.push(["steps", String(diag.steps.seen)]);
     const seen = diag.ranks?.seen?.length;
     if (seen !== undefined) stats.push(["ranks", diag.ranks?.world_size ? `${seen} of ${diag.ranks.world_size}` : String(seen)]);
     const findings = diag.findings;
@@ -628,6 +628,7 @@ export class TelemetryPanel {
     const log = logs.find((l) => l.rank === this.logRank)!;
     const view = h("div", { class: "log-view", testid: "telemetry-log", attrs: { role: "log", tabindex: 0 } });
     const count = h("span", { class: "telem-note" });
+    const toEnd = stickToEnd(view);
     const drawLines = (which: RankLog) => {
       const shown = which.lines.filter(([stream]) => this.logStream === "all" || stream === this.logStream);
       replace(
@@ -637,7 +638,7 @@ export class TelemetryPanel {
           : [h("div", { class: "muted", text: "No lines for this filter." })]),
       );
       count.textContent = `${shown.length} line${shown.length === 1 ? "" : "s"}` + (which.truncated ? ` · last ${which.lines.length} of ${fmtBytes(which.size)}` : "");
-      view.scrollTop = view.scrollHeight;
+      toEnd();
     };
     const rankSel =
       logs.length > 1
@@ -673,10 +674,6 @@ export class TelemetryPanel {
       (v) => `telemetry-log-${v}`,
       "segmented-sm",
     );
-    // The view must be in the page before it can scroll to its end.
-    window.requestAnimationFrame(() => {
-      view.scrollTop = view.scrollHeight;
-    });
     drawLines(log);
     return h("div", { class: "telem-block", testid: "telemetry-logs" }, head, h("div", { class: "log-tools" }, rankSel, streams, count), view);
   }

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_traceml
+
 HEAD = """
 import os, sys, time
 import traceml_ai
@@ -235,6 +237,11 @@ def test_a_rank_opts_in_to_its_own_metrics_file(tmp_path: Path) -> None:
         assert [r["loss"] for r in rows] == [float(rank)] * 3
     assert {json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()} == {0.0}
     assert _json(folder / "run.json")["status"] == "completed"
+    # The ranks' own histories are the run's files, not Stormlog telemetry: the catalog neither
+    # lists them as sessions nor warns about them (issue 14 review: a ⚠ for metrics.rank1.jsonl).
+    query = run_traceml("query", "sessions", str(tmp_path / "runs"), "--json", "--no-cache")
+    assert query.returncode == 0, query.stderr
+    assert json.loads(query.stdout) == [] and "metrics.rank" not in query.stderr, query.stderr
 
 
 def test_a_second_process_writing_the_same_file_is_named(tmp_path: Path) -> None:

@@ -14,10 +14,11 @@ Each path is a file or a folder (a root). A folder is searched as real Stormlog 
 
 TraceML's own run folders are read too: a folder with ``aggregator/manifest.json`` (format
 ``traceml.session_manifest``) is a TraceML session; its ``aggregator/`` folder is read by name, not
-searched (the exporter's JSONL files are not Stormlog telemetry), nor is the ``metrics.jsonl``
-beside a ``run.json``. Dot-entries are skipped. Every entry is resolved with realpath: a symlink
-whose target leaves every root is reported and not read; a folder reached twice is searched once.
-A path that does not exist is a warning. Nothing is ever written here (the cache lives elsewhere).
+searched (the exporter's JSONL files are not Stormlog telemetry), nor are the metric histories
+(``metrics.jsonl``, each rank's ``metrics.rank<N>.jsonl``) beside a ``run.json``. Dot-entries are
+skipped. Every entry is resolved with realpath: a symlink whose target leaves every root is
+reported and not read; a folder reached twice is searched once. A path that does not exist is a
+warning. Nothing is ever written here (the cache lives elsewhere).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from traceml_ai.catalog.sources import (
     read_traceml_session,
 )
 from traceml_ai.runs.discovery import inside
-from traceml_ai.runs.layout import METRICS_JSONL, RUN_JSON
+from traceml_ai.runs.layout import RUN_JSON, is_metrics_history
 
 
 @dataclass
@@ -310,7 +311,7 @@ class _Walker:
                 if not top:
                     tree.envelopes.append(child)
             elif name.endswith(SEGMENT_SUFFIX):
-                if not (in_run_folder and name == METRICS_JSONL):
+                if not (in_run_folder and is_metrics_history(name)):
                     tree.files.append(child)
             elif name.endswith((".json", ".csv")) and name != ROLLUP_FILE:
                 lowered = name.lower()

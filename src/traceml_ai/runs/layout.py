@@ -17,6 +17,21 @@ PARAMS_YAML: Final = "params.yaml"
 CONFIG_JSON: Final = "config.json"
 METRICS_JSONL: Final = "metrics.jsonl"
 METRICS_JSON: Final = "metrics.json"
+RANK_METRICS_JSONL: Final = re.compile(r"metrics\.rank([1-9][0-9]*)\.jsonl")
+"""The history of one more rank, ``metrics.rank<N>.jsonl`` (N > 0), which the logger writes when
+every rank logs (``all_ranks=True`` or ``TRACEML_LOG_ALL_RANKS=1``; DESIGN §2.1)."""
+
+
+def rank_metrics_jsonl(rank: int) -> str:
+    """The history file of global rank ``rank``: ``metrics.jsonl`` for rank 0, else
+    ``metrics.rank<N>.jsonl`` (:data:`RANK_METRICS_JSONL`)."""
+    return METRICS_JSONL if rank == 0 else f"metrics.rank{rank}.jsonl"
+
+
+def is_metrics_history(name: str) -> bool:
+    """True for a file name the logger writes a metric history into (``metrics.jsonl`` or a rank's
+    ``metrics.rank<N>.jsonl``)."""
+    return name == METRICS_JSONL or RANK_METRICS_JSONL.fullmatch(name) is not None
 
 SMALL_FILES: Final = (RUN_JSON, PARAMS_YAML, CONFIG_JSON, METRICS_JSON)
 """The four small files, parsed whole (never above :data:`MAX_SMALL_FILE_BYTES`)."""

@@ -10,6 +10,8 @@ process used, user + system, which a loaded machine inflates less):
 - ``traceml runs ls ROOT`` over 27 fake runs (target ≤ 12×)
 - ``traceml run`` start: from the launch to the first line of a trivial training script, minus
   the same for ``python script.py`` (target ≤ 0.5 s added)
+- ``traceml ui`` stop (item 11): seconds from Ctrl+C (SIGINT) to the process's exit while a page's
+  event stream is open (target ≤ 1 s)
 
 and the load average before and after, since the figures mean little without it.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 
 TARGETS = {"import traceml_ai": 2.5, "traceml --help": 8.0, "traceml runs ls (27 runs)": 12.0}
 RUN_TARGET_S = 0.5
+UI_EXIT_TARGET_S = 1.0
 
 SCRIPT = "import sys, time\nopen(sys.argv[1], 'w').write(repr(time.time()))\n"
 
@@ -66,6 +69,32 @@ def first_line_delay(cmd: list[str], stamp: Path, env: dict[str, str], cwd: Path
     if proc.returncode != 0 or not stamp.exists():
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
     return float(stamp.read_text()) - t0
+
+
+def viewer_exit_delay(traceml: list[str], root: Path, env: dict[str, str]) -> float:
+    """Seconds from SIGINT to the exit of ``traceml ui ROOT`` holding one open event stream (as a
+    page does: its ``EventSource`` never ends by itself)."""
+    import http.cookiejar
+    import re
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen([*traceml, "ui", str(root), "--port", "0", "--no-browser"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    url = next((m.group() for line in proc.stdout if (m := re.search(r"http://\S+token=\S+", line))), None)
+    if url is None:
+        raise SystemExit("traceml ui printed no URL")
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    opener.open(url, timeout=30).read()  # the token becomes the cookie
+    stream = opener.open(url.split("/?")[0] + "/api/events", timeout=30)
+    stream.read(1)  # the stream is open and has spoken
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    elapsed = time.perf_counter() - t0
+    stream.close()
+    return elapsed
 
 
 def main() -> None:
@@ -114,6 +143,7 @@ def main() -> None:
         for _ in range(args.run_rounds):
             plain_s.append(first_line_delay(plain, stamp, env, work))
             launched_s.append(first_line_delay(launched, stamp, env, work))
+        ui_exit_s = [viewer_exit_delay(traceml, root, env) for _ in range(args.run_rounds)]
     load_after = os.getloadavg()
 
     base = statistics.median(times["python -c pass"])
@@ -132,6 +162,9 @@ def main() -> None:
     print(f"traceml run: first line after {statistics.median(launched_s) * 1000:.0f} ms vs python "
           f"{statistics.median(plain_s) * 1000:.0f} ms: {added * 1000:+.0f} ms added "
           f"(target <= {RUN_TARGET_S * 1000:.0f} ms) {'ok' if added <= RUN_TARGET_S else 'OVER'}")
+    stop = statistics.median(ui_exit_s)
+    print(f"traceml ui: exits {stop:.2f} s after Ctrl+C with an open event stream (max {max(ui_exit_s):.2f} s; "
+          f"target <= {UI_EXIT_TARGET_S:.0f} s) {'ok' if stop <= UI_EXIT_TARGET_S else 'OVER'}")
 
 
 if __name__ == "__main__":

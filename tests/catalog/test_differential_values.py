@@ -132,6 +132,25 @@ def test_write_envelope_refuses_a_float_in_an_integer_field(tmp_path: Path) -> N
     assert run["started_at_ns"] == 2**70 and run["metadata"] == {"seed": 2**80}
 
 
+def test_add_attachment_keeps_what_the_catalog_reads_in_the_file_it_adds_to(tmp_path: Path) -> None:
+    """Fresh-user review: ``write_envelope(started_at_ns=2**64)`` (which both tools list exactly),
+    then ``add_attachment`` on it, failed ("not an integer: 1.8446744073709552e+19"), and a
+    hand-written envelope with ``NaN`` in its metadata was "not valid JSON". The file is read as the
+    catalog reads it, and what it held is written back unchanged."""
+    import traceml_ai.catalog as catalog
+
+    path = catalog.write_envelope(tmp_path / "big", "big", started_at_ns=2**64, metadata={"seed": 2**80})
+    catalog.add_attachment(path, "a1", kind="log", path="train.log", title="log")
+    (run,) = stormlog_query("runs", tmp_path / "big")
+    assert run["started_at_ns"] == 2**64 and run["metadata"] == {"seed": 2**80} and run["attachment_count"] == 1
+    hand_envelope(tmp_path / "nan", "nan", metadata={"x": float("nan"), "big": 2**70})
+    catalog.add_attachment(tmp_path / "nan" / "stormlog_run.json", "a1", kind="log", path="train.log", title="log")
+    (run,) = stormlog_query("runs", tmp_path / "nan")
+    assert math.isnan(run["metadata"]["x"]) and run["metadata"]["big"] == 2**70 and run["attachment_count"] == 1
+    ours, _ = traceml_query("runs", tmp_path / "nan")
+    same_rows(ours, _no_nan([run]))
+
+
 def test_big_integers_stay_exact_and_nan_is_read_where_stormlog_reads_it(tmp_path: Path) -> None:
     """An integer beyond 64 bits is the same integer (never a rounded float), in the envelope and in
     the JSON printed; ``NaN`` in metadata is accepted as Stormlog's ``json.loads`` accepts it, and

@@ -7,6 +7,7 @@ once may lose one addition.
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import time
@@ -26,6 +27,7 @@ from traceml_ai.catalog.schema import (
     envelope_problems,
     sidecar_problems,
 )
+from traceml_ai.catalog.sources import loads
 from traceml_ai.runs.writer import atomic_write, dump_json, iso_utc
 
 
@@ -80,9 +82,10 @@ def _read(path: Path) -> Any:
         orjson.JSONDecodeError: it is not valid JSON. OSError: it cannot be read.
     """
     try:
-        return orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    return loads(raw)  # as the catalog reads it: integers beyond 64 bits exact, NaN accepted
 
 
 def _describe(value: Any) -> str:
@@ -333,5 +336,23 @@ def add_attachment(
     if problems:
         raise EnvelopeError(file, problems)
     file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(file, dump_json(doc))
+    atomic_write(file, _dump_kept(doc))
     return file
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(map(_non_finite, value.values()))
+    if isinstance(value, list):
+        return any(map(_non_finite, value))
+    return False
+
+
+def _dump_kept(doc: Any) -> bytes:
+    """``doc`` as written back after adding to it: what the existing file held stays as it was,
+    ``NaN`` / ``Infinity`` included (Stormlog and this catalog read them; orjson would write null)."""
+    if _non_finite(doc):
+        return (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8")
+    return dump_json(doc)

@@ -162,7 +162,8 @@ class Run:
             root = os.fspath(runs_dir) if runs_dir is not None else os.environ.get(LOGS_DIR_ENV, DEFAULT_RUNS_ROOT)
             self.id = make_run_id(name, self.t0)
             self.dir = os.path.join(root, self.id)
-        self._jsonl_path = os.path.join(self.dir, rank_metrics_jsonl(rank) if self._rank_file else METRICS_JSONL)
+        self._jsonl_path = os.path.join(self.dir, rank_metrics_jsonl(rank) if self._rank_file and rank is not None
+                                        else METRICS_JSONL)
         started = previous.get("started_at") if isinstance(previous.get("started_at"), str) else iso_utc(self.t0)
         if attach:
             # The launcher named and labelled the folder it created; its choice stays, so the name in

@@ -281,3 +281,25 @@ def test_telemetry_records_are_refused_exactly_where_stormlog_refuses_them() -> 
                 disagree.append(m)
     assert n > 800
     assert disagree == []
+
+
+@pytest.mark.parametrize("good", ["sa", "sz"])
+def test_a_session_in_two_sinks_is_listed_from_the_ledger_entry_that_was_read(tmp_path: Path, good: str) -> None:
+    """Fresh-user review: one killed session copied into two sinks, the ledger entry of one (``sb``)
+    made unreadable (NaN end). TraceML listed the copy it had rebuilt from events (incomplete,
+    ``artifact:sb``) whichever folder held the good entry; the ledger's copy (running, its writer)
+    must win, as Stormlog lists it (once per artifact)."""
+    root = tmp_path.resolve()
+    killed_sink_session(root / "sb", "k-1", T0)
+    shutil.copytree(root / "sb", root / good)
+    manifest = root / "sb" / "manifest.json"
+    text = manifest.read_text()
+    doc = json.loads(text)
+    doc["sessions"][0]["ended_at_ns"] = float("nan")
+    manifest.write_text(json.dumps(doc, indent=2))
+    theirs = [r for r in stormlog_query("sessions", root) if r["source_path"] == str(root / good)]
+    ours, stderr = traceml_query("sessions", root)
+    (row,) = ours
+    same_rows(ours, theirs)
+    assert row["status"] == "running" and row["source"] == "stormlog.cpu_profiler"
+    assert "sessions[0]" in stderr and f"listed once, from there [{root / good}]" not in stderr

@@ -5,7 +5,8 @@ reads no file.
 1. Sessions: a sink's ledger entries (identity and lifecycle from the ledger), a diagnose bundle's
    session (unless its own sink lists it), each session of a telemetry file, and TraceML run
    folders. Several artifacts naming one ``session_id`` are one session (the first, latest start
-   first), reported as ``duplicate_session`` (Stormlog lists it once per artifact).
+   first, of the artifact holding its lifecycle: :func:`_lifecycle_rank`), reported as
+   ``duplicate_session`` (Stormlog lists it once per artifact).
 2. Envelopes: a schema-invalid envelope is rejected (one warning per problem, naming the field).
    Every ``run_id`` must be unique: envelopes sharing one are all rejected (``duplicate_run_id``);
    their sessions fall back to implicit runs and their attachments are not indexed.
@@ -118,6 +119,13 @@ _PRIORITY = {"sink": 0, "diagnose_bundle": 1, "traceml_session": 2}
 """Which artifact's row a session listed by several is read from (lowest first; telemetry files last)."""
 
 
+def _lifecycle_rank(rec: dict[str, Any]) -> tuple[int, bool]:
+    """Which of several rows of one session is listed (lowest first): by :data:`_PRIORITY`, then a
+    row whose lifecycle a writer recorded before one rebuilt from events (``source`` ``artifact:...``:
+    a sink whose ledger entry for it was skipped)."""
+    return _PRIORITY.get(rec["source_kind"], 9), str(rec.get("source") or "").startswith("artifact:")
+
+
 def _start_key(s: dict[str, Any]) -> tuple[int, str]:
     started = s["started_at_ns"]
     return (started if started is not None else -1, s["session_id"])
@@ -168,7 +176,8 @@ class _Builder:
             groups.setdefault(rec["session_id"], []).append(rec)
         for sid, same in groups.items():
             # the artifact holding the lifecycle wins: a sink ledger, a bundle, a run folder, then files
-            best = min(same, key=lambda r: _PRIORITY.get(r["source_kind"], 9))
+            # (among sinks, one whose ledger entry was read before one rebuilt from its events)
+            best = min(same, key=_lifecycle_rank)
             for rec in same:
                 if rec is not best:
                     self.warn(rec["source_path"], "session_id",

@@ -106,6 +106,9 @@ def test_ls_non_number_ordering_filter_on_a_number_column_is_bad_usage(fake_root
                                    "run.best.val/auc holds numbers; write e.g. run.best.val/auc>=0.8")
     proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc:a..z")
     assert proc.returncode == 2 and "is not numeric" in proc.stderr
+    for mixed in ("abc..1", "0.5..abc"):  # (review: abc..1 was "the low end is above the high end")
+        proc = run_traceml("runs", "ls", str(fake_root), "--filter", f"run.best.val/auc:{mixed}")
+        assert proc.returncode == 2 and f"the range {mixed} is not numeric" in proc.stderr, proc.stderr
     proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name>=m", "--json")  # text column: fine
     assert proc.returncode == 0, proc.stderr
 

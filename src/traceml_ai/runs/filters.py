@@ -208,8 +208,10 @@ def parse_filter(expr: str) -> ColumnFilter:
         low_number, high_number = parse_number(low), parse_number(high)
         if low_number is not None and high_number is not None:
             reversed_range = low_number > high_number
-        else:
+        elif low_number is None and high_number is None:
             reversed_range = low.casefold() > high.casefold()
+        else:  # one end a number, one not: the column's values say what is wrong (not "reversed")
+            reversed_range = False
         if reversed_range:
             raise FilterError(f"filter {expr!r}: the low end is above the high end; write {high}..{low}")
         return ColumnFilter(expr, "range", low, low_number, high, high_number)

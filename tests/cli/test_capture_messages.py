@@ -89,6 +89,12 @@ def test_traceml_options_after_the_script_are_explained_when_the_script_fails(tm
     expected = f"traceml run --logs-dir {tmp_path / 'runs'} --nproc-per-node 2 train.py --epochs 1"
     assert "--nproc-per-node, which is TraceML's" in proc.stderr and expected in proc.stderr.replace("\n", " ")
     assert "no bottleneck found" not in proc.stdout
+    # Given before the script too (review: the suggestion named it twice): once, with the later value.
+    proc = run_traceml("run", "--nproc-per-node", "1", "--logs-dir", str(tmp_path / "runs"), "train.py", "--epochs",
+                       "1", "--nproc-per-node", "2", cwd=tmp_path)
+    said = proc.stderr.replace("\n", " ")
+    assert proc.returncode == 2 and "put TraceML's options before the script" in said, proc.stderr
+    assert f"traceml run --logs-dir {tmp_path / 'runs'} --nproc-per-node 2 train.py --epochs 1" in said, said
 
 
 def test_shared_options_after_the_script_are_explained_when_its_parser_refused_them(tmp_path: Path) -> None:

@@ -199,6 +199,23 @@ def _refused_options(run_dir: Path | None) -> set[str]:
     return refused
 
 
+def _without_options(words: list[str], options: set[str]) -> list[str]:
+    """``words`` (the command line before the script) without ``options`` and their values: the
+    copy moved from after the script replaces them (given twice, the later one is what was meant),
+    so the suggested command never names an option twice."""
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        option = words[i].split("=", 1)[0]
+        if option in options:
+            takes_value = "=" not in words[i] and option not in _FLAG_OPTIONS
+            i += 2 if takes_value else 1
+            continue
+        out.append(words[i])
+        i += 1
+    return out
+
+
 def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str, target: list[str],
                                refused: frozenset[str] | set[str] = frozenset()) -> None:
     """After a failed script that was given TraceML's own options (they came after SCRIPT, so the
@@ -226,6 +243,7 @@ def _explain_misplaced_options(args: list[str] | None, code: int, mode_name: str
     argv = sys.argv[1:]
     head = len(argv) - len(items) - len(target)
     before = argv[:head] if head > 0 and argv[head:] == [*target, *items] else [mode_name]
+    before = _without_options(before, {w.split("=", 1)[0] for w in moved if w.startswith("--")})
     fixed = shlex.join(["traceml", *before, *moved, *target, *kept])
     common.err.print(f"[yellow]note:[/] the script exited with code {code} after it was given {escape(names)}, which "
               f"{'is' if ',' not in names else 'are'} TraceML's; put TraceML's options before the script: "

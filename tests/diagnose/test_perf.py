@@ -361,3 +361,19 @@ def test_a_run_whose_aggregator_is_still_writing_its_verdict_is_pending_not_with
     write_manifest(run, RunIdentity(mode="run", command=["python", "train.py"], session_id="s-1"),
                    status="interrupted", started_at_ns=1, ended_at_ns=2)
     assert not aggregator_finalizing(run)
+
+
+def test_a_run_of_too_few_steps_is_not_judged_for_that_reason_not_an_untimed_phase(tmp_path: Path) -> None:
+    """Fresh-user review: 6 traced steps (all but one in the warm-up) said "not judged: no
+    traceml:dataloader_next events were recorded", which is as true of a 40-step run that is judged;
+    the reason that decided it is the step count."""
+    from traceml_ai.diagnose.summary import read_final_summary, verdict
+
+    phases = {k: v for k, v in HEALTHY_CPU.items() if k != schema.DATALOADER_NEXT}
+    for steps, expected in ((6, ("not_judged", "fewer than 5 post-warm-up steps")), (40, ("healthy", "no bottleneck"))):
+        run_dir = tmp_path / f"steps{steps}"
+        captured(run_dir, RunSpec(steps=steps, phases=lambda r, s, p=phases: dict(p)))
+        summary = read_final_summary(run_dir)
+        assert summary is not None
+        kind, text = verdict(summary)
+        assert kind == expected[0] and expected[1] in text, (steps, text)

@@ -432,8 +432,11 @@ def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:
         why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
                "or it ended before its first step)")
     else:
-        reasons = [a.reason for a in summary.abstained if a.rule in STEP_RULES and a.reason]
-        why = reasons[0] if reasons else "no step-time rule had the data to judge"
+        given = {a.rule: a.reason for a in summary.abstained if a.rule in STEP_RULES and a.reason}
+        # compute_bound judges any timed run, whichever phases it timed: its reason is what decided
+        # it (e.g. too few steps after the warm-up), not one phase rule's "the script did not time
+        # this phase", which is as true of a run that is judged.
+        why = given.get("compute_bound") or next(iter(given.values()), "no step-time rule had the data to judge")
     return "not_judged", f"not judged: {why}"
 
 

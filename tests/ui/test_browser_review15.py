@@ -19,7 +19,6 @@ import pytest
 
 from tests.ui.test_browser import (
     CHROMIUM,
-    LAUNCH_ARGS,
     drag_zoom,
     expect,
     open_viewer,
@@ -27,9 +26,9 @@ from tests.ui.test_browser import (
     serve,
     shot,
     shown_keys_are,
-    sync_api,
     x_range,
 )
+from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.runs.fake import generate
 
 if TYPE_CHECKING:
@@ -59,14 +58,6 @@ def add_odd_runs(root: Path) -> None:
         **base, "id": failed.name, "name": "coded", "status": "failed", "ended_at": "2026-11-30T10:05:00Z",
         "exit": {"code": 1, "signal": None, "error_type": "ValueError", "error_message": "bad batch"},
     }), encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -197,6 +197,42 @@ def test_later_sort_keys_break_ties_and_the_sort_is_stable() -> None:
     assert names(sort_runs(runs, keys)) == ["a", "b", "c", "d", "f", "e"]
 
 
+def _sort_one_pass_per_key(runs: list[RunSummary], keys: list[SortKey]) -> list[RunSummary]:
+    """The definition of a multi-key sort: one stable single-key sort per key, the last key first."""
+    for key in reversed(keys):
+        runs = sort_runs(runs, [key])
+    return runs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_multi_key_sort_orders_as_one_stable_pass_per_key_would(seed: int) -> None:
+    # sort_runs reads a later key only for the runs that tie on the keys before it (issue 16):
+    # whatever the mix of ties, numbers, text, NaN and missing values, the order is the definition's.
+    import random
+
+    rng = random.Random(seed)
+    pool: list[Any] = [0.5, 0.5, 1, 1.0, 2, -3, NAN, None, "b", "B", "a10", "a9", True]
+    runs = [
+        make_run(f"r{rng.randrange(8)}", group=rng.choice(["g1", "g2", "", None]),
+                 params={"x": rng.choice(pool), "y": rng.choice(pool)}, best={"auc": rng.choice([0.1, 0.2, NAN])})
+        for _ in range(200)
+    ]
+    columns = ["config.x", "config.y", "group", "run.best.auc", "name"]
+    for _ in range(10):
+        keys = [SortKey(c, rng.random() < 0.5) for c in rng.sample(columns, rng.randrange(1, 5))]
+        assert [r.key for r in sort_runs(runs, keys)] == [r.key for r in _sort_one_pass_per_key(runs, keys)], keys
+
+
+def test_time_columns_sort_by_time_including_fractional_seconds() -> None:
+    # Natural order would read ".25" as 25 and put it after ".5"; a time column sorts by time.
+    runs = [make_run("late", started_at="2026-11-30T10:15:00.5Z"),
+            make_run("early", started_at="2026-11-30T10:15:00.25Z"),
+            make_run("none"),
+            make_run("first", started_at="2026-11-30T09:59:59Z")]
+    assert names(sort_runs(runs, [SortKey("started")])) == ["first", "early", "late", "none"]
+    assert names(sort_runs(runs, [SortKey("started", descending=True)])) == ["late", "early", "first", "none"]
+
+
 def test_parse_sort_arg() -> None:
     assert parse_sort_arg("-run.best.val/auc") == SortKey("run.best.val/auc", True)
     assert parse_sort_arg("run.best.val/auc:desc") == SortKey("run.best.val/auc", True)

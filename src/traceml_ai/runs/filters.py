@@ -37,7 +37,7 @@ from traceml_ai.runs.layout import DISPLAY_STATUSES
 from traceml_ai.runs.model import RunSummary, Scalar
 from traceml_ai.runs.table import (
     ColumnError,
-    cell,
+    cell_getter,
     column_is_numeric,
     format_cell,
     is_nan,
@@ -305,15 +305,19 @@ def filter_runs(
         if numeric[column]:
             _check_numeric_operand(column, flt)
     wanted = None if statuses is None else parse_statuses(statuses)
-    out = []
-    for run in items:
-        if wanted is not None and run.display_status not in wanted:
-            continue
-        if search and not matches_search(run, search):
-            continue
-        if all(_run_matches(run, column, flt, numeric[column]) for column, flt in filters):
-            out.append(run)
-    return out
+    if wanted is not None:
+        items = [run for run in items if run.display_status in wanted]
+    if search:
+        items = [run for run in items if matches_search(run, search)]
+    # One pass per filter, the column name parsed once (100,000 runs: issue 16).
+    for column, flt in filters:
+        numeric_column = numeric[column]
+        if column == "tags":
+            items = [run for run in items if flt.matches_any(run.tags, numeric_column=numeric_column)]
+        else:
+            get, matches = cell_getter(column), flt.matches
+            items = [run for run in items if matches(get(run), numeric_column=numeric_column)]
+    return items
 
 
 def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:
@@ -323,9 +327,3 @@ def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:
     if flt.op == "range" and (flt.number is None or flt.high_number is None):
         raise FilterError(f"filter {column + ':' + flt.expr!r}: the range {flt.operand}..{flt.high} is not numeric, "
                           f"and {column} holds numbers; write e.g. {column}:0.1..0.3")
-
-
-def _run_matches(run: RunSummary, column: str, flt: ColumnFilter, numeric_column: bool) -> bool:
-    if column == "tags":
-        return flt.matches_any(run.tags, numeric_column=numeric_column)
-    return flt.matches(cell(run, column), numeric_column=numeric_column)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Final
 
 from traceml_ai.runs.model import RunSummary, Scalar
@@ -496,6 +496,18 @@ def _sort_entry(value: Scalar) -> tuple[int, Any]:
     return _TEXT, natural_key(format_cell(value))
 
 
+def _time_entry(value: Scalar) -> tuple[int, Any]:
+    # A time as written (ISO-8601 UTC) orders by time as plain text; natural order would put
+    # ".5" before ".25" in fractional seconds, and costs a regex pass per value.
+    if value is None or value == "":
+        return _MISSING, None
+    return _TEXT, value if type(value) is str else format_cell(value)
+
+
+TIME_COLUMNS: Final = frozenset({"started", "ended", "heartbeat"})
+"""Fixed columns holding ISO-8601 times: sorted as the text written, which is time order."""
+
+
 def sort_runs(runs: Iterable[RunSummary], keys: Sequence[SortKey]) -> list[RunSummary]:
     """The runs sorted by ``keys`` (first key first, later keys break ties); stable.
 
@@ -503,25 +515,65 @@ def sort_runs(runs: Iterable[RunSummary], keys: Sequence[SortKey]) -> list[RunSu
     ``run-1, run-2, Run-3, run-10``, see :func:`natural_key`; ascending or descending; true/false
     sort as text), then NaN, then missing values. NaN and missing stay last in
     both directions, so ``-run.best.val/auc`` puts the best runs on top and runs without the metric at
-    the bottom. With no keys the order is unchanged.
+    the bottom. The time columns (:data:`TIME_COLUMNS`) sort as their ISO-8601 text, which is time
+    order. With no keys the order is unchanged.
+
+    A later key is read only for runs that tie on the keys before it (issue 16: sorting 100,000 runs
+    by a metric then by name reads the few names that tie, not 100,000).
 
     Raises:
         ColumnError: a key names an invalid column.
     """
-    items = list(runs)
-    getters = [cell_getter(key.column) for key in keys]
-    # One stable pass per key, last key first: each pass keeps the order of the previous one among
-    # ties. Python's sort stays stable with reverse=True, and the classes are concatenated in a fixed
+    getters = [(cell_getter(key.column), _time_entry if key.column in TIME_COLUMNS else _sort_entry,
+                key.descending) for key in keys]
+    return _sorted_by(list(runs), getters)
+
+
+def _sorted_by(
+    items: list[RunSummary],
+    getters: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> list[RunSummary]:
+    if not getters or len(items) < 2:
+        return items
+    (get, entry_of, descending), rest = getters[0], getters[1:]
+    buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
+    for run, (kind, value) in zip(items, map(entry_of, map(get, items)), strict=True):
+        buckets[kind].append((value, run))
+    out: list[RunSummary] = []
+    # Python's sort stays stable with reverse=True, and the classes are concatenated in a fixed
     # order, so NaN and missing stay last whatever the direction.
-    for key, get in zip(reversed(keys), reversed(getters), strict=True):
-        buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
-        for run, entry in zip(items, map(_sort_entry, map(get, items)), strict=True):
-            kind, value = entry
-            buckets[kind].append((value, run))
-        for kind in (_NUMBER, _TEXT):
-            buckets[kind].sort(key=lambda entry: entry[0], reverse=key.descending)
-        items = [run for bucket in buckets for _, run in bucket]
-    return items
+    for kind, bucket in enumerate(buckets):
+        if kind in (_NUMBER, _TEXT):
+            bucket.sort(key=_FIRST, reverse=descending)
+        if not rest:
+            out.extend(run for _, run in bucket)
+        elif kind in (_NAN, _MISSING):  # one tie: the later keys order the whole class
+            out.extend(_sorted_by([run for _, run in bucket], rest))
+        else:
+            _extend_ties(out, bucket, rest)
+    return out
+
+
+def _extend_ties(
+    out: list[RunSummary],
+    bucket: list[tuple[Any, RunSummary]],
+    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> None:
+    """Append the sorted ``bucket``'s runs to ``out``, each run of equal values ordered by ``rest``."""
+    i, n = 0, len(bucket)
+    while i < n:
+        j = i + 1
+        value = bucket[i][0]
+        while j < n and bucket[j][0] == value:
+            j += 1
+        if j - i == 1:
+            out.append(bucket[i][1])
+        else:
+            out.extend(_sorted_by([run for _, run in bucket[i:j]], rest))
+        i = j
+
+
+_FIRST: Final = itemgetter(0)
 
 
 # -- group -----------------------------------------------------------------------------------------

@@ -78,3 +78,57 @@ def test_runs_of_one_shape_that_differ_in_values_show_their_differing_params(tmp
     assert [c for c in index.facts(agreed).default if c.startswith("config.")] == ["config.seed", "config.extra"]
     _same(index, agreed[:1])
     assert not [c for c in index.facts(agreed[:1]).default if c.startswith("config.")]
+
+
+def _odd_runs(tmp_path: Path) -> list:
+    """Generated runs plus the value kinds a saved state must carry: NaN, null, bool, text among
+    numbers, a best value of null, perf facts, a run with no duration."""
+    generate(tmp_path / "runs", runs=30, seed=9)
+    store = RunStore([tmp_path / "runs"])
+    store.poll()
+    runs = store.runs()
+    runs[2] = dataclasses.replace(runs[2], params={**runs[2].params, "optim.lr": float("nan"), "flag": True})
+    runs[4] = dataclasses.replace(runs[4], params={**runs[4].params, "flag": None, "optim.lr": "auto"},
+                                  duration_s=None, step=None)
+    runs[7] = dataclasses.replace(runs[7], perf={"verdict": "input_bound", "share.dataloader": 0.4})
+    runs[-1] = dataclasses.replace(runs[-1], params={"only.last": 1})  # a shape first met at the end
+    return runs
+
+
+def test_an_index_primed_from_its_saved_state_answers_as_one_built_from_the_runs(tmp_path: Path) -> None:
+    # The warm start (issue 16): the state saved with the runs gives the same column facts, without
+    # computing a run's shape, and stays right as runs change, go and come afterwards.
+    runs = _odd_runs(tmp_path)
+    state = ColumnIndex().export_state(runs)
+    assert state is not None
+    primed = ColumnIndex.primed(runs, state)
+    _same(primed, runs)
+    assert primed.facts(runs).default == ColumnIndex().facts(runs).default  # the params order too
+    assert primed.shapes_computed == 0
+    assert "config.only.last" in primed.facts(runs).available
+
+    changed = dataclasses.replace(runs[3], params={**runs[3].params, "new.key": "x"})
+    later = [changed if r is runs[3] else r for r in runs if r is not runs[2]]
+    later.append(dataclasses.replace(runs[0], key="/elsewhere/new", params={"late": 2}))
+    _same(primed, later)
+    assert primed.facts(later).default == ColumnIndex().facts(later).default
+    assert "config.flag" in primed.facts(later).available  # runs[4] still holds the key (null)
+    later = [r for r in later if r is not runs[-1]]  # the only run of its shape, and its first, goes
+    _same(primed, later)
+    assert "config.only.last" not in primed.facts(later).available
+    # A state exported again from the primed index primes the same answer.
+    again = ColumnIndex.primed(later, primed.export_state(later))
+    _same(again, later)
+
+
+def test_a_state_that_is_missing_damaged_or_of_other_runs_is_not_used(tmp_path: Path) -> None:
+    runs = _odd_runs(tmp_path)
+    state = ColumnIndex().export_state(runs)
+    assert state is not None
+    for bad in (None, b"", b"\x93garbage", state[:-5], ColumnIndex().export_state(runs[:10])):
+        index = ColumnIndex.primed(runs, bad)
+        _same(index, runs)
+        assert index.shapes_computed == len(runs)  # built from the runs instead
+    # A value msgpack cannot hold: no state is saved, and nothing fails.
+    huge = [dataclasses.replace(runs[0], params={"seed": 2**70}), *runs[1:]]
+    assert ColumnIndex().export_state(huge) is None

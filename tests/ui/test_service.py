@@ -64,6 +64,42 @@ def test_a_viewer_started_from_the_run_database_rewrites_it_only_for_what_change
     assert loaded.runs[os.path.realpath(baseline)].summary.notes == "changed on disk"
 
 
+def test_a_warm_start_takes_its_column_facts_from_the_database_and_they_follow_later_changes(work: Path) -> None:
+    # Issue 16: the column index is saved with the runs, so a warm start walks no run's params;
+    # its columns are those of a viewer that read every run folder, before and after a change.
+    first = _viewer(work)
+    first.poll()
+    cold = first.table_payload()["columns"]
+    first.close()
+
+    warm = _viewer(work)
+    warm.start()
+    assert warm.table_payload()["columns"] == cold
+    assert warm._columns.shapes_computed == 0
+
+    baseline = next(p for p in work.iterdir() if "_baseline_" in p.name)
+    (baseline / "params.yaml").write_text("optim:\n  lr: auto\nbrand_new: 3\n")
+    st = os.stat(baseline / "params.yaml")
+    os.utime(baseline / "params.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    warm.poll(refresh=True)
+    columns = warm.table_payload()["columns"]
+    warm.close()
+    fresh = Viewer(RunStore([work]), None)
+    fresh.poll()
+    assert columns == fresh.table_payload()["columns"]
+    assert "config.brand_new" in columns["available"] and "config.optim.lr" not in columns["numeric"]
+
+    # The database written at that close holds the changed runs' index: the next start agrees too.
+    # (The database wrote the changed run last; a seeded store still lists the runs as a poll does.)
+    third = _viewer(work)
+    third.start()
+    assert [r.key for r in third.store.runs()] == [r.key for r in fresh.store.runs()]
+    got = third.table_payload()["columns"]
+    assert got == columns
+    assert third._columns.shapes_computed == 0
+    third.close()
+
+
 def test_table_answers_follow_the_version(work: Path) -> None:
     viewer = _viewer(work)
     viewer.poll()

@@ -19,23 +19,28 @@ only: a key differs when two values are counted, or one value and runs that lack
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Final
 
-from traceml_ai.runs.model import RunSummary
+import msgspec
+
+from traceml_ai.runs.model import BestValue, RunSummary
 from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity
 
 Shape = tuple[Any, ...]
 """The key names and value types of one run's values (see the module docstring); hashable."""
 _VALUE = attrgetter("value")
+_Entry = tuple[RunSummary, Any, "Shape | None"]
 
 
-def run_shape(run: RunSummary) -> Shape:
-    """The shape of ``run``: everything :func:`~traceml_ai.runs.table.column_facts` reads of it, as
-    one flat tuple (each mapping as its length, its keys, then its values' types; a best value's
-    type is that of its ``value``). One tuple, not one per part: this runs for every run once."""
-    p, s, f, a, z, b = run.params, run.summary, run.perf, run.start, run.last, run.best
+def run_shape(run: RunSummary, perf: Mapping[str, Any] | None = None) -> Shape:
+    """The shape of ``run`` (with ``perf`` for its perf facts when given): everything
+    :func:`~traceml_ai.runs.table.column_facts` reads of it, as one flat tuple (each mapping as its
+    length, its keys, then its values' types; a best value's type is that of its ``value``). One
+    tuple, not one per part: this runs for every run once."""
+    p, s, a, z, b = run.params, run.summary, run.start, run.last, run.best
+    f = run.perf if perf is None else perf
     return (
         len(p), *p, *map(type, p.values()),
         len(s), *s, *map(type, s.values()),
@@ -69,10 +74,11 @@ class ColumnIndex:
     """
 
     def __init__(self) -> None:
-        self._runs: dict[str, tuple[RunSummary, Any, Shape]] = {}  # key → (summary, its perf, shape)
+        self._runs: dict[str, _Entry] = {}  # key → (summary, its perf, shape or None until needed)
         self._counts: dict[Shape, int] = {}
         self._stand_ins: dict[Shape, RunSummary] = {}
         self._values: dict[str, dict[Any, int]] = {}  # params key → value identity → runs holding it
+        self._primed_first: dict[str, Shape] = {}  # from a saved state: first run of each shape → shape
         self._lock = threading.Lock()
         self.shapes_computed = 0
         """How many run shapes were computed (tests and the benchmark read it)."""
@@ -85,7 +91,7 @@ class ColumnIndex:
 
     def _facts(self, runs: Sequence[RunSummary]) -> ColumnFacts:
         known = self._runs
-        seen: dict[str, tuple[RunSummary, Any, Shape]] = {}
+        seen: dict[str, _Entry] = {}
         counts = self._counts
         for run in runs:
             entry = known.get(run.key)
@@ -96,7 +102,7 @@ class ColumnIndex:
                     self._stand_ins[shape] = _stand_in(run)
                 counts[shape] = counts.get(shape, 0) + 1
                 if entry is not None:
-                    counts[entry[2]] -= 1
+                    counts[self._shape_of(entry)] -= 1
                     if entry[0] is not run:
                         self._count_params(entry[0], -1)
                 if entry is None or entry[0] is not run:
@@ -104,21 +110,107 @@ class ColumnIndex:
                 entry = (run, run.perf, shape)
             seen[run.key] = entry
         for key in known.keys() - seen.keys():
-            counts[known[key][2]] -= 1
+            counts[self._shape_of(known[key])] -= 1
             self._count_params(known[key][0], -1)
         self._runs = seen
         for shape in [s for s, n in counts.items() if n <= 0]:
             del counts[shape]
             del self._stand_ins[shape]
         # One stand-in per shape, in the order the runs first have it: the params order of the
-        # stand-ins is then that of all the runs (the walk stops once every shape in use is met).
-        used: dict[Shape, None] = {}
-        for entry in seen.values():
-            if entry[2] not in used:
-                used[entry[2]] = None
-                if len(used) == len(counts):
+        # stand-ins is then that of all the runs.
+        return column_facts([self._stand_ins[shape] for shape in self._first_runs()],
+                            differing=self._differing(len(seen)))
+
+    def _first_runs(self) -> dict[Shape, str]:
+        """Each shape in use → the key of the first run that has it, in the order of the runs. The
+        walk stops once every shape is met; a run primed from a saved state (shape not computed)
+        counts only when the state says it is the first of its shape, which holds while every such
+        first run is still there unchanged (the runs keep their order: the store's); otherwise the
+        shapes of the primed runs are computed."""
+        runs, first_of = self._runs, self._primed_first
+        trusted = all((entry := runs.get(key)) is not None and entry[2] is None for key in first_of)
+        out: dict[Shape, str] = {}
+        wanted = len(self._counts)
+        for key, entry in runs.items():
+            shape = entry[2]
+            if shape is None:
+                if trusted:
+                    shape = first_of.get(key)
+                    if shape is None:
+                        continue
+                else:
+                    shape = self._shape_of(entry)
+                    runs[key] = (entry[0], entry[1], shape)
+            if shape not in out:
+                out[shape] = key
+                if len(out) == wanted:
                     break
-        return column_facts([self._stand_ins[shape] for shape in used], differing=self._differing(len(seen)))
+        return out
+
+    def _shape_of(self, entry: _Entry) -> Shape:
+        if entry[2] is not None:
+            return entry[2]
+        self.shapes_computed += 1
+        return run_shape(entry[0], entry[1])
+
+    # -- a saved state (issue 16: a warm start at 100,000 runs) ------------------------------------
+
+    def export_state(self, runs: Sequence[RunSummary]) -> bytes | None:
+        """The index over ``runs`` as bytes for :meth:`primed` (kept beside the runs in the run
+        database, so a warm start does not walk every params value again: 1 s at 100,000 runs).
+
+        Holds the count of runs per shape and of runs per params value, not the runs: about 20
+        bytes per distinct params value. None when a value cannot be saved (an integer beyond 64
+        bits, a type other than text, number, bool or null): the next start then builds the index.
+        """
+        with self._lock:
+            self._facts(runs)
+            try:
+                first = self._first_runs()
+                state = [
+                    _STATE_VERSION,
+                    len(self._runs),
+                    [[_encode_shape(shape), self._counts[shape], key] for shape, key in first.items()],
+                    [[key, [[ident[0], ident[1], n] for ident, n in held.items()]]
+                     for key, held in self._values.items()],
+                ]
+                return msgspec.msgpack.encode(state)
+            except (KeyError, TypeError, OverflowError, ValueError):
+                return None
+
+    @classmethod
+    def primed(cls, runs: Sequence[RunSummary], state: bytes | None) -> ColumnIndex:
+        """An index over ``runs`` from :meth:`export_state` of the same runs (the caller vouches
+        for that: the run database holds both in one sealed file). A missing, damaged or foreign
+        state gives an empty index, which builds itself on the first :meth:`facts`."""
+        index = cls()
+        if state is None:
+            return index
+        try:
+            version, n_runs, shapes, values = msgspec.msgpack.decode(state)
+            if version != _STATE_VERSION or n_runs != len(runs):
+                return index
+            counts: dict[Shape, int] = {}
+            first_of: dict[str, Shape] = {}
+            for items, n, first_key in shapes:
+                shape = _decode_shape(items)
+                counts[shape] = int(n)
+                first_of[str(first_key)] = shape
+            held_by_key = {
+                str(key): {_decode_ident(tag, value): int(n) for tag, value, n in held} for key, held in values
+            }
+            primed: dict[str, _Entry] = {run.key: (run, run.perf, None) for run in runs}
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError, IndexError):
+            return index
+        if (len(primed) != len(runs) or sum(counts.values()) != len(runs) or min(counts.values(), default=1) < 1
+                or len(first_of) != len(counts) or not all(key in primed for key in first_of)):
+            return index
+        index._runs = primed
+        index._counts = counts
+        index._stand_ins = {shape: _stand_in_of_shape(shape) for shape in counts}
+        index._values = held_by_key
+        index._primed_first = first_of
+        return index
 
     def _count_params(self, run: RunSummary, step: int) -> None:
         values = self._values
@@ -163,6 +255,60 @@ class ColumnIndex:
 
 _NULL: Final = param_identity(None)
 _NAN: Final = param_identity(float("nan"))
+
+
+_STATE_VERSION: Final = 1
+_TYPE_CODES: Final[dict[type, str]] = {str: "s", int: "i", float: "f", bool: "b", type(None): "n"}
+_CODE_TYPES: Final = {code: kind for kind, code in _TYPE_CODES.items()}
+_PLACEHOLDER: Final[dict[type, Any]] = {str: "", int: 0, float: 0.0, bool: False, type(None): None}
+_PARTS: Final = 6  # params, summary, perf, start, last, best (run_shape's order)
+
+
+def _encode_shape(shape: Shape) -> list[Any]:
+    # Types as one-letter codes; lengths, keys and flags as they are (decoded by position).
+    return [_TYPE_CODES[item] if isinstance(item, type) else item for item in shape]
+
+
+def _decode_shape(items: list[Any]) -> Shape:
+    out: list[Any] = []
+    i = 0
+    for _ in range(_PARTS):
+        n = items[i]
+        if type(n) is not int or n < 0:
+            raise ValueError("bad shape")
+        keys = items[i + 1 : i + 1 + n]
+        if len(keys) != n or not all(type(k) is str for k in keys):
+            raise ValueError("bad shape")
+        out += [n, *keys, *(_CODE_TYPES[c] for c in items[i + 1 + n : i + 1 + 2 * n])]
+        i += 1 + 2 * n
+    flags = items[i:]
+    if len(out) != i or len(flags) != 3 or not all(type(f) is bool for f in flags):
+        raise ValueError("bad shape")
+    return (*out, *flags)
+
+
+def _decode_ident(tag: Any, value: Any) -> Any:
+    if type(tag) is not str:
+        raise ValueError("bad params value")
+    return tag, value
+
+
+def _stand_in_of_shape(shape: Shape) -> RunSummary:
+    """A run of ``shape`` (placeholder values of its types): what column_facts reads is the shape."""
+    parts: list[dict[str, Any]] = []
+    i = 0
+    for _ in range(_PARTS):
+        n = shape[i]
+        keys, kinds = shape[i + 1 : i + 1 + n], shape[i + 1 + n : i + 1 + 2 * n]
+        parts.append({key: _PLACEHOLDER[kind] for key, kind in zip(keys, kinds, strict=True)})
+        i += 1 + 2 * n
+    no_duration, no_step, no_epoch = shape[i:]
+    params, summary, perf, start, last, best = parts
+    return RunSummary(
+        key="", id="", root="", name="", params=params, summary=summary, perf=perf, start=start, last=last,
+        best={key: BestValue(value, None, None, None) for key, value in best.items()},
+        duration_s=None if no_duration else 0.0, step=None if no_step else 0, epoch=None if no_epoch else 0,
+    )
 
 
 def _hashable(ident: tuple[str, Any]) -> Any:

@@ -84,6 +84,8 @@ so a database written before them is rebuilt rather than kept."""
 
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
+COLUMN_STATE_KEY: Final = "column_index"
+"""The ``meta`` row holding the column index of the stored runs (a BLOB; issue 16)."""
 MAX_DB_BYTES: Final = 1 << 33
 """A file above this size is not read (8 GiB; the fake generator's runs take ~11 KB each with the
 SQL tables' indexes: 10,000 runs ~110 MB, 100,000 runs ~1.1 GB, issue 16)."""
@@ -156,11 +158,14 @@ class LoadedDb:
         written_at: when it was written (ISO-8601 UTC, as the writer gave it).
         fingerprints: run key → the :data:`Fingerprint` of what is stored for it (the texts as read, not
             serialized again), to compare with :func:`fingerprint` of the runs at the next save.
+        column_state: the column index saved with these runs (for
+            :meth:`traceml_ai.runs.column_index.ColumnIndex.primed`), or None.
     """
 
     runs: dict[str, CachedRun]
     written_at: str
     fingerprints: dict[str, Fingerprint]
+    column_state: bytes | None = None
 
 
 # -- rows ------------------------------------------------------------------------------------------
@@ -330,6 +335,7 @@ def write_db(
     stamps: Mapping[str, Mapping[str, tuple[int, int]]],
     *,
     written_at: str,
+    column_state: bytes | None = None,
 ) -> None:
     """Write a new run database at ``path`` (a temp path that does not exist or is empty; the
     caller renames it into place).
@@ -338,6 +344,8 @@ def write_db(
         runs: the runs to store, in order.
         stamps: run key → file stamps of the files its summary was parsed from (missing: none).
         written_at: ISO-8601 UTC time stored in ``meta``.
+        column_state: :meth:`traceml_ai.runs.column_index.ColumnIndex.export_state` of ``runs``,
+            kept in ``meta`` for :attr:`LoadedDb.column_state`; None stores none.
 
     Raises:
         sqlite3.Error, OSError: the file could not be written.
@@ -356,7 +364,7 @@ def write_db(
             if statement.strip():
                 con.execute(statement)
         _insert_runs(con, runs, stamps)
-        _write_meta(con, written_at)
+        _write_meta(con, written_at, column_state)
         con.execute("COMMIT")
         _seal(con, path)
     finally:
@@ -371,13 +379,15 @@ def update_db(
     *,
     changed: Collection[str],
     written_at: str,
+    column_state: bytes | None = None,
 ) -> None:
     """Write at ``path`` a copy of the database ``base`` (SQLite's online backup) in which only the
     runs ``changed`` are rewritten and the runs no longer in ``runs`` are deleted (003 seed: "only
     changed runs are rewritten").
 
     ``base`` must be a database this module wrote (the caller checks that the file is its own last
-    write); a run in ``runs`` that ``base`` lacks must be listed in ``changed``.
+    write); a run in ``runs`` that ``base`` lacks must be listed in ``changed``. ``column_state``
+    replaces the base's (see :func:`write_db`).
 
     Raises:
         RunDbError: ``base`` is not a TraceML run database of this schema version, or SQLite did not
@@ -405,7 +415,7 @@ def update_db(
                 for table in ("config", "metrics", "perf", "run_cache"):
                     dst.execute(f"DELETE FROM {table} WHERE run_key = ?", (key,))
             _insert_runs(dst, rewrite, stamps)
-            _write_meta(dst, written_at)
+            _write_meta(dst, written_at, column_state)
             dst.execute("COMMIT")
             _seal(dst, path)
         finally:
@@ -436,7 +446,7 @@ def _insert_runs(
         )
 
 
-def _write_meta(con: sqlite3.Connection, written_at: str) -> None:
+def _write_meta(con: sqlite3.Connection, written_at: str, column_state: bytes | None) -> None:
     """Inside the write transaction, after the rows: what ``meta`` says besides the change counter."""
     stored = "SELECT CAST(run_key AS BLOB), CAST(stamps AS BLOB), CAST(summary AS BLOB) FROM run_cache ORDER BY rowid"
     digest = _cache_digest(con.execute(stored))
@@ -444,6 +454,11 @@ def _write_meta(con: sqlite3.Connection, written_at: str) -> None:
         "INSERT OR REPLACE INTO meta VALUES (?, ?)",
         [("schema_version", str(SCHEMA_VERSION)), ("written_at", _text(written_at)), ("cache_digest", digest)],
     )
+    # The column index of exactly these rows (one file, one seal), or none: a stale one must not stay.
+    if column_state is None:
+        con.execute("DELETE FROM meta WHERE key = ?", (COLUMN_STATE_KEY,))
+    else:
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (COLUMN_STATE_KEY, column_state))
 
 
 def _seal(con: sqlite3.Connection, path: str | os.PathLike[str]) -> None:
@@ -614,7 +629,8 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
         )
     runs = {key: CachedRun(summary, stamp) for key, summary, stamp in zip(keys, summaries, stamps, strict=True)}
     prints = dict(zip(keys, map(hash, zip(stamps_texts, summary_texts, strict=True)), strict=True))  # = _fingerprint
-    return LoadedDb(runs, written_at, prints)
+    state = meta.get(COLUMN_STATE_KEY)
+    return LoadedDb(runs, written_at, prints, state if isinstance(state, bytes) else None)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from traceml_ai.runs.discovery import (
@@ -422,7 +425,15 @@ class RunStore:
             now = self.clock()
             taken = 0
             runs = self._runs
-            for key, (summary, stamps) in cached.items():
+            # In the order a poll lists them (root order, then folder name), which is not the
+            # database's once it has rewritten a run: the first table and its default columns are
+            # those a poll gives.
+            rank = {root: i for i, root in enumerate(prefixes)}
+            order = [(rank.get(summary.root, len(rank)), key) for key, (summary, _) in cached.items()]
+            items = list(cached.items())
+            if not all(map(operator.le, order, islice(order, 1, None))):
+                items = [item for _, item in sorted(zip(order, items, strict=True), key=itemgetter(0))]
+            for key, (summary, stamps) in items:
                 prefix = prefixes.get(summary.root)
                 if prefix is None or key in runs or summary.key != key or not key.startswith(prefix):
                     continue

@@ -129,6 +129,10 @@ class Viewer:
             stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
             taken = self.store.seed(dict(loaded.runs))
             if taken:
+                # The column index saved with these runs: the first facts then read only the runs
+                # the store holds otherwise (issue 16; a missing or bad state builds it instead).
+                self._columns = ColumnIndex.primed([c.summary for c in loaded.runs.values()], loaded.column_state)
+            if taken:
                 runs = self.store.runs()
                 self._bump([r.key for r in runs], [])
                 # What the database holds needs no rewrite, except the display statuses that moved
@@ -200,7 +204,8 @@ class Viewer:
             changed = set(self._db_changed)
             version = self.version
         try:
-            self.cache.save_run_db(self.store.runs(), self.store.stamps(), force=True, changed=changed)
+            self.cache.save_run_db(self.store.runs(), self.store.stamps(), force=True, changed=changed,
+                                   columns=self._columns)
         except Exception as err:
             log.warning("[TraceML] could not save the run database: %s", err)
             return

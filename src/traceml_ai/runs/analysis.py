@@ -21,7 +21,7 @@ import csv
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, TypedDict
 
 import numpy as np
@@ -612,12 +612,65 @@ class GroupMean:
     min: FloatArray
     max: FloatArray
     std: FloatArray
+    keys: tuple[str, ...] = ()
+    """The runs of the group (set by :func:`line_groups`)."""
 
     def band(self, kind: Band) -> tuple[FloatArray, FloatArray]:
         """The low and high edges of the band ``kind`` (``minmax`` or ``std``) at each step."""
         if kind == "std":
             return self.mean - self.std, self.mean + self.std
         return self.min, self.max
+
+    def take(self, idx: NDArray[np.intp]) -> GroupMean:
+        """The same group at the steps ``idx`` (indices into :attr:`step`) only."""
+        return GroupMean(self.label, self.step[idx], self.mean[idx], self.n_runs[idx], self.min[idx],
+                         self.max[idx], self.std[idx], self.keys)
+
+
+@dataclass(frozen=True)
+class GroupPoints:
+    """The steps of a :class:`GroupMean` a chart draws (:func:`group_points`)."""
+
+    group: GroupMean
+    raw_points: int
+    """The group's steps before downsampling (with an x range: the steps in it)."""
+    downsampled: bool
+
+
+def group_points(
+    mean: GroupMean, max_points: int = DEFAULT_MAX_POINTS, x_range: tuple[float, float] | None = None
+) -> GroupPoints:
+    """The steps of a group's mean and band that a line chart draws: the band is computed over the
+    runs' full histories first (:func:`group_mean_by_step`), then downsampled here, so a spike of one
+    run that a per-run downsampling would drop still shows in the band's max.
+
+    Past ``max_points`` steps the kept steps are the union of min/max buckets
+    (:func:`~traceml_ai.runs.series.downsample_indices`) over the mean and the four band edges
+    (min, max, mean ± std), a fifth of the budget each: the extremes of either band kind survive.
+    With ``x_range`` (a zoomed chart, in steps) only the steps inside it and one on each side are
+    bucketed, as :func:`line_points` does.
+
+    Raises:
+        ValueError: ``max_points`` below 5.
+    """
+    if max_points < 5:
+        raise ValueError("max_points must be at least 5")
+    steps = mean.step.astype(np.float64)
+    first, last = 0, len(steps)
+    if x_range is not None:
+        inside = np.flatnonzero((steps >= x_range[0]) & (steps <= x_range[1]))
+        first = max(0, int(inside[0]) - 1) if inside.size else 0
+        last = min(len(steps), int(inside[-1]) + 2) if inside.size else 0
+    n = last - first
+    if n <= max_points:
+        idx = np.arange(first, last, dtype=np.intp)
+    else:
+        budget = max(5, max_points // 5)
+        part = slice(first, last)
+        edges = (mean.mean[part], mean.min[part], mean.max[part],
+                 mean.mean[part] - mean.std[part], mean.mean[part] + mean.std[part])
+        idx = first + np.unique(np.concatenate([downsample_indices(e, budget) for e in edges]))
+    return GroupPoints(mean.take(idx), raw_points=n, downsampled=len(idx) < n)
 
 
 def group_mean_by_step(label: str, series: Iterable[Series]) -> GroupMean:
@@ -663,7 +716,7 @@ def line_groups(
     for group in group_runs([run for run, _ in histories], group_by):
         mean = group_mean_by_step(group.label, (tails[r.key].series(metric) for r in group.runs))
         if mean.step.size:
-            out.append(mean)
+            out.append(replace(mean, keys=tuple(r.key for r in group.runs)))
     return out
 
 

@@ -21,13 +21,16 @@ import pytest
 
 from tests.ui.test_browser import (
     CHROMIUM,
+    big_run_plotted,
     drag_zoom,
     expect,
+    line_chart,
     open_viewer,
     plot,
     row,
     select_runs,
     serve,
+    serve_fake_runs,
     shot,
     switch,
     x_range,
@@ -62,10 +65,7 @@ def add_twin(root: Path) -> None:
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     """24 fake runs (seed 0) and a second ``baseline``, served for the whole module."""
-    root = tmp_path_factory.mktemp("browser15") / "traceml" / "runs"
-    generate(root, runs=24, seed=0)
-    add_twin(root)
-    with serve(root) as v:
+    with serve_fake_runs(tmp_path_factory.mktemp("browser15") / "traceml" / "runs", add_twin) as v:
         yield v
 
 
@@ -387,7 +387,7 @@ def test_max_rows_limits_the_table_and_its_csv_and_the_export_opens_read_only(br
         page = s.page
         page.get_by_test_id("max-rows").fill("5")
         page.get_by_test_id("max-rows").press("Enter")
-        expect(page.get_by_test_id("table-info")).to_have_text("25 of 25 runs · first 5 shown")
+        expect(page.get_by_test_id("table-info")).to_have_text("25 runs · first 5 shown")
         expect(page.get_by_test_id("run-row")).to_have_count(5)
         page.get_by_test_id("export-table").click()
         expect(page.get_by_test_id("export-bar")).to_contain_text("Table CSV (5 runs) saved:")
@@ -408,7 +408,7 @@ def test_max_rows_limits_the_table_and_its_csv_and_the_export_opens_read_only(br
         # Emptied, the table shows every run again.
         page.get_by_test_id("max-rows").fill("")
         page.get_by_test_id("max-rows").press("Enter")
-        expect(page.get_by_test_id("table-info")).to_have_text("25 of 25 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("25 runs")
 
         # A chart PNG opens as an image.
         plot(page, "high-lr", "small-model")
@@ -476,21 +476,15 @@ def test_dragging_a_header_reorders_the_columns_and_the_csv_export_follows(brows
 def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range(
     browser: Browser, tmp_path: Path,
 ) -> None:
-    root = tmp_path / "traceml" / "runs"
-    generate(root, runs=2, seed=0, big_run_lines=4000)  # ~2,000 val/loss points, drawn with 200 at most
-    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+    # ~2,000 val/loss points, drawn with 200 at most
+    with big_run_plotted(browser, tmp_path / "traceml" / "runs") as (v, s):
         page = s.page
-        row(page, "big-run").get_by_test_id("row-check").check()
-        page.get_by_test_id("selection-plot").click()
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
-        expect(chart.locator("canvas")).to_be_visible()
-        detail = chart.get_by_test_id("series-detail")
-        expect(detail).to_have_attribute("data-detail", "downsampled")
+        chart = line_chart(page, "val/loss")
         bodies: list[dict[str, object]] = []
         page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}")) if "/api/series" in r.url else None)
         lo, hi = x_range(page, chart)
         drag_zoom(page, chart, 0.40, 0.45)  # about 5 % of the steps: ~100 raw points, all of them drawn
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        chart = line_chart(page, "val/loss")
         expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "zoom-full")
         asked = [b for b in bodies if "x_range" in b]
         assert asked, bodies
@@ -502,7 +496,7 @@ def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range
         shot(page, "chart-zoom-finer")
         # Reset: the whole, downsampled series again.
         page.get_by_test_id("reset-zoom").click()
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        chart = line_chart(page, "val/loss")
         expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
         assert x_range(page, chart) == (lo, hi)
         s.assert_clean()
@@ -532,13 +526,20 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         n_runs = sum(len(g["keys"]) for g in groups[:2])
         expect(page.get_by_test_id("selection-count")).to_have_text(str(n_runs))
         page.get_by_test_id("selection-plot").click()
-        switch(page, "plot-groups").click()
+        # The groups' means and bands come from the server, over the full histories (group_by).
+        with page.expect_response(lambda r: "/api/series" in r.url
+                                  and (r.request.post_data_json or {}).get("group_by") == "config.data.dataset") as got:
+            switch(page, "plot-groups").click()
         expect(page.get_by_test_id("plot-groups")).to_be_checked()
+        answer = got.value.json()
         legend = page.get_by_test_id("legend-group")
         expect(legend).to_have_count(2)
         assert legend.all_inner_texts() == [f"{g['label']} ({len(g['keys'])} runs)" for g in groups[:2]]
         chart = page.get_by_test_id("chart-line").first
         expect(chart.locator(".plot")).to_have_attribute("data-groups", "2")
+        metric = chart.get_attribute("data-metric")
+        drawn = [g for g in answer["groups"] if g["metric"] == metric]
+        assert [g["label"] for g in drawn] == labels and all(min(g["n_runs"]) >= 1 for g in drawn)
         expect(page.get_by_test_id("x-axis")).to_be_disabled()  # means are taken step by step
         # The tooltip gives each group's mean, its band and how many runs had a value at that step.
         box = chart.locator(".u-over").bounding_box()

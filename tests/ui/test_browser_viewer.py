@@ -36,6 +36,7 @@ from tests.ui.test_browser import (
     x_range,
 )
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
+from tests.ui.test_series_groups import SPIKE_STEP, STEPS, write_spike_runs
 from traceml_ai.runs.fake import generate
 
 if TYPE_CHECKING:
@@ -567,6 +568,36 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         body = json.loads(asked.value.post_data or "{}")
         assert body["format"] == "png" and body["group_by"] == "config.data.dataset" and body["band"] == "std"
         expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart PNG saved:")
+        s.assert_clean()
+
+
+def test_a_spike_of_one_run_shows_in_its_groups_band_on_the_page(browser: Browser, tmp_path: Path) -> None:
+    """The band is the server's, over the full histories: at the spike's step the tooltip gives both
+    runs (n=2) and the spike as the band's top, though b's drawn series has no point there."""
+    root = tmp_path / "traceml" / "runs"
+    write_spike_runs(root)
+    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+        page = s.page
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        page.locator("[data-testid=group-header][data-group='cifar'] [data-testid=group-select]").check()
+        expect(page.get_by_test_id("selection-count")).to_have_text("2")
+        page.get_by_test_id("selection-plot").click()
+        switch(page, "plot-groups").click()
+        chart = line_chart(page, "loss")
+        expect(chart.locator(".plot")).to_have_attribute("data-groups", "1")
+        box = chart.locator(".u-over").bounding_box()
+        assert box is not None
+        tip = chart.locator(".plot-tip")
+        at = box["x"] + box["width"] * SPIKE_STEP / (STEPS - 1)
+        for dx in sorted(range(-8, 9), key=abs):  # the cursor snaps to the nearest drawn step
+            page.mouse.move(at + dx, box["y"] + box["height"] / 2)
+            if tip.is_visible() and re.sub(r"\D", "", tip.locator(".plot-tip-x").inner_text()) == str(SPIKE_STEP):
+                break
+        else:
+            raise AssertionError(f"no tooltip at step {SPIKE_STEP}")
+        expect(tip.locator(".plot-tip-name")).to_have_text("cifar · n=2")
+        expect(tip.locator(".plot-tip-v")).to_have_text(re.compile(r"\(0\.6\d* – 50\)$"))
+        shot(page, "chart-group-band-spike")
         s.assert_clean()
 
 

@@ -4,6 +4,7 @@ downsampled for drawing, through the real app on run files written by hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +28,9 @@ def _b(step: int) -> float:
     return 0.5 + 0.0001 * step  # rising: each bucket of its downsampling keeps its first and last step only
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> tuple[TestClient, Viewer, dict[str, str]]:
-    root = tmp_path_factory.mktemp("groups") / "runs"
+def write_spike_runs(root: Path) -> None:
+    """Runs a and b (dataset cifar, 2,000 steps; a flat at 1 but for one spike, b rising) and c
+    (dataset mnist, 100 steps)."""
     run = {"status": "completed", "started_at": "2026-11-30T10:00:00Z"}
     write_run(root, "a", {"name": "a", **run}, params="data:\n  dataset: cifar\n",
               rows=[{"step": s, "loss": SPIKE if s == SPIKE_STEP else 1.0} for s in range(STEPS)])
@@ -37,6 +38,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> tuple[TestClient, Viewer, d
               rows=[{"step": s, "loss": _b(s)} for s in range(STEPS)])
     write_run(root, "c", {"name": "c", **run}, params="data:\n  dataset: mnist\n",
               rows=[{"step": s, "loss": 2.0} for s in range(0, 100)])
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> tuple[TestClient, Viewer, dict[str, str]]:
+    root = tmp_path_factory.mktemp("groups") / "runs"
+    write_spike_runs(root)
     viewer = Viewer(RunStore([root]), None, max_points_per_series=200)
     viewer.poll()
     client = TestClient(create_app(viewer, TOKEN, lambda: {HOST}), base_url=f"http://{HOST}")

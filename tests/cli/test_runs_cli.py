@@ -117,7 +117,7 @@ def test_ls_table_groups_rows(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "config.data.dataset")
     assert proc.returncode == 0, proc.stderr
     assert "config.data.dataset = cifar10" in proc.stdout
-    assert "24 of 24 runs" in proc.stdout
+    assert "24 runs (" in proc.stdout and " of 24 runs" not in proc.stdout
 
 
 def test_ls_missing_root_is_one_line_error(tmp_path: Path) -> None:
@@ -189,7 +189,7 @@ def test_ls_group_by_is_kept_in_json_and_csv(fake_root: Path) -> None:
 def test_ls_table_fits_a_narrow_terminal(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), env={"COLUMNS": "90"})
     assert proc.returncode == 0, proc.stderr
-    table_lines = proc.stdout.split("24 of 24 runs")[0].splitlines()
+    table_lines = proc.stdout.split("24 runs (")[0].splitlines()
     assert all(len(line) <= 90 for line in table_lines)
     assert "did not fit" in proc.stdout
 
@@ -222,9 +222,18 @@ def test_one_unreadable_number_never_hides_other_runs(fake_root: Path, tmp_path:
     assert shown.returncode == 0, shown.stderr
 
 
-def test_infinite_setting_is_a_one_line_error(fake_root: Path) -> None:
-    proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_MAX_METRICS_FILE_MB": "inf"})
-    assert proc.returncode == 2 and "finite" in proc.stderr and "Traceback" not in proc.stderr
+@pytest.mark.parametrize(("env", "words"), [
+    ({"TRACEML_MAX_METRICS_FILE_MB": "inf"}, ["max_metrics_file_mb", "finite"]),
+    ({"TRACEML_STALE_AFTER_SECONDS": "soon"}, ["stale_after_seconds", "valid number"]),
+])
+def test_a_bad_setting_is_bad_usage_in_one_line_naming_its_source(
+    fake_root: Path, env: dict[str, str], words: list[str],
+) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), env=env)
+    assert proc.returncode == 2  # a bad setting is bad usage, like a bad flag (DESIGN §7)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert f"from environment {next(iter(env))}:" in proc.stderr  # where the value came from
+    assert all(w in proc.stderr for w in words), proc.stderr
 
 
 def test_show_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
@@ -242,19 +251,6 @@ def test_demo_never_deletes_runs_it_did_not_write(tmp_path: Path) -> None:
     assert (mine / "run.json").exists()
 
 
-def test_bad_setting_names_its_source(fake_root: Path) -> None:
-    proc = run_traceml("runs", "ls", str(fake_root), env={"TRACEML_STALE_AFTER_SECONDS": "soon"})
-    assert proc.returncode == 2  # a bad setting is bad usage, like a bad flag (DESIGN §7)
-    assert "TRACEML_STALE_AFTER_SECONDS" in proc.stderr and "stale_after_seconds" in proc.stderr
-
-
-def test_settings_file_sets_roots(fake_root: Path, tmp_path: Path) -> None:
-    (tmp_path / "traceml.yaml").write_text(f"roots: [{json.dumps(str(fake_root))}]\n")
-    proc = run_traceml("runs", "ls", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.splitlines()) == 24
-
-
 def test_the_environment_beats_the_settings_file_and_a_flag_beats_both(fake_root: Path, tmp_path: Path) -> None:
     """DESIGN §6: flag > TRACEML_<NAME> > traceml.yaml > default, seen as which runs `runs ls` lists."""
     env_root, flag_root = tmp_path / "env-runs", tmp_path / "flag-runs"
@@ -267,7 +263,7 @@ def test_the_environment_beats_the_settings_file_and_a_flag_beats_both(fake_root
         assert proc.returncode == 0, proc.stderr
         return len(proc.stdout.splitlines())
 
-    assert listed() == 24  # the file
+    assert listed() == 24  # the settings file sets the roots
     assert listed(env={"TRACEML_ROOTS": str(env_root)}) == 3  # the environment over the file
     assert listed(str(flag_root), env={"TRACEML_ROOTS": str(env_root)}) == 2  # the flag over both
 
@@ -332,7 +328,8 @@ def test_ls_of_an_empty_folder_says_how_to_get_runs(tmp_path: Path, fake_root: P
     empty.mkdir(parents=True)
     proc = run_traceml("runs", "ls", str(empty))
     assert proc.returncode == 0, proc.stderr
-    assert "0 of 0 runs" in proc.stdout and "traceml run SCRIPT" in proc.stdout and "--filter" not in proc.stdout
+    assert "0 runs" in proc.stdout and "0 of 0" not in proc.stdout
+    assert "traceml run SCRIPT" in proc.stdout and "--filter" not in proc.stdout
     proc = run_traceml("runs", "ls", str(fake_root), "--search", "no-such-run-anywhere")
     assert proc.returncode == 0, proc.stderr
     assert "0 of 24 runs" in proc.stdout and "no run matches" in proc.stdout

@@ -212,6 +212,19 @@ def test_group_mean_by_step_counts_runs_with_a_value() -> None:
     assert [v.tolist() for v in mean.band("minmax")] == [[1.0, 2.0, 6.0], [3.0, 4.0, 6.0]]
 
 
+def test_group_mean_by_step_takes_each_steps_last_row_and_any_step_numbers() -> None:
+    # A step whose last row is NaN has no value from that run (an earlier finite one does not count).
+    a = _series([0, 5, 5, 9], [1.0, 2.0, math.nan, 4.0])
+    b = _series([9, 0, 5], [6.0, 3.0, 8.0])  # out of order
+    mean = group_mean_by_step("g", [a, b])
+    assert mean.step.tolist() == [0, 5, 9] and mean.n_runs.tolist() == [2, 1, 2]
+    assert mean.mean.tolist() == [2.0, 8.0, 5.0] and mean.max.tolist() == [3.0, 8.0, 6.0]
+    # Steps far apart (counted by sorting, not by a table of every step between them).
+    far = group_mean_by_step("g", [_series([0, 10**15], [1.0, 2.0]), _series([10**15], [4.0])])
+    assert far.step.tolist() == [0, 10**15] and far.mean.tolist() == [1.0, 3.0] and far.std.tolist() == [0.0, 1.0]
+    assert group_mean_by_step("g", [_series([], [])]).step.size == 0
+
+
 def test_line_points_downsample_and_smooth_the_full_history() -> None:
     steps = list(range(10_000))
     values = [math.sin(i / 100) for i in steps]

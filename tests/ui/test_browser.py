@@ -22,7 +22,7 @@ import sys
 import threading
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,12 +148,21 @@ def write_xss_run(root: Path) -> None:
     (folder / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
 
 
+@contextmanager
+def serve_fake_runs(root: Path, *extras: Callable[[Path], None]) -> Iterator[Viewer]:
+    """The 24 fake runs (seed 0) in ``root``, then each of ``extras`` run on that folder (more runs
+    written by hand), served by one ``traceml ui``: the browser test modules' shared set-up."""
+    generate(root, runs=24, seed=0)
+    for extra in extras:
+        extra(root)
+    with serve(root) as v:
+        yield v
+
+
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     """24 fake runs (seed 0) served by one ``traceml ui`` for the whole module."""
-    root = tmp_path_factory.mktemp("browser") / "traceml" / "runs"
-    generate(root, runs=24, seed=0)
-    with serve(root) as v:
+    with serve_fake_runs(tmp_path_factory.mktemp("browser") / "traceml" / "runs") as v:
         yield v
 
 
@@ -207,7 +216,7 @@ def open_viewer(browser: Browser, viewer: Viewer) -> Iterator[Session]:
     page.on("dialog", on_dialog)
     try:
         page.goto(viewer.url)
-        expect(page.get_by_test_id("table-info")).to_have_text(re.compile(r"^\d+ of \d+ runs$"))
+        expect(page.get_by_test_id("table-info")).to_have_text(re.compile(r"^(\d+ of \d+ runs|\d+ runs?)$"))
         yield session
     finally:
         context.close()
@@ -230,6 +239,25 @@ def select_runs(page: Page, *names: str) -> None:
     expect(page.get_by_test_id("selection-count")).to_have_text(str(len(names)))
 
 
+def line_chart(page: Page, metric: str) -> Locator:
+    """The line chart card of ``metric`` (look it up again after a redraw: charts are replaced)."""
+    return page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text=metric))
+
+
+@contextmanager
+def big_run_plotted(browser: Browser, root: Path) -> Iterator[tuple[Viewer, Session]]:
+    """Two fake runs in ``root``, ``big-run`` with ~2,000 val/loss points, served with 200 points per
+    series at most; ``big-run`` ticked and plotted, its val/loss chart drawn and downsampled."""
+    generate(root, runs=2, seed=0, big_run_lines=4000)
+    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+        row(s.page, "big-run").get_by_test_id("row-check").check()
+        s.page.get_by_test_id("selection-plot").click()
+        chart = line_chart(s.page, "val/loss")
+        expect(chart.locator("canvas")).to_be_visible()
+        expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
+        yield v, s
+
+
 def switch(page: Page, testid: str) -> Locator:
     """The visible label of a toggle (its checkbox is visually hidden)."""
     return page.get_by_test_id(testid).locator("xpath=..")
@@ -243,6 +271,14 @@ def shown_keys_are(page: Page, keys: list[str]) -> None:
           return drawn.length > 0 && drawn.every((k, i) => k === keys[i]);
         }""",
         arg=keys, timeout=WAIT_MS,
+    )
+
+
+def scrolled_to_end(page: Page, box: Locator) -> None:
+    """Wait until ``box`` scrolls (its text is taller than it) and shows its last line."""
+    page.wait_for_function(
+        "(el) => el.scrollHeight > el.clientHeight && el.scrollTop + el.clientHeight >= el.scrollHeight - 2",
+        arg=box.element_handle(), timeout=WAIT_MS,
     )
 
 
@@ -332,7 +368,7 @@ def png_phys(data: bytes) -> tuple[int, int, int]:
 def test_the_table_shows_the_24_fake_runs_with_their_statuses(browser: Browser, viewer: Viewer) -> None:
     with open_viewer(browser, viewer) as s:
         page = s.page
-        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
         expect(page.get_by_test_id("nav-count-runs")).to_have_text("24")
         assert viewer.table()["total"] == 24
         expect(page.get_by_test_id("status-segment-stale")).to_contain_text("1")
@@ -389,11 +425,11 @@ def test_filter_chip_search_group_and_sort_update_the_counts(browser: Browser, v
         page.get_by_test_id("filter-popover").get_by_test_id("filter-input").fill("/[/")
         page.get_by_test_id("filter-popover").get_by_test_id("filter-apply").click()
         expect(page.get_by_test_id("filter-error")).to_contain_text("invalid regular expression")
-        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")  # the unfiltered order
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")  # the unfiltered order
         page.get_by_test_id("filter-chip-remove").click()
         expect(page.get_by_test_id("filter-chip")).to_have_count(0)
         expect(page.get_by_test_id("filter-error")).to_be_hidden()
-        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
 
         # group by dataset: one header per dataset, with its run count
         page.get_by_test_id("group-by").select_option("config.data.dataset")
@@ -424,7 +460,7 @@ def test_filter_chip_search_group_and_sort_update_the_counts(browser: Browser, v
         two = viewer.table(sort=["-group", "run.best.val/auc"])["keys"]
         assert two != viewer.table(sort="-group")["keys"]  # the second level matters on this data
         shown_keys_are(page, two)
-        expect(page.get_by_test_id("table-info")).to_have_text("24 of 24 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
         s.assert_clean()
 
 
@@ -743,7 +779,7 @@ def test_a_live_run_appears_and_its_step_grows_without_a_reload(browser: Browser
         page.locator("[data-testid=column-option][data-column=step]").check()
         page.keyboard.press("Escape")
         with logging_run(live.root):
-            expect(page.get_by_test_id("table-info")).to_have_text(f"{before + 1} of {before + 1} runs")
+            expect(page.get_by_test_id("table-info")).to_have_text(f"{before + 1} runs")
             expect(row(page, "live-run").get_by_test_id("status-badge")).to_have_text("running")
             expect(page.get_by_test_id("count-running")).to_contain_text("1")
             expect(step_cell(page)).to_have_text(re.compile(r"^\d+$"))
@@ -796,7 +832,7 @@ def test_a_run_named_like_html_shows_as_text_and_runs_no_script(browser: Browser
     write_xss_run(root)
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
-        expect(page.get_by_test_id("table-info")).to_have_text("4 of 4 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("4 runs")
         xss = row(page, XSS_NAME)
         expect(xss.locator(".cell-name")).to_have_text(XSS_NAME)
         expect(xss).to_contain_text("<b>group</b>")

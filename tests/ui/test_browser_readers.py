@@ -4,13 +4,13 @@ a derived duration marked as such; text sorted naturally in the table."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.cli.test_runs_cli_readers import write_run
 from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, row, serve
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.ui.service import MAX_FILE_BYTES
@@ -28,19 +28,18 @@ TRACEBACK = ["Traceback (most recent call last):\n", '  File "train.py", line 12
 def readers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     root = tmp_path_factory.mktemp("readers") / "traceml" / "runs"
     for i, name in enumerate(["run-10", "run-2", "run-1", "Run-3"]):
-        folder = root / f"2026113{i}-100000_{name}_ab1{i}"
-        folder.mkdir(parents=True)
-        run = {"schema_version": 1, "name": name, "status": "completed", "started_at": f"2026-11-2{i}T10:00:00Z",
-               "ended_at": f"2026-11-2{i}T10:30:00Z", "duration_s": 1800.0}
+        run: dict[str, Any] = {"name": name, "status": "completed", "started_at": f"2026-11-2{i}T10:00:00Z",
+                               "ended_at": f"2026-11-2{i}T10:30:00Z", "duration_s": 1800.0}
         if name == "Run-3":
             del run["duration_s"]  # derived: ended_at − started_at
         if name == "run-1":
             run.update(status="failed", exit={"code": 1, "error_type": "ValueError", "error_message": "bad batch",
                                               "traceback": TRACEBACK})
+        folder = write_run(root, f"2026113{i}-100000_{name}_ab1{i}", run)
+        if name == "run-1":
             (folder / "logs").mkdir()
             lines = [f"log line {n:07d} " + "x" * 40 + "\n" for n in range(MAX_FILE_BYTES // 40)]
             (folder / "logs" / "run.log").write_text("".join(lines) + "the last line\n")
-        (folder / "run.json").write_text(json.dumps(run))
     with serve(root) as v:
         yield v
 

@@ -9,7 +9,6 @@ Screenshots land in ``test-artifacts/screens/``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.cli.test_runs_cli_readers import write_run
 from tests.ui.test_browser import (
     CHROMIUM,
+    big_run_plotted,
     drag_zoom,
     expect,
+    line_chart,
     open_viewer,
     row,
+    scrolled_to_end,
     serve,
+    serve_fake_runs,
     shot,
     shown_keys_are,
     x_range,
@@ -46,27 +50,22 @@ LOG_LINES = 400
 def add_odd_runs(root: Path) -> None:
     """A run whose run.json has no status, one that failed with an exit code and a null signal, and
     a long ``logs/run.log`` on the first."""
-    base = {"schema_version": 1, "started_at": "2026-11-30T10:00:00Z"}
-    odd = root / "20261130-100000_no-status_aaaa"
-    odd.mkdir()
-    (odd / "run.json").write_text(json.dumps({**base, "id": odd.name, "name": "no-status"}), encoding="utf-8")
+    start = "2026-11-30T10:00:00Z"
+    odd = write_run(root, "20261130-100000_no-status_aaaa",
+                    {"id": "20261130-100000_no-status_aaaa", "name": "no-status", "started_at": start})
     (odd / "logs").mkdir()
     (odd / "logs" / "run.log").write_text("".join(f"log line {i:04d}\n" for i in range(LOG_LINES)), encoding="utf-8")
-    failed = root / "20261130-100000_coded_bbbb"
-    failed.mkdir()
-    (failed / "run.json").write_text(json.dumps({
-        **base, "id": failed.name, "name": "coded", "status": "failed", "ended_at": "2026-11-30T10:05:00Z",
+    write_run(root, "20261130-100000_coded_bbbb", {
+        "id": "20261130-100000_coded_bbbb", "name": "coded", "started_at": start, "status": "failed",
+        "ended_at": "2026-11-30T10:05:00Z",
         "exit": {"code": 1, "signal": None, "error_type": "ValueError", "error_message": "bad batch"},
-    }), encoding="utf-8")
+    })
 
 
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     """24 fake runs (seed 0) and the two odd runs, served for the whole module."""
-    root = tmp_path_factory.mktemp("review15") / "traceml" / "runs"
-    generate(root, runs=24, seed=0)
-    add_odd_runs(root)
-    with serve(root) as v:
+    with serve_fake_runs(tmp_path_factory.mktemp("review15") / "traceml" / "runs", add_odd_runs) as v:
         yield v
 
 
@@ -96,7 +95,7 @@ def test_back_after_a_sort_or_a_filter_shows_the_table_before_it_and_stays_in_th
 
         page.go_back()  # the search goes; the sort stays
         expect(page.get_by_test_id("search")).to_have_value("")
-        expect(page.get_by_test_id("table-info")).to_have_text("26 of 26 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("26 runs")
         shown_keys_are(page, by_group)
         assert page.url.startswith(app)
         page.go_back()  # the sort goes: the table as the page opened
@@ -116,7 +115,7 @@ def test_back_after_a_sort_or_a_filter_shows_the_table_before_it_and_stays_in_th
         page.wait_for_function("() => location.hash.includes('f=')")
         page.go_back()
         expect(page.get_by_test_id("filter-chip")).to_have_count(0)
-        expect(page.get_by_test_id("table-info")).to_have_text("26 of 26 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("26 runs")
         assert page.url.startswith(app)
         shot(page, "back-after-filter")
         s.assert_clean()
@@ -199,9 +198,7 @@ def test_the_run_log_opens_scrolled_to_its_newest_lines(browser: Browser, viewer
         content = page.get_by_test_id("file-content")
         expect(content).to_contain_text(f"log line {LOG_LINES - 1:04d}")
         body = page.get_by_test_id("file-viewer").locator(".modal-body")
-        page.wait_for_function(
-            "(el) => el.scrollHeight > el.clientHeight && el.scrollTop + el.clientHeight >= el.scrollHeight - 2",
-            arg=body.element_handle())
+        scrolled_to_end(page, body)
         # The last line is on screen, the first is not.
         last = content.bounding_box()
         frame = body.bounding_box()
@@ -248,19 +245,13 @@ def test_a_wide_zoom_into_a_downsampled_series_gets_finer_min_max_buckets_of_tha
     """Item 12's other half: a zoomed range with more raw points than the chart draws is bucketed
     again over that range alone (finer than the whole history's buckets), not drawn from the
     whole history's points and not every raw point."""
-    root = tmp_path / "traceml" / "runs"
-    generate(root, runs=2, seed=0, big_run_lines=4000)
-    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+    with big_run_plotted(browser, tmp_path / "traceml" / "runs") as (v, s):
         page = s.page
-        row(page, "big-run").get_by_test_id("row-check").check()
-        page.get_by_test_id("selection-plot").click()
 
         def chart() -> Locator:
-            return page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+            return line_chart(page, "val/loss")
 
         card = chart()
-        expect(card.locator("canvas")).to_be_visible()
-        expect(card.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
         answers: list[dict[str, object]] = []
         page.on("response", lambda r: answers.append(r.json()) if "/api/series" in r.url and r.ok else None)
         lo, hi = x_range(page, card)
@@ -295,18 +286,17 @@ def test_the_captured_output_of_a_rank_opens_at_its_end_and_again_on_another_str
     (agg / "telemetry.sqlite").write_bytes(b"not a database\n" * 100)  # logs are read without it
     (agg / "rank_0.log").write_text("".join(
         f"{'stderr' if i % 10 == 9 else 'stdout'} | output line {i:04d}\n" for i in range(LOG_LINES)))
-    at_end = "(el) => el.scrollHeight > el.clientHeight && el.scrollTop + el.clientHeight >= el.scrollHeight - 2"
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
         row(page, "baseline").locator(".cell-name").click()
         log = page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log")
         expect(log).to_contain_text(f"output line {LOG_LINES - 1:04d}")
         log.scroll_into_view_if_needed()
-        page.wait_for_function(at_end, arg=log.element_handle())
+        scrolled_to_end(page, log)
         expect(log.get_by_test_id("log-line").last).to_be_in_viewport()
         log.evaluate("(el) => { el.scrollTop = 0; }")  # the user reads older lines...
         page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log-stderr").click()
         expect(log.locator("[data-testid=log-line][data-stream=stdout]")).to_have_count(0)
-        page.wait_for_function(at_end, arg=log.element_handle())  # ...another stream opens at its end
+        scrolled_to_end(page, log)  # ...another stream opens at its end
         shot(page, "inspector-captured-output-tail")
         s.assert_clean()

@@ -21,18 +21,22 @@ import pytest
 
 from tests.ui.test_browser import (
     CHROMIUM,
+    big_run_plotted,
     drag_zoom,
     expect,
+    line_chart,
     open_viewer,
     plot,
     row,
     select_runs,
     serve,
+    serve_fake_runs,
     shot,
     switch,
     x_range,
 )
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
+from tests.ui.test_series_groups import SPIKE_STEP, STEPS, write_spike_runs
 from traceml_ai.runs.fake import generate
 
 if TYPE_CHECKING:
@@ -62,10 +66,7 @@ def add_twin(root: Path) -> None:
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     """24 fake runs (seed 0) and a second ``baseline``, served for the whole module."""
-    root = tmp_path_factory.mktemp("browser15") / "traceml" / "runs"
-    generate(root, runs=24, seed=0)
-    add_twin(root)
-    with serve(root) as v:
+    with serve_fake_runs(tmp_path_factory.mktemp("browser15") / "traceml" / "runs", add_twin) as v:
         yield v
 
 
@@ -387,7 +388,7 @@ def test_max_rows_limits_the_table_and_its_csv_and_the_export_opens_read_only(br
         page = s.page
         page.get_by_test_id("max-rows").fill("5")
         page.get_by_test_id("max-rows").press("Enter")
-        expect(page.get_by_test_id("table-info")).to_have_text("25 of 25 runs · first 5 shown")
+        expect(page.get_by_test_id("table-info")).to_have_text("25 runs · first 5 shown")
         expect(page.get_by_test_id("run-row")).to_have_count(5)
         page.get_by_test_id("export-table").click()
         expect(page.get_by_test_id("export-bar")).to_contain_text("Table CSV (5 runs) saved:")
@@ -408,7 +409,7 @@ def test_max_rows_limits_the_table_and_its_csv_and_the_export_opens_read_only(br
         # Emptied, the table shows every run again.
         page.get_by_test_id("max-rows").fill("")
         page.get_by_test_id("max-rows").press("Enter")
-        expect(page.get_by_test_id("table-info")).to_have_text("25 of 25 runs")
+        expect(page.get_by_test_id("table-info")).to_have_text("25 runs")
 
         # A chart PNG opens as an image.
         plot(page, "high-lr", "small-model")
@@ -476,21 +477,15 @@ def test_dragging_a_header_reorders_the_columns_and_the_csv_export_follows(brows
 def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range(
     browser: Browser, tmp_path: Path,
 ) -> None:
-    root = tmp_path / "traceml" / "runs"
-    generate(root, runs=2, seed=0, big_run_lines=4000)  # ~2,000 val/loss points, drawn with 200 at most
-    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+    # ~2,000 val/loss points, drawn with 200 at most
+    with big_run_plotted(browser, tmp_path / "traceml" / "runs") as (v, s):
         page = s.page
-        row(page, "big-run").get_by_test_id("row-check").check()
-        page.get_by_test_id("selection-plot").click()
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
-        expect(chart.locator("canvas")).to_be_visible()
-        detail = chart.get_by_test_id("series-detail")
-        expect(detail).to_have_attribute("data-detail", "downsampled")
+        chart = line_chart(page, "val/loss")
         bodies: list[dict[str, object]] = []
         page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}")) if "/api/series" in r.url else None)
         lo, hi = x_range(page, chart)
         drag_zoom(page, chart, 0.40, 0.45)  # about 5 % of the steps: ~100 raw points, all of them drawn
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        chart = line_chart(page, "val/loss")
         expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "zoom-full")
         asked = [b for b in bodies if "x_range" in b]
         assert asked, bodies
@@ -502,7 +497,7 @@ def test_zooming_a_downsampled_series_fetches_finer_points_for_the_visible_range
         shot(page, "chart-zoom-finer")
         # Reset: the whole, downsampled series again.
         page.get_by_test_id("reset-zoom").click()
-        chart = page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text="val/loss"))
+        chart = line_chart(page, "val/loss")
         expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
         assert x_range(page, chart) == (lo, hi)
         s.assert_clean()
@@ -532,13 +527,20 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         n_runs = sum(len(g["keys"]) for g in groups[:2])
         expect(page.get_by_test_id("selection-count")).to_have_text(str(n_runs))
         page.get_by_test_id("selection-plot").click()
-        switch(page, "plot-groups").click()
+        # The groups' means and bands come from the server, over the full histories (group_by).
+        with page.expect_response(lambda r: "/api/series" in r.url
+                                  and (r.request.post_data_json or {}).get("group_by") == "config.data.dataset") as got:
+            switch(page, "plot-groups").click()
         expect(page.get_by_test_id("plot-groups")).to_be_checked()
+        answer = got.value.json()
         legend = page.get_by_test_id("legend-group")
         expect(legend).to_have_count(2)
         assert legend.all_inner_texts() == [f"{g['label']} ({len(g['keys'])} runs)" for g in groups[:2]]
         chart = page.get_by_test_id("chart-line").first
         expect(chart.locator(".plot")).to_have_attribute("data-groups", "2")
+        metric = chart.get_attribute("data-metric")
+        drawn = [g for g in answer["groups"] if g["metric"] == metric]
+        assert [g["label"] for g in drawn] == labels and all(min(g["n_runs"]) >= 1 for g in drawn)
         expect(page.get_by_test_id("x-axis")).to_be_disabled()  # means are taken step by step
         # The tooltip gives each group's mean, its band and how many runs had a value at that step.
         box = chart.locator(".u-over").bounding_box()
@@ -566,6 +568,36 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         body = json.loads(asked.value.post_data or "{}")
         assert body["format"] == "png" and body["group_by"] == "config.data.dataset" and body["band"] == "std"
         expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart PNG saved:")
+        s.assert_clean()
+
+
+def test_a_spike_of_one_run_shows_in_its_groups_band_on_the_page(browser: Browser, tmp_path: Path) -> None:
+    """The band is the server's, over the full histories: at the spike's step the tooltip gives both
+    runs (n=2) and the spike as the band's top, though b's drawn series has no point there."""
+    root = tmp_path / "traceml" / "runs"
+    write_spike_runs(root)
+    with serve(root, TRACEML_MAX_POINTS_PER_SERIES="200") as v, open_viewer(browser, v) as s:
+        page = s.page
+        page.get_by_test_id("group-by").select_option("config.data.dataset")
+        page.locator("[data-testid=group-header][data-group='cifar'] [data-testid=group-select]").check()
+        expect(page.get_by_test_id("selection-count")).to_have_text("2")
+        page.get_by_test_id("selection-plot").click()
+        switch(page, "plot-groups").click()
+        chart = line_chart(page, "loss")
+        expect(chart.locator(".plot")).to_have_attribute("data-groups", "1")
+        box = chart.locator(".u-over").bounding_box()
+        assert box is not None
+        tip = chart.locator(".plot-tip")
+        at = box["x"] + box["width"] * SPIKE_STEP / (STEPS - 1)
+        for dx in sorted(range(-8, 9), key=abs):  # the cursor snaps to the nearest drawn step
+            page.mouse.move(at + dx, box["y"] + box["height"] / 2)
+            if tip.is_visible() and re.sub(r"\D", "", tip.locator(".plot-tip-x").inner_text()) == str(SPIKE_STEP):
+                break
+        else:
+            raise AssertionError(f"no tooltip at step {SPIKE_STEP}")
+        expect(tip.locator(".plot-tip-name")).to_have_text("cifar · n=2")
+        expect(tip.locator(".plot-tip-v")).to_have_text(re.compile(r"\(0\.6\d* – 50\)$"))
+        shot(page, "chart-group-band-spike")
         s.assert_clean()
 
 

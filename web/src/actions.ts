@@ -174,7 +174,7 @@ export async function runExport(what: string, call: () => Promise<ExportResponse
 
 export function exportTable(): Promise<string | null> {
   const keys = tableOrder();
-  return runExport(`Table CSV (${keys.length} runs)`, () => api.exportTable(keys, shownColumns()));
+  return runExport(`Table CSV (${keys.length} run${keys.length === 1 ? "" : "s"})`, () => api.exportTable(keys, shownColumns()));
 }
 
 // -- remembered view --------------------------------------------------------------------------------

@@ -97,10 +97,17 @@ export const api = {
   table: (q: TableQuery) => request<TableResponse>("GET", `/api/table?${tableParams(q).toString()}`),
   /** The table as the remembered view asks for it (index.html preloads exactly this URL). */
   rememberedTable: () => request<RememberedTableResponse>("GET", "/api/table?remembered=1"),
-  /** `xRange`: a zoomed chart's visible x range; the buckets then cover only it (finer points). */
-  series: (keys: string[], metrics: string[], x: XAxis, ema: number, xRange?: [number, number]) =>
-    request<SeriesResponse>("POST", "/api/series",
-      (xRange ? { keys, metrics, x, ema, x_range: xRange } : { keys, metrics, x, ema }) satisfies SeriesRequest),
+  /** `xRange`: a zoomed chart's visible x range; the buckets then cover only it (finer points).
+   *  `groupBy` (Plot by groups): the answer also holds each group's mean and band (`groups`). */
+  series: (keys: string[], metrics: string[], x: XAxis, ema: number, xRange?: [number, number], groupBy?: string | null) =>
+    request<SeriesResponse>("POST", "/api/series", {
+      keys,
+      metrics,
+      x,
+      ema,
+      ...(xRange ? { x_range: xRange } : {}),
+      ...(groupBy ? { group_by: groupBy } : {}),
+    } satisfies SeriesRequest),
   bar: (spec: BarSpec) => request<BarResponse>("POST", "/api/chart", { chart: "bar", ...spec }),
   scatter: (spec: ScatterSpec) => request<ScatterResponse>("POST", "/api/chart", { chart: "scatter", ...spec }),
   box: (spec: BoxSpec) => request<BoxResponse>("POST", "/api/chart", { chart: "box", ...spec }),

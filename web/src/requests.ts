@@ -9,6 +9,7 @@ export interface SeriesRequest {
   x?: "step" | "epoch" | "time";
   ema?: number;
   x_range?: number[] | null;
+  group_by?: string | null;
 }
 
 /** `POST /api/refresh`: re-check every run now; `since` is the last change counter the page has (anything but an integer counts as 0: the whole table). */

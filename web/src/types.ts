@@ -153,12 +153,30 @@ export interface Series {
   downsampled: boolean;
 }
 
+/** Plot by groups: one group's mean and band by step of one metric, computed over the runs' full
+ *  histories on the server, then downsampled (the extremes of the mean and both band kinds kept). */
+export interface GroupSeries {
+  metric: string;
+  label: string;
+  keys: string[];
+  step: number[];
+  mean: number[];
+  min: number[];
+  max: number[];
+  std: number[];
+  n_runs: number[];
+  raw_points: number;
+  downsampled: boolean;
+}
+
 export interface SeriesResponse {
   version: number;
   series: Series[];
   warnings: Record<string, string[]>;
   /** On x = time: what the time counts from, e.g. "time since start (s)"; null otherwise. */
   time_label?: string | null;
+  /** With `group_by` in the request only. */
+  groups?: GroupSeries[];
 }
 
 export interface BarItem {

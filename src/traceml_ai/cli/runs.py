@@ -200,7 +200,9 @@ def _print_table(
     for run in runs:
         counts[run.display_status] = counts.get(run.display_status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    out.print(Text(f"{len(runs)} of {total} runs" + (f" ({summary})" if summary else ""), style="dim"))
+    # "24 runs", or "5 of 24 runs" when a filter, the search or a status hides some (as the viewer says).
+    count = f"{total} run{'' if total == 1 else 's'}" if len(runs) == total else f"{len(runs)} of {total} runs"
+    out.print(Text(count + (f" ({summary})" if summary else ""), style="dim"))
     if total == 0:  # an empty folder is not a filter problem
         out.print(Text("no run in these folders yet: start one with traceml run SCRIPT, or write examples with "
                        "traceml fake-runs", style="dim"), soft_wrap=True)

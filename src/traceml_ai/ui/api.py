@@ -133,7 +133,8 @@ def routes(viewer: Viewer) -> list[Route]:
     async def post_series(request: Request) -> Response:
         body = parse(SeriesRequest, await _body(request))
         x_range = None if body.x_range is None else (body.x_range[0], body.x_range[1])
-        payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema, x_range)
+        payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema, x_range,
+                                          body.group_by)
         if viewer.cache is not None:  # charts are on screen: have matplotlib ready for a PNG export (once)
             from traceml_ai.ui.png import warm_up_in_background
 

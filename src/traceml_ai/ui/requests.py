@@ -37,6 +37,8 @@ class SeriesRequest(_Body):
     ema: float = 0.0
     x_range: list[float] | None = Field(default=None, min_length=2, max_length=2)
     """A zoomed chart's visible x range ``[low, high]``: the min/max buckets cover only it."""
+    group_by: str | None = None
+    """Plot by groups: also answer each group's mean and band by step over this column's groups."""
 
 
 class RefreshRequest(_Body):

@@ -458,12 +458,16 @@ class Viewer:
         return {**answer, "query": query}
 
     def series_payload(self, keys: Sequence[str], metrics: Sequence[str], x: str, ema_weight: float,
-                       x_range: tuple[float, float] | None = None) -> dict[str, Any]:
+                       x_range: tuple[float, float] | None = None,
+                       group_by: str | None = None) -> dict[str, Any]:
         """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md); with
-        ``x_range`` (a zoomed chart) the buckets cover only that range of x.
+        ``x_range`` (a zoomed chart) the buckets cover only that range of x. With ``group_by``
+        (Plot by groups) also ``groups``: per metric and group of that column, the mean, min, max,
+        std and n_runs by step over the runs' full histories (the function the PNG/CSV export
+        uses, :func:`~traceml_ai.runs.analysis.line_groups`), then downsampled for drawing.
 
         Raises:
-            RequestError: too many runs, an unknown x axis, a bad EMA weight or x range.
+            RequestError: too many runs, an unknown x axis, a bad EMA weight, x range or group column.
         """
         if x_range is not None and not (math.isfinite(x_range[0]) and math.isfinite(x_range[1])
                                         and x_range[0] < x_range[1]):
@@ -474,18 +478,28 @@ class Viewer:
             raise RequestError(f"x must be step, epoch or time, got {x!r}")
         if not (0.0 <= ema_weight < 1.0) or math.isnan(ema_weight):
             raise RequestError(f"ema must be in [0, 1), got {ema_weight}")
+        if group_by is not None:
+            if x != "step":
+                raise RequestError(f"group means are taken step by step: x must be step with group_by, got {x!r}")
+            try:
+                group_by = validate_column(group_by)
+            except ColumnError as err:
+                raise RequestError(f"group_by: {err}") from None
         from traceml_ai.runs.analysis import time_axis_label, time_origin  # numpy: on the first chart, not at start
 
         out: list[dict[str, Any]] = []
         warnings: dict[str, list[str]] = {}
         origins: list[str] = []
+        histories: list[tuple[RunSummary, MetricsTail]] = []
         for key in keys:
-            if self.store.get(key) is None:
+            run = self.store.get(key)
+            if run is None:
                 continue
             try:
                 tail = self.history(key)
             except NotFoundError:
                 continue  # removed since the check above: like an unknown key
+            histories.append((run, tail))
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
             points = [self._one_series(key, tail, metric, x, ema_weight, x_range) for metric in metrics]
@@ -495,7 +509,45 @@ class Viewer:
             out.extend(points)
         # The wall-time axis label: time since each run's started_at (first logged row without one).
         time_label = time_axis_label(origins) if x == "time" else None  # type: ignore[arg-type]
-        return {"version": self.version, "series": out, "warnings": warnings, "time_label": time_label}
+        answer: dict[str, Any] = {"version": self.version, "series": out, "warnings": warnings,
+                                  "time_label": time_label}
+        if group_by is not None:
+            answer["groups"] = [g for metric in metrics
+                                for g in self._group_series(histories, metric, group_by, x_range)]
+        return answer
+
+    def _group_series(self, histories: Sequence[tuple[RunSummary, MetricsTail]], metric: str, group_by: str,
+                      x_range: tuple[float, float] | None) -> list[dict[str, Any]]:
+        """The groups of ``metric`` for Plot by groups: mean and band over the full histories, then
+        downsampled (:func:`~traceml_ai.runs.analysis.group_points`); kept per version and rows."""
+        from traceml_ai.runs.analysis import group_points, line_groups
+
+        cache_key = ("groups", self.version, metric, group_by, x_range, self.max_points,
+                     tuple((run.key, len(tail.rows), tail.resets) for run, tail in histories))
+        hit = self._series_cache.get(cache_key)
+        if hit is not None:
+            return hit["groups"]  # type: ignore[no-any-return]
+        items = []
+        for mean in line_groups(histories, metric, group_by):
+            points = group_points(mean, self.max_points, x_range)
+            g = points.group
+            items.append({
+                "metric": metric,
+                "label": g.label,
+                "keys": list(g.keys),
+                "step": g.step.tolist(),
+                "mean": g.mean.tolist(),
+                "min": g.min.tolist(),
+                "max": g.max.tolist(),
+                "std": g.std.tolist(),
+                "n_runs": g.n_runs.tolist(),
+                "raw_points": points.raw_points,
+                "downsampled": points.downsampled,
+            })
+        if len(self._series_cache) > 512:
+            self._series_cache.clear()
+        self._series_cache[cache_key] = {"groups": items}
+        return items
 
     def history(self, key: str) -> MetricsTail:
         """:meth:`RunStore.history`, and after a load of many rows (:data:`FREEZE_AFTER_ROWS`) the

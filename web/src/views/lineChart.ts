@@ -11,7 +11,7 @@ import { debounce, h, replace } from "../dom";
 import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
 import { MAX_SERIES_RUNS, store } from "../store";
-import type { LineSpec, Series, SeriesResponse, XAxis } from "../types";
+import type { GroupSeries, LineSpec, Series, SeriesResponse, XAxis } from "../types";
 import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
 import { columnOptions } from "./runs";
 
@@ -159,6 +159,11 @@ export class LineCharts {
     return store.ui.plotGroups && store.ui.group !== null;
   }
 
+  /** The column whose groups the server averages (Plot by groups), or null. */
+  groupBy(): string | null {
+    return this.groupMode() ? store.ui.group : null;
+  }
+
   /** The x axis drawn: group means are taken step by step (as the CSV and PNG exports do). */
   xAxis(): XAxis {
     return this.groupMode() ? "step" : store.ui.x;
@@ -170,7 +175,7 @@ export class LineCharts {
     if (!this.visible) return;
     const keys = this.keys();
     const metrics = this.metrics();
-    const sig = JSON.stringify([keys, metrics, this.xAxis(), store.ui.ema]);
+    const sig = JSON.stringify([keys, metrics, this.xAxis(), store.ui.ema, this.groupBy()]);
     if (force || sig !== this.fetchedFor) void this.fetch(sig, keys, metrics);
     else this.draw();
   }
@@ -192,7 +197,7 @@ export class LineCharts {
       return;
     }
     try {
-      const res = await api.series(keys, metrics, this.xAxis(), store.ui.ema);
+      const res = await api.series(keys, metrics, this.xAxis(), store.ui.ema, undefined, this.groupBy());
       if (seq !== this.seq) return;
       // A zoom range on another x axis means nothing on this one.
       const prevX = this.fetchedFor ? (JSON.parse(this.fetchedFor) as unknown[])[2] : null;
@@ -216,12 +221,12 @@ export class LineCharts {
   private async fetchZoom(): Promise<void> {
     const zoom = this.zoom;
     const data = this.data;
-    if (!zoom || !data || !data.series.some((s) => s.downsampled)) return;
+    if (!zoom || !data || !(data.series.some((s) => s.downsampled) || data.groups?.some((g) => g.downsampled))) return;
     if (this.zoomData && this.zoomData.range.min === zoom.min && this.zoomData.range.max === zoom.max) return;
     const seq = ++this.zoomSeq;
     const sig = this.fetchedFor;
     try {
-      const res = await api.series(this.keys(), this.metrics(), this.xAxis(), store.ui.ema, [zoom.min, zoom.max]);
+      const res = await api.series(this.keys(), this.metrics(), this.xAxis(), store.ui.ema, [zoom.min, zoom.max], this.groupBy());
       if (seq !== this.zoomSeq || sig !== this.fetchedFor || this.zoom !== zoom) return;
       this.zoomData = { range: zoom, res };
       this.draw();
@@ -480,19 +485,21 @@ export class LineCharts {
       replace(this.grid, emptyState("No metrics to plot", "The selected runs logged no metrics yet.", undefined, "chart-empty"));
       return;
     }
-    const grouping = this.groupMode() ? this.groupsOf(keys) : null;
+    const data = this.shownData();
+    const zoomed = data !== this.data;
+    const grouping = this.groupMode() ? this.groupsOf(data) : null;
     const { byKey, groups } = this.colors(keys);
     if (grouping) this.renderGroupLegend(grouping);
     else this.renderLegend(keys, byKey, groups);
-    const data = this.shownData();
-    const zoomed = data !== this.data;
     const cards: HTMLElement[] = [];
-    const mounts: { el: HTMLElement; series: Series[] }[] = [];
+    const mounts: { el: HTMLElement; series: Series[]; groups: GroupSeries[] }[] = [];
     for (const metric of metrics) {
       const series = (data?.series ?? []).filter((s) => s.metric === metric && byKey.has(s.key));
+      const gs = grouping ? (data?.groups ?? []).filter((g) => g.metric === metric) : [];
       const plotEl = h("div", { class: "plot" });
-      const raw = series.reduce((n, s) => n + s.raw_points, 0);
-      const down = series.some((s) => s.downsampled);
+      const drawn: { raw_points: number; downsampled: boolean }[] = grouping ? gs : series;
+      const raw = drawn.reduce((n, s) => n + s.raw_points, 0);
+      const down = drawn.some((s) => s.downsampled);
       const card = h(
         "div",
         { class: "chart-card", testid: "chart-line", data: { metric } },
@@ -513,11 +520,12 @@ export class LineCharts {
         plotEl,
       );
       cards.push(card);
-      if (!series.some((s) => s.y.some((v) => v !== null))) {
-        plotEl.appendChild(h("div", { class: "plot-empty", text: data ? "No values for the plotted runs." : "Loading…" }));
+      if (grouping ? !gs.length : !series.some((s) => s.y.some((v) => v !== null))) {
+        const loaded = data && (!grouping || data.groups);
+        plotEl.appendChild(h("div", { class: "plot-empty", text: loaded ? "No values for the plotted runs." : "Loading…" }));
         continue;
       }
-      mounts.push({ el: plotEl, series });
+      mounts.push({ el: plotEl, series, groups: gs });
     }
     replace(this.grid, ...cards);
     if (!UPlot && mounts.length) {
@@ -531,7 +539,7 @@ export class LineCharts {
     // Read every plot's width before the first chart is drawn (one page layout, not one per chart).
     const widths = mounts.map((m) => m.el.clientWidth);
     mounts.forEach((m, i) =>
-      grouping ? this.mountGroupPlot(m.el, m.series, grouping, widths[i] ?? 0) : this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0),
+      grouping ? this.mountGroupPlot(m.el, m.groups, grouping, widths[i] ?? 0) : this.mountPlot(m.el, m.series, byKey, widths[i] ?? 0),
     );
   }
 
@@ -540,23 +548,16 @@ export class LineCharts {
     return runLabels(this.keys().concat(keys).map((k) => store.runs.get(k)).filter((r) => r !== undefined));
   }
 
-  /** The plotted runs by table group (the table's groups and colours; a run not in the table
-   *  answer goes under "(not in the table)"). */
-  private groupsOf(keys: string[]): PlotGroup[] {
-    const out: PlotGroup[] = [];
-    const byKey = new Map<string, PlotGroup>();
-    for (const g of store.table?.groups ?? []) {
-      const pg: PlotGroup = { label: g.label, color: paletteColor(g.color), keys: [] };
-      for (const k of g.keys) byKey.set(k, pg);
-      out.push(pg);
+  /** The groups of the plotted runs as the server formed them (the export's groups, in the
+   *  table's group order), coloured as the table's groups; a group the table does not show (its runs
+   *  are filtered out of the table) is drawn in the muted text colour. */
+  private groupsOf(data: SeriesResponse | null): PlotGroup[] {
+    const colors = new Map((store.table?.groups ?? []).map((g) => [g.label, paletteColor(g.color)]));
+    const out = new Map<string, PlotGroup>();
+    for (const g of data?.groups ?? []) {
+      if (!out.has(g.label)) out.set(g.label, { label: g.label, color: colors.get(g.label) ?? token("--text-2", "#8b949e"), keys: g.keys });
     }
-    let rest: PlotGroup | null = null;
-    for (const k of keys) {
-      const g = byKey.get(k) ?? (rest ??= { label: "(not in the table)", color: token("--text-2", "#8b949e"), keys: [] });
-      g.keys.push(k);
-    }
-    if (rest) out.push(rest);
-    return out.filter((g) => g.keys.length);
+    return [...out.values()];
   }
 
   private renderGroupLegend(groups: PlotGroup[]): void {
@@ -579,55 +580,26 @@ export class LineCharts {
   }
 
   /** One metric by groups: per group the mean over its runs at each step, a band (min–max or
-   *  ± std) around it, and the number of runs with a value there (in the tooltip). */
-  private mountGroupPlot(el: HTMLElement, series: Series[], groups: PlotGroup[], elWidth: number): void {
+   *  ± std) around it, and the number of runs with a value there (in the tooltip). The server
+   *  computes all of it over the runs' full histories and then downsamples it (`groups` of the
+   *  series answer): a spike the per-run downsampling drops still shows in the band. */
+  private mountGroupPlot(el: HTMLElement, series: GroupSeries[], groups: PlotGroup[], elWidth: number): void {
     const std = store.ui.band === "std";
     const logY = store.ui.logY;
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
     const bands: uPlot.Band[] = [];
     const stats: { label: string; color: string; n: Map<number, number>; si: number }[] = [];
-    for (const g of groups) {
-      const members = new Set(g.keys);
-      const acc = new Map<number, { n: number; sum: number; sq: number; min: number; max: number }>();
-      for (const s of series) {
-        if (!members.has(s.key)) continue;
-        // A run's value at a step: its last one there (as the server's group mean takes it).
-        const last = new Map<number, number>();
-        for (let i = 0; i < s.x.length; i++) {
-          const x = s.x[i];
-          const y = s.y[i];
-          if (x === null || x === undefined || y === null || y === undefined || !Number.isFinite(y)) continue;
-          last.set(x, y);
-        }
-        for (const [x, y] of last) {
-          const a = acc.get(x);
-          if (a) {
-            a.n++;
-            a.sum += y;
-            a.sq += y * y;
-            a.min = Math.min(a.min, y);
-            a.max = Math.max(a.max, y);
-          } else acc.set(x, { n: 1, sum: y, sq: y * y, min: y, max: y });
-        }
-      }
-      if (!acc.size) continue;
-      const xs = [...acc.keys()].sort((a, b) => a - b);
-      const mean: (number | null)[] = [];
-      const lo: (number | null)[] = [];
-      const hi: (number | null)[] = [];
-      const n = new Map<number, number>();
+    const colorOf = new Map(groups.map((g) => [g.label, g.color]));
+    for (const s of series) {
+      if (!s.step.length) continue;
+      const g = { label: s.label, color: colorOf.get(s.label) ?? token("--text-2", "#8b949e") };
       const fix = (v: number) => (logY && v <= 0 ? null : v);
-      for (const x of xs) {
-        const a = acc.get(x)!;
-        const m = a.sum / a.n;
-        const sd = Math.sqrt(Math.max(0, a.sq / a.n - m * m));
-        mean.push(fix(m));
-        lo.push(fix(std ? m - sd : a.min));
-        hi.push(fix(std ? m + sd : a.max));
-        n.set(x, a.n);
-      }
-      tables.push([xs, mean, lo, hi] as uPlot.AlignedData);
+      const mean = s.mean.map(fix);
+      const lo = s.mean.map((m, i) => fix(std ? m - (s.std[i] ?? 0) : (s.min[i] ?? m)));
+      const hi = s.mean.map((m, i) => fix(std ? m + (s.std[i] ?? 0) : (s.max[i] ?? m)));
+      const n = new Map(s.step.map((x, i) => [x, s.n_runs[i] ?? 0]));
+      tables.push([s.step, mean, lo, hi] as uPlot.AlignedData);
       const base = opts.length;
       opts.push({ ...this.seriesOpts(g.label, g.color, 2), points: { show: false } });
       opts.push({ label: `${g.label} low`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });

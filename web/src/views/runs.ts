@@ -265,7 +265,8 @@ export class RunsView implements ViewModule {
       return;
     }
     const max = store.ui.maxRows;
-    this.infoEl.textContent = `${t.shown} of ${t.total} runs`;
+    // "24 runs", or "5 of 24 runs" when a filter, the search or a status hides some (never "24 of 24").
+    this.infoEl.textContent = t.shown === t.total ? `${t.total} run${t.total === 1 ? "" : "s"}` : `${t.shown} of ${t.total} runs`;
     this.infoEl.title = "";
     if (max !== null && t.shown > max) {
       this.infoEl.textContent += ` · first ${max} shown`;

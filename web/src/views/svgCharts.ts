@@ -19,7 +19,7 @@ export function chartKeys(): { keys: string[]; scope: string } {
   const sel = store.ui.selection.filter((k) => store.runs.has(k));
   if (sel.length) return { keys: sel, scope: `${sel.length} selected run${sel.length === 1 ? "" : "s"}` };
   const keys = tableOrder();
-  return { keys, scope: `all ${keys.length} shown runs (none selected)` };
+  return { keys, scope: keys.length === 1 ? "the 1 shown run (none selected)" : `all ${keys.length} shown runs (none selected)` };
 }
 
 interface GroupMean {

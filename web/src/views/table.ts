@@ -573,7 +573,7 @@ export class RunTable {
     const run = store.runs.get((cell.getRow().getData() as Row)._key);
     if (!run || !run.warnings.length) return "";
     const el = h("span", { class: "file-problem", testid: "file-problem", title: run.warnings.join("\n") }, icon("warning"));
-    el.setAttribute("aria-label", `${run.warnings.length} file problem(s)`);
+    el.setAttribute("aria-label", `${run.warnings.length} file problem${run.warnings.length === 1 ? "" : "s"}`);
     return el;
   }
 

@@ -424,11 +424,11 @@ def time_matcher(column: str, flt: ColumnFilter) -> Callable[[Scalar], bool] | N
         return None
     ends = (flt.operand, flt.high) if flt.op == "range" else (flt.operand,)
     periods = []
-    for end in ends:
-        period = parse_time_period(end)
+    for written in ends:
+        period = parse_time_period(written)
         if period is None:
             shown = column + (":" if flt.op == "range" else "") + flt.expr
-            raise FilterError(f"filter {shown!r}: {end!r} is not a date or time, and {column} holds times "
+            raise FilterError(f"filter {shown!r}: {written!r} is not a date or time, and {column} holds times "
                               f"(ISO-8601 UTC); write {_TIME_FORMS}, e.g. {column}>=2026-01-01")
         periods.append(period)
     low, high = periods[0][0], periods[-1][1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,6 +137,30 @@ def _rank(r: int | None) -> str:
     return "?" if r is None else str(r)
 
 
+def rank_list(ranks: Sequence[int | None]) -> str:
+    """``rank 0``, ``ranks 0–3``, ``ranks 0, 2–3``: consecutive ranks written ``a–b``, unknown ``?``."""
+    known = sorted(r for r in ranks if r is not None)
+    parts: list[str] = []
+    for r in known:
+        if parts and r == int(parts[-1].rsplit("–", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('–')[0]}–{r}"
+        else:
+            parts.append(str(r))
+    parts += ["?"] * (len(ranks) - len(known))
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def ranks_text(ranks: Sequence[int | None], world_size: int | None) -> str:
+    """The ranks that reported, in words: ``1 rank (rank 0)`` for a one-process run,
+    ``ranks 0–3 of 4``, ``ranks 0, 2–3 of 4``, ``rank 1 of 4``, ``none``."""
+    if not ranks:
+        return "none" if world_size is None else f"none of {world_size}"
+    text = rank_list(ranks)
+    if world_size is None or world_size == len(ranks) == 1:
+        return f"1 rank ({text})" if len(ranks) == 1 else text
+    return f"{text} of {world_size}"
+
+
 def _steps_left_out(summary: Summary) -> str:
     """The steps that have no row by design (``steps.discarded``, ``steps.dropped_updates``), in words;
     empty when there are none or the summary does not say."""
@@ -186,9 +211,7 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     if left_out:
         info.add_row("", Text(left_out, style="yellow"))
     missing = summary.missing_ranks
-    rank_text = ", ".join(_rank(r) for r in summary.ranks) or "none"
-    if summary.world_size is not None:
-        rank_text += f" (world size {summary.world_size})"
+    rank_text = ranks_text(summary.ranks, summary.world_size)
     if missing:
         rank_text += f" (missing: {', '.join(str(r) for r in missing)})"
     info.add_row("ranks", Text(rank_text, style="bold red" if missing else ""))
@@ -236,7 +259,7 @@ def _print_findings(summary: Summary) -> None:
         ev = f.evidence
         bits = [f"{_text(ev.metric)} = {fmt_value(ev.value)} (threshold {fmt_value(ev.threshold)})"]
         if ev.ranks:
-            bits.append("ranks " + ", ".join(_rank(r) for r in ev.ranks))
+            bits.append(rank_list(ev.ranks))
         if ev.steps:
             bits.append(f"steps {ev.steps[0]}..{ev.steps[-1]}")
         out.print(Text("           " + " · ".join(bits), style="dim"))

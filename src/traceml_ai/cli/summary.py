@@ -106,7 +106,7 @@ def summary(
     run_dir = resolve_run(run, roots)
     doc, origin, damage = _summary_doc(run_dir)
     if as_json:  # the document as written (the damage is the warning on stderr), and its verdict
-        kind, text = verdict(Summary.from_dict(doc), watch=_is_watch_run(run_dir))
+        kind, text = verdict(Summary.from_dict(doc), **_launch_facts(run_dir))
         shown = {**doc, "verdict": {"kind": kind, "text": text}}
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
@@ -182,7 +182,7 @@ def _print_summary(run_dir: Path, summary: Summary, origin: str, damage: str | N
     tables, memory and system, and the rules that could not judge. ``damage``: what the telemetry
     database shows now, when the summary was written before it was damaged."""
     _print_header(run_dir, summary, origin, damage)
-    _print_verdict(summary, watch=_is_watch_run(run_dir))
+    _print_verdict(summary, **_launch_facts(run_dir))
     _print_findings(summary)
     if summary.step_time is not None:
         _print_step_time(summary.step_time)
@@ -220,20 +220,23 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     out.print(Panel.fit(info, title=Text(printable(run_dir.name), style="bold"), title_align="left"))
 
 
-def _is_watch_run(run_dir: Path) -> bool:
-    """Whether ``traceml watch`` made the run (``"mode": "watch"`` in ``aggregator/manifest.json``,
-    read by its reader; an unreadable manifest is not a watch run)."""
+def _launch_facts(run_dir: Path) -> dict[str, Any]:
+    """What ``aggregator/manifest.json`` (read by its reader) says the verdict needs: ``watch``
+    (``traceml watch`` made the run) and ``exit_code`` (the training's, when it has ended). An
+    unreadable manifest says neither."""
     from traceml_ai.runs.aggregator_files import AGGREGATOR_DIR, MANIFEST, read_manifest
 
     agg = run_dir / AGGREGATOR_DIR
-    if not (agg / MANIFEST).is_file():
-        return False
-    manifest = read_manifest(str(agg), [])
-    return manifest is not None and manifest.mode == "watch"
+    manifest = read_manifest(str(agg), []) if (agg / MANIFEST).is_file() else None
+    if manifest is None:
+        return {"watch": False, "exit_code": None}
+    code = manifest.exit_code
+    return {"watch": manifest.mode == "watch",
+            "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None}
 
 
-def _print_verdict(summary: Summary, *, watch: bool = False) -> None:
-    kind, text = verdict(summary, watch=watch)
+def _print_verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None) -> None:
+    kind, text = verdict(summary, watch=watch, exit_code=exit_code)
     if summary.telemetry_status == "degraded":
         # Readable but cut short: the findings stand for the part that was recorded, and say so.
         out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "

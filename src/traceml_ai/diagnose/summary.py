@@ -429,6 +429,8 @@ def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = No
         return "healthy", "no bottleneck found"
     if watch:
         why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
+    elif not seen and exit_code is not None and exit_code > 128:
+        why = f"the script was stopped by a signal (exit code {exit_code}) before its first step"
     elif not seen and exit_code not in (None, 0):
         why = f"the script failed (exit code {exit_code}) before its first step"
     elif not seen:

@@ -340,3 +340,32 @@ def test_a_run_without_with_or_finish_keeps_a_programs_excepthook(tmp_path: Path
                 + LOG_N + 'raise ValueError("x")\n', 5)
     assert proc.returncode == 1 and proc.stderr.strip() == "mine"
     assert _json(_folder(tmp_path / "runs") / "run.json")["status"] == "failed"
+
+
+def test_a_caught_ctrl_c_inside_log_keeps_that_rows_best_value(tmp_path: Path) -> None:
+    # The program catches the interrupt and goes on (as Lightning does); the row written just
+    # before it still counts for best, whatever row comes next.
+    proc = _run(tmp_path, """
+        run = traceml_ai.Run(runs_dir, "caught", best={"loss": "min"})
+        real_write = os.write
+        def write_then_interrupt(fd, data):
+            n = real_write(fd, data)
+            if b'"loss":0.01' in data:
+                raise KeyboardInterrupt  # just after the row's write returns, as a real Ctrl+C lands
+            return n
+        os.write = write_then_interrupt
+        run.log(0, {"loss": 1.0})
+        try:
+            run.log(1, {"loss": 0.01})
+        except KeyboardInterrupt:
+            pass
+        os.write = real_write
+        run.log(2, {"loss": 0.5})
+        run.finish()
+    """, 0)
+    assert proc.returncode == 0, proc.stderr
+    run = _folder(tmp_path / "runs")
+    assert [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1.0, 0.01, 0.5]
+    summary = _json(run / "metrics.json")
+    assert summary["best"]["loss"]["value"] == 0.01 and summary["best"]["loss"]["step"] == 1
+    assert summary["last"]["loss"] == 0.5 and summary["step"] == 2

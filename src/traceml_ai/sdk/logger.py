@@ -248,7 +248,10 @@ class Run:
             if self.status != "running":
                 raise RuntimeError(f"run {self.id} has finished; log() after finish()")
             # Ctrl+C or SIGTERM lands in the main thread, most often just after the write returns:
-            # the row is in metrics.jsonl but not yet in memory. The end of the run settles it.
+            # the row is in metrics.jsonl but not yet in memory. The end of the run settles it, or
+            # the next log() when the program caught the interrupt and went on.
+            if self._pending is not None:
+                self._settle_pending()
             self._pending = (row, line)
             self._append(line)
             self._take(row)

@@ -193,3 +193,21 @@ def test_a_summary_with_no_step_timed_is_never_green_even_if_a_step_rule_is_list
            "rules_checked": ["input_bound", "h2d_bound", "cpu_pressure"]}
     kind, text = verdict(doc)
     assert kind == "not_judged" and text.startswith("not judged: no training step was timed")
+
+
+def test_a_script_that_fails_before_its_first_step_is_said_to_have_failed(tmp_path: Path) -> None:
+    # Issue 14 review: "it ended before its first step" for a script that raised at its start.
+    (tmp_path / "train.py").write_text("import sys\nsys.exit(3)\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "train.py", cwd=tmp_path)
+    assert proc.returncode == 3
+    assert "diagnosis: not judged: the script failed (exit code 3) before its first step" in proc.stdout
+    assert "ended before its first step" not in proc.stdout and "no bottleneck found" not in proc.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    shown = run_traceml("summary", str(run))  # later, the same words
+    assert shown.returncode == 0, shown.stderr
+    assert "not judged: the script failed (exit code 3) before its first step" in shown.stdout
+    doc = json.loads(run_traceml("summary", str(run), "--json").stdout)
+    assert doc["verdict"]["text"] == "not judged: the script failed (exit code 3) before its first step"
+    (tmp_path / "crash.py").write_text("raise RuntimeError('no data')\n")
+    proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "crash.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "the script failed (exit code 1) before its first step" in proc.stdout

@@ -114,6 +114,21 @@ def test_subcommand_help_is_plain_and_not_cut() -> None:
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
 
 
+def test_help_at_80_columns_never_splits_an_option_name_or_a_hyphenated_word() -> None:
+    # Issue 14 review: `--nproc-per-` / `node` across two lines in `traceml run --help`.
+    for command in [("--help",), *_every_command()]:
+        args = command if command == ("--help",) else (*command, "--help")
+        proc = run_traceml(*args, env={"COLUMNS": "80"})
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert all(len(line) <= 80 for line in lines), args
+        split = [line for line in lines if re.search(r"[A-Za-z0-9]-$", line)]
+        assert split == [], (args, split)
+    text = run_traceml("run", "--help", env={"COLUMNS": "80"}).stdout
+    assert "--nproc-per-node 2 for two ranks" in " ".join(text.split())
+    assert "\u2011" not in text  # the stand-in hyphen never reaches the terminal
+
+
 TYPE_DESCRIPTOR = re.compile(r"<(?:str|int|float|bool|Path|path|file|dir|datetime|list\[[^\]]*\]|[a-z]+ range)>")
 """Typer's default help labels (``<str>``, ``<list[str]>``): Python types, not what to type."""
 

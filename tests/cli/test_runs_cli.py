@@ -378,3 +378,44 @@ def test_run_table_lines_print_as_richs_table_would(width: int) -> None:
         assert printed(ours) == printed(table)
         if width == 200:
             assert isinstance(ours, Text)  # laid out here, not by Rich's Table
+
+
+def test_ls_filters_the_time_columns_by_date_and_refuses_what_is_no_date(fake_root: Path) -> None:
+    # Issue 14 review: `started>2026` (a timestamp column) matched nothing with exit 0.
+    proc = run_traceml("runs", "ls", str(fake_root), "--csv", "--columns", "started")
+    started = sorted(row[0] for row in list(csv.reader(io.StringIO(proc.stdout)))[1:])
+    day = started[len(started) // 2][:10]  # a day some runs started on
+
+    def names(*filters: str) -> list[str]:
+        args = [a for f in filters for a in ("--filter", f)]
+        out = run_traceml("runs", "ls", str(fake_root), *args, "--csv", "--columns", "started")
+        assert out.returncode == 0, out.stderr
+        return sorted(row[0] for row in list(csv.reader(io.StringIO(out.stdout)))[1:])
+
+    year = started[0][:4]
+    assert names(f"started>={year}") == started and names(f"started<{year}") == []
+    assert names(f"started>{day}") == [s for s in started if s[:10] > day]
+    assert names(f"started>={day}") == [s for s in started if s[:10] >= day]
+    assert names(f"started<={day}") == [s for s in started if s[:10] <= day]
+    assert names(f"started={day}") == [s for s in started if s[:10] == day] != []
+    assert names(f"started:{started[0][:10]}..{day}") == [s for s in started if s[:10] <= day]
+    assert names(f"started>={day}T12:00") == [s for s in started if s >= f"{day}T12:00"]
+    for bad in ("started>abc", "started>=2026-13-01", "ended:2026..soon"):
+        proc = run_traceml("runs", "ls", str(fake_root), "--filter", bad)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        column = bad.split(">")[0].split(":")[0]
+        assert proc.stderr.strip().startswith(f"error: filter {bad!r}: ")
+        assert f"is not a date or time, and {column} holds times (ISO-8601 UTC); write 2026, 2026-11, " in proc.stderr
+        assert proc.stderr.count("\n") == 1
+
+
+def test_ls_a_word_compared_for_equality_with_a_number_column_is_bad_usage(fake_root: Path) -> None:
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc=abc")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'run.best.val/auc=abc': 'abc' is not a number, and "
+                                   "run.best.val/auc holds numbers, so it would match no run; "
+                                   "write e.g. run.best.val/auc=0.8")
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "run.best.val/auc!=abc")
+    assert proc.returncode == 2 and "so it would match every run" in proc.stderr
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name=abc", "--json")  # text column: fine
+    assert proc.returncode == 0 and proc.stdout == ""

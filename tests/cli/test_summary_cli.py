@@ -103,3 +103,19 @@ def test_a_corrupt_database_gets_no_green_verdict(tmp_path: Path) -> None:
     assert "corrupt" in proc.stdout + proc.stderr
     assert "no bottleneck found" not in proc.stdout
     assert "no verdict" in proc.stdout
+
+
+def test_the_ranks_line_reads_naturally_for_one_rank_and_for_many(tmp_path: Path) -> None:
+    # Issue 14 review: "ranks 0 (world size 1)".
+    write_run(tmp_path / "one", RunSpec(steps=30, seed=1))
+    write_run(tmp_path / "four", RunSpec(steps=30, seed=1, ranks=4))
+    lines = {}
+    for name in ("one", "four"):
+        proc = run_traceml("summary", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        assert "world size" not in proc.stdout
+        lines[name] = [" ".join(line.strip("│ ").split()) for line in proc.stdout.splitlines()]
+    assert "ranks 1 rank (rank 0)" in lines["one"]
+    assert "ranks ranks 0–3 of 4" in lines["four"]
+    assert any(line.endswith("· rank 0 · steps 5..29") for line in lines["one"])
+    assert any("· ranks 0–3 · steps" in line for line in lines["four"])

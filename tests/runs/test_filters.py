@@ -210,3 +210,18 @@ def test_bad_filter_args_are_one_line_errors(arg: str, needle: str) -> None:
     assert needle in str(err.value)
     assert arg in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_date_in_a_time_filter_stands_for_its_whole_period() -> None:
+    from datetime import datetime, timezone
+
+    from traceml_ai.runs.filters import parse_time_period
+
+    utc = timezone.utc
+    assert parse_time_period("2026") == (datetime(2026, 1, 1, tzinfo=utc), datetime(2027, 1, 1, tzinfo=utc))
+    assert parse_time_period("2026-12") == (datetime(2026, 12, 1, tzinfo=utc), datetime(2027, 1, 1, tzinfo=utc))
+    assert parse_time_period("2026-02-28")[1] == datetime(2026, 3, 1, tzinfo=utc)  # type: ignore[index]
+    start, end = parse_time_period("2026-11-30 10:15+02:00")  # type: ignore[misc]
+    assert start == datetime(2026, 11, 30, 8, 15, tzinfo=utc) and (end - start).total_seconds() == 60
+    for bad in ("abc", "2026-13", "2026-02-30", "20261130", "1e3"):
+        assert parse_time_period(bad) is None

@@ -69,8 +69,8 @@ def _assert_everything_written(run: Path, n: int) -> None:
 
 @pytest.mark.parametrize("ending, status, code", [
     ("run.finish()", "completed", 0),
-    ("raise RuntimeError('diverged')", "running", 1),  # no finish(): metrics.json written at exit anyway
-    ("sys.exit(0)", "running", 0),
+    ("raise RuntimeError('diverged')", "failed", 1),  # no finish(): the excepthook marks it failed at exit
+    ("sys.exit(0)", "running", 0),  # exit code unknown at exit: left running (shown stale)
 ])
 def test_every_row_reaches_the_files_on_the_way_out(tmp_path: Path, ending: str, status: str, code: int) -> None:
     proc = _run(tmp_path, LOG_N + ending + "\n", 3000)
@@ -282,3 +282,90 @@ def test_rows_of_several_processes_in_one_file_are_named_as_such(tmp_path: Path)
     tail = MetricsTail(resumed)
     tail.advance()
     assert any("a resumed run?" in w for w in tail.warnings)
+
+
+LOG_FOREVER = """
+def body(run):
+    i = 0
+    while True:
+        run.log(i, {"loss": 1.0 / (i + 1)})
+        if i == 200:
+            print("ready", flush=True)
+        i += 1
+if sys.argv[3] == "with":
+    with traceml_ai.Run(runs_dir, "loop", best={"loss": "min"}) as run:
+        body(run)
+else:
+    body(traceml_ai.Run(runs_dir, "loop", best={"loss": "min"}))  # neither with nor finish()
+"""
+
+
+@pytest.mark.parametrize("how", ["with", "bare"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_in_the_middle_of_logging_leaves_the_summary_at_the_last_row(
+        tmp_path: Path, sig: signal.Signals, how: str) -> None:
+    # Issue 14 review: the signal lands in log() just after the row's write returns; metrics.json
+    # ended one row behind metrics.jsonl, and a Run without `with` stayed "running".
+    script = _script(tmp_path, LOG_FOREVER)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), "0", how],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    run = _folder(tmp_path / "runs")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    summary = _json(run / "metrics.json")
+    assert summary["step"] == rows[-1]["step"] > 200
+    assert summary["last"]["loss"] == rows[-1]["loss"] == summary["best"]["loss"]["value"]
+    meta = _json(run / "run.json")
+    assert meta["status"] == "killed"
+    assert meta["exit"]["signal"] == ("SIGTERM" if sig == signal.SIGTERM else "SIGINT")
+
+
+def test_a_run_without_with_or_finish_is_failed_when_the_script_raises(tmp_path: Path) -> None:
+    proc = _run(tmp_path, LOG_N + 'raise RuntimeError("CUDA error: device-side assert")\n', 50)
+    assert proc.returncode == 1 and proc.stderr.count("Traceback") == 1  # printed once, as without TraceML
+    assert "CUDA error: device-side assert" in proc.stderr
+    run = _folder(tmp_path / "runs")
+    meta = _json(run / "run.json")
+    assert meta["status"] == "failed" and meta["exit"]["code"] == 1
+    assert meta["exit"]["error_type"] == "RuntimeError" and "device-side assert" in meta["exit"]["error_message"]
+    _assert_everything_written(run, 50)
+    status = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json")
+    assert status.returncode == 0 and json.loads(status.stdout.splitlines()[0])["display_status"] == "failed"
+
+
+def test_a_run_without_with_or_finish_keeps_a_programs_excepthook(tmp_path: Path) -> None:
+    proc = _run(tmp_path, 'sys.excepthook = lambda *a: print("mine", file=sys.stderr)\n'
+                + LOG_N + 'raise ValueError("x")\n', 5)
+    assert proc.returncode == 1 and proc.stderr.strip() == "mine"
+    assert _json(_folder(tmp_path / "runs") / "run.json")["status"] == "failed"
+
+
+def test_a_caught_ctrl_c_inside_log_keeps_that_rows_best_value(tmp_path: Path) -> None:
+    # The program catches the interrupt and goes on (as Lightning does); the row written just
+    # before it still counts for best, whatever row comes next.
+    proc = _run(tmp_path, """
+        run = traceml_ai.Run(runs_dir, "caught", best={"loss": "min"})
+        real_write = os.write
+        def write_then_interrupt(fd, data):
+            n = real_write(fd, data)
+            if b'"loss":0.01' in data:
+                raise KeyboardInterrupt  # just after the row's write returns, as a real Ctrl+C lands
+            return n
+        os.write = write_then_interrupt
+        run.log(0, {"loss": 1.0})
+        try:
+            run.log(1, {"loss": 0.01})
+        except KeyboardInterrupt:
+            pass
+        os.write = real_write
+        run.log(2, {"loss": 0.5})
+        run.finish()
+    """, 0)
+    assert proc.returncode == 0, proc.stderr
+    run = _folder(tmp_path / "runs")
+    assert [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1.0, 0.01, 0.5]
+    summary = _json(run / "metrics.json")
+    assert summary["best"]["loss"]["value"] == 0.01 and summary["best"]["loss"]["step"] == 1
+    assert summary["last"]["loss"] == 0.5 and summary["step"] == 2

@@ -115,6 +115,14 @@ def test_table_applies_the_python_table_model(workspace: Path) -> None:
     assert "run.best.val/auc" in body["columns"]["default"]
     not_number = client.get("/api/table", params={"filter": "run.best.val/auc>=abc"}).json()
     assert "'abc' is not a number" in not_number["error"] and not_number["shown"] == 24  # same error as the CLI
+    # Issue 14 review: equality with a word on a number column, and a time column given no date.
+    equal_word = client.get("/api/table", params={"filter": "run.best.val/auc=abc"}).json()
+    assert equal_word["error"].endswith("holds numbers, so it would match no run; write e.g. run.best.val/auc=0.8")
+    assert equal_word["shown"] == 24
+    no_date = client.get("/api/table", params={"filter": "started>abc"}).json()
+    assert "'abc' is not a date or time, and started holds times (ISO-8601 UTC)" in no_date["error"]
+    year = client.get("/api/table", params={"filter": "started>=2000"}).json()
+    assert year["error"] is None and year["shown"] == 24
     # Issue 15 review: beside a search, another filter and a grouping, such a filter is left out alone;
     # the table never falls back to every run.
     view = [("search", "base"), ("filter", "run.best.val/auc>=0.5"), ("group", "config.data.dataset")]

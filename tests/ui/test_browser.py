@@ -426,6 +426,13 @@ def test_filter_chip_search_group_and_sort_update_the_counts(browser: Browser, v
         page.get_by_test_id("filter-popover").get_by_test_id("filter-apply").click()
         expect(page.get_by_test_id("filter-error")).to_contain_text("invalid regular expression")
         expect(page.get_by_test_id("table-info")).to_have_text("24 runs")  # the unfiltered order
+        # a word where the column holds numbers: the same one line as `traceml runs ls` (issue 14)
+        page.get_by_test_id("filter-chip").click()
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-input").fill("=abc")
+        page.get_by_test_id("filter-popover").get_by_test_id("filter-apply").click()
+        expect(page.get_by_test_id("filter-error")).to_contain_text(
+            "'abc' is not a number, and run.best.val/auc holds numbers, so it would match no run")
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
         page.get_by_test_id("filter-chip-remove").click()
         expect(page.get_by_test_id("filter-chip")).to_have_count(0)
         expect(page.get_by_test_id("filter-error")).to_be_hidden()

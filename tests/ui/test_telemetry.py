@@ -303,6 +303,18 @@ def test_a_captured_run_without_steps_is_not_judged_in_the_page_never_no_problem
     assert diag["verdict"]["text"].startswith("not judged: no training step was timed")
 
 
+def test_a_script_that_failed_before_its_first_step_is_said_to_have_failed_in_the_page(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("raise RuntimeError('no data')\n")
+    root = tmp_path / "runs"
+    proc = run_traceml("run", "--logs-dir", str(root), "train.py", cwd=tmp_path)
+    assert proc.returncode == 1
+    client, viewer = _client(root)
+    (run,) = viewer.store.runs()
+    diag = _get(client, run.key)["diagnoses"]
+    assert diag["verdict"] == {"kind": "not_judged",
+                               "text": "not judged: the script failed (exit code 1) before its first step"}
+
+
 TRACED_SCRIPT = """
 import torch, traceml_ai
 model = torch.nn.Linear(16, 4)

@@ -100,12 +100,12 @@ def _report(result: LaunchResult, mode: str, *, watch: bool = False) -> None:
         common.err.print(f"[yellow]telemetry degraded:[/] {escape(printable(str(result.telemetry.get('reason', ''))))}")
     if result.run_dir is None:
         return
-    _print_findings(result.run_dir, watch=watch)
+    _print_findings(result.run_dir, watch=watch, exit_code=result.exit_code)
     common.out.print(f"run folder: [bold]{escape(str(result.run_dir))}[/] · status {escape(str(result.status))} · "
               f"exit code {result.exit_code}", soft_wrap=True)
 
 
-def _print_findings(run_dir: Path, *, watch: bool = False) -> None:
+def _print_findings(run_dir: Path, *, watch: bool = False, exit_code: int | None = None) -> None:
     """The verdict of aggregator/final_summary.json, shortly (``traceml summary RUN`` shows all)."""
     from traceml_ai.diagnose.summary import SummaryFileError, read_final_summary, verdict
 
@@ -119,7 +119,7 @@ def _print_findings(run_dir: Path, *, watch: bool = False) -> None:
         where = " (see aggregator/finalization_warning.json)" if warning.exists() else ""
         common.err.print(f"[yellow]no final summary was written[/]{where}")
         return
-    kind, text = verdict(summary, watch=watch)
+    kind, text = verdict(summary, watch=watch, exit_code=exit_code)
     if kind != "findings":
         style = {"healthy": "green", "not_judged": "yellow"}.get(kind, "bold red")
         common.out.print(f"[{style}]diagnosis:[/] {escape(printable(text))}", soft_wrap=True)

@@ -74,6 +74,7 @@ def load_command(name: str) -> Any:
         command = typer.main.get_command(single)
     command.name = name
     command.short_help = spec.summary
+    _whole_words(command)
     _whole_short_help(command)
     _plain_metavars(command)
     skip_plain_conversions(command)
@@ -120,6 +121,38 @@ def _plain_metavars(command: Any) -> None:
         _plain_metavars(sub)
 
 
+_KEEP_HYPHEN = "\u2011"
+"""A non-breaking hyphen: stands in for ``-`` while help is wrapped, so no word is split at one."""
+
+
+_BaseContext: Any = TyperGroup.context_class  # Typer's own Click (its exceptions are the ones handled)
+
+
+class _HelpFormatter(_BaseContext.formatter_class):  # type: ignore[misc]
+    """Click's plain help layout, except that a word with hyphens (``--nproc-per-node``,
+    ``torch.distributed.run``) is never split at a line end (Click wraps at hyphens)."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(text.replace("-", _KEEP_HYPHEN))
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        super().write_dl([(term, text.replace("-", _KEEP_HYPHEN)) for term, text in rows], col_max, col_spacing)
+
+    def getvalue(self) -> str:
+        return str(super().getvalue()).replace(_KEEP_HYPHEN, "-")
+
+
+class _Context(_BaseContext):  # type: ignore[misc]
+    formatter_class = _HelpFormatter
+
+
+def _whole_words(command: Any) -> None:
+    """Make ``command`` and its subcommands format help with :class:`_HelpFormatter`."""
+    command.context_class = _Context
+    for sub in getattr(command, "commands", {}).values():
+        _whole_words(sub)
+
+
 def _whole_short_help(command: Any) -> None:
     """Give each subcommand of a group its help's first paragraph as the line in the group's help,
     so that line wraps instead of being cut with "..." at 45 characters."""
@@ -138,6 +171,8 @@ def _plain_help(app: typer.Typer) -> None:
 
 class _LazyGroup(TyperGroup):
     """The top-level group: lists :data:`COMMANDS` without importing them; resolves one on use."""
+
+    context_class = _Context
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)

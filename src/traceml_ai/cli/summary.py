@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,7 +106,7 @@ def summary(
     run_dir = resolve_run(run, roots)
     doc, origin, damage = _summary_doc(run_dir)
     if as_json:  # the document as written (the damage is the warning on stderr), and its verdict
-        kind, text = verdict(Summary.from_dict(doc), watch=_is_watch_run(run_dir))
+        kind, text = verdict(Summary.from_dict(doc), **_launch_facts(run_dir))
         shown = {**doc, "verdict": {"kind": kind, "text": text}}
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
@@ -136,6 +137,30 @@ def _rank(r: int | None) -> str:
     return "?" if r is None else str(r)
 
 
+def rank_list(ranks: Sequence[int | None]) -> str:
+    """``rank 0``, ``ranks 0–3``, ``ranks 0, 2–3``: consecutive ranks written ``a–b``, unknown ``?``."""
+    known = sorted(r for r in ranks if r is not None)
+    parts: list[str] = []
+    for r in known:
+        if parts and r == int(parts[-1].rsplit("–", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('–')[0]}–{r}"
+        else:
+            parts.append(str(r))
+    parts += ["?"] * (len(ranks) - len(known))
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def ranks_text(ranks: Sequence[int | None], world_size: int | None) -> str:
+    """The ranks that reported, in words: ``1 rank (rank 0)`` for a one-process run,
+    ``ranks 0–3 of 4``, ``ranks 0, 2–3 of 4``, ``rank 1 of 4``, ``none``."""
+    if not ranks:
+        return "none" if world_size is None else f"none of {world_size}"
+    text = rank_list(ranks)
+    if world_size is None or world_size == len(ranks) == 1:
+        return f"1 rank ({text})" if len(ranks) == 1 else text
+    return f"{text} of {world_size}"
+
+
 def _steps_left_out(summary: Summary) -> str:
     """The steps that have no row by design (``steps.discarded``, ``steps.dropped_updates``), in words;
     empty when there are none or the summary does not say."""
@@ -157,7 +182,7 @@ def _print_summary(run_dir: Path, summary: Summary, origin: str, damage: str | N
     tables, memory and system, and the rules that could not judge. ``damage``: what the telemetry
     database shows now, when the summary was written before it was damaged."""
     _print_header(run_dir, summary, origin, damage)
-    _print_verdict(summary, watch=_is_watch_run(run_dir))
+    _print_verdict(summary, **_launch_facts(run_dir))
     _print_findings(summary)
     if summary.step_time is not None:
         _print_step_time(summary.step_time)
@@ -186,9 +211,7 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     if left_out:
         info.add_row("", Text(left_out, style="yellow"))
     missing = summary.missing_ranks
-    rank_text = ", ".join(_rank(r) for r in summary.ranks) or "none"
-    if summary.world_size is not None:
-        rank_text += f" (world size {summary.world_size})"
+    rank_text = ranks_text(summary.ranks, summary.world_size)
     if missing:
         rank_text += f" (missing: {', '.join(str(r) for r in missing)})"
     info.add_row("ranks", Text(rank_text, style="bold red" if missing else ""))
@@ -197,20 +220,23 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     out.print(Panel.fit(info, title=Text(printable(run_dir.name), style="bold"), title_align="left"))
 
 
-def _is_watch_run(run_dir: Path) -> bool:
-    """Whether ``traceml watch`` made the run (``"mode": "watch"`` in ``aggregator/manifest.json``,
-    read by its reader; an unreadable manifest is not a watch run)."""
+def _launch_facts(run_dir: Path) -> dict[str, Any]:
+    """What ``aggregator/manifest.json`` (read by its reader) says the verdict needs: ``watch``
+    (``traceml watch`` made the run) and ``exit_code`` (the training's, when it has ended). An
+    unreadable manifest says neither."""
     from traceml_ai.runs.aggregator_files import AGGREGATOR_DIR, MANIFEST, read_manifest
 
     agg = run_dir / AGGREGATOR_DIR
-    if not (agg / MANIFEST).is_file():
-        return False
-    manifest = read_manifest(str(agg), [])
-    return manifest is not None and manifest.mode == "watch"
+    manifest = read_manifest(str(agg), []) if (agg / MANIFEST).is_file() else None
+    if manifest is None:
+        return {"watch": False, "exit_code": None}
+    code = manifest.exit_code
+    return {"watch": manifest.mode == "watch",
+            "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None}
 
 
-def _print_verdict(summary: Summary, *, watch: bool = False) -> None:
-    kind, text = verdict(summary, watch=watch)
+def _print_verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None) -> None:
+    kind, text = verdict(summary, watch=watch, exit_code=exit_code)
     if summary.telemetry_status == "degraded":
         # Readable but cut short: the findings stand for the part that was recorded, and say so.
         out.print(Text("! partial telemetry: the verdict covers only what was recorded before the aggregator "
@@ -236,7 +262,7 @@ def _print_findings(summary: Summary) -> None:
         ev = f.evidence
         bits = [f"{_text(ev.metric)} = {fmt_value(ev.value)} (threshold {fmt_value(ev.threshold)})"]
         if ev.ranks:
-            bits.append("ranks " + ", ".join(_rank(r) for r in ev.ranks))
+            bits.append(rank_list(ev.ranks))
         if ev.steps:
             bits.append(f"steps {ev.steps[0]}..{ev.steps[-1]}")
         out.print(Text("           " + " · ".join(bits), style="dim"))

@@ -405,14 +405,15 @@ def _step_counts_from(steps: dict[str, Any]) -> StepCounts | None:
     return StepCounts(counts["discarded"] or 0, counts["dropped_updates"] or 0, counts["dropped_micro_batches"] or 0)
 
 
-def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:
+def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None) -> tuple[str, str]:
     """The one-line verdict of a run's summary (e.g. :func:`read_final_summary`).
 
     Returns ``(kind, text)``: ``findings`` (a warning or critical finding; the text says how
     many), ``healthy`` ("no bottleneck found": a step-time rule judged and found nothing),
     ``not_judged`` ("not judged: <why>": no step-time rule could judge, e.g. 0 steps, a watch run,
     a script without ``trace_step``; never shown as a green verdict) or ``no_verdict`` (the
-    telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason.
+    telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason;
+    ``exit_code`` (the script's, when known) says a script that failed before its first step did.
     A partial (degraded) telemetry still gets one of the first three; the caller says it is partial.
     """
     if summary.telemetry_status not in ("ok", "degraded"):
@@ -428,6 +429,10 @@ def verdict(summary: Summary, *, watch: bool = False) -> tuple[str, str]:
         return "healthy", "no bottleneck found"
     if watch:
         why = "a watch run times no steps (use traceml run with trace_step for the step-time rules)"
+    elif not seen and exit_code is not None and exit_code > 128:
+        why = f"the script was stopped by a signal (exit code {exit_code}) before its first step"
+    elif not seen and exit_code not in (None, 0):
+        why = f"the script failed (exit code {exit_code}) before its first step"
     elif not seen:
         why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
                "or it ended before its first step)")

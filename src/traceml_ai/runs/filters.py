@@ -17,6 +17,18 @@ bare number         equality in a numeric column, substring in a text column
 anything else       case-insensitive substring of the value's text
 ==================  ===============================================================================
 
+Columns of numbers: a word where a number belongs (``run.best.val/auc>=abc``, ``=abc``, ``!=abc``,
+``a..z``) is a :class:`FilterError` naming the column, never a filter that silently matches nothing
+(MLflow's search refuses such a comparison too).
+
+Time columns (``started``, ``ended``, ``heartbeat``: ISO-8601 UTC): ``<``, ``<=``, ``>``, ``>=``,
+``=``, ``!=`` and ``a..b`` take a date or time, ``2026``, ``2026-11``, ``2026-11-30``,
+``2026-11-30T10:15`` or ``2026-11-30T10:15:00Z`` (UTC unless an offset is written), and it stands for
+its whole period, as in GitHub's search: ``started>=2026-11-30`` is from that day on, ``started>2026``
+from 2027, ``started<2026-11`` before November, ``started=2026-11-30`` that day,
+``started:2026-01..2026-03`` January to March inclusive. Anything else after one of these operators is
+a :class:`FilterError` naming the accepted forms. A bare value or ``/regex/`` matches the text.
+
 Spaces around the operator are optional. The value's text is the CSV text
 (:func:`traceml_ai.runs.table.format_cell`): floats with ``repr``, NaN as ``NaN``.
 
@@ -29,13 +41,15 @@ equals ``x``); a run without tags is missing.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Final, Literal
 
 from traceml_ai.runs.layout import DISPLAY_STATUSES
 from traceml_ai.runs.model import RunSummary, Scalar
 from traceml_ai.runs.table import (
+    TIME_COLUMNS,
     ColumnError,
     cell_getter,
     column_is_numeric,
@@ -297,12 +311,17 @@ def filter_runs(
     """
     items = list(runs)
     numeric: dict[str, bool] = {}
-    for column, flt in filters:
+    timed: dict[int, Callable[[Scalar], bool]] = {}
+    for index, (column, flt) in enumerate(filters):
         try:
             numeric[column] = column_is_numeric(items, column)
         except ColumnError as exc:
             raise FilterError(str(exc)) from None
-        if numeric[column]:
+        if column in TIME_COLUMNS:
+            time_test = time_matcher(column, flt)
+            if time_test is not None:
+                timed[index] = time_test
+        elif numeric[column]:
             _check_numeric_operand(column, flt)
     wanted = None if statuses is None else parse_statuses(statuses)
     if wanted is not None:
@@ -310,9 +329,12 @@ def filter_runs(
     if search:
         items = [run for run in items if matches_search(run, search)]
     # One pass per filter, the column name parsed once (100,000 runs: issue 16).
-    for column, flt in filters:
+    for index, (column, flt) in enumerate(filters):
         numeric_column = numeric[column]
-        if column == "tags":
+        if index in timed:
+            get, test = cell_getter(column), timed[index]
+            items = [run for run in items if test(get(run))]
+        elif column == "tags":
             items = [run for run in items if flt.matches_any(run.tags, numeric_column=numeric_column)]
         else:
             get, matches = cell_getter(column), flt.matches
@@ -321,9 +343,113 @@ def filter_runs(
 
 
 def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:
+    if flt.op in ("=", "!=") and flt.number is None:
+        hint = f" (NaN values: {column}:nan)" if flt.operand.casefold() == "nan" else ""
+        raise FilterError(f"filter {column + flt.expr!r}: {flt.operand!r} is not a number, and {column} holds "
+                          f"numbers, so it would match {'every' if flt.op == '!=' else 'no'} run; "
+                          f"write e.g. {column}{flt.op}0.8{hint}")
     if flt.op in ("<", "<=", ">", ">=") and flt.number is None:
         raise FilterError(f"filter {column + flt.expr!r}: {flt.operand!r} is not a number, and {column} holds "
                           f"numbers; write e.g. {column}{flt.op}0.8")
     if flt.op == "range" and (flt.number is None or flt.high_number is None):
         raise FilterError(f"filter {column + ':' + flt.expr!r}: the range {flt.operand}..{flt.high} is not numeric, "
                           f"and {column} holds numbers; write e.g. {column}:0.1..0.3")
+
+
+_TIME_RE: Final = re.compile(
+    r"(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:\.\d+)?)?)?)?)?)?"
+    r"(Z|[+-]\d{2}:?\d{2})?"
+)
+_TIME_FORMS: Final = "2026, 2026-11, 2026-11-30, 2026-11-30T10:15 or 2026-11-30T10:15:00Z"
+
+
+def parse_time_period(text: str) -> tuple[datetime, datetime] | None:
+    """The period a date or time written in a filter stands for, as ``(start, end)`` (aware
+    datetimes, end exclusive), or None when ``text`` is not one of the accepted forms.
+
+    ``2026`` is that year, ``2026-11`` that month, ``2026-11-30`` that day, ``2026-11-30T10:15`` (or
+    with a space) that minute, ``2026-11-30T10:15:00`` that second; UTC unless a ``Z`` or an offset
+    (``+02:00``) follows. Fractions of a second are accepted and dropped.
+    """
+    match = _TIME_RE.fullmatch(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, zone = match.groups()
+    tz = timezone.utc
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+    try:
+        start = datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
+                         int(second or 0), tzinfo=tz)
+    except ValueError:
+        return None  # e.g. 2026-13 or 2026-02-30
+    if month is None:
+        end = start.replace(year=start.year + 1) if start.year < 9999 else datetime.max.replace(tzinfo=tz)
+    elif day is None:
+        end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    elif hour is None:
+        end = start + timedelta(days=1)
+    elif minute is None:
+        end = start + timedelta(hours=1)
+    elif second is None:
+        end = start + timedelta(minutes=1)
+    else:
+        end = start + timedelta(seconds=1)
+    return start, end
+
+
+def _value_time(value: Scalar) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def time_matcher(column: str, flt: ColumnFilter) -> Callable[[Scalar], bool] | None:
+    """The test of one value of a time column (``started``, ``ended``, ``heartbeat``) for a
+    comparison or range filter, or None for the filters that match the text (bare value, regex).
+
+    A missing value or one that is not an ISO-8601 time matches only ``!=`` (as in every column).
+
+    Raises:
+        FilterError: the value after the operator, or an end of the range, is not a date or time
+            (:func:`parse_time_period`); one line naming the column, its type and the accepted forms.
+    """
+    if flt.op not in ("<", "<=", ">", ">=", "=", "!=", "range"):
+        return None
+    ends = (flt.operand, flt.high) if flt.op == "range" else (flt.operand,)
+    periods = []
+    for written in ends:
+        period = parse_time_period(written)
+        if period is None:
+            shown = column + (":" if flt.op == "range" else "") + flt.expr
+            raise FilterError(f"filter {shown!r}: {written!r} is not a date or time, and {column} holds times "
+                              f"(ISO-8601 UTC); write {_TIME_FORMS}, e.g. {column}>=2026-01-01")
+        periods.append(period)
+    low, high = periods[0][0], periods[-1][1]
+    if flt.op == "range" and low >= high:
+        raise FilterError(f"filter {column + ':' + flt.expr!r}: the low end is after the high end; "
+                          f"write {flt.high}..{flt.operand}")
+    start, end = periods[0]
+    inside: Callable[[datetime], bool] = {
+        "<": lambda t: t < start,
+        "<=": lambda t: t < end,
+        ">": lambda t: t >= end,
+        ">=": lambda t: t >= start,
+        "=": lambda t: start <= t < end,
+        "!=": lambda t: start <= t < end,
+        "range": lambda t: low <= t < high,
+    }[flt.op]
+
+    def test(value: Scalar) -> bool:
+        when = _value_time(value)
+        if flt.op == "!=":
+            return when is None or not inside(when)
+        return when is not None and inside(when)
+
+    return test

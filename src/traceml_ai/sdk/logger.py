@@ -102,7 +102,8 @@ class Run:
     the values in memory; the background thread rewrites metrics.json at most every second when
     something changed and refreshes the heartbeat every ``heartbeat_s`` (with fsync); the end of
     the run writes and fsyncs everything. Nothing logged is lost on a normal exit, an exception,
-    Ctrl+C or SIGTERM; an interpreter exit without ``finish()`` still writes metrics.json.
+    Ctrl+C or SIGTERM; an interpreter exit without ``finish()`` still writes metrics.json, and marks
+    the run failed after an uncaught exception, killed after Ctrl+C or SIGTERM (an excepthook).
 
     Raises:
         ValueError: a ``best`` mode other than "max"/"min", or a name with a path separator.
@@ -136,6 +137,7 @@ class Run:
         self.write_errors = 0
         self._warned = False
         self._lock = threading.Lock()
+        self._pending: tuple[dict[str, Any], bytes] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sigterm_installed = False
@@ -209,6 +211,7 @@ class Run:
         )
         self._thread.start()
         atexit.register(self._at_exit)
+        _install_excepthook()
         self._sigterm_installed = _install_sigterm()
 
     # -- writing -------------------------------------------------------------------------------
@@ -244,18 +247,47 @@ class Run:
         with self._lock:
             if self.status != "running":
                 raise RuntimeError(f"run {self.id} has finished; log() after finish()")
+            # Ctrl+C or SIGTERM lands in the main thread, most often just after the write returns:
+            # the row is in metrics.jsonl but not yet in memory. The end of the run settles it, or
+            # the next log() when the program caught the interrupt and went on.
+            if self._pending is not None:
+                self._settle_pending()
+            self._pending = (row, line)
             self._append(line)
-            self.step, self.epoch = row["step"], row["epoch"]
-            for k, v in row.items():
-                if k in RESERVED_METRIC_KEYS:
-                    continue
-                self.last[k] = v
-                mode = self.best_modes.get(k)
-                if mode and v is not None:
-                    b = self.best.get(k)
-                    if b is None or (v > b["value"] if mode == "max" else v < b["value"]):
-                        self.best[k] = {"value": v, "step": row["step"], "epoch": row["epoch"], "mode": mode}
-            self._dirty = True
+            self._take(row)
+            self._pending = None
+
+    def _take(self, row: dict[str, Any]) -> None:
+        """Fold one written row into step, epoch, last and best (idempotent: a row settled twice
+        changes nothing)."""
+        self.step, self.epoch = row["step"], row["epoch"]
+        for k, v in row.items():
+            if k in RESERVED_METRIC_KEYS:
+                continue
+            self.last[k] = v
+            mode = self.best_modes.get(k)
+            if mode and v is not None:
+                b = self.best.get(k)
+                if b is None or (v > b["value"] if mode == "max" else v < b["value"]):
+                    self.best[k] = {"value": v, "step": row["step"], "epoch": row["epoch"], "mode": mode}
+        self._dirty = True
+
+    def _settle_pending(self) -> None:
+        """Fold in the row a signal interrupted log() on, when it reached metrics.jsonl (the file ends
+        with it), so metrics.json reflects every row written. Called under the lock at the end."""
+        pending, self._pending = self._pending, None
+        fd = self._fd
+        if pending is None or fd is None:
+            return
+        row, line = pending
+        try:  # the writing descriptor is append-only: read the file's end through its path
+            with open(self._jsonl_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                written = size >= len(line) and os.pread(f.fileno(), len(line), size - len(line)) == line
+        except OSError:
+            written = False
+        if written:
+            self._take(row)
 
     def finish(
         self,
@@ -295,6 +327,7 @@ class Run:
         with self._lock:
             if self.status != "running":
                 return
+            self._settle_pending()
             self.status = status
             self._close_jsonl()
             if self._rank_file:
@@ -481,12 +514,23 @@ class Run:
             return False
 
     def _at_exit(self) -> None:
-        # The interpreter is exiting without finish(): what was logged reaches metrics.json; the
-        # status stays running (readers show it stale), as a run that never said it ended.
+        # The interpreter is exiting without finish(). An uncaught exception (seen by the
+        # excepthook) ends the run failed, Ctrl+C or SIGTERM killed, as W&B and MLflow do. A plain
+        # exit keeps the status running (readers show it stale): the exit code is not known here.
         self._stop.set()
+        uncaught = _uncaught[-1] if _uncaught else None
+        if self.status == "running" and self.active and (uncaught is not None or _terminated):
+            if isinstance(uncaught, Terminated) or (uncaught is None and _terminated):
+                self.finish("killed", exit_code=143, signal_name="SIGTERM")
+            elif isinstance(uncaught, KeyboardInterrupt):
+                self.finish("killed", uncaught)
+            else:
+                self.finish("failed", uncaught)
+            return
         with self._lock:
             if self.status != "running" or not self.active:
                 return
+            self._settle_pending()
             if self._fd is not None:
                 self._try(os.fsync, self._fd)
             if not self._rank_file:
@@ -515,8 +559,31 @@ class Terminated(SystemExit):
     code is 143 (128 + SIGTERM), what the scheduler would have seen."""
 
 
+_uncaught: list[BaseException] = []
+"""The exception that ended the main thread, seen by :func:`_excepthook` (read at exit)."""
+_terminated = False
+"""True once SIGTERM arrived while a run was open (Terminated is a SystemExit: no excepthook)."""
+_previous_excepthook: list[Any] = []
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated(128 + signum)
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """Remember the uncaught exception for the runs still open at exit, then print it as before."""
+    _uncaught.append(exc)
+    previous = _previous_excepthook[0] if _previous_excepthook else sys.__excepthook__
+    previous(exc_type, exc, tb)
+
+
+def _install_excepthook() -> None:
+    """Chain :func:`_excepthook` before the program's hook, once per process."""
+    if sys.excepthook is not _excepthook:
+        _previous_excepthook[:] = [sys.excepthook]
+        sys.excepthook = _excepthook
 
 
 def _install_sigterm() -> bool:

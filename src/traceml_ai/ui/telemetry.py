@@ -199,7 +199,9 @@ class TelemetryViews:
         elif out["state"] == "none":  # an aggregator/ folder with nothing readable in it
             out["state"] = "missing"
             out["detail"] = f"no readable telemetry in {AGGREGATOR_DIR}/"
-        out["diagnoses"] = _diagnoses(final, live, watch=manifest is not None and manifest.mode == "watch")
+        code = None if manifest is None else manifest.exit_code
+        out["diagnoses"] = _diagnoses(final, live, watch=manifest is not None and manifest.mode == "watch",
+                                      exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
         out["ranks"] = _ranks(final, live)
         return out
 
@@ -374,10 +376,12 @@ def _rank_text(rank: int | None) -> str:
 # -- diagnoses and ranks -------------------------------------------------------------------------
 
 
-def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = False) -> dict[str, Any] | None:
+def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = False,
+               exit_code: int | None = None) -> dict[str, Any] | None:
     """The findings of final_summary.json, or (a live run, or no summary written) the rules run
     over the telemetry read now, marked ``source: "live"``. ``watch``: ``traceml watch`` made the
-    run (its manifest says so), whose verdict is "not judged"."""
+    run (its manifest says so), whose verdict is "not judged"; ``exit_code``: the training's, from the
+    manifest (a script that failed before its first step is said to have failed)."""
     if final is not None:
         summary, source = final, "final_summary"
     elif live is not None:
@@ -385,7 +389,7 @@ def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = Fal
     else:
         return None
     doc = summary.to_dict()
-    kind, text = verdict(summary, watch=watch)
+    kind, text = verdict(summary, watch=watch, exit_code=exit_code)
     return {
         "source": source,
         "generated_at": summary.generated_at,

@@ -18,10 +18,11 @@ CSV always show the same numbers.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict
 
 import numpy as np
@@ -741,7 +742,7 @@ def line_groups(
     for group in group_runs([run for run, _ in histories], group_by):
         mean = group_mean_by_step(group.label, (tails[r.key].series(metric) for r in group.runs))
         if mean.step.size:
-            out.append(replace(mean, keys=tuple(r.key for r in group.runs)))
+            out.append(dataclasses.replace(mean, keys=tuple(r.key for r in group.runs)))
     return out
 
 

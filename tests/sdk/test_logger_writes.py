@@ -315,7 +315,7 @@ def test_a_signal_in_the_middle_of_logging_leaves_the_summary_at_the_last_row(
     run = _folder(tmp_path / "runs")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     summary = _json(run / "metrics.json")
-    assert summary["step"] == rows[-1]["step"] > 200
+    assert summary["step"] == rows[-1]["step"] >= 200  # (200: the signal came before the next row)
     assert summary["last"]["loss"] == rows[-1]["loss"] == summary["best"]["loss"]["value"]
     meta = _json(run / "run.json")
     assert meta["status"] == "killed"

@@ -274,6 +274,25 @@ def test_table_export_names_latest_and_same_second_collisions(store: RunStore, c
     assert Path(path).read_bytes() != Path(latest).read_bytes()
 
 
+def test_a_table_export_is_written_row_by_row_as_to_csv_and_a_bad_column_makes_no_file(
+        store: RunStore, cache: CacheFolder) -> None:
+    # The export streams its rows (issue 16: 100,000 rows) and writes the bytes to_csv gives;
+    # latest.csv is its own file name: deleting the timestamped export leaves it whole.
+    from traceml_ai.runs.table import ColumnError, to_csv
+
+    runs = store.runs()
+    columns = ["name", "config.optim.lr", "run.best.val/auc", "tags"]
+    path, latest = cache.export_table_csv(runs, columns)
+    want = to_csv(runs, columns).encode("utf-8")
+    assert Path(path).read_bytes() == want
+    os.unlink(path)
+    assert Path(latest).read_bytes() == want
+    before = _files(Path(latest).parent)
+    with pytest.raises(ColumnError):
+        cache.export_table_csv(runs, ["name", "no.such.column"])
+    assert _files(Path(latest).parent) == before
+
+
 def test_pruning_keeps_the_20_newest_exports_and_never_touches_other_files(store: RunStore, tmp_path: Path) -> None:
     clock = Clock()
     cache = CacheFolder(tmp_path / ".cache", clock=clock)

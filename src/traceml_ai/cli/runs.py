@@ -48,8 +48,8 @@ from traceml_ai.runs.table import (
     parse_sort_arg,
     row_json,
     sort_runs,
-    to_csv,
     validate_column,
+    write_csv,
 )
 
 _MAX_WARNED_RUNS = 10
@@ -174,7 +174,7 @@ def ls(
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return
     if as_csv:
-        sys.stdout.write(to_csv(shown, cols, group_by=group_by, group_labels=labels, lead=columns is None))
+        write_csv(sys.stdout, shown, cols, group_by=group_by, group_labels=labels, lead=columns is None)
         return
     _print_table(shown, cols, group_by, groups, total=len(runs))
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter, itemgetter
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from traceml_ai.runs.model import RunSummary, Scalar
 from traceml_ai.runs.status import run_duration
@@ -741,19 +741,39 @@ def to_csv(
     Raises:
         ColumnError: a column name is invalid.
     """
+    buffer = io.StringIO()
+    write_csv(buffer, runs, columns, group_by=group_by, group_labels=group_labels, lead=lead)
+    return buffer.getvalue()
+
+
+def write_csv(
+    out: TextIO,
+    runs: Iterable[RunSummary],
+    columns: Sequence[str],
+    *,
+    group_by: str | None = None,
+    group_labels: Mapping[str, str] | None = None,
+    lead: bool = True,
+) -> int:
+    """Write :func:`to_csv`'s text to ``out`` row by row (a file opened with ``newline=""``, or
+    stdout): 100,000 rows never stand as one string (issue 16). Returns the number of rows.
+
+    Raises:
+        ColumnError: a column name is invalid (before anything is written).
+        OSError: ``out`` could not be written.
+    """
     header = csv_columns(columns, lead=lead)
     labels = group_labels or {}
     if group_by is not None:
         header.insert(len(CSV_LEAD_COLUMNS) if lead else 0, f"group:{validate_column(group_by)}")
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    getters = [None if column.startswith("group:") else cell_getter(column) for column in header]
+    writer = csv.writer(out)
     writer.writerow(header)
+    n = 0
     for run in runs:
-        writer.writerow(
-            [labels.get(run.key, "") if column.startswith("group:") else format_cell(cell(run, column))
-             for column in header]
-        )
-    return buffer.getvalue()
+        writer.writerow([labels.get(run.key, "") if get is None else format_cell(get(run)) for get in getters])
+        n += 1
+    return n
 
 
 def row_json(run: RunSummary, columns: Sequence[str]) -> dict[str, Any]:

@@ -25,16 +25,18 @@ PNG with a ``pHYs`` chunk of 300 DPI before they are written.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 import orjson
 
@@ -55,7 +57,7 @@ from traceml_ai.runs.rundb import (
 )
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 from traceml_ai.runs.store import NotFoundError
-from traceml_ai.runs.table import to_csv
+from traceml_ai.runs.table import csv_columns, write_csv
 from traceml_ai.runs.writer import atomic_write, iso_utc
 from traceml_ai.ui.cache_paths import default_cache_dir, slugify
 
@@ -473,11 +475,18 @@ class CacheFolder:
             ColumnError: an invalid column name.
             OSError: the file could not be written.
         """
-        data = to_csv(runs, columns).encode("utf-8")
+        csv_columns(columns)  # a bad column is refused before a file is made
         t = self.clock() if now is None else now
         folder = self._folder(EXPORTS_DIR)
-        path = _create_new(folder, lambda n: table_export_name(t, n), TABLE_EXPORT_RE, data)
-        self._write_fixed(LATEST_CSV, data, sub=EXPORTS_DIR)
+
+        def write(f: BinaryIO) -> None:  # row by row: 100,000 rows never stand in memory (issue 16)
+            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+            write_csv(text, runs, columns)
+            text.flush()
+            text.detach()  # the caller flushes, syncs and closes the file
+
+        path = _create_new(folder, lambda n: table_export_name(t, n), TABLE_EXPORT_RE, write)
+        self._link_fixed(LATEST_CSV, path, sub=EXPORTS_DIR)
         _prune(folder, TABLE_EXPORT_RE, KEEP_TABLE_EXPORTS)
         return path, os.path.join(folder, LATEST_CSV)
 
@@ -591,6 +600,25 @@ class CacheFolder:
             _unlink_quietly(tmp)
             raise
 
+    def _link_fixed(self, name: str, source: str, *, sub: str | None = None) -> None:
+        """Replace a fixed-name file atomically by the file ``source`` (a hard link under a temp
+        name, renamed over it; a copy where the file system has no links)."""
+        if name not in _FIXED_NAMES:
+            raise ValueError(f"not a cache file name: {name!r}")
+        folder = self._folder(sub)
+        fd, tmp = _temp_file(folder, name)
+        os.close(fd)
+        try:
+            try:
+                os.unlink(tmp)
+                os.link(source, tmp)
+            except OSError:
+                shutil.copyfile(source, tmp)
+            os.replace(tmp, os.path.join(folder, name))
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
     def _read_fixed(self, name: str, limit: int) -> bytes | None:
         """A fixed-name file's bytes; None when missing, not a regular file, or above ``limit``
         (with a warning for the last two)."""
@@ -647,9 +675,12 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def _create_new(folder: str, name_for: Callable[[int], str], pattern: re.Pattern[str], data: bytes) -> str:
+def _create_new(
+    folder: str, name_for: Callable[[int], str], pattern: re.Pattern[str], data: bytes | Callable[[BinaryIO], None]
+) -> str:
     """Create a new file with the first free name ``name_for(0)``, ``name_for(1)``, … (exclusive
-    create: never overwrites, never follows a planted symlink) and write ``data``; return its path."""
+    create: never overwrites, never follows a planted symlink) and write ``data`` (bytes, or a
+    function that writes the open file); return its path."""
     for n in range(1000):
         name = name_for(n)
         if not pattern.fullmatch(name) or os.sep in name:
@@ -661,7 +692,10 @@ def _create_new(folder: str, name_for: Callable[[int], str], pattern: re.Pattern
             continue
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if callable(data):
+                    data(f)
+                else:
+                    f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:

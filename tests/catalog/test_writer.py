@@ -63,8 +63,6 @@ def test_add_attachment_to_an_envelope(tmp_path: Path) -> None:
     (a,) = catalog.open([tmp_path]).list_run_attachments()
     assert (a.run_id, a.path, a.storage, a.source_namespace, a.metadata) == (
         "r", str(tmp_path / "traces" / "rank0.trace"), "reference", "nsys", {"tool": "nsys"})
-    with pytest.raises(EnvelopeError, match="already in this file"):
-        add_attachment(tmp_path / "stormlog_run.json", "trace", kind="profiler_trace", path="x")
     with pytest.raises(EnvelopeError, match="only for sidecar"):
         add_attachment(tmp_path, "other", kind="note", path="n", run_id="r")
 
@@ -205,3 +203,25 @@ def test_real_stormlog_reads_what_write_envelope_and_add_attachment_write(tmp_pa
         same_rows(ours(what, root)[0], theirs)
     kinds = [a["kind"] for a in stormlog_query("attachments", root)]
     assert sorted(kinds) == ["experiment", "link", "note", "profiler_trace"]
+
+
+def test_a_repeated_attachment_id_adds_a_second_attachment_as_stormlog_lists_both(tmp_path: Path) -> None:
+    """Attachment ids need not be unique (the 004 seed, docs/catalog.md): ``add_attachment`` with an
+    id already in the file adds a second item, and real ``stormlog query`` lists both, as TraceML does."""
+    from tests.catalog.stormlog_real import require_stormlog, same_rows, stormlog_query
+    from tests.catalog.stormlog_real import traceml_query as ours
+
+    require_stormlog()
+    root = tmp_path.resolve()
+    write_envelope(root / "run", "r")
+    add_attachment(root / "run", "trace", kind="profiler_trace", path="rank0.trace")
+    add_attachment(root / "run", "trace", kind="profiler_trace", path="rank1.trace")
+    add_attachment(root / "notes", "n", kind="note", url="https://example.org/1", run_id="r")
+    add_attachment(root / "notes", "n", kind="note", url="https://example.org/2", run_id="r")
+    theirs = stormlog_query("attachments", root)
+    assert sorted(a["path"] or a["url"] for a in theirs if a["attachment_id"] in ("trace", "n")) == sorted([
+        "https://example.org/1", "https://example.org/2", str(root / "run" / "rank0.trace"),
+        str(root / "run" / "rank1.trace")])
+    rows, stderr = ours("attachments", root)
+    same_rows(rows, theirs)
+    assert "warning" not in stderr

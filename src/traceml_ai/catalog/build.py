@@ -523,10 +523,10 @@ class _Builder:
                 continue
             for fld, message in fact["problems"]:
                 tail = "" if fact["read"] else "; sidecar not read"
-                self.warn(path, fld or None, f"{message} (v1 schema){tail}", "invalid_sidecar")
+                self.warn(path, fld or None, f"{_v1(message)}{tail}", "invalid_sidecar")
             for _i, fld, message, kept in fact["item_problems"]:
                 tail = "; kept, as Stormlog reads it anyway" if kept else "; attachment rejected"
-                self.warn(path, fld, f"{message} (v1 schema){tail}", "invalid_sidecar_item")
+                self.warn(path, fld, f"{_v1(message)}{tail}", "invalid_sidecar_item")
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -597,3 +597,8 @@ def build(found: Found) -> Catalog:
     b.explicit_runs()
     b.implicit_runs()
     return b.catalog()
+
+
+def _v1(message: str) -> str:
+    """A sidecar problem with its source said once: ``(v1 schema)`` unless the message names it."""
+    return message if "v1 schema" in message else f"{message} (v1 schema)"

@@ -280,6 +280,8 @@ def _json_file(path: str) -> list[LoadedSession]:
     doc = loads(_read(path))
     summaries = None
     if isinstance(doc, list):
+        if not doc:  # Stormlog skips it silently; a user wants to hear of it
+            raise _Bad("is an empty list: holds no telemetry events")
         records = doc
     elif isinstance(doc, dict):
         if isinstance(doc.get("events"), list):

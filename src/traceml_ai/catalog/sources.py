@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import uuid
@@ -121,7 +122,10 @@ def _load_json(path: str, limit: int = MAX_SMALL_FILE_BYTES) -> tuple[Any, str |
 
 
 def _json(value: Any) -> str:
-    """A value as messages show it: JSON (``null``, ``"zero"``), cut at 60 characters."""
+    """A value as messages show it: JSON (``null``, ``"zero"``), cut at 60 characters; a NaN or
+    infinity is ``NaN`` / ``Infinity``, as the file holds it (never ``null``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     text = orjson.dumps(value, default=str).decode()
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -154,6 +158,8 @@ def read_sidecar(path: str) -> Fact:
     for i, item in enumerate(doc["attachments"]):
         read = sidecar_item_read(item)
         for p in item_problems.get(i, []):
+            if read is not None and p.field == f"attachments[{i}].metadata" and p.message == "is required":
+                continue  # Stormlog reads a missing metadata as {} without a word (its own example omits it)
             fact["item_problems"].append([i, p.field, p.message, read is not None])
         if read is None:
             if i not in item_problems:
@@ -166,51 +172,62 @@ def read_sidecar(path: str) -> Fact:
 
 # -- session summaries (Stormlog's session ledger entries) ---------------------------------------
 
-def _int(value: Any) -> int:
+def _int(value: Any, field: str) -> int:
     """``int(value)`` as Stormlog coerces ledger numbers (floats and numeric strings included).
 
     Raises:
-        ValueError: not a number.
+        ValueError: not a number (the message names ``field`` and shows the value, ``NaN`` as NaN).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{_json(value)} is not a number")
+        raise ValueError(f"{field}\0is {_json(value)}, not a number")
     try:
         return int(value)
     except (ValueError, OverflowError):
-        raise ValueError(f"{_json(value)} is not a number") from None
+        raise ValueError(f"{field}\0is {_json(value)}, not a whole number") from None
+
+
+def summary_problem(raw: Any) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """Like :func:`summary_from_dict`, with the field apart: ``(summary, None, None)``, or
+    ``(None, field, reason)`` (``field`` None when the entry is not an object at all)."""
+    if not isinstance(raw, Mapping):
+        return None, None, "is not a JSON object"
+    sid = raw.get("session_id")
+    if not isinstance(sid, str) or not sid.strip():
+        return None, "session_id", f"is {_json(sid)}, not a non-empty string"
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        return None, "source", f"is {_json(source)}, not a non-empty string"
+    status = raw.get("status")
+    if not isinstance(status, str) or status.strip().lower() not in SESSION_STATUSES:
+        return None, "status", f"is {_json(status)}, not one of {', '.join(SESSION_STATUSES)}"
+    host = raw.get("host")
+    try:
+        if raw.get("started_at_ns") is None:
+            return None, "started_at_ns", "is missing or null"
+        started = _int(raw["started_at_ns"], "started_at_ns")
+        ended = None if raw.get("ended_at_ns") is None else _int(raw["ended_at_ns"], "ended_at_ns")
+        if not isinstance(host, str) or not host.strip():
+            return None, "host", f"is {_json(host)}, not a non-empty string"
+        summary = {
+            "session_id": sid, "status": status.strip().lower(), "started_at_ns": started, "ended_at_ns": ended,
+            "host": host, "pid": _int(raw.get("pid", -1), "pid"), "job_id": raw.get("job_id"),
+            "rank": _int(raw.get("rank", 0), "rank"), "local_rank": _int(raw.get("local_rank", 0), "local_rank"),
+            "world_size": max(1, _int(raw.get("world_size", 1), "world_size")), "source": source,
+        }
+    except ValueError as exc:
+        field, _, reason = str(exc).partition("\0")
+        return None, field, reason
+    return summary, None, None
 
 
 def summary_from_dict(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """A session summary as Stormlog's ``session_summary_from_dict`` takes one: ``(summary, None)``,
-    or ``(None, reason)`` when Stormlog would reject it (and skip the ledger entry)."""
-    if not isinstance(raw, Mapping):
-        return None, "is not a JSON object"
-    sid = raw.get("session_id")
-    if not isinstance(sid, str) or not sid.strip():
-        return None, "session_id must be a non-empty string"
-    source = raw.get("source")
-    if not isinstance(source, str) or not source.strip():
-        return None, "source must be a non-empty string"
-    status = raw.get("status")
-    if not isinstance(status, str) or status.strip().lower() not in SESSION_STATUSES:
-        return None, f"status {_json(status)} is not one of {', '.join(SESSION_STATUSES)}"
-    host = raw.get("host")
-    try:
-        if raw.get("started_at_ns") is None:
-            return None, "started_at_ns must be present"
-        started = _int(raw["started_at_ns"])
-        ended = None if raw.get("ended_at_ns") is None else _int(raw["ended_at_ns"])
-        if not isinstance(host, str) or not host.strip():
-            return None, "host must be a non-empty string"
-        summary = {
-            "session_id": sid, "status": status.strip().lower(), "started_at_ns": started, "ended_at_ns": ended,
-            "host": host, "pid": _int(raw.get("pid", -1)), "job_id": raw.get("job_id"),
-            "rank": _int(raw.get("rank", 0)), "local_rank": _int(raw.get("local_rank", 0)),
-            "world_size": max(1, _int(raw.get("world_size", 1))), "source": source,
-        }
-    except ValueError as exc:
-        return None, str(exc)
-    return summary, None
+    or ``(None, reason)`` when Stormlog would reject it (and skip the ledger entry); the reason
+    names the field (``started_at_ns is NaN, not a whole number``)."""
+    summary, field, reason = summary_problem(raw)
+    if summary is not None:
+        return summary, None
+    return None, f"{field} {reason}" if field else reason
 
 
 def _text(value: Any) -> str | None:
@@ -279,7 +296,7 @@ def read_manifest(path: str) -> Fact:
 
 def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
     try:
-        version = _int(doc.get("schema_version", 1))
+        version = _int(doc.get("schema_version", 1), "schema_version")
     except ValueError:
         version = 1
     sessions: list[dict[str, Any]] = []
@@ -292,9 +309,10 @@ def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
                          "the segments' events"])
     if version >= 2 and isinstance(raw_sessions, list):
         for i, entry in enumerate(raw_sessions):
-            summary, why = summary_from_dict(entry)
+            summary, fld, why = summary_problem(entry)
             if summary is None:
-                problems.append([f"sessions[{i}]", f"{why}; this ledger entry is skipped"])
+                where = f"sessions[{i}].{fld}" if fld else f"sessions[{i}]"
+                problems.append([where, f"{why}; this ledger entry is skipped (as Stormlog)"])
             else:
                 sessions.append(summary)
     segments: list[dict[str, Any]] = []
@@ -555,7 +573,7 @@ def _event(record: Any, default_session_id: str) -> dict[str, Any]:
     meta_raw = record.get("metadata")
     if "schema_version" in record:
         try:
-            version = _int(record["schema_version"])
+            version = _int(record["schema_version"], "schema_version")
         except ValueError:
             raise _Bad("schema_version is not a number") from None
         if version not in (2, 3, 4):
@@ -570,9 +588,9 @@ def _event(record: Any, default_session_id: str) -> dict[str, Any]:
         if not isinstance(host, str) or not host:
             raise _Bad("host must be a non-empty string")
         try:
-            ts, pid = _int(record["timestamp_ns"]), _int(record["pid"])
+            ts, pid = _int(record["timestamp_ns"], "timestamp_ns"), _int(record["pid"], "pid")
         except ValueError as exc:
-            raise _Bad(str(exc)) from None
+            raise _Bad(str(exc).replace("\0", " ")) from None
         event_type = record["event_type"]
         if not isinstance(event_type, str) or not event_type:
             raise _Bad("event_type must be a non-empty string")
@@ -682,6 +700,8 @@ def read_telemetry(path: str, kind: str) -> Fact:
         doc = loads(data)
         summaries = None
         if isinstance(doc, list):
+            if not doc:  # Stormlog skips it silently; a user wants to hear of it
+                raise _Bad("is an empty list: holds no telemetry events")
             records = doc
         elif isinstance(doc, dict):
             if isinstance(doc.get("events"), list):

@@ -268,7 +268,8 @@ def add_attachment(
     envelope when it holds one, else its sidecar (created when missing). ``path`` is relative to that file's folder (or
     absolute); ``url`` is recorded, never fetched. ``run_id`` is only for sidecars. ``title``
     defaults to ``attachment_id``, else ``kind`` (Stormlog requires one); ``attachment_id`` is
-    optional, as in Stormlog, but unique in its file when given; ``storage`` may be None in a
+    optional and need not be unique, as in Stormlog (which lists every item, repeats included);
+    adding the same id twice adds two attachments; ``storage`` may be None in a
     sidecar (read as ``reference``).
 
     Values are checked as in :func:`write_envelope`: a value JSON cannot hold is refused, naming
@@ -276,7 +277,7 @@ def add_attachment(
 
     Raises:
         EnvelopeError: an argument has the wrong type, the attachment or the resulting file would
-            not be valid, ``attachment_id`` is already used in that file, the existing file is not
+            not be valid, the existing file is not
             valid JSON, or ``target`` names a ``.json`` file other than the two catalog files;
             nothing is written.
         NotADirectoryError, IsADirectoryError: as for :func:`write_envelope`.
@@ -323,9 +324,6 @@ def add_attachment(
     if not isinstance(doc, dict) or not isinstance(doc.get("attachments", []), list):
         raise EnvelopeError(file, [Problem("attachments", "the existing file has no attachments list")])
     attachments = doc.setdefault("attachments", [])
-    if attachment_id is not None and any(isinstance(a, dict) and a.get("attachment_id") == attachment_id
-                                         for a in attachments):
-        raise EnvelopeError(file, [Problem("attachment_id", f"{_describe(attachment_id)} is already in this file")])
     attachments.append(item)
     if is_envelope:
         doc["updated_at_utc"] = iso_utc(time.time())

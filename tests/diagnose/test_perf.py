@@ -49,6 +49,30 @@ def test_an_input_stall_run_has_its_dataloader_share_and_verdict(tmp_path: Path)
     assert set(facts) <= set(PERF_KEYS)
 
 
+@pytest.mark.parametrize(("spec", "expected"), [
+    (RunSpec(steps=80), "healthy"),  # compute-bound: an info finding only
+    (RunSpec(steps=80, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: 40.0}), "findings"),
+], ids=["info-only", "warning"])
+def test_the_verdict_column_says_what_traceml_summary_says(tmp_path: Path, spec: RunSpec, expected: str) -> None:
+    # Issue 14 review: the table showed an info finding's kind (cpu_pressure, compute_bound) where
+    # `traceml summary` printed "no bottleneck found" for the same run.
+    from traceml_ai.diagnose.summary import read_final_summary, verdict
+
+    doc = captured(tmp_path / "run", spec)
+    facts, _ = read_perf_facts(tmp_path / "run")
+    summary = read_final_summary(tmp_path / "run")
+    assert summary is not None
+    kind, _text = verdict(summary)
+    assert kind == expected
+    findings = doc["findings"]
+    assert isinstance(findings, list) and findings  # both runs have a finding, info or worse
+    if kind == "healthy":
+        assert facts["verdict"] == "healthy" and facts["severity"] == "info"
+    else:
+        assert kind == "findings"
+        assert facts["verdict"] == next(f["kind"] for f in findings if f["severity"] in ("warning", "critical"))
+
+
 def test_a_straggler_run_names_its_rank_and_skew(tmp_path: Path) -> None:
     run_dir = tmp_path / "straggler"
     doc = captured(run_dir, RunSpec(ranks=2, steps=100,
@@ -340,7 +364,7 @@ def test_a_run_whose_aggregator_is_still_writing_its_verdict_is_pending_not_with
     store.poll()
     join_perf(store, index, only=[*store.unfinished(), *index.pending()])
     (summary,) = store.runs()
-    assert summary.perf["telemetry"] == "ok" and summary.perf["verdict"] == "compute_bound"
+    assert summary.perf["telemetry"] == "ok" and summary.perf["verdict"] == "healthy"  # (compute_bound is info)
     assert not aggregator_finalizing(run)
     answer = TelemetryViews().payload(summary)
     assert answer["live"] is False and answer["finalizing"] is False

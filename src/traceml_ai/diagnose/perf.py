@@ -27,9 +27,10 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
                          summary: :func:`aggregator_finalizing`) / ``no_summary`` (the run ended, or went stale, without
                          writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
                          wrote). Every captured run has it; its presence marks a run as captured.
-``verdict``              the top finding's kind (``input_bound``, ``straggler``, ...), ``healthy``
-                         when a step-time rule judged and found nothing, ``not_judged`` when none
-                         could (0 steps timed: no ``trace_step``, a ``watch`` run)
+``verdict``              ``traceml summary``'s verdict: the top warning or critical finding's kind
+                         (``input_bound``, ``straggler``, ...), ``healthy`` when a step-time rule
+                         judged and found nothing worse than info, ``not_judged`` when none could
+                         (0 steps timed: no ``trace_step``, a ``watch`` run)
 ``severity``             the top finding's severity (``info`` / ``warning`` / ``critical``)
 ``findings``             how many findings
 ``steps``                distinct steps seen
@@ -135,12 +136,15 @@ def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> 
     out: dict[str, PerfValue] = {"telemetry": telemetry_state(facts, lost=lost)}
     findings = facts.findings
     out["findings"] = len(findings)
-    if findings:
-        top = findings[0]
-        if top.kind is not None:
-            out["verdict"] = top.kind
-        if top.severity is not None:
-            out["severity"] = top.severity
+    if findings and findings[0].severity is not None:
+        out["severity"] = findings[0].severity
+    # The verdict is traceml summary's: a warning or critical finding names it; info findings
+    # alone leave a judged run healthy (issue 14 review: the table said cpu_pressure where the
+    # summary said "no bottleneck found").
+    serious = [f for f in findings if f.severity in ("warning", "critical")]
+    if serious:
+        if serious[0].kind is not None:
+            out["verdict"] = serious[0].kind
     elif facts.steps.seen and any(r in STEP_RULES for r in facts.rules_checked):
         out["verdict"] = "healthy"
     elif facts.telemetry.status in ("ok", "degraded"):

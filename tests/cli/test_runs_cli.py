@@ -419,3 +419,21 @@ def test_ls_a_word_compared_for_equality_with_a_number_column_is_bad_usage(fake_
     assert proc.returncode == 2 and "so it would match every run" in proc.stderr
     proc = run_traceml("runs", "ls", str(fake_root), "--filter", "name=abc", "--json")  # text column: fine
     assert proc.returncode == 0 and proc.stdout == ""
+
+
+@pytest.mark.parametrize("fmt", [["--json"], ["--csv"], []], ids=["json", "csv", "table"])
+def test_a_reader_that_stops_reading_ends_the_listing_quietly(tmp_path: Path, fmt: list[str]) -> None:
+    # Issue 14 review: `traceml runs ls --json | head -1` printed "error: [Errno 32] Broken pipe"
+    # and exited 1. Enough runs that the output outgrows the pipe, then the reader goes.
+    import subprocess
+    import sys
+
+    generate(tmp_path / "runs", runs=300, seed=3)
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "traceml_ai", "runs", "ls", str(tmp_path / "runs"), *fmt],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert b"Broken pipe" not in err and b"error" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -36,6 +37,7 @@ def _console(name: str) -> Console:
         from rich.console import Console
 
         stdout = Console(highlight=False, soft_wrap=False)
+        stdout.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]  # Rich's exits 1
         if not stdout.is_terminal and "COLUMNS" not in os.environ:
             stdout.width = 200  # logs and pipes: no need to squeeze tables into 80 columns
         made["out"] = stdout
@@ -83,6 +85,20 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _on_broken_pipe() -> None:
+    raise reader_gone()
+
+
+def reader_gone() -> typer.Exit:
+    """The Exit for a reader that stopped reading (``traceml runs ls --json | head -1``): exit code
+    0 and no "Broken pipe" line, as ``git log | head`` ends. stdout is pointed at /dev/null first,
+    so the flush at exit has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return typer.Exit(0)
+
+
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn user-causable errors into one stderr line and exit code 1, or 2 for a bad flag or setting
     value (DESIGN §7; a traceback with --debug).
@@ -97,6 +113,8 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            raise reader_gone() from None
         except (UserError, SettingsError, ValueError, NotFoundError, OSError) as e:
             if DEBUG["on"]:
                 raise

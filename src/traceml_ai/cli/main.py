@@ -9,6 +9,7 @@ Rich help panels cost more to import than the rest of the command line together)
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -227,5 +228,17 @@ def _root(
 
 
 def main() -> None:
-    """Console-script entry point (also ``python -m traceml_ai``)."""
-    app(prog_name="traceml")
+    """Console-script entry point (also ``python -m traceml_ai``).
+
+    A reader that stops reading (``traceml runs ls --json | head -1``) ends the command quietly
+    with exit code 0, as ``git log | head`` does, not with a "Broken pipe" error."""
+    try:
+        try:
+            app(prog_name="traceml")
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:  # the last flush, after the command returned
+        from traceml_ai.cli.common import reader_gone
+
+        reader_gone()
+        sys.exit(0)

@@ -195,3 +195,18 @@ def test_the_viewers_first_table_from_its_run_database_loads_no_chart_or_catalog
     assert not {"numpy", "matplotlib", "jsonschema"} & {m.split(".")[0] for m in modules}
     assert not {m for m in modules if m.startswith(("traceml_ai.catalog", "traceml_ai.ui.png",
                                                      "traceml_ai.runs.analysis"))}
+
+
+@pytest.mark.parametrize("command", ["ui", "plot"])
+def test_the_cache_dir_help_names_the_folder_the_command_uses(tmp_path: Path, command: str) -> None:
+    # Issue 14 review: the help said ".cache beside the first root", an older TraceML's place.
+    from traceml_ai.ui.cache_paths import default_cache_dir
+
+    done = run_traceml(command, "--help", env={"COLUMNS": "300"})
+    assert done.returncode == 0
+    line = next(x for x in done.stdout.splitlines() if "--cache-dir" in x)
+    assert "traceml/.cache for the root traceml/runs" in line and "beside the first" not in line
+    root = tmp_path / "traceml" / "runs"
+    assert default_cache_dir([root], None) == str(tmp_path / "traceml" / ".cache")
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    assert default_cache_dir([tmp_path / "elsewhere"], None).startswith(os.path.join(home, "traceml", "elsewhere-"))

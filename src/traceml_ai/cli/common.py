@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import typer
 
@@ -44,6 +44,10 @@ def _console(name: str) -> Console:
         made["err"] = Console(stderr=True, highlight=False, soft_wrap=True)
     console: Console = made[name]
     return console
+
+CACHE_DIR_HELP: Final = ("Cache folder (default: traceml/.cache for the root traceml/runs, else "
+                         "~/.cache/traceml/<root name>-<hash of the roots>).")
+"""The ``--cache-dir`` help of the commands that write into it (ui.cache_paths.default_cache_dir)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -12,7 +12,7 @@ from typing import Annotated, Final, cast
 import typer
 from rich.markup import escape
 
-from traceml_ai.cli.common import UsageError, UserError, err, one_line_errors, out, printable, settings
+from traceml_ai.cli.common import CACHE_DIR_HELP, UsageError, UserError, err, one_line_errors, out, printable, settings
 from traceml_ai.cli.runs import open_store
 from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
@@ -87,7 +87,7 @@ def plot(
         list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")
     ] = None,
     cache_dir: Annotated[
-        str | None, typer.Option("--cache-dir", help="Where to save (default: .cache beside the first runs folder).")
+        str | None, typer.Option("--cache-dir", help=CACHE_DIR_HELP.replace("Cache folder", "Where to save"))
     ] = None,
 ) -> None:
     """Save a chart of metric histories into the cache folder and print its path.

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from traceml_ai.cli.common import UserError, err, one_line_errors, out, roots_or_default, settings
+from traceml_ai.cli.common import CACHE_DIR_HELP, UserError, err, one_line_errors, out, roots_or_default, settings
 from traceml_ai.runs.discovery import NoRootError, list_runs, resolve_roots
 
 
@@ -24,7 +24,7 @@ def ui(
     ] = None,
     no_browser: Annotated[bool, typer.Option("--no-browser", help="Print the URL, do not open a browser.")] = False,
     cache_dir: Annotated[
-        str | None, typer.Option(help="Cache folder (default: .cache beside the first root).")
+        str | None, typer.Option(help=CACHE_DIR_HELP)
     ] = None,
     refresh_interval_seconds: Annotated[
         float | None, typer.Option(help="How often running runs are re-read while a page is open.")

@@ -211,10 +211,13 @@ def test_bad_arguments_raise_clear_errors(tmp_path: Path) -> None:
     with traceml_ai.Run(tmp_path, "ok") as run:
         with pytest.raises(TypeError, match="train/loss"):
             run.log(0, {"train/loss": "high"})
+        run.log(0, {"converged": True, "diverged": False})  # a bool is 1 or 0 (issue 14 review)
         with pytest.raises(ValueError, match="not a metric name"):
             run.log(0, {"step": 3})
     with pytest.raises(RuntimeError, match="finished"):
         run.log(1, {"train/loss": 1.0})
+    (row,) = [json.loads(line) for line in next(tmp_path.glob("*_ok_*/metrics.jsonl")).read_text().splitlines()]
+    assert row["converged"] == 1.0 and row["diverged"] == 0.0
 
 
 def test_sigterm_marks_killed_like_a_scheduler_stop(tmp_path: Path) -> None:

@@ -129,14 +129,18 @@ def dump_json(value: Any) -> bytes:
 
 
 def metric_value(v: Any) -> float | None:
-    """A metric as written to disk: a finite float, or None for None / NaN / ±inf (a gap).
+    """A metric as written to disk: a finite float, or None for None / NaN / ±inf (a gap). A bool
+    is 1.0 or 0.0, as numpy's ``np.bool_`` and a 0-d tensor of bools already were (W&B and MLflow
+    take ``True`` as a metric too).
 
     Raises:
         TypeError, ValueError: ``v`` is not a number (strings, lists...) -- metrics must be numbers.
     """
     if v is None:
         return None
-    if isinstance(v, (bool, str, bytes)):
+    if v is True or v is False:
+        return float(v)
+    if isinstance(v, (str, bytes)):
         raise TypeError(f"a metric value must be a number or None, not {type(v).__name__}")
     f = float(v)  # ints, floats, numpy scalars, 0-d tensors
     return f if math.isfinite(f) else None

@@ -221,7 +221,8 @@ class Run:
 
         Args:
             step: the epoch-level step (the x axis); ``epoch`` defaults to it.
-            metrics: ``{name: number | None}``; NaN and ±inf are written as null (a gap).
+            metrics: ``{name: number | bool | None}``; NaN and ±inf are written as null (a gap),
+                a bool as 1.0 or 0.0.
                 Prefix names (``train/``, ``val/``, ``test/``, ``sys/``) to group them.
 
         Raises:

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import run_traceml
 from traceml_ai.diagnose.summary import Summary
 from traceml_ai.diagnose.summary import verdict as summary_verdict
@@ -211,3 +213,19 @@ def test_a_script_that_fails_before_its_first_step_is_said_to_have_failed(tmp_pa
     (tmp_path / "crash.py").write_text("raise RuntimeError('no data')\n")
     proc = run_traceml("run", "--logs-dir", str(tmp_path / "runs"), "crash.py", cwd=tmp_path)
     assert proc.returncode == 1 and "the script failed (exit code 1) before its first step" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["", "   ", "a/b"])
+def test_a_blank_or_bad_run_name_is_refused_before_the_script_starts(tmp_path: Path, name: str) -> None:
+    # Issue 14 review: `--name ""` was taken as no name (the script's) and `--name "   "` made a run
+    # with a blank name in the table; the logger already refused ''.
+    import traceml_ai
+
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').write('yes')\n")
+    done = run_traceml("run", "--name", name, "--logs-dir", str(tmp_path / "runs"), str(script), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "--name" in done.stderr and "must be 1-100 characters" in done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
+    with pytest.raises(ValueError, match="not blank"):
+        traceml_ai.Run(tmp_path / "runs", name)

@@ -275,6 +275,13 @@ def _launch_command(
     view_mode = _mode(mode)
     st = settings(logs_dir=logs_dir, run_name=name, interval=interval, exporter=exporter,
                   export_streams=export_streams, exporter_hostname=exporter_hostname)
+    if st.run_name is not None:  # a blank --name was taken as none (issue 14 review): refuse it here
+        from traceml_ai.runs.writer import check_run_name
+
+        try:
+            check_run_name(st.run_name)
+        except ValueError as err:
+            raise UsageError(f"--name: {err}") from None
     watching = mode_name == "watch"  # watch has no exporter and ignores the export settings (000 seed)
     options = LaunchOptions(
         script=script, module=module, args=list(args or []), mode="watch" if watching else "run",

@@ -26,6 +26,20 @@ def iso_utc(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def check_run_name(name: str) -> None:
+    """Refuse a run name the run format cannot hold (the rule :func:`make_run_id` applies).
+
+    Raises:
+        ValueError: ``name`` is empty or only whitespace, longer than 100 characters, ``.`` or
+            ``..``, or holds a path separator or a control character (newline, tab, ...).
+    """
+    if not name.strip() or len(name) > 100 or name in (".", "..") or _BAD_NAME_CHARS.search(name):
+        raise ValueError(
+            f"run name {name!r} must be 1-100 characters, not blank, '.' or '..', without path separators or "
+            "control characters"
+        )
+
+
 def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
     """Return ``<YYYYMMDD-HHMMSS>_<slug>_<hex4>`` for Unix seconds ``t`` (UTC).
 
@@ -33,14 +47,9 @@ def make_run_id(name: str, t: float, hex4: str | None = None) -> str:
     never hold spaces or shell characters; the name itself is kept unchanged in run.json.
 
     Raises:
-        ValueError: ``name`` is empty, longer than 100 characters, or holds a path separator or a
-            control character (newline, tab, ...).
+        ValueError: ``name`` is refused by :func:`check_run_name`.
     """
-    if not name or len(name) > 100 or name in (".", "..") or _BAD_NAME_CHARS.search(name):
-        raise ValueError(
-            f"run name {name!r} must be 1-100 characters, not '.' or '..', without path separators or "
-            "control characters"
-        )
+    check_run_name(name)
     stamp = datetime.fromtimestamp(t, timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}_{folder_slug(name)}_{hex4 or secrets.token_hex(2)}"
     if not RUN_ID_RE.match(run_id):

@@ -156,7 +156,10 @@ def test_deliberate_difference_traceml_warns_where_stormlog_is_silent(root: Path
     with their field, the session an envelope names that is not on disk, the unresolved item."""
     _, stderr = traceml_query("runs", root)
     for path, _message in stormlog_warnings(root):
-        if path != "<run-catalog>":
+        # A diagnose bundle's telemetry_timeline.json with no events is an empty timeline, not a
+        # fault: Stormlog warns that it failed to load; TraceML deliberately stays silent
+        # (docs/catalog.md, Differences: "diagnose timeline").
+        if path != "<run-catalog>" and not path.endswith("telemetry_timeline.json"):
             assert path in stderr
     for needle in ("env/bad/stormlog_run.json: sessions[0].status", "env/future/stormlog_run.json: schema_version",
                    "env/notjson/stormlog_run.json", "env/dup1/stormlog_run.json: run_id",

@@ -14,6 +14,8 @@ import pytest
 import traceml_ai.catalog as catalog
 from tests.catalog.stormlog_real import (
     T0,
+    gpumemprof,
+    record,
     require_stormlog,
     same_rows,
     sink_session,
@@ -125,3 +127,175 @@ def test_deliberate_difference_open_takes_a_str_or_path_as_one_path(tmp_path: Pa
     with pytest.raises(TypeError):
         stormlog.query.open(Path("ab"))  # type: ignore[arg-type]
     assert os.getcwd() == str(root)
+
+
+# -- the second review: segments alone, stray manifests, bundles, envelope warnings, add_attachment ---
+
+def test_a_segment_given_alone_takes_its_lifecycle_from_the_ledger_beside_it(tmp_path: Path) -> None:
+    """``traceml query sessions sink/segment-000001.jsonl``: the session's status, start, end and
+    source come from the sink's ``manifest.json`` beside it, as in Stormlog (not ``incomplete`` and
+    the first event's time, as for a loose JSONL file)."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    segment = root / "sink" / "segment-000001.jsonl"
+    for what in ("runs", "sessions", "attachments"):
+        same_rows(traceml_query(what, segment)[0], stormlog_query(what, segment))
+    (row,), stderr = traceml_query("sessions", segment)
+    assert (row["status"], row["started_at_ns"], row["source"]) == ("completed", T0, "stormlog.cpu_profiler")
+    assert row["ended_at_ns"] is not None and _warnings(stderr) == []
+
+
+def test_deliberate_difference_a_segment_alone_lists_only_the_sessions_it_holds(tmp_path: Path) -> None:
+    """A reused sink's first segment given alone: Stormlog lists both ledger sessions from it (the
+    second with 0 events, though its events are in the second segment); TraceML lists only the one
+    the segment holds, with Stormlog's row for it (docs/catalog.md, "Differences")."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    sink_session(root / "sink", "s2", T0 + 100, events=2)
+    segment = root / "sink" / "segment-000001.jsonl"
+    theirs = stormlog_query("sessions", segment)
+    assert sorted((r["session_id"], r["event_count"]) for r in theirs) == [("s1", 3), ("s2", 0)]
+    same_rows(traceml_query("sessions", segment)[0], [r for r in theirs if r["session_id"] == "s1"])
+    for what in ("runs", "attachments"):
+        same_rows(traceml_query(what, segment)[0],
+                  [r for r in stormlog_query(what, segment) if r["run_id"] == "session:s1"])
+
+
+def test_manifests_of_no_stormlog_shape_are_named_and_another_programs_is_not(tmp_path: Path) -> None:
+    """``{}``, ``[]``, an unknown ``stormlog.`` format and half an OOM manifest inside a root are
+    read by neither tool; Stormlog says nothing, TraceML names each file and why. A web app's
+    ``manifest.json`` is passed over by both, without a word."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    write_json(root / "a" / "manifest.json", {})
+    write_json(root / "b" / "manifest.json", [])
+    write_json(root / "c" / "manifest.json", {"format": "stormlog.something_else"})
+    write_json(root / "d" / "manifest.json", {"bundle_name": "oom_dump_x", "reason": "oom"})
+    write_json(root / "web" / "manifest.json", {"name": "My App", "icons": [], "start_url": "/"})
+    for what in ("runs", "sessions", "attachments"):
+        same_rows(traceml_query(what, root)[0], stormlog_query(what, root))
+    assert stormlog_warnings(root) == []
+    _, stderr = traceml_query("sessions", root)
+    named = {Path(w.removeprefix("warning: ").split(": ")[0]).parent.name: w for w in _warnings(stderr)}
+    assert sorted(named) == ["a", "b", "c", "d"]
+    assert "empty JSON object" in named["a"] and "empty list, not a JSON object" in named["b"]
+    assert "'stormlog.something_else'" in named["c"] and "lacks backend, event_count of an OOM bundle" in named["d"]
+
+
+def test_deliberate_difference_a_diagnose_bundles_timeline_is_part_of_the_bundle(tmp_path: Path) -> None:
+    """``gpumemprof diagnose`` writes ``telemetry_timeline.json`` (a timeline, not events) and lists
+    it in its manifest: Stormlog records ``load failed`` for it; TraceML reads it as part of the
+    bundle, with no warning. The rows are the same."""
+    root = tmp_path.resolve()
+    gpumemprof("diagnose", "--output", str(root / "diag"), "--duration", "1", "--interval", "0.5")
+    assert [Path(p).name for p, _ in stormlog_warnings(root)] == ["telemetry_timeline.json"]
+    for what in ("runs", "sessions", "attachments", "events"):
+        rows, stderr = traceml_query(what, root)
+        same_rows(rows, stormlog_query(what, root))
+        assert _warnings(stderr) == [], what
+
+
+def test_a_bundle_without_a_session_is_listed_as_an_oom_and_reported(tmp_path: Path) -> None:
+    """An OOM bundle dumped without a session summary names no session: both tools list it under
+    ``query ooms`` and in no run; TraceML says so (``unattached_bundle``)."""
+    from stormlog.oom_flight_recorder import OOMFlightRecorder, OOMFlightRecorderConfig
+
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    recorder = OOMFlightRecorder(OOMFlightRecorderConfig(enabled=True, dump_dir=str(root / "ooms")),
+                                 system_info_provider=lambda: {"platform": "test"})
+    recorder.record_event(record("s-x", T0 + 5))
+    assert recorder.dump(reason="oom", exception=MemoryError("out of memory"), context="step 3", backend="cpu")
+    for what in ("runs", "sessions", "attachments", "ooms"):
+        same_rows(traceml_query(what, root)[0], stormlog_query(what, root))
+    assert len(stormlog_query("ooms", root)) == 1
+    _, stderr = traceml_query("runs", root)
+    (line,) = _warnings(stderr)
+    assert "oom_dump_" in line and "names no session" in line and "no run" in line
+    store = catalog.open([root])
+    store.list_runs()
+    assert [w.code for w in store.warnings] == ["unattached_bundle"]
+
+
+def test_envelope_warnings_say_v1_schema_once(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    write_json(root / "env" / "stormlog_run.json", {"schema_version": 1, "format": "stormlog.run_envelope",
+                                                   "run_id": "r1", "sessions": [{"session_id": "s1"}], "color": 1})
+    rows, stderr = traceml_query("runs", root)
+    same_rows(rows, stormlog_query("runs", root))
+    lines = _warnings(stderr)
+    assert len(lines) == 3  # metadata, sessions[0].metadata, color
+    assert all(line.count("v1 schema") == 1 and "envelope rejected" in line for line in lines)
+
+
+def test_add_attachment_writes_every_v1_field_stormlog_reads(tmp_path: Path) -> None:
+    """``add_attachment`` takes the v1 fields beyond identity: ``start_ns``/``end_ns``,
+    ``created_at_utc``/``updated_at_utc``, and in an envelope ``local_rank``/``world_size``; real
+    ``stormlog query attachments`` lists them as TraceML does. A sidecar refuses ``local_rank``
+    (its schema has none) and an end before the start is refused, each naming the field."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    catalog.write_envelope(root / "env", "r1", sessions=[{"session_id": "s1"}])
+    catalog.add_attachment(root / "env", "a1", kind="log", path="notes.txt", rank=0, local_rank=0, world_size=2,
+                           start_ns=T0, end_ns=T0 + 5, created_at_utc="2026-12-03T00:00:00Z",
+                           updated_at_utc="2026-12-03T00:00:01Z")
+    catalog.add_attachment(root / "side", "b1", kind="log", url="https://example.org/b1", run_id="r1",
+                           start_ns=T0, end_ns=T0 + 9, created_at_utc="2026-12-03T00:00:00Z")
+    with pytest.raises(catalog.EnvelopeError, match="local_rank"):
+        catalog.add_attachment(root / "side", "b2", kind="log", url="https://example.org/b2", local_rank=1)
+    with pytest.raises(catalog.EnvelopeError, match="end_ns"):
+        catalog.add_attachment(root / "env", "a2", kind="log", url="https://example.org/a2", start_ns=T0 + 5,
+                               end_ns=T0)
+    theirs = stormlog_query("attachments", root, extra=("--run-id", "r1"))
+    rows, _ = traceml_query("attachments", root, extra=("--run-id", "r1"))
+    same_rows(rows, theirs)
+    by_title = {r["title"]: r for r in theirs}
+    assert (by_title["a1"]["local_rank"], by_title["a1"]["world_size"], by_title["a1"]["end_ns"]) == (0, 2, T0 + 5)
+    assert (by_title["b1"]["start_ns"], by_title["b1"]["end_ns"]) == (T0, T0 + 9)
+
+
+def test_deliberate_difference_an_envelope_run_takes_its_times_from_the_session_listed(tmp_path: Path) -> None:
+    """A tracker session in its sink and in its ``--output`` file, named by an envelope: Stormlog's
+    run takes its start and end from the output file's copy of the session; TraceML lists the
+    session once, from the sink's ledger, and the run's times are the ledger's."""
+    root = tmp_path.resolve()
+    gpumemprof("track", "--duration", "0.6", "--interval", "0.2", "--format", "json", "--output",
+               str(root / "track.json"), "--telemetry-sink-dir", str(root / "sink"))
+    (sid,) = {r["session_id"] for r in stormlog_query("sessions", root)}
+    write_json(root / "env" / "stormlog_run.json", {"schema_version": 1, "format": "stormlog.run_envelope",
+                                                   "run_id": "r1", "sessions": [{"session_id": sid, "metadata": {}}],
+                                                   "metadata": {}})
+    sessions = {r["source_kind"]: r for r in stormlog_query("sessions", root)}
+    (their_run,) = stormlog_query("runs", root)
+    (our_run,), _ = traceml_query("runs", root)
+    ledger, copy = sessions["sink"], sessions["telemetry_json"]
+    assert (their_run["started_at_ns"], their_run["ended_at_ns"]) == (copy["started_at_ns"], copy["ended_at_ns"])
+    assert (our_run["started_at_ns"], our_run["ended_at_ns"]) == (ledger["started_at_ns"], ledger["ended_at_ns"])
+    ignore = ("started_at_ns", "ended_at_ns", "session_count", "sessions")
+    assert {k: v for k, v in our_run.items() if k not in ignore} == {
+        **{k: v for k, v in their_run.items() if k not in ignore}, "status": "completed"}
+
+
+def test_stormlog_folders_in_a_runs_root_are_not_runs(tmp_path: Path) -> None:
+    """A runs root that also holds a real Stormlog sink, diagnose bundle and OOM bundles (one
+    folder each): ``traceml runs ls`` (the viewer's run store) lists the TraceML run only, not the
+    Stormlog folders as legacy runs; ``traceml query`` still reads them."""
+    import subprocess
+    import sys
+
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    gpumemprof("diagnose", "--output", str(root / "diag"), "--duration", "1", "--interval", "0.5")
+    from tests.catalog.stormlog_real import oom_bundle
+    bundle = oom_bundle(root, "s1", T0)
+    run = root / "run-1"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n', encoding="utf-8")
+    out = subprocess.run([str(Path(sys.executable).parent / "traceml"), "runs", "ls", str(root), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    ids = [json.loads(line)["id"] for line in out.stdout.splitlines() if line.strip()]
+    assert ids == ["run-1"], (ids, bundle.name)
+    assert {r["kind"] for r in traceml_query("attachments", root)[0]} >= {"telemetry_sink", "diagnose_bundle",
+                                                                         "oom_bundle"}

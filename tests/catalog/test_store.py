@@ -110,7 +110,7 @@ def test_each_missing_envelope_field_is_one_warning(tmp_path: Path, text: str, f
     (tmp_path / "stormlog_run.json").write_text(text, encoding="utf-8")
     warnings = catalog.open([tmp_path]).warnings
     assert [(w.field, w.code) for w in warnings] == [(f, "invalid_envelope") for f in fields]
-    assert all(w.message.startswith("is required; envelope rejected") for w in warnings)
+    assert all(w.message.startswith("is required (v1 schema); envelope rejected") for w in warnings)
 
 
 def test_the_store_keeps_every_warning_however_many(tmp_path: Path) -> None:

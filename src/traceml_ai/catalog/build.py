@@ -38,7 +38,7 @@ from typing import Any
 
 from traceml_ai.catalog.discovery import Found, Source
 from traceml_ai.catalog.model import AttachmentRow, CatalogWarning, RunRow, SessionRow
-from traceml_ai.catalog.sources import ROLLUP_FILE
+from traceml_ai.catalog.sources import NO_EVENTS, ROLLUP_FILE
 from traceml_ai.runs.discovery import inside
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -131,6 +131,32 @@ def _start_key(s: dict[str, Any]) -> tuple[int, str]:
     return (started if started is not None else -1, s["session_id"])
 
 
+_COUNTS = ("event_count", "source_count", "warning_count")
+
+
+def _with_ledger(sessions: list[dict[str, Any]], ledger: dict[str, Any], base: dict[str, Any],
+                 path: str) -> list[dict[str, Any]]:
+    """The sessions of a JSONL file beside a sink ledger (a segment given alone), as Stormlog's
+    loader reads them: a session the ledger records takes its lifecycle and identity from its
+    ledger entry (status, start, end, source, ...), its counts from the file; a session the
+    ledger's ``segments`` list assigns to this file but without events in it is listed with 0
+    events. Stormlog also lists every other session of the ledger from this file (0 events); TraceML
+    lists only the sessions the file holds (docs/catalog.md, "Differences from Stormlog")."""
+    entries = {e["session_id"]: e for e in ledger["sessions"]}
+    out = []
+    for s in sessions:
+        entry = entries.get(s["session_id"])
+        out.append(s if entry is None else {**s, **entry, **{k: s[k] for k in _COUNTS if k in s}})
+    have = {s["session_id"] for s in out}
+    name = os.path.basename(path)
+    for seg in ledger["segments"]:
+        sid = seg["session_id"]
+        if seg["filename"] == name and sid in entries and sid not in have:
+            have.add(sid)
+            out.append({**base, **entries[sid], "source_count": 1, "warning_count": 0, "event_count": 0})
+    return out
+
+
 class _Builder:
     def __init__(self, found: Found) -> None:
         self.found = found
@@ -139,6 +165,9 @@ class _Builder:
         self.by_id: dict[str, dict[str, Any]] = {}
         self.envelopes: list[tuple[str, dict[str, Any]]] = []
         self.contexts: dict[str, _Ctx] = {}
+        self.bundle_timelines: set[str] = set()
+        """Files a diagnose bundle lists that hold no events (its ``telemetry_timeline.json``): not
+        sources of sessions or events, and not reported (Stormlog records ``load failed``)."""
 
     def warn(self, path: str, fld: str | None, message: str, code: str) -> None:
         self.warnings.append(CatalogWarning(path=path, field=fld or None, message=message, code=code))
@@ -221,11 +250,15 @@ class _Builder:
                 return []
             return [{**base, **summary, "source_count": 1, "warning_count": 0, "event_count": None}]
         if fact["error"]:
-            self.warn(source.path, None, f"{fact['error']}; no session read from it", "telemetry_not_loaded")
+            if fact["error"].endswith(NO_EVENTS) and source.path in self.found.bundle_files:
+                self.bundle_timelines.add(source.path)
+            else:
+                self.warn(source.path, None, f"{fact['error']}; no session read from it", "telemetry_not_loaded")
             return []
         for fld, message in fact.get("row_problems", []):
             self.warn(source.path, fld, message, "invalid_session")
-        return [{**base, **s, "source_count": 1} for s in fact["sessions"]]
+        sessions = [{**base, **s, "source_count": 1} for s in fact["sessions"]]
+        return sessions if source.ledger is None else _with_ledger(sessions, source.ledger, base, source.path)
 
     def _sink_sessions_inside(self, folder: str) -> set[str]:
         prefix = folder.rstrip(os.sep) + os.sep
@@ -242,7 +275,7 @@ class _Builder:
                 continue
             if fact["problems"]:
                 for fld, message in fact["problems"]:
-                    self.warn(path, fld or None, f"{message}; envelope rejected, its sessions fall back to "
+                    self.warn(path, fld or None, f"{_v1(message)}; envelope rejected, its sessions fall back to "
                                                  "implicit runs", "invalid_envelope")
                 continue
             valid[fact["doc"]["run_id"]].append((path, fact["doc"]))
@@ -478,7 +511,9 @@ class _Builder:
                                             {"event_count": s["event_count"]}, source.path))
         for folder, manifest, oom in self.found.oom_bundles:
             sid = oom["session_id"]
-            if sid is None:
+            if sid is None:  # Stormlog lists it under `query ooms` only, without a word
+                self.warn(manifest, "session_id", "the OOM bundle names no session: it is listed by `query ooms` "
+                                                  "but is an attachment of no run", "unattached_bundle")
                 continue
             s = self.by_id.get(sid)
             run_id = run_for(None, sid, s["job_id"] if s else None)
@@ -536,7 +571,8 @@ class _Builder:
             for s in c.sessions:
                 if c.run_id not in runs_of[s["session_id"]]:
                     runs_of[s["session_id"]].append(c.run_id)
-        out = Catalog(warnings=self.warnings, sources=list(self.found.sources))
+        out = Catalog(warnings=self.warnings,
+                      sources=[s for s in self.found.sources if s.path not in self.bundle_timelines])
         out.sessions = [_session_row(s, runs_of.get(s["session_id"], [])) for s in self.sessions]
         out.oom_bundles = [{"bundle_path": f, "manifest_path": m, **o} for f, m, o in self.found.oom_bundles]
         for path, fact in self.found.sidecars:
@@ -600,5 +636,6 @@ def build(found: Found) -> Catalog:
 
 
 def _v1(message: str) -> str:
-    """A sidecar problem with its source said once: ``(v1 schema)`` unless the message names it."""
-    return message if "v1 schema" in message else f"{message} (v1 schema)"
+    """An envelope or sidecar problem with its source said once: ``(v1 schema)`` unless the message
+    names it (or names Stormlog's reader, for a check beyond the schema)."""
+    return message if "v1 schema" in message or "Stormlog's reader" in message else f"{message} (v1 schema)"

@@ -21,7 +21,7 @@ import msgspec
 from traceml_ai.catalog.sources import Fact
 
 CACHE_FILE: Final = "catalog-facts.msgpack"
-CACHE_VERSION: Final = 5
+CACHE_VERSION: Final = 6
 """Bumped whenever the shape of a fact changes, so older caches are dropped whole."""
 
 Signature = tuple[int, ...]

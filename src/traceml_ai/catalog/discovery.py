@@ -59,6 +59,8 @@ class Source:
         fact: what was read (a manifest fact, or a telemetry fact).
         names: a sink's entries (to find its segments and ``rollups.json``).
         segment_facts: for a sink whose ledger has no sessions, the facts of its segment files.
+        ledger: for a JSONL telemetry file beside a sink ``manifest.json`` (a segment given alone),
+            that manifest's sink fact, whose ledger gives the sessions' lifecycle (as Stormlog's loader).
     """
 
     kind: str
@@ -67,6 +69,7 @@ class Source:
     fact: Fact
     names: frozenset[str] = frozenset()
     segment_facts: list[tuple[str, Fact]] = field(default_factory=list)
+    ledger: dict[str, Any] | None = None
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Found:
         traceml: ``(manifest path, fact)`` of each TraceML run folder's ``aggregator/manifest.json``.
         manifest_problems: ``(path, fact)`` of manifests with problems (skipped ledger entries, ...).
         session_dirs: real path of each TraceML run folder → its manifest path.
+        bundle_files: the files each diagnose bundle's manifest lists (``telemetry_timeline.json``, ...).
         roots: the real paths of the roots that exist.
         unread: the paths given (as given) that could not be read at all.
         warnings: missing paths, unreadable folders, symlinks leaving the roots.
@@ -92,6 +96,7 @@ class Found:
     traceml: list[tuple[str, Fact]] = field(default_factory=list)
     manifest_problems: list[tuple[str, Fact]] = field(default_factory=list)
     session_dirs: dict[str, str] = field(default_factory=dict)
+    bundle_files: set[str] = field(default_factory=set)
     roots: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
     warnings: list[CatalogWarning] = field(default_factory=list)
@@ -163,8 +168,7 @@ class _Walker:
         if fact is None:
             return False
         if fact["error"] is not None:
-            if warn or any(n.startswith(SEGMENT_PREFIX) and n.endswith(SEGMENT_SUFFIX) for n in names):
-                self.warn(path, f"{fact['error']}; not read as a sink, diagnose or OOM manifest", "unreadable")
+            self.warn(path, f"{fact['error']}; not read as a sink, diagnose or OOM manifest", "unreadable")
             return False
         if fact["problems"]:
             self.found.manifest_problems.append((path, fact))
@@ -175,6 +179,7 @@ class _Walker:
                 self.found.oom_bundles.append((folder, path, fact["oom"]))
             return root
         if fact["diagnose"] is not None:
+            self.found.bundle_files.update(os.path.normpath(os.path.join(folder, n)) for n in fact["diagnose"]["files"])
             self._cover_beside_sink(folder, fact["diagnose"]["files"])
             self._source(Source("diagnose_bundle", folder, path, fact))
             if not root:
@@ -191,8 +196,10 @@ class _Walker:
                     if seg is not None:
                         source.segment_facts.append((prefix + n, seg))
             self._source(source)
-        elif warn and fact["diagnose"] is None:
-            self.warn(path, "unrecognized manifest shape (not a sink, diagnose or OOM manifest)", "unreadable")
+        elif fact["diagnose"] is None and (warn or fact.get("unrecognized")):
+            why = f": it {fact['unrecognized']}" if fact.get("unrecognized") else ""
+            self.warn(path, f"unrecognized manifest shape (not a sink, diagnose or OOM manifest){why}; not read",
+                      "unreadable")
         return False
 
     def _cover_beside_sink(self, folder: str, files: list[str]) -> None:
@@ -214,8 +221,14 @@ class _Walker:
         if kind is None:
             return
         fact = self._fact(path, lambda p: read_telemetry(p, kind))
-        if fact is not None:
-            self._source(Source(kind, path, None, fact))
+        if fact is None:
+            return
+        ledger = None
+        beside = os.path.join(os.path.dirname(path), MANIFEST_FILE)
+        if kind == "telemetry_jsonl" and os.path.isfile(beside):
+            manifest = self._fact(beside, read_manifest)
+            ledger = manifest["sink"] if manifest is not None else None
+        self._source(Source(kind, path, None, fact, ledger=ledger))
 
     def file(self, path: str) -> None:
         """A file given as a path (as Stormlog's ``_discover_file``)."""

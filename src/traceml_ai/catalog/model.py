@@ -23,9 +23,10 @@ class CatalogWarning:
         message: one line saying what happened and what follows from it.
         code: a stable short name: ``invalid_envelope``, ``invalid_sidecar``, ``invalid_sidecar_item``,
             ``duplicate_run_id``, ``missing_path``, ``unreadable``, ``outside_root``,
-            ``session_not_found``, ``session_claimed_twice``, ``duplicate_session``, ``ambiguous_rank``,
+            ``session_not_found``, ``session_claimed_twice``, ``duplicate_session``,
             ``unresolved_attachment``, ``missing_attachment_file``, ``attachment_outside_root``,
-            ``path_is_url``, ``invalid_session``, ``telemetry_not_loaded``, ``ambiguous_identity``.
+            ``path_is_url``, ``invalid_session``, ``telemetry_not_loaded``, ``ambiguous_identity``,
+            ``unattached_bundle``.
     """
 
     path: str

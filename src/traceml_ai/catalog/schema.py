@@ -289,7 +289,8 @@ def _time_order(doc: Mapping[str, Any], prefix: list[str | int], start_key: str 
                 end_key: str = "ended_at_ns") -> list[Problem]:
     start, end = doc.get(start_key), doc.get(end_key)
     if isinstance(start, int) and isinstance(end, int) and _is_int(start) and _is_int(end) and end < start:
-        return [Problem(field_name([*prefix, end_key]), f"{end} is before {start_key} {start}")]
+        return [Problem(field_name([*prefix, end_key]), f"{end} is before {start_key} {start} (Stormlog's reader "
+                                                        "refuses it)")]
     return []
 
 

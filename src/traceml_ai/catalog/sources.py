@@ -56,6 +56,8 @@ TRACEML_MANIFEST_FORMAT: Final = "traceml.session_manifest"
 SINK_MANIFEST_FORMAT: Final = "stormlog.append_only_telemetry_sink"
 MANIFEST_FILE: Final = "manifest.json"
 ROLLUP_FILE: Final = "rollups.json"
+NO_EVENTS: Final = "holds no telemetry events"
+"""The end of a telemetry fact's ``error`` for a file that is JSON but no telemetry."""
 SEGMENT_PREFIX: Final = "segment-"
 SEGMENT_SUFFIX: Final = ".jsonl"
 TELEMETRY_NAME_PARTS: Final = ("event", "events", "track", "telemetry")
@@ -255,12 +257,16 @@ def read_manifest(path: str) -> Fact:
     - sink ledger (``format`` ``stormlog.append_only_telemetry_sink`` or a ``segments`` key): the
       ``sessions`` ledger (schema version ≥ 2) and the ``segments`` list.
 
-    Anything else (or unreadable) has all three None; ``error`` says why when it was not JSON.
+    Anything else (or unreadable) has all three None; ``error`` says why when it was not JSON, and
+    ``unrecognized`` why an object is none of the three when it looks like a Stormlog manifest (empty,
+    a ``stormlog.`` format, or some of the keys of one shape): a manifest of another program is
+    neither.
     """
     doc, error = _load_json(path)
-    fact: Fact = {"type": "manifest", "oom": None, "diagnose": None, "sink": None, "problems": [], "error": None}
+    fact: Fact = {"type": "manifest", "oom": None, "diagnose": None, "sink": None, "problems": [], "error": None,
+                  "unrecognized": None}
     if error is not None or not isinstance(doc, dict):
-        fact["error"] = error or "is not a JSON object"
+        fact["error"] = error or f"is {_json_kind(doc)}, not a JSON object"
         return fact
     if all(k in doc for k in ("bundle_name", "reason", "backend", "event_count")):
         meta, _ = _load_json(os.path.join(os.path.dirname(path), "metadata.json"))
@@ -291,7 +297,33 @@ def read_manifest(path: str) -> Fact:
                             "files": [f for f in files if isinstance(f, str)] if isinstance(files, list) else []}
     if doc.get("format") == SINK_MANIFEST_FORMAT or "segments" in doc:
         fact["sink"] = _sink(doc, fact["problems"])
+    if fact["oom"] is None and fact["diagnose"] is None and fact["sink"] is None:
+        fact["unrecognized"] = _unrecognized(doc)
     return fact
+
+
+_OOM_KEYS: Final = ("bundle_name", "reason", "backend", "event_count")
+_DIAGNOSE_KEYS: Final = ("command_line", "files", "risk_detected", "session_id")
+
+
+def _json_kind(doc: Any) -> str:
+    if isinstance(doc, list):
+        return "an empty list" if not doc else "a list"
+    return "null" if doc is None else f"a {type(doc).__name__}"
+
+
+def _unrecognized(doc: dict[str, Any]) -> str | None:
+    """Why ``doc`` (none of the three shapes) is reported, or None for another program's manifest."""
+    fmt = doc.get("format")
+    if not doc:
+        return "is an empty JSON object"
+    if isinstance(fmt, str) and fmt.startswith("stormlog."):
+        return f"has format {fmt!r}, which is not {SINK_MANIFEST_FORMAT!r}"
+    for shape, keys in (("an OOM bundle", _OOM_KEYS), ("a diagnose bundle", _DIAGNOSE_KEYS)):
+        missing = [k for k in keys if k not in doc]
+        if len(missing) <= len(keys) - 2:  # two keys of a shape: meant as one (one alone is too common a name)
+            return f"has {', '.join(k for k in keys if k in doc)} but lacks {', '.join(missing)} of {shape} manifest"
+    return None
 
 
 def _sink(doc: dict[str, Any], problems: list[list[str]]) -> dict[str, Any]:
@@ -701,7 +733,7 @@ def read_telemetry(path: str, kind: str) -> Fact:
         summaries = None
         if isinstance(doc, list):
             if not doc:  # Stormlog skips it silently; a user wants to hear of it
-                raise _Bad("is an empty list: holds no telemetry events")
+                raise _Bad(f"is an empty list: {NO_EVENTS}")
             records = doc
         elif isinstance(doc, dict):
             if isinstance(doc.get("events"), list):
@@ -720,7 +752,7 @@ def read_telemetry(path: str, kind: str) -> Fact:
                                         "timestamp", "timestamp_ns")):
                 records = [doc]
             else:
-                raise _Bad("holds no telemetry events")
+                raise _Bad(NO_EVENTS)
         else:
             raise _Bad("is not a JSON object or list")
         default = legacy_session_id(real, "json")

@@ -256,6 +256,12 @@ def add_attachment(
     session_id: str | None = None,
     job_id: str | None = None,
     rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    created_at_utc: str | None = None,
+    updated_at_utc: str | None = None,
     source_namespace: str | None = None,
     source_ref: str | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -270,7 +276,10 @@ def add_attachment(
     defaults to ``attachment_id``, else ``kind`` (Stormlog requires one); ``attachment_id`` is
     optional and need not be unique, as in Stormlog (which lists every item, repeats included);
     adding the same id twice adds two attachments; ``storage`` may be None in a
-    sidecar (read as ``reference``).
+    sidecar (read as ``reference``). ``start_ns``/``end_ns`` (ns since the epoch, end not before
+    start), ``created_at_utc``/``updated_at_utc`` (ISO 8601 text) and ``rank`` are the v1 fields of
+    both files; ``local_rank`` (≥ 0) and ``world_size`` (≥ 1) exist only in an envelope's
+    attachments (the sidecar schema refuses them, and so does this function, naming the field).
 
     Values are checked as in :func:`write_envelope`: a value JSON cannot hold is refused, naming
     its field.
@@ -297,8 +306,10 @@ def add_attachment(
         title = attachment_id if attachment_id else kind
     item: dict[str, Any] = {"title": _json(title, "title", problems), "kind": _json(kind, "kind", problems)}
     optional = {"attachment_id": attachment_id, "storage": storage, "path": path, "url": url,
-                "session_id": session_id, "job_id": job_id, "rank": rank, "source_namespace": source_namespace,
-                "source_ref": source_ref, "run_id": run_id}
+                "session_id": session_id, "job_id": job_id, "rank": rank, "local_rank": local_rank,
+                "world_size": world_size, "start_ns": start_ns, "end_ns": end_ns, "created_at_utc": created_at_utc,
+                "updated_at_utc": updated_at_utc, "source_namespace": source_namespace, "source_ref": source_ref,
+                "run_id": run_id}
     item.update({k: _json(v, k, problems) for k, v in optional.items() if v is not None})
     item["metadata"] = _json_object(metadata, "metadata", problems)
     if not problems:

@@ -143,10 +143,11 @@ def list_runs(roots: Sequence[str | os.PathLike[str]]) -> Listing:
     return listing
 
 
-CATALOG_FILES = ("stormlog_run.json", "stormlog_attachments.json")
-"""The run catalog's files (``traceml_ai.catalog.schema.ENVELOPE_FILE`` / ``SIDECAR_FILE``; named
-here because runs may not import the catalog, DESIGN §1). A folder of a root holding one of them
-and no run file is a catalog folder (an envelope grouping run folders), not a broken run."""
+CATALOG_FILES = ("stormlog_run.json", "stormlog_attachments.json", "manifest.json")
+"""The run catalog's files (``traceml_ai.catalog.schema.ENVELOPE_FILE`` / ``SIDECAR_FILE``, and the
+``manifest.json`` of a Stormlog sink, diagnose or OOM bundle; named here because runs may not
+import the catalog, DESIGN §1). A folder of a root holding one of them and no run file is a
+catalog folder (an envelope grouping run folders, a sink), not a broken run."""
 
 
 

@@ -274,7 +274,7 @@ export class Shell {
         h("span", { class: "side-muted", text: n === 1 ? " run selected" : " runs selected" }),
       ),
       n > MAX_SERIES_RUNS
-        ? h("div", { class: "side-note", text: `Line charts plot the first ${MAX_SERIES_RUNS}.` })
+        ? h("div", { class: "side-note", text: `Line charts plot the first ${MAX_SERIES_RUNS} (Plot by groups averages all of them).` })
         : null,
       h("div", { class: "side-actions" }, plot, compare, clear),
     );

@@ -162,6 +162,8 @@ type Listener = (detail?: unknown) => void;
 
 export const PALETTE_SIZE = 12;
 export const MAX_SERIES_RUNS = 30;
+/** Plot by groups averages up to this many selected runs (the server's MAX_GROUP_RUNS). */
+export const MAX_GROUP_RUNS = 2000;
 
 export class Store {
   ui: UiState = defaultUiState();

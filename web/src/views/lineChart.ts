@@ -10,7 +10,7 @@ import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup, runLabels } fro
 import { debounce, h, replace } from "../dom";
 import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
-import { MAX_SERIES_RUNS, store } from "../store";
+import { MAX_GROUP_RUNS, MAX_SERIES_RUNS, store } from "../store";
 import type { GroupSeries, LineSpec, Series, SeriesResponse, XAxis } from "../types";
 import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
 import { columnOptions } from "./runs";
@@ -80,6 +80,43 @@ function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): strin
   });
 }
 
+/** One group's drawn points, for its tooltip (Plot by groups). */
+interface GroupTipStats {
+  label: string;
+  color: string;
+  step: number[];
+  mean: (number | null)[];
+  lo: (number | null)[];
+  hi: (number | null)[];
+  n: number[];
+}
+
+/** The index of the step nearest `x` among `steps` (ascending) whose value is drawn, or -1. */
+export function nearestIndex(steps: number[], x: number, values: (number | null)[]): number {
+  let lo = 0;
+  let hi = steps.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (steps[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  // steps[lo] is the first at or after x: walk out both ways to the nearest drawn value.
+  let a = lo - 1;
+  let b = lo;
+  while (a >= 0 || b < steps.length) {
+    const da = a >= 0 ? x - steps[a]! : Infinity;
+    const db = b < steps.length ? steps[b]! - x : Infinity;
+    if (db <= da) {
+      if (values[b] !== null && values[b] !== undefined) return b;
+      b++;
+    } else {
+      if (values[a] !== null && values[a] !== undefined) return a;
+      a--;
+    }
+  }
+  return -1;
+}
+
 /** A group of the plotted runs (Plot by groups). */
 interface PlotGroup {
   label: string;
@@ -118,9 +155,10 @@ export class LineCharts {
     if (v) this.refresh();
   }
 
-  /** Plotted runs: the selection in order, at most 30. */
+  /** Plotted runs: the selection in order, at most 30 lines; with Plot by groups every selected
+   *  run (up to MAX_GROUP_RUNS) is in its group's mean and band. */
   keys(): string[] {
-    return store.ui.selection.filter((k) => store.runs.has(k)).slice(0, MAX_SERIES_RUNS);
+    return store.ui.selection.filter((k) => store.runs.has(k)).slice(0, this.groupMode() ? MAX_GROUP_RUNS : MAX_SERIES_RUNS);
   }
 
   availableMetrics(): string[] {
@@ -454,14 +492,17 @@ export class LineCharts {
     this.destroyPlots();
     const selected = store.ui.selection.filter((k) => store.runs.has(k));
     const keys = this.keys();
+    const cap = this.groupMode() ? MAX_GROUP_RUNS : MAX_SERIES_RUNS;
     replace(
       this.note,
-      selected.length > MAX_SERIES_RUNS
+      selected.length > cap
         ? h(
             "div",
             { class: "callout callout-warn", testid: "series-cap" },
             icon("warning"),
-            `${selected.length} runs are selected; line charts show the first ${MAX_SERIES_RUNS}.`,
+            this.groupMode()
+              ? `${selected.length} runs are selected; the group means are of the first ${cap} of them.`
+              : `${selected.length} runs are selected; line charts show the first ${cap} (Plot by groups averages all of them).`,
           )
         : null,
       this.error ? h("div", { class: "callout callout-error", testid: "series-error", text: this.error }) : null,
@@ -560,13 +601,25 @@ export class LineCharts {
     return [...out.values()];
   }
 
+  /** `45 runs`, or `2000 of 2100 runs` when the selection is past what is averaged. */
+  private groupRunsText(groups: PlotGroup[]): string {
+    const n = groups.reduce((t, g) => t + g.keys.length, 0);
+    const selected = store.ui.selection.filter((k) => store.runs.has(k)).length;
+    const of = selected > this.keys().length ? ` of ${selected}` : "";
+    return `${n}${of} run${n === 1 && !of ? "" : "s"}`;
+  }
+
   private renderGroupLegend(groups: PlotGroup[]): void {
     replace(
       this.legend,
       h(
         "div",
         { class: "legend-groups" },
-        h("span", { class: "legend-title", text: `mean by ${store.ui.group ?? ""}` }),
+        h("span", {
+          class: "legend-title",
+          testid: "group-legend-title",
+          text: `mean of ${this.groupRunsText(groups)} by ${store.ui.group ?? ""} · band: ${store.ui.band === "std" ? "± population std" : "min–max"}`,
+        }),
         ...groups.map((g) =>
           h(
             "span",
@@ -589,7 +642,7 @@ export class LineCharts {
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
     const bands: uPlot.Band[] = [];
-    const stats: { label: string; color: string; n: Map<number, number>; si: number }[] = [];
+    const stats: GroupTipStats[] = [];
     const colorOf = new Map(groups.map((g) => [g.label, g.color]));
     for (const s of series) {
       if (!s.step.length) continue;
@@ -598,14 +651,13 @@ export class LineCharts {
       const mean = s.mean.map(fix);
       const lo = s.mean.map((m, i) => fix(std ? m - (s.std[i] ?? 0) : (s.min[i] ?? m)));
       const hi = s.mean.map((m, i) => fix(std ? m + (s.std[i] ?? 0) : (s.max[i] ?? m)));
-      const n = new Map(s.step.map((x, i) => [x, s.n_runs[i] ?? 0]));
       tables.push([s.step, mean, lo, hi] as uPlot.AlignedData);
       const base = opts.length;
       opts.push({ ...this.seriesOpts(g.label, g.color, 2), points: { show: false } });
       opts.push({ label: `${g.label} low`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
       opts.push({ label: `${g.label} high`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
       bands.push({ series: [base + 2, base + 1], fill: withAlpha(g.color, 0.16) });
-      stats.push({ label: g.label, color: g.color, n, si: base });
+      stats.push({ label: g.label, color: g.color, step: s.step, mean, lo, hi, n: s.n_runs });
     }
     if (!tables.length) {
       el.appendChild(h("div", { class: "plot-empty", text: "No values for the plotted runs." }));
@@ -641,41 +693,10 @@ export class LineCharts {
               for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
               self.applying = false;
               self.renderToolbar();
+              self.fetchZoomSoon();
             },
           ],
-          setCursor: [
-            (pu: uPlot) => {
-              const idx = pu.cursor.idx;
-              const xv = idx === null || idx === undefined ? undefined : pu.data[0][idx];
-              if (xv === undefined || pu.cursor.left === undefined || pu.cursor.left < 0) {
-                tooltip.hidden = true;
-                return;
-              }
-              const rows = stats.flatMap((st) => {
-                const m = pu.data[st.si]?.[idx!];
-                const l = pu.data[st.si + 1]?.[idx!];
-                const hgh = pu.data[st.si + 2]?.[idx!];
-                if (m === null || m === undefined) return [];
-                const band = l !== null && l !== undefined && hgh !== null && hgh !== undefined ? ` (${fmtNum(l)} – ${fmtNum(hgh)})` : "";
-                return [
-                  h(
-                    "div",
-                    { class: "plot-tip-row" },
-                    swatch(st.color, "swatch swatch-sm"),
-                    h("span", { class: "plot-tip-name", text: `${st.label} · n=${st.n.get(xv) ?? 0}` }),
-                    h("span", { class: "plot-tip-v", text: `${fmtNum(m)}${band}` }),
-                  ),
-                ];
-              });
-              if (!rows.length) {
-                tooltip.hidden = true;
-                return;
-              }
-              replace(tooltip, h("div", { class: "plot-tip-x", text: `step ${fmtNum(xv)}` }), ...rows);
-              tooltip.hidden = false;
-              placePlotTip(tooltip, pu);
-            },
-          ],
+          setCursor: [(pu: uPlot) => self.groupTip(pu, tooltip, stats, std)],
         },
       },
       data,
@@ -685,7 +706,11 @@ export class LineCharts {
     el.dataset.groups = String(stats.length);
     u.over.addEventListener("dblclick", () => {
       this.zoom = null;
-      this.renderToolbar();
+      // Drawn from the zoom's finer band: draw the whole one again (uPlot only knows those).
+      if (this.zoomData) {
+        this.zoomData = null;
+        this.draw();
+      } else this.renderToolbar();
     });
     u.over.addEventListener("mouseleave", () => {
       tooltip.hidden = true;
@@ -696,6 +721,57 @@ export class LineCharts {
       u.setScale("x", this.zoom);
       this.applying = false;
     }
+  }
+
+  /** The tooltip of a grouped chart: for every group its point nearest the cursor's step (groups
+   *  log at different steps, so the hovered step may be none of theirs), with the group's full run
+   *  count there (n) and its band. */
+  private groupTip(u: uPlot, el: HTMLElement, stats: GroupTipStats[], std: boolean): void {
+    const left = u.cursor.left;
+    if (left === undefined || left === null || left < 0) {
+      el.hidden = true;
+      return;
+    }
+    // The step the cursor snapped to (a drawn step of some group), else the step under the cursor.
+    const idx = u.cursor.idx;
+    const xv = (idx === null || idx === undefined ? undefined : u.data[0][idx]) ?? u.posToVal(left, "x");
+    const rows: HTMLElement[] = [];
+    for (const st of stats) {
+      const i = nearestIndex(st.step, xv, st.mean);
+      if (i < 0) continue;
+      const m = st.mean[i]!;
+      const l = st.lo[i];
+      const hgh = st.hi[i];
+      const at = st.step[i]!;
+      const band =
+        l !== null && l !== undefined && hgh !== null && hgh !== undefined
+          ? std
+            ? `± ${fmtNum((hgh - l) / 2)} (population std)`
+            : `min–max ${fmtNum(l)} – ${fmtNum(hgh)}`
+          : "";
+      rows.push(
+        h(
+          "div",
+          { class: "plot-tip-group", testid: "group-tip-row", data: { group: st.label, step: String(at), n: String(st.n[i] ?? 0) } },
+          h(
+            "div",
+            { class: "plot-tip-row" },
+            swatch(st.color, "swatch swatch-sm"),
+            h("span", { class: "plot-tip-name", text: st.label }),
+            h("span", { class: "plot-tip-n", text: `n=${st.n[i] ?? 0}` }),
+            h("span", { class: "plot-tip-v", text: fmtNum(m) }),
+          ),
+          h("div", { class: "plot-tip-sub", text: [band, `step ${fmtNum(at)}`].filter(Boolean).join(" · ") }),
+        ),
+      );
+    }
+    if (!rows.length) {
+      el.hidden = true;
+      return;
+    }
+    replace(el, h("div", { class: "plot-tip-x", text: `step ${fmtNum(Math.round(xv))}` }), ...rows);
+    el.hidden = false;
+    placePlotTip(el, u);
   }
 
   private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {

@@ -26,7 +26,7 @@ import io
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter, itemgetter
@@ -286,14 +286,15 @@ class ColumnFacts:
     numeric: set[str]
 
 
-def column_facts(runs: Iterable[RunSummary], differing: Collection[str] | None = None) -> ColumnFacts:
+def column_facts(runs: Iterable[RunSummary], differing: Mapping[str, int] | None = None) -> ColumnFacts:
     """:func:`available_columns`, :func:`default_columns` and :func:`numeric_columns` in one pass
     over the runs' values (the web table asks for all three after every change).
 
-    ``differing``: the params keys known to differ between the runs the answer is for, when
-    ``runs`` stand in for them (:class:`~traceml_ai.runs.column_index.ColumnIndex` passes one run
-    per shape, whose values say nothing about the others'); None finds them in ``runs``
-    (:func:`differing_config_keys`). Either way they are taken in ``runs``' params order.
+    ``differing``: the params keys known to differ between the runs the answer is for, each with
+    its :func:`param_spread`, when ``runs`` stand in for them
+    (:class:`~traceml_ai.runs.column_index.ColumnIndex` passes one run per shape, whose values say
+    nothing about the others'); None finds them in ``runs`` (:func:`param_spreads`). The default
+    columns take the :data:`MAX_DEFAULT_PARAMS` of widest spread (:func:`default_params`).
     """
     config, config_numeric = _key_facts(map(attrgetter("params"), items := list(runs)), typed=True)
     summary, summary_numeric = _key_facts(map(attrgetter("summary"), items), typed=True)
@@ -333,10 +334,7 @@ def column_facts(runs: Iterable[RunSummary], differing: Collection[str] | None =
         *(f"summary.{k}" for k in sorted(summary)),
         *(f"perf.{k}" for k in sorted(perf)),
     ]
-    if differing is None:
-        params = differing_config_keys(items)[:MAX_DEFAULT_PARAMS]
-    else:
-        params = [k for k in _params_order(items) if k in differing][:MAX_DEFAULT_PARAMS]
+    params = default_params(_params_order(items), param_spreads(items) if differing is None else differing)
     default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
                *(f"config.{k}" for k in params),
                *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
@@ -673,6 +671,49 @@ def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
     return differing
 
 
+def param_spread(counts: Mapping[Any, int], n_runs: int) -> int:
+    """How widely one params key varies over ``n_runs`` runs, from ``counts`` (each value's
+    :func:`param_identity` → the runs holding it; runs without the key hold none): the number of
+    distinct values, a missing key counting as null; 0 when it does not differ. A text key that
+    gives every one of three or more runs its own value (an output folder, a run id) names the runs
+    rather than a setting: 1, the lowest of the keys that differ."""
+    held = sum(counts.values())
+    distinct = len(counts) + (1 if held < n_runs and _NONE not in counts else 0)
+    if distinct < 2:
+        return 0
+    if n_runs >= 3 and distinct == n_runs == held and all(ident[0] == "text" for ident in counts):
+        return 1
+    return distinct
+
+
+def param_spreads(runs: Sequence[RunSummary]) -> dict[str, int]:
+    """Every params key that differs between ``runs`` → its :func:`param_spread`."""
+    counts: dict[str, dict[Any, int]] = {}
+    for run in runs:
+        for key, value in run.params.items():
+            ident = _identity(value)
+            try:
+                hash(ident)
+            except TypeError:  # a list or mapping that got through: its text tells it apart
+                ident = (ident[0], repr(ident[1]))
+            held = counts.setdefault(key, {})
+            held[ident] = held.get(ident, 0) + 1
+    n = len(runs)
+    spreads = {key: param_spread(held, n) for key, held in counts.items()}
+    return {key: spread for key, spread in spreads.items() if spread}
+
+
+def default_params(order: Iterable[str], spreads: Mapping[str, int]) -> list[str]:
+    """The params keys the table shows by default (issue 15 item 20 and its review): of the keys
+    that differ (``spreads``, by :func:`param_spread`), the :data:`MAX_DEFAULT_PARAMS` that take
+    the most distinct values, the earlier in ``order`` (params.yaml order) on a tie, then shown in
+    ``order``. A sweep's ``optim.lr`` (a value per run) comes before ``data.*`` and ``model.*``
+    keys that take two or three values, however many of those params.yaml lists first."""
+    keys = [k for k in order if spreads.get(k, 0) > 0]
+    ranked = sorted(range(len(keys)), key=lambda i: -spreads[keys[i]])[:MAX_DEFAULT_PARAMS]
+    return [keys[i] for i in sorted(ranked)]
+
+
 def _params_order(runs: Sequence[RunSummary]) -> dict[str, None]:
     """Every params key of ``runs`` once, in the order their params list them (a key first seen
     in a later run after those of the earlier ones)."""
@@ -686,6 +727,9 @@ def param_identity(value: Scalar) -> tuple[str, Any]:
     """What makes two params values the same for :func:`differing_config_keys`, hashable: null
     (and a missing key) one value, 1 and 1.0 one value, true and 1 two, every NaN one."""
     return _identity(value)
+
+
+_NONE: Final = ("none", None)
 
 
 def _identity(value: Scalar) -> tuple[str, Any]:

@@ -253,6 +253,13 @@ export class Store {
     return { total, by };
   }
 
+  /** Hidden runs that are still on disk. */
+  hiddenCount(): number {
+    let n = 0;
+    for (const k of this.hidden) if (this.runs.has(k)) n++;
+    return n;
+  }
+
   /** Runs the user may see (hidden ones only with "show hidden runs"). */
   visibleRuns(): RunRow[] {
     const out: RunRow[] = [];

@@ -80,6 +80,9 @@ function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): strin
   });
 }
 
+/** Tick steps of a step axis: whole numbers, 1, 2 and 5 times a power of ten. */
+const STEP_INCRS = Array.from({ length: 10 }, (_, k) => [1, 2, 5].map((m) => m * 10 ** k)).flat();
+
 /** One group's drawn points, for its tooltip (Plot by groups). */
 interface GroupTipStats {
   label: string;
@@ -676,7 +679,7 @@ export class LineCharts {
         cursor: { drag: { x: true, y: false, setScale: true }, sync: { key: "traceml-line", setSeries: false }, points: { size: 6 } },
         scales: { x: { time: false }, y: logY ? { distr: 3, log: 10 } : { auto: true } },
         axes: [
-          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0 },
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0, incrs: STEP_INCRS },
           { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 56, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
         ],
         series: opts,
@@ -921,7 +924,11 @@ export class LineCharts {
                     return (xTicks = splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12))))));
                   },
                 }
-              : { values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))) }),
+              : {
+                  // Steps are whole numbers: ticks at 1, 2, 5 × 10^k only (not 2.5, 7.5).
+                  ...(x === "step" ? { incrs: STEP_INCRS } : {}),
+                  values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))),
+                }),
           },
           {
             stroke: axisColor,

@@ -4,6 +4,7 @@ zoomed steps, and the tooltip gives every group's nearest point with its full ru
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -103,6 +104,14 @@ def test_the_group_means_of_45_selected_runs_cover_all_45_and_the_tooltip_shows_
         assert cifar.locator(".plot-tip-n").evaluate("(e) => e.scrollWidth <= e.clientWidth + 1")
         steps = [int(r.get_attribute("data-step") or "-1") for r in (cifar, mnist)]
         assert abs(steps[0] - steps[1]) == 1  # both nearest to the hovered step
+        # The chart CSV (the export button) averages the same 45 runs.
+        page.get_by_test_id("export-chart-csv").click()
+        expect(page.get_by_test_id("export-bar")).to_contain_text("Line chart CSV saved:")
+        lines = Path(page.get_by_test_id("export-path").inner_text()).read_text(encoding="utf-8").splitlines()
+        table = list(csv.reader(lines))
+        cifar_rows = [r for r in table[1:] if r[0] == "cifar"]
+        assert len(cifar_rows) == STEPS and {r[-1] for r in cifar_rows} == {str(CIFAR_RUNS)}
+        assert {float(r[2]) for r in cifar_rows} == {19.5}
         # The ± std band is the population std, said in the legend and the tooltip.
         page.get_by_test_id("band").select_option("std")
         expect(page.get_by_test_id("group-legend-title")).to_contain_text("band: ± population std")

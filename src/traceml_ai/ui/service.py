@@ -49,7 +49,9 @@ MAX_SERIES_RUNS = 30
 """At most this many runs are drawn as lines (``POST /api/series`` without ``group_by``)."""
 MAX_GROUP_RUNS = 2000
 """With ``group_by`` (Plot by groups) the group means and bands cover up to this many runs; the
-per-run ``series`` of the answer are those of the first :data:`MAX_SERIES_RUNS` only."""
+per-run ``series`` of the answer are those of the first :data:`MAX_SERIES_RUNS` only. The chart
+export's limit, :data:`traceml_ai.runs.analysis.MAX_GROUP_LINE_RUNS`, is the same (not imported:
+analysis loads numpy, which the viewer's start does not)."""
 FREEZE_AFTER_ROWS = 50_000
 """A history load that adds this many rows or more is followed by ``gc.freeze()`` (:meth:`Viewer.history`)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024

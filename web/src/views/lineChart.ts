@@ -330,7 +330,7 @@ export class LineCharts {
         ? select(
             [
               { value: "minmax", label: "min–max band" },
-              { value: "std", label: "± std band" },
+              { value: "std", label: "± population std band" },
             ],
             store.ui.band,
             (v) => {

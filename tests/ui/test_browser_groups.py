@@ -1,6 +1,7 @@
 """Plot by groups in a real browser, past the review of issue 15: the group means cover every
 selected run (not the first 30 a chart draws as lines), a zoom fetches the band again for the
-zoomed steps, and the tooltip gives every group's nearest point with its full run count."""
+zoomed steps, and the tooltip gives every group's (and, without groups, every run's) nearest
+point, with a group's full run count."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.cli.test_runs_cli_readers import write_run
-from tests.ui.test_browser import CHROMIUM, drag_zoom, expect, line_chart, open_viewer, serve, switch
+from tests.ui.test_browser import CHROMIUM, drag_zoom, expect, line_chart, open_viewer, select_runs, serve, switch
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from tests.ui.test_series_groups import SPIKE_STEP, write_spike_runs
 
@@ -147,4 +148,29 @@ def test_zooming_a_grouped_chart_fetches_the_band_again_for_the_zoomed_steps(bro
         chart.locator(".u-over").dblclick()
         chart = line_chart(page, "loss")
         expect(chart.get_by_test_id("series-detail")).to_have_attribute("data-detail", "downsampled")
+        s.assert_clean()
+
+
+def test_the_tooltip_of_runs_logged_at_other_steps_gives_each_runs_nearest_point(
+    browser: Browser, tmp_path: Path,
+) -> None:
+    # Without groups too: "even" logs at even steps, "odd" at odd ones, "short" stops at step 10.
+    root = tmp_path / "traceml" / "runs"
+    run = {"status": "completed", "started_at": "2026-11-30T10:00:00Z"}
+    write_run(root, "even", {"name": "even", **run}, rows=[{"step": 2 * s, "loss": 1.0} for s in range(STEPS)])
+    write_run(root, "odd", {"name": "odd", **run}, rows=[{"step": 2 * s + 1, "loss": 2.0} for s in range(STEPS)])
+    write_run(root, "short", {"name": "short", **run}, rows=[{"step": s, "loss": 3.0} for s in range(11)])
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        select_runs(page, "even", "odd", "short")
+        page.get_by_test_id("selection-plot").click()
+        chart = line_chart(page, "loss")
+        expect(chart.locator("canvas")).to_be_visible()
+        tip = hover(page, chart, 0.5)
+        # Both long runs, at their own nearest step; "short" ended long before: left out.
+        expect(tip.locator(".plot-tip-row")).to_have_count(2)
+        assert tip.locator(".plot-tip-name").all_inner_texts() == ["odd", "even"]  # by value, highest first
+        assert tip.locator(".plot-tip-v").all_inner_texts() == ["2", "1"]
+        tip = hover(page, chart, 0.05)  # step ~5: all three
+        expect(tip.locator(".plot-tip-row")).to_have_count(3)
         s.assert_clean()

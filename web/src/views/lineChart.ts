@@ -94,30 +94,30 @@ interface GroupTipStats {
   n: number[];
 }
 
-/** The index of the step nearest `x` among `steps` (ascending) whose value is drawn, or -1. */
-export function nearestIndex(steps: number[], x: number, values: (number | null)[]): number {
+/** The index of the x nearest `x` among `xs` (ascending; the earlier on a tie), or -1 when empty. */
+export function nearestIndex(xs: number[], x: number): number {
   let lo = 0;
-  let hi = steps.length;
+  let hi = xs.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (steps[mid]! < x) lo = mid + 1;
+    if (xs[mid]! < x) lo = mid + 1;
     else hi = mid;
   }
-  // steps[lo] is the first at or after x: walk out both ways to the nearest drawn value.
-  let a = lo - 1;
-  let b = lo;
-  while (a >= 0 || b < steps.length) {
-    const da = a >= 0 ? x - steps[a]! : Infinity;
-    const db = b < steps.length ? steps[b]! - x : Infinity;
-    if (db <= da) {
-      if (values[b] !== null && values[b] !== undefined) return b;
-      b++;
-    } else {
-      if (values[a] !== null && values[a] !== undefined) return a;
-      a--;
-    }
-  }
-  return -1;
+  if (lo === xs.length) return xs.length - 1;
+  return lo > 0 && x - xs[lo - 1]! <= xs[lo]! - x ? lo - 1 : lo;
+}
+
+/** True when `x` lies within the first and last of `xs` (ascending). */
+function spans(xs: number[], x: number): boolean {
+  return xs.length > 0 && x >= xs[0]! && x <= xs[xs.length - 1]!;
+}
+
+/** One run's drawn line, for the tooltip. */
+interface TipLine {
+  name: string;
+  color: string;
+  xs: number[];
+  ys: (number | null)[];
 }
 
 /** A group of the plotted runs (Plot by groups). */
@@ -740,9 +740,10 @@ export class LineCharts {
     const xv = (idx === null || idx === undefined ? undefined : u.data[0][idx]) ?? u.posToVal(left, "x");
     const rows: HTMLElement[] = [];
     for (const st of stats) {
-      const i = nearestIndex(st.step, xv, st.mean);
-      if (i < 0) continue;
-      const m = st.mean[i]!;
+      if (!spans(st.step, xv)) continue;
+      const i = nearestIndex(st.step, xv);
+      const m = st.mean[i];
+      if (m === null || m === undefined) continue; // a gap there (log y and a mean ≤ 0)
       const l = st.lo[i];
       const hgh = st.hi[i];
       const at = st.step[i]!;
@@ -827,7 +828,7 @@ export class LineCharts {
     const shown = series.filter((s) => !this.hiddenRuns.has(s.key));
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
-    const report: { si: number; name: string; color: string }[] = [];
+    const report: TipLine[] = [];
     const labels = this.labels(series.map((s) => s.key));
     for (const s of shown) {
       const xs: number[] = [];
@@ -855,11 +856,11 @@ export class LineCharts {
         tables.push([xs, ys, sm] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, withAlpha(color, 0.28), 1));
         opts.push(this.seriesOpts(`${name} (EMA)`, color, 2));
-        report.push({ si: opts.length - 1, name, color });
+        report.push({ name, color, xs, ys: sm });
       } else {
         tables.push([xs, ys] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, color, 1.75));
-        report.push({ si: opts.length - 1, name, color });
+        report.push({ name, color, xs, ys });
       }
     }
     if (!tables.length) {
@@ -991,7 +992,9 @@ export class LineCharts {
     return { label, stroke, width, spanGaps: false };
   }
 
-  private tip(u: uPlot, el: HTMLElement, report: { si: number; name: string; color: string }[]): void {
+  /** The tooltip of a line chart: every shown run whose steps (or times) span the cursor's x, at
+   *  its point nearest to it (runs log at different x, on wall time nearly always). */
+  private tip(u: uPlot, el: HTMLElement, report: TipLine[]): void {
     const idx = u.cursor.idx;
     if (idx === null || idx === undefined || u.cursor.left === undefined || u.cursor.left < 0) {
       el.hidden = true;
@@ -1000,9 +1003,9 @@ export class LineCharts {
     const xv = u.data[0][idx];
     const rows: [string, number, string][] = [];
     for (const r of report) {
-      const v = u.data[r.si]?.[idx];
-      if (v === null || v === undefined) continue;
-      rows.push([r.name, v, r.color]);
+      if (xv === undefined || !spans(r.xs, xv)) continue;
+      const v = r.ys[nearestIndex(r.xs, xv)];
+      if (v !== null && v !== undefined) rows.push([r.name, v, r.color]); // null: a gap there
     }
     if (!rows.length || xv === undefined) {
       el.hidden = true;

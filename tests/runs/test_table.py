@@ -512,3 +512,18 @@ def test_the_default_params_are_the_six_that_vary_most_so_a_swept_lr_listed_late
     # With few differing keys a run-naming text key is still shown.
     two = [make_run(f"s{i}", params={"optim.lr": 0.1 * (i + 1), "out": f"/o/{i}"}) for i in range(3)]
     assert [c for c in default_columns(two) if c.startswith("config.")] == ["config.optim.lr", "config.out"]
+
+
+def test_param_spreads_count_values_as_differing_config_keys_tells_them_apart() -> None:
+    from traceml_ai.runs.table import param_spreads
+
+    nan = float("nan")
+    runs = [
+        make_run("a", params={"n": 1, "f": True, "x": nan, "z": None, "t": "p", "m": 1, "o": "/o/a"}),
+        make_run("b", params={"n": 1.0, "f": 1, "x": nan, "t": "q", "m": "1", "o": "/o/b"}),
+        make_run("c", params={"n": 1, "f": True, "x": nan, "z": None, "o": "/o/c"}),
+    ]
+    # n: 1 == 1.0; f: true and 1 differ; x: NaN equals NaN; z: null equals missing; t: p, q and
+    # missing; m: a number and a text; o: a text of each run's own (names the runs): lowest.
+    assert param_spreads(runs) == {"f": 2, "t": 3, "m": 3, "o": 1}
+    assert set(param_spreads(runs)) == set(differing_config_keys(runs))

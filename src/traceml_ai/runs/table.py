@@ -700,7 +700,7 @@ def param_spreads(runs: Sequence[RunSummary]) -> dict[str, int]:
     # Per key: its text values, its numbers (a set holds 1 and 1.0 as one value, as
     # param_identity does; NaN as one marker), its other identities (bool, null) and the runs
     # holding it.
-    texts: dict[str, set[str]] = {}
+    texts: dict[str, set[Any]] = {}
     numbers: dict[str, set[Any]] = {}
     others: dict[str, set[Any]] = {}
     held: dict[str, int] = {}

@@ -437,3 +437,14 @@ def test_a_reader_that_stops_reading_ends_the_listing_quietly(tmp_path: Path, fm
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert b"Broken pipe" not in err and b"error" not in err
+
+
+def test_the_readmes_duration_filter_lists_the_runs_longer_than_an_hour(fake_root: Path) -> None:
+    # README, "Columns": traceml runs ls --filter 'duration_s>3600', as written there.
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "`traceml runs ls --filter 'duration_s>3600'`" in readme
+    rows = _ls_json(str(fake_root), "--filter", "duration_s>3600", "--columns", "name,duration_s")
+    everyone = _ls_json(str(fake_root), "--columns", "name,duration_s")
+    longer = {name for name, r in everyone.items() if (r["values"]["duration_s"] or 0) > 3600}
+    assert longer and set(rows) == longer
+    assert all(r["values"]["duration_s"] > 3600 for r in rows.values())

@@ -487,3 +487,43 @@ def test_perf_columns_are_listed_numeric_and_shown_by_default_only_when_a_run_wa
     assert not any(c.startswith("perf.") for c in default_columns([make_run("plain")]))
     with pytest.raises(ColumnError, match=r"perf\.<key>"):
         cell(runs[0], "perf")
+
+
+def test_the_default_params_are_the_six_that_vary_most_so_a_swept_lr_listed_late_is_among_them() -> None:
+    # As the fake sweep writes params.yaml: seven data/model keys of two or three values each,
+    # then the optim.lr the sweep draws for every run, then an output folder of each run's own.
+    runs = [
+        make_run(f"r{i}", params={
+            "data.dataset": ["cifar", "mnist", "svhn"][i % 3], "data.batch_size": [64, 128][i % 2],
+            "model.name": ["resnet", "vit"][i % 2], "model.hidden": [128, 256, 512][i % 3],
+            "model.dropout": [0.0, 0.1][i % 2], "model.depth": [18, 34][i % 2], "optim.name": ["adam", "sgd"][i % 2],
+            "optim.lr": 1e-4 * (i + 1), "train.out_dir": f"/out/r{i}", "train.workers": 8,
+        })
+        for i in range(6)
+    ]
+    shown = [c.removeprefix("config.") for c in default_columns(runs) if c.startswith("config.")]
+    # lr (6 values) first picked, then the 3-valued keys, then the 2-valued ones in params.yaml
+    # order; the output folder names each run (last of the differing keys); shown in params order.
+    assert shown == ["data.dataset", "data.batch_size", "model.name", "model.hidden", "model.dropout", "optim.lr"]
+    # The column index (one stand-in run per shape) picks the same.
+    from traceml_ai.runs.column_index import ColumnIndex
+
+    assert ColumnIndex().facts(runs).default == default_columns(runs)
+    # With few differing keys a run-naming text key is still shown.
+    two = [make_run(f"s{i}", params={"optim.lr": 0.1 * (i + 1), "out": f"/o/{i}"}) for i in range(3)]
+    assert [c for c in default_columns(two) if c.startswith("config.")] == ["config.optim.lr", "config.out"]
+
+
+def test_param_spreads_count_values_as_differing_config_keys_tells_them_apart() -> None:
+    from traceml_ai.runs.table import param_spreads
+
+    nan = float("nan")
+    runs = [
+        make_run("a", params={"n": 1, "f": True, "x": nan, "z": None, "t": "p", "m": 1, "o": "/o/a"}),
+        make_run("b", params={"n": 1.0, "f": 1, "x": nan, "t": "q", "m": "1", "o": "/o/b"}),
+        make_run("c", params={"n": 1, "f": True, "x": nan, "z": None, "o": "/o/c"}),
+    ]
+    # n: 1 == 1.0; f: true and 1 differ; x: NaN equals NaN; z: null equals missing; t: p, q and
+    # missing; m: a number and a text; o: a text of each run's own (names the runs): lowest.
+    assert param_spreads(runs) == {"f": 2, "t": 3, "m": 3, "o": 1}
+    assert set(param_spreads(runs)) == set(differing_config_keys(runs))

@@ -548,8 +548,10 @@ def test_a_grouped_table_plots_one_mean_line_per_group_with_a_band_and_n(browser
         page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
         tip = chart.locator(".plot-tip")
         expect(tip).to_be_visible()
-        expect(tip.locator(".plot-tip-name").first).to_have_text(re.compile(r" · n=\d+$"))
-        expect(tip.locator(".plot-tip-v").first).to_have_text(re.compile(r"^[\d.]+ \([\d.]+ – [\d.]+\)$"))
+        expect(tip.get_by_test_id("group-tip-row")).to_have_count(2)  # each group's nearest point
+        expect(tip.locator(".plot-tip-n").first).to_have_text(re.compile(r"^n=\d+$"))
+        expect(tip.locator(".plot-tip-v").first).to_have_text(re.compile(r"^[\d.]+$"))
+        expect(tip.locator(".plot-tip-sub").first).to_have_text(re.compile(r"^min–max [\d.]+ – [\d.]+ · step \d+$"))
         page.get_by_test_id("band").select_option("std")
         shot(page, "chart-line-groups")
         # The chart CSV carries the groups and the band: group, step, mean, min, max, std, n_runs.
@@ -595,8 +597,9 @@ def test_a_spike_of_one_run_shows_in_its_groups_band_on_the_page(browser: Browse
                 break
         else:
             raise AssertionError(f"no tooltip at step {SPIKE_STEP}")
-        expect(tip.locator(".plot-tip-name")).to_have_text("cifar · n=2")
-        expect(tip.locator(".plot-tip-v")).to_have_text(re.compile(r"\(0\.6\d* – 50\)$"))
+        expect(tip.locator(".plot-tip-name")).to_have_text("cifar")
+        expect(tip.locator(".plot-tip-n")).to_have_text("n=2")
+        expect(tip.locator(".plot-tip-sub")).to_have_text(re.compile(rf"^min–max 0\.6\d* – 50 · step {SPIKE_STEP}$"))
         shot(page, "chart-group-band-spike")
         s.assert_clean()
 

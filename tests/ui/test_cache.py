@@ -429,3 +429,14 @@ def test_chart_names_are_safe_for_any_metric_name(store: RunStore, cache: CacheF
     path = cache.export_chart(spec, [baseline], [(baseline, store.history(baseline.key))], fmt="csv")
     assert os.path.dirname(path) == os.path.join(cache.path, "plots")
     assert os.path.basename(path) == "plot-evil-name-u-20261130-120000.csv"
+
+
+def test_an_empty_table_is_not_exported_and_latest_csv_keeps_the_last_export_with_rows(
+        store: RunStore, cache: CacheFolder) -> None:
+    runs = store.runs()
+    _, latest = cache.export_table_csv(runs[:3], ["name"])
+    before = _files(Path(latest).parent)
+    kept = Path(latest).read_bytes()
+    with pytest.raises(CacheError, match="nothing to export: the table shows no runs"):
+        cache.export_table_csv([], ["name"])
+    assert _files(Path(latest).parent) == before and Path(latest).read_bytes() == kept

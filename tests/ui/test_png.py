@@ -106,7 +106,7 @@ def test_a_line_chart_plotted_by_groups_draws_the_band_the_page_shows_at_the_csv
     _draw_lines([ax], spec, histories, 200, _THEMES["dark"])
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == len(groups)  # one shaded band per group, under its mean line
-    text = "min–max band" if band == "minmax" else "± std band"
+    text = "min–max band" if band == "minmax" else "± population std band"  # std over n, not n - 1
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"{g} (mean, {text})" for g in groups]
     widths = []
     for group, poly in zip(groups, bands, strict=True):

@@ -4,6 +4,7 @@ downsampled for drawing, through the real app on run files written by hand."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.cli.test_runs_cli_readers import write_run
 from traceml_ai.runs.analysis import line_groups
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.app import create_app
+from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.service import Viewer
 
 TOKEN = "test-token-0123456789"
@@ -122,3 +124,35 @@ def test_a_bad_group_request_is_a_one_line_400(app: tuple[TestClient, Viewer, di
     client, _, keys = app
     res = client.post("/api/series", json={"keys": [keys["a"]], "metrics": ["loss"], **extra})
     assert res.status_code == 400 and message in res.json()["error"] and "\n" not in res.json()["error"]
+
+
+def test_the_group_means_cover_every_run_asked_for_past_the_30_lines_a_chart_draws(tmp_path: Path) -> None:
+    # 45 runs of one group, run i logging loss = i at every step: the mean over all of them is 22,
+    # over the first 30 only it was 14.5 (issue 15 review: "silently use only the first 30").
+    root = tmp_path / "runs"
+    for i in range(45):
+        write_run(root, f"r{i:02d}", {"name": f"r{i:02d}", "status": "completed",
+                                      "started_at": "2026-11-30T10:00:00Z"},
+                  params="data:\n  dataset: cifar\n", rows=[{"step": s, "loss": float(i)} for s in range(5)])
+    viewer = Viewer(RunStore([root]), CacheFolder(tmp_path / ".cache", roots=[root]))
+    viewer.poll()
+    client = TestClient(create_app(viewer, TOKEN, lambda: {HOST}), base_url=f"http://{HOST}")
+    client.headers["x-traceml-token"] = TOKEN
+    keys = sorted((r.key for r in viewer.store.runs()), key=lambda k: viewer.store.get(k).name)  # type: ignore[union-attr]
+    body = _series(client, keys, group_by=GROUP)
+    (g,) = body["groups"]
+    assert len(g["keys"]) == 45 and set(g["n_runs"]) == {45}
+    assert g["mean"] == [pytest.approx(22.0)] * 5 and set(g["min"]) == {0.0} and set(g["max"]) == {44.0}
+    assert len(body["series"]) == 30  # the lines of the first 30 only: the page draws the groups
+    # The chart CSV the export button writes holds the same means, of all 45.
+    res = client.post("/api/export/chart", json={"chart": "line", "keys": keys, "metrics": ["loss"], "x": "step",
+                                                 "group_by": GROUP, "band": "minmax", "format": "csv"})
+    assert res.status_code == 200, res.text
+    table = list(csv.reader(Path(res.json()["path"]).read_text(encoding="utf-8").splitlines()))
+    assert table[0][:3] == ["group", "step", "mean loss"] and len(table) == 6
+    assert {float(r[2]) for r in table[1:]} == {22.0} and {r[-1] for r in table[1:]} == {"45"}
+    # Without group_by the 30-line limit stands.
+    res = client.post("/api/series", json={"keys": keys, "metrics": ["loss"], "x": "step"})
+    assert res.status_code == 400 and "at most 30" in res.json()["error"]
+    res = client.post("/api/export/chart", json={"chart": "line", "keys": keys, "metrics": ["loss"], "format": "csv"})
+    assert res.status_code == 400 and "at most 30" in res.json()["error"]

@@ -174,6 +174,12 @@ export async function runExport(what: string, call: () => Promise<ExportResponse
 
 export function exportTable(): Promise<string | null> {
   const keys = tableOrder();
+  if (!keys.length) {
+    // An empty table is not exported: latest.csv keeps the last export that had rows.
+    const text = "Nothing to export: the table shows no runs (latest.csv is left as it was).";
+    toast(text, "error");
+    return Promise.resolve(text);
+  }
   return runExport(`Table CSV (${keys.length} run${keys.length === 1 ? "" : "s"})`, () => api.exportTable(keys, shownColumns()));
 }
 

@@ -26,6 +26,11 @@ const VIEW_META: Record<View, { label: string; icon: IconName; title: string }> 
   performance: { label: "Performance", icon: "performance", title: "Performance" },
 };
 
+function withCount(label: HTMLLabelElement, count: HTMLElement): HTMLLabelElement {
+  label.appendChild(count);
+  return label;
+}
+
 export class Shell {
   private root: HTMLElement;
   private navCounts = new Map<View, HTMLElement>();
@@ -274,7 +279,7 @@ export class Shell {
         h("span", { class: "side-muted", text: n === 1 ? " run selected" : " runs selected" }),
       ),
       n > MAX_SERIES_RUNS
-        ? h("div", { class: "side-note", text: `Line charts plot the first ${MAX_SERIES_RUNS}.` })
+        ? h("div", { class: "side-note", text: `Line charts plot the first ${MAX_SERIES_RUNS} (Plot by groups averages all of them).` })
         : null,
       h("div", { class: "side-actions" }, plot, compare, clear),
     );
@@ -282,15 +287,18 @@ export class Shell {
 
   renderSettings(): void {
     const interval = h("span", { class: "side-value", testid: "refresh-interval" });
+    const hiddenN = h("span", { class: "side-muted", testid: "hidden-count" });
     const update = () => {
       interval.textContent = `${store.refreshInterval} s · stale after ${store.staleAfter} s`;
+      const n = store.hiddenCount();
+      hiddenN.textContent = n ? ` (${n})` : "";
     };
     update();
     store.on("runs", update);
     replace(
       this.settingsEl,
       h("div", { class: "side-kv" }, h("span", { class: "side-muted", text: "Refresh" }), interval),
-      toggle(
+      withCount(toggle(
         "Show hidden runs",
         store.ui.showHidden,
         (on) => {
@@ -299,7 +307,7 @@ export class Shell {
           void queryTable();
         },
         "show-hidden",
-      ),
+      ), hiddenN),
     );
   }
 

@@ -162,6 +162,8 @@ type Listener = (detail?: unknown) => void;
 
 export const PALETTE_SIZE = 12;
 export const MAX_SERIES_RUNS = 30;
+/** Plot by groups averages up to this many selected runs (the server's MAX_GROUP_RUNS). */
+export const MAX_GROUP_RUNS = 2000;
 
 export class Store {
   ui: UiState = defaultUiState();
@@ -249,6 +251,13 @@ export class Store {
       by.set(r.display_status, (by.get(r.display_status) ?? 0) + 1);
     }
     return { total, by };
+  }
+
+  /** Hidden runs that are still on disk. */
+  hiddenCount(): number {
+    let n = 0;
+    for (const k of this.hidden) if (this.runs.has(k)) n++;
+    return n;
   }
 
   /** Runs the user may see (hidden ones only with "show hidden runs"). */

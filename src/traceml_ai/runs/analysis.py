@@ -47,6 +47,8 @@ BAR_LIMIT: Final = 60
 """Bars drawn at most (003 seed); the CSV export holds all of them."""
 MAX_LINE_RUNS: Final = 30
 """Runs whose series one line chart may show (003 seed, "Limitations")."""
+MAX_GROUP_LINE_RUNS: Final = 2000
+"""Runs a line chart by groups (``group_by``) may average: its means and bands cover all of them."""
 MAX_LINE_METRICS: Final = 16
 MAX_CHART_RUNS: Final = 100_000
 ALL_RUNS_LABEL: Final = "all runs"
@@ -153,7 +155,11 @@ def parse_chart_spec(obj: Mapping[str, Any]) -> ChartSpec:
         raise ChartSpecError(
             f"unknown field(s) for a {kind} chart: {', '.join(unknown)}; known: {', '.join(_SPEC_FIELDS[kind])}"
         )
-    keys = _str_list(obj, "keys", limit=MAX_LINE_RUNS if kind == "line" else MAX_CHART_RUNS)
+    if kind == "line":
+        limit = MAX_GROUP_LINE_RUNS if obj.get("group_by") is not None else MAX_LINE_RUNS
+    else:
+        limit = MAX_CHART_RUNS
+    keys = _str_list(obj, "keys", limit=limit)
     if kind == "line":
         metrics = _str_list(obj, "metrics", limit=MAX_LINE_METRICS)
         if not metrics:

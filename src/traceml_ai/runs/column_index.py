@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from traceml_ai.runs.model import BestValue, RunSummary
-from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity
+from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity, param_spread
 
 Shape = tuple[Any, ...]
 """The key names and value types of one run's values (see the module docstring); hashable."""
@@ -237,23 +237,16 @@ class ColumnIndex:
                 if not held:
                     del values[key]
 
-    def _differing(self, n_runs: int) -> set[str]:
+    def _differing(self, n_runs: int) -> dict[str, int]:
+        """The params keys that differ → their :func:`~traceml_ai.runs.table.param_spread` (a key
+        with one value differs when some runs lack it, unless that value is null: missing and null
+        are the same)."""
         if n_runs < 2:
-            return set()
-        out = set()
-        for key, held in self._values.items():
-            if len(held) > 1:
-                out.add(key)
-                continue
-            # One value: the key differs when some runs lack it, unless that value is null
-            # (missing and null are the same).
-            ((ident, n),) = held.items()
-            if n < n_runs and ident != _NULL:
-                out.add(key)
-        return out
+            return {}
+        spreads = {key: param_spread(held, n_runs) for key, held in self._values.items()}
+        return {key: spread for key, spread in spreads.items() if spread}
 
 
-_NULL: Final = param_identity(None)
 _NAN: Final = param_identity(float("nan"))
 
 

@@ -26,7 +26,7 @@ import io
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter, itemgetter
@@ -286,14 +286,15 @@ class ColumnFacts:
     numeric: set[str]
 
 
-def column_facts(runs: Iterable[RunSummary], differing: Collection[str] | None = None) -> ColumnFacts:
+def column_facts(runs: Iterable[RunSummary], differing: Mapping[str, int] | None = None) -> ColumnFacts:
     """:func:`available_columns`, :func:`default_columns` and :func:`numeric_columns` in one pass
     over the runs' values (the web table asks for all three after every change).
 
-    ``differing``: the params keys known to differ between the runs the answer is for, when
-    ``runs`` stand in for them (:class:`~traceml_ai.runs.column_index.ColumnIndex` passes one run
-    per shape, whose values say nothing about the others'); None finds them in ``runs``
-    (:func:`differing_config_keys`). Either way they are taken in ``runs``' params order.
+    ``differing``: the params keys known to differ between the runs the answer is for, each with
+    its :func:`param_spread`, when ``runs`` stand in for them
+    (:class:`~traceml_ai.runs.column_index.ColumnIndex` passes one run per shape, whose values say
+    nothing about the others'); None finds them in ``runs`` (:func:`param_spreads`). The default
+    columns take the :data:`MAX_DEFAULT_PARAMS` of widest spread (:func:`default_params`).
     """
     config, config_numeric = _key_facts(map(attrgetter("params"), items := list(runs)), typed=True)
     summary, summary_numeric = _key_facts(map(attrgetter("summary"), items), typed=True)
@@ -333,10 +334,7 @@ def column_facts(runs: Iterable[RunSummary], differing: Collection[str] | None =
         *(f"summary.{k}" for k in sorted(summary)),
         *(f"perf.{k}" for k in sorted(perf)),
     ]
-    if differing is None:
-        params = differing_config_keys(items)[:MAX_DEFAULT_PARAMS]
-    else:
-        params = [k for k in _params_order(items) if k in differing][:MAX_DEFAULT_PARAMS]
+    params = default_params(_params_order(items), param_spreads(items) if differing is None else differing)
     default = [*_DEFAULT_LEAD, *(f"perf.{k}" for k in PERF_DEFAULT if k in perf),
                *(f"config.{k}" for k in params),
                *(f"run.best.{k}" for k in sorted(best)), *(f"summary.{k}" for k in sorted(summary))]
@@ -673,6 +671,83 @@ def differing_config_keys(runs: Sequence[RunSummary]) -> list[str]:
     return differing
 
 
+def param_spread(counts: Mapping[Any, int], n_runs: int) -> int:
+    """How widely one params key varies over ``n_runs`` runs, from ``counts`` (each value's
+    :func:`param_identity` → the runs holding it; runs without the key hold none): the number of
+    distinct values, a missing key counting as null; 0 when it does not differ. A text key that
+    gives every one of three or more runs its own value (an output folder, a run id) names the runs
+    rather than a setting: 1, the lowest of the keys that differ."""
+    return _spread(len(counts), sum(counts.values()), _NONE in counts,
+                   all(ident[0] == "text" for ident in counts), n_runs)
+
+
+def _spread(distinct: int, held: int, has_null: bool, only_text: bool, n_runs: int) -> int:
+    if held < n_runs and not has_null:
+        distinct += 1  # the runs without the key: one more value, null
+    if distinct < 2:
+        return 0
+    if n_runs >= 3 and distinct == n_runs == held and only_text:
+        return 1
+    return distinct
+
+
+def param_spreads(runs: Sequence[RunSummary]) -> dict[str, int]:
+    """Every params key that differs between ``runs`` → its :func:`param_spread` (the same answer,
+    without building an identity per value: 100,000 runs of a dozen params in ~0.2 s)."""
+    n = len(runs)
+    if n < 2:
+        return {}
+    # Per key: its text values, its numbers (a set holds 1 and 1.0 as one value, as
+    # param_identity does; NaN as one marker), its other identities (bool, null) and the runs
+    # holding it.
+    texts: dict[str, set[Any]] = {}
+    numbers: dict[str, set[Any]] = {}
+    others: dict[str, set[Any]] = {}
+    held: dict[str, int] = {}
+    for run in runs:
+        for key, value in run.params.items():
+            kind = type(value)
+            if kind is str:
+                bucket: set[Any] | None = texts.get(key)
+                if bucket is None:
+                    bucket = texts[key] = set()
+                bucket.add(value)
+            elif kind is int or kind is float:
+                bucket = numbers.get(key)
+                if bucket is None:
+                    bucket = numbers[key] = set()
+                bucket.add(value if value == value else _NAN_MARK)
+            else:
+                bucket = others.get(key)
+                if bucket is None:
+                    bucket = others[key] = set()
+                ident = _identity(value)
+                try:
+                    bucket.add(ident)
+                except TypeError:  # a list or mapping that got through: its text tells it apart
+                    bucket.add((ident[0], repr(ident[1])))
+            held[key] = held.get(key, 0) + 1
+    empty: set[Any] = set()
+    out = {}
+    for key, k_held in held.items():
+        t, u, o = texts.get(key, empty), numbers.get(key, empty), others.get(key, empty)
+        spread = _spread(len(t) + len(u) + len(o), k_held, _NONE in o, not u and not o, n)
+        if spread:
+            out[key] = spread
+    return out
+
+
+def default_params(order: Iterable[str], spreads: Mapping[str, int]) -> list[str]:
+    """The params keys the table shows by default (issue 15 item 20 and its review): of the keys
+    that differ (``spreads``, by :func:`param_spread`), the :data:`MAX_DEFAULT_PARAMS` that take
+    the most distinct values, the earlier in ``order`` (params.yaml order) on a tie, then shown in
+    ``order``. A sweep's ``optim.lr`` (a value per run) comes before ``data.*`` and ``model.*``
+    keys that take two or three values, however many of those params.yaml lists first."""
+    keys = [k for k in order if spreads.get(k, 0) > 0]
+    ranked = sorted(range(len(keys)), key=lambda i: -spreads[keys[i]])[:MAX_DEFAULT_PARAMS]
+    return [keys[i] for i in sorted(ranked)]
+
+
 def _params_order(runs: Sequence[RunSummary]) -> dict[str, None]:
     """Every params key of ``runs`` once, in the order their params list them (a key first seen
     in a later run after those of the earlier ones)."""
@@ -686,6 +761,10 @@ def param_identity(value: Scalar) -> tuple[str, Any]:
     """What makes two params values the same for :func:`differing_config_keys`, hashable: null
     (and a missing key) one value, 1 and 1.0 one value, true and 1 two, every NaN one."""
     return _identity(value)
+
+
+_NONE: Final = ("none", None)
+_NAN_MARK: Final = ("nan", None)
 
 
 def _identity(value: Scalar) -> tuple[str, Any]:

@@ -473,9 +473,13 @@ class CacheFolder:
 
         Raises:
             ColumnError: an invalid column name.
+            CacheError: no rows (an empty table is not exported: ``latest.csv``, which an agent
+                reads, keeps the last export with rows).
             OSError: the file could not be written.
         """
         csv_columns(columns)  # a bad column is refused before a file is made
+        if not runs:
+            raise CacheError("nothing to export: the table shows no runs (latest.csv is left as it was)")
         t = self.clock() if now is None else now
         folder = self._folder(EXPORTS_DIR)
 

@@ -100,7 +100,7 @@ PALETTE: Final = (
     "#4e9cf5", "#f5a524", "#3ecf8e", "#ef5a6f", "#a78bfa", "#22c1c3", "#f07c3e", "#c3d64a", "#ec6cb9", "#8fa1b3",
 )
 _FIG_INCHES: Final = (8.0, 4.5)
-BAND_TEXT: Final[dict[str, str]] = {"minmax": "min–max band", "std": "± std band"}
+BAND_TEXT: Final[dict[str, str]] = {"minmax": "min–max band", "std": "± population std band"}
 """How the legend names the band around a group's mean (the page's band picker says the same)."""
 
 

@@ -46,6 +46,12 @@ from traceml_ai.ui.warm import bulk_load, collector_paused
 log = logging.getLogger("traceml.ui")
 
 MAX_SERIES_RUNS = 30
+"""At most this many runs are drawn as lines (``POST /api/series`` without ``group_by``)."""
+MAX_GROUP_RUNS = 2000
+"""With ``group_by`` (Plot by groups) the group means and bands cover up to this many runs; the
+per-run ``series`` of the answer are those of the first :data:`MAX_SERIES_RUNS` only. The chart
+export's limit, :data:`traceml_ai.runs.analysis.MAX_GROUP_LINE_RUNS`, is the same (not imported:
+analysis loads numpy, which the viewer's start does not)."""
 FREEZE_AFTER_ROWS = 50_000
 """A history load that adds this many rows or more is followed by ``gc.freeze()`` (:meth:`Viewer.history`)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -463,8 +469,10 @@ class Viewer:
         """``POST /api/series``: downsampled series of up to 30 runs (docs/viewer-api.md); with
         ``x_range`` (a zoomed chart) the buckets cover only that range of x. With ``group_by``
         (Plot by groups) also ``groups``: per metric and group of that column, the mean, min, max,
-        std and n_runs by step over the runs' full histories (the function the PNG/CSV export
-        uses, :func:`~traceml_ai.runs.analysis.line_groups`), then downsampled for drawing.
+        population std and n_runs by step over the full histories of every run asked for (up to
+        :data:`MAX_GROUP_RUNS`; the function the PNG/CSV export uses,
+        :func:`~traceml_ai.runs.analysis.line_groups`), then downsampled for drawing; ``series``
+        then holds the first :data:`MAX_SERIES_RUNS` runs only (the page draws the groups).
 
         Raises:
             RequestError: too many runs, an unknown x axis, a bad EMA weight, x range or group column.
@@ -472,8 +480,10 @@ class Viewer:
         if x_range is not None and not (math.isfinite(x_range[0]) and math.isfinite(x_range[1])
                                         and x_range[0] < x_range[1]):
             raise RequestError(f"x_range must be two finite numbers, low then high, got {list(x_range)}")
-        if len(keys) > MAX_SERIES_RUNS:
+        if group_by is None and len(keys) > MAX_SERIES_RUNS:
             raise RequestError(f"at most {MAX_SERIES_RUNS} runs can be plotted at once, got {len(keys)}")
+        if len(keys) > MAX_GROUP_RUNS:
+            raise RequestError(f"at most {MAX_GROUP_RUNS} runs can be averaged by group at once, got {len(keys)}")
         if x not in ("step", "epoch", "time"):
             raise RequestError(f"x must be step, epoch or time, got {x!r}")
         if not (0.0 <= ema_weight < 1.0) or math.isnan(ema_weight):
@@ -500,12 +510,14 @@ class Viewer:
             except NotFoundError:
                 continue  # removed since the check above: like an unknown key
             histories.append((run, tail))
+            if tail.warnings:
+                warnings[key] = tail.warnings
+            if len(histories) > MAX_SERIES_RUNS:
+                continue  # Plot by groups: in the group means only
             # No catch-all here: a bug while building a series is a logged HTTP 500, not a plausible
             # "could not be plotted" (the tail reader already turns bad files into warnings).
             points = [self._one_series(key, tail, metric, x, ema_weight, x_range) for metric in metrics]
             origins.append(points[0]["time_origin"] if points else time_origin(self.store.get(key), tail)[1])
-            if tail.warnings:
-                warnings[key] = tail.warnings
             out.extend(points)
         # The wall-time axis label: time since each run's started_at (first logged row without one).
         time_label = time_axis_label(origins) if x == "time" else None  # type: ignore[arg-type]

@@ -14,9 +14,17 @@ interface Section {
   rows: { label: string; values: Scalar[]; display?: (v: Scalar, run: RunRow) => Node | string }[];
 }
 
-function differs(values: Scalar[]): boolean {
-  const texts = values.map((v) => (v === null || v === undefined ? "\u0000" : rawText(v)));
-  return new Set(texts).size > 1;
+/** True when the texts shown differ (a missing value is never the same as a shown one). */
+function differs(texts: (string | null)[]): boolean {
+  return new Set(texts.map((t) => (t === null ? "\u0000" : t))).size > 1;
+}
+
+function rawDiffers(values: Scalar[]): boolean {
+  return differs(values.map((v) => (v === null || v === undefined ? null : rawText(v))));
+}
+
+function textOf(c: Node | string): string {
+  return typeof c === "string" ? c : (c.textContent ?? "");
 }
 
 export class CompareView implements ViewModule {
@@ -82,7 +90,15 @@ export class CompareView implements ViewModule {
     for (const sec of sections) {
       const rows: HTMLElement[] = [];
       for (const row of sec.rows) {
-        const diff = differs(row.values);
+        // "Differs" is about what the row shows: runs started the same minute, or durations of
+        // one rounded second, read alike and are not marked. A plain value that the short format
+        // would show alike (lr 1.00001e-4 and 1e-4) is shown in full instead, so it reads different.
+        let contents = row.values.map((v, i) => (row.display ? row.display(v, runs[i]!) : this.display(v)));
+        let diff = differs(contents.map((c, i) => (row.values[i] === null || row.values[i] === undefined ? null : textOf(c))));
+        if (!diff && !row.display && rawDiffers(row.values)) {
+          contents = row.values.map((v) => (v === null || v === undefined ? this.display(v) : rawText(v)));
+          diff = true;
+        }
         if (diff) diffCount++;
         if (onlyDiff && !diff) continue;
         rows.push(
@@ -90,10 +106,7 @@ export class CompareView implements ViewModule {
             "tr",
             { class: diff ? "is-diff" : "", testid: "compare-row", data: { diff: diff ? "1" : "0" } },
             h("td", { class: "compare-key", title: row.label }, diff ? h("span", { class: "diff-mark", title: "values differ" }) : null, row.label),
-            ...row.values.map((v, i) => {
-              const content = row.display ? row.display(v, runs[i]!) : this.display(v);
-              return h("td", { class: typeof v === "number" ? "num" : "", title: rawText(v) }, content);
-            }),
+            ...row.values.map((v, i) => h("td", { class: typeof v === "number" ? "num" : "", title: rawText(v) }, contents[i]!)),
           ),
         );
       }

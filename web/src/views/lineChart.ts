@@ -10,7 +10,7 @@ import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup, runLabels } fro
 import { debounce, h, replace } from "../dom";
 import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
-import { MAX_SERIES_RUNS, store } from "../store";
+import { MAX_GROUP_RUNS, MAX_SERIES_RUNS, store } from "../store";
 import type { GroupSeries, LineSpec, Series, SeriesResponse, XAxis } from "../types";
 import { button, emptyState, errorText, field, paletteColor, popover, select, swatch, toggle, token, withAlpha } from "../ui";
 import { columnOptions } from "./runs";
@@ -80,6 +80,46 @@ function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): strin
   });
 }
 
+/** Tick steps of a step axis: whole numbers, 1, 2 and 5 times a power of ten. */
+const STEP_INCRS = Array.from({ length: 10 }, (_, k) => [1, 2, 5].map((m) => m * 10 ** k)).flat();
+
+/** One group's drawn points, for its tooltip (Plot by groups). */
+interface GroupTipStats {
+  label: string;
+  color: string;
+  step: number[];
+  mean: (number | null)[];
+  lo: (number | null)[];
+  hi: (number | null)[];
+  n: number[];
+}
+
+/** The index of the x nearest `x` among `xs` (ascending; the earlier on a tie), or -1 when empty. */
+export function nearestIndex(xs: number[], x: number): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (xs[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo === xs.length) return xs.length - 1;
+  return lo > 0 && x - xs[lo - 1]! <= xs[lo]! - x ? lo - 1 : lo;
+}
+
+/** True when `x` lies within the first and last of `xs` (ascending). */
+function spans(xs: number[], x: number): boolean {
+  return xs.length > 0 && x >= xs[0]! && x <= xs[xs.length - 1]!;
+}
+
+/** One run's drawn line, for the tooltip. */
+interface TipLine {
+  name: string;
+  color: string;
+  xs: number[];
+  ys: (number | null)[];
+}
+
 /** A group of the plotted runs (Plot by groups). */
 interface PlotGroup {
   label: string;
@@ -118,9 +158,10 @@ export class LineCharts {
     if (v) this.refresh();
   }
 
-  /** Plotted runs: the selection in order, at most 30. */
+  /** Plotted runs: the selection in order, at most 30 lines; with Plot by groups every selected
+   *  run (up to MAX_GROUP_RUNS) is in its group's mean and band. */
   keys(): string[] {
-    return store.ui.selection.filter((k) => store.runs.has(k)).slice(0, MAX_SERIES_RUNS);
+    return store.ui.selection.filter((k) => store.runs.has(k)).slice(0, this.groupMode() ? MAX_GROUP_RUNS : MAX_SERIES_RUNS);
   }
 
   availableMetrics(): string[] {
@@ -289,7 +330,7 @@ export class LineCharts {
         ? select(
             [
               { value: "minmax", label: "min–max band" },
-              { value: "std", label: "± std band" },
+              { value: "std", label: "± population std band" },
             ],
             store.ui.band,
             (v) => {
@@ -454,14 +495,17 @@ export class LineCharts {
     this.destroyPlots();
     const selected = store.ui.selection.filter((k) => store.runs.has(k));
     const keys = this.keys();
+    const cap = this.groupMode() ? MAX_GROUP_RUNS : MAX_SERIES_RUNS;
     replace(
       this.note,
-      selected.length > MAX_SERIES_RUNS
+      selected.length > cap
         ? h(
             "div",
             { class: "callout callout-warn", testid: "series-cap" },
             icon("warning"),
-            `${selected.length} runs are selected; line charts show the first ${MAX_SERIES_RUNS}.`,
+            this.groupMode()
+              ? `${selected.length} runs are selected; the group means are of the first ${cap} of them.`
+              : `${selected.length} runs are selected; line charts show the first ${cap} (Plot by groups averages all of them).`,
           )
         : null,
       this.error ? h("div", { class: "callout callout-error", testid: "series-error", text: this.error }) : null,
@@ -560,13 +604,25 @@ export class LineCharts {
     return [...out.values()];
   }
 
+  /** `45 runs`, or `2000 of 2100 runs` when the selection is past what is averaged. */
+  private groupRunsText(groups: PlotGroup[]): string {
+    const n = groups.reduce((t, g) => t + g.keys.length, 0);
+    const selected = store.ui.selection.filter((k) => store.runs.has(k)).length;
+    const of = selected > this.keys().length ? ` of ${selected}` : "";
+    return `${n}${of} run${n === 1 && !of ? "" : "s"}`;
+  }
+
   private renderGroupLegend(groups: PlotGroup[]): void {
     replace(
       this.legend,
       h(
         "div",
         { class: "legend-groups" },
-        h("span", { class: "legend-title", text: `mean by ${store.ui.group ?? ""}` }),
+        h("span", {
+          class: "legend-title",
+          testid: "group-legend-title",
+          text: `mean of ${this.groupRunsText(groups)} by ${store.ui.group ?? ""} · band: ${store.ui.band === "std" ? "± population std" : "min–max"}`,
+        }),
         ...groups.map((g) =>
           h(
             "span",
@@ -589,7 +645,7 @@ export class LineCharts {
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
     const bands: uPlot.Band[] = [];
-    const stats: { label: string; color: string; n: Map<number, number>; si: number }[] = [];
+    const stats: GroupTipStats[] = [];
     const colorOf = new Map(groups.map((g) => [g.label, g.color]));
     for (const s of series) {
       if (!s.step.length) continue;
@@ -598,14 +654,13 @@ export class LineCharts {
       const mean = s.mean.map(fix);
       const lo = s.mean.map((m, i) => fix(std ? m - (s.std[i] ?? 0) : (s.min[i] ?? m)));
       const hi = s.mean.map((m, i) => fix(std ? m + (s.std[i] ?? 0) : (s.max[i] ?? m)));
-      const n = new Map(s.step.map((x, i) => [x, s.n_runs[i] ?? 0]));
       tables.push([s.step, mean, lo, hi] as uPlot.AlignedData);
       const base = opts.length;
       opts.push({ ...this.seriesOpts(g.label, g.color, 2), points: { show: false } });
       opts.push({ label: `${g.label} low`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
       opts.push({ label: `${g.label} high`, stroke: "transparent", width: 0, spanGaps: false, points: { show: false } });
       bands.push({ series: [base + 2, base + 1], fill: withAlpha(g.color, 0.16) });
-      stats.push({ label: g.label, color: g.color, n, si: base });
+      stats.push({ label: g.label, color: g.color, step: s.step, mean, lo, hi, n: s.n_runs });
     }
     if (!tables.length) {
       el.appendChild(h("div", { class: "plot-empty", text: "No values for the plotted runs." }));
@@ -624,7 +679,7 @@ export class LineCharts {
         cursor: { drag: { x: true, y: false, setScale: true }, sync: { key: "traceml-line", setSeries: false }, points: { size: 6 } },
         scales: { x: { time: false }, y: logY ? { distr: 3, log: 10 } : { auto: true } },
         axes: [
-          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0 },
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0, incrs: STEP_INCRS },
           { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 56, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
         ],
         series: opts,
@@ -641,41 +696,10 @@ export class LineCharts {
               for (const other of self.plots) if (other !== pu) other.setScale("x", { min, max });
               self.applying = false;
               self.renderToolbar();
+              self.fetchZoomSoon();
             },
           ],
-          setCursor: [
-            (pu: uPlot) => {
-              const idx = pu.cursor.idx;
-              const xv = idx === null || idx === undefined ? undefined : pu.data[0][idx];
-              if (xv === undefined || pu.cursor.left === undefined || pu.cursor.left < 0) {
-                tooltip.hidden = true;
-                return;
-              }
-              const rows = stats.flatMap((st) => {
-                const m = pu.data[st.si]?.[idx!];
-                const l = pu.data[st.si + 1]?.[idx!];
-                const hgh = pu.data[st.si + 2]?.[idx!];
-                if (m === null || m === undefined) return [];
-                const band = l !== null && l !== undefined && hgh !== null && hgh !== undefined ? ` (${fmtNum(l)} – ${fmtNum(hgh)})` : "";
-                return [
-                  h(
-                    "div",
-                    { class: "plot-tip-row" },
-                    swatch(st.color, "swatch swatch-sm"),
-                    h("span", { class: "plot-tip-name", text: `${st.label} · n=${st.n.get(xv) ?? 0}` }),
-                    h("span", { class: "plot-tip-v", text: `${fmtNum(m)}${band}` }),
-                  ),
-                ];
-              });
-              if (!rows.length) {
-                tooltip.hidden = true;
-                return;
-              }
-              replace(tooltip, h("div", { class: "plot-tip-x", text: `step ${fmtNum(xv)}` }), ...rows);
-              tooltip.hidden = false;
-              placePlotTip(tooltip, pu);
-            },
-          ],
+          setCursor: [(pu: uPlot) => self.groupTip(pu, tooltip, stats, std)],
         },
       },
       data,
@@ -685,7 +709,11 @@ export class LineCharts {
     el.dataset.groups = String(stats.length);
     u.over.addEventListener("dblclick", () => {
       this.zoom = null;
-      this.renderToolbar();
+      // Drawn from the zoom's finer band: draw the whole one again (uPlot only knows those).
+      if (this.zoomData) {
+        this.zoomData = null;
+        this.draw();
+      } else this.renderToolbar();
     });
     u.over.addEventListener("mouseleave", () => {
       tooltip.hidden = true;
@@ -696,6 +724,58 @@ export class LineCharts {
       u.setScale("x", this.zoom);
       this.applying = false;
     }
+  }
+
+  /** The tooltip of a grouped chart: for every group its point nearest the cursor's step (groups
+   *  log at different steps, so the hovered step may be none of theirs), with the group's full run
+   *  count there (n) and its band. */
+  private groupTip(u: uPlot, el: HTMLElement, stats: GroupTipStats[], std: boolean): void {
+    const left = u.cursor.left;
+    if (left === undefined || left === null || left < 0) {
+      el.hidden = true;
+      return;
+    }
+    // The step the cursor snapped to (a drawn step of some group), else the step under the cursor.
+    const idx = u.cursor.idx;
+    const xv = (idx === null || idx === undefined ? undefined : u.data[0][idx]) ?? u.posToVal(left, "x");
+    const rows: HTMLElement[] = [];
+    for (const st of stats) {
+      if (!spans(st.step, xv)) continue;
+      const i = nearestIndex(st.step, xv);
+      const m = st.mean[i];
+      if (m === null || m === undefined) continue; // a gap there (log y and a mean ≤ 0)
+      const l = st.lo[i];
+      const hgh = st.hi[i];
+      const at = st.step[i]!;
+      const band =
+        l !== null && l !== undefined && hgh !== null && hgh !== undefined
+          ? std
+            ? `± ${fmtNum((hgh - l) / 2)} (population std)`
+            : `min–max ${fmtNum(l)} – ${fmtNum(hgh)}`
+          : "";
+      rows.push(
+        h(
+          "div",
+          { class: "plot-tip-group", testid: "group-tip-row", data: { group: st.label, step: String(at), n: String(st.n[i] ?? 0) } },
+          h(
+            "div",
+            { class: "plot-tip-row" },
+            swatch(st.color, "swatch swatch-sm"),
+            h("span", { class: "plot-tip-name", text: st.label }),
+            h("span", { class: "plot-tip-n", text: `n=${st.n[i] ?? 0}` }),
+            h("span", { class: "plot-tip-v", text: fmtNum(m) }),
+          ),
+          h("div", { class: "plot-tip-sub", text: [band, `step ${fmtNum(at)}`].filter(Boolean).join(" · ") }),
+        ),
+      );
+    }
+    if (!rows.length) {
+      el.hidden = true;
+      return;
+    }
+    replace(el, h("div", { class: "plot-tip-x", text: `step ${fmtNum(Math.round(xv))}` }), ...rows);
+    el.hidden = false;
+    placePlotTip(el, u);
   }
 
   private renderLegend(keys: string[], byKey: Map<string, string>, groups: [string, string][]): void {
@@ -748,7 +828,7 @@ export class LineCharts {
     const shown = series.filter((s) => !this.hiddenRuns.has(s.key));
     const tables: uPlot.AlignedData[] = [];
     const opts: uPlot.Series[] = [{}];
-    const report: { si: number; name: string; color: string }[] = [];
+    const report: TipLine[] = [];
     const labels = this.labels(series.map((s) => s.key));
     for (const s of shown) {
       const xs: number[] = [];
@@ -776,11 +856,11 @@ export class LineCharts {
         tables.push([xs, ys, sm] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, withAlpha(color, 0.28), 1));
         opts.push(this.seriesOpts(`${name} (EMA)`, color, 2));
-        report.push({ si: opts.length - 1, name, color });
+        report.push({ name, color, xs, ys: sm });
       } else {
         tables.push([xs, ys] as uPlot.AlignedData);
         opts.push(this.seriesOpts(name, color, 1.75));
-        report.push({ si: opts.length - 1, name, color });
+        report.push({ name, color, xs, ys });
       }
     }
     if (!tables.length) {
@@ -845,7 +925,11 @@ export class LineCharts {
                     return (xTicks = splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12))))));
                   },
                 }
-              : { values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))) }),
+              : {
+                  // Steps are whole numbers: ticks at 1, 2, 5 × 10^k only (not 2.5, 7.5).
+                  ...(x === "step" ? { incrs: STEP_INCRS } : {}),
+                  values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))),
+                }),
           },
           {
             stroke: axisColor,
@@ -908,7 +992,9 @@ export class LineCharts {
     return { label, stroke, width, spanGaps: false };
   }
 
-  private tip(u: uPlot, el: HTMLElement, report: { si: number; name: string; color: string }[]): void {
+  /** The tooltip of a line chart: every shown run whose steps (or times) span the cursor's x, at
+   *  its point nearest to it (runs log at different x, on wall time nearly always). */
+  private tip(u: uPlot, el: HTMLElement, report: TipLine[]): void {
     const idx = u.cursor.idx;
     if (idx === null || idx === undefined || u.cursor.left === undefined || u.cursor.left < 0) {
       el.hidden = true;
@@ -917,9 +1003,9 @@ export class LineCharts {
     const xv = u.data[0][idx];
     const rows: [string, number, string][] = [];
     for (const r of report) {
-      const v = u.data[r.si]?.[idx];
-      if (v === null || v === undefined) continue;
-      rows.push([r.name, v, r.color]);
+      if (xv === undefined || !spans(r.xs, xv)) continue;
+      const v = r.ys[nearestIndex(r.xs, xv)];
+      if (v !== null && v !== undefined) rows.push([r.name, v, r.color]); // null: a gap there
     }
     if (!rows.length || xv === undefined) {
       el.hidden = true;

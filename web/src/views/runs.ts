@@ -268,9 +268,15 @@ export class RunsView implements ViewModule {
     // "24 runs", or "5 of 24 runs" when a filter, the search or a status hides some (never "24 of 24").
     this.infoEl.textContent = t.shown === t.total ? `${t.total} run${t.total === 1 ? "" : "s"}` : `${t.shown} of ${t.total} runs`;
     this.infoEl.title = "";
+    // Hidden runs are not in the total: say how many there are, and how to see them.
+    const hidden = store.ui.showHidden ? 0 : store.hiddenCount();
+    if (hidden) {
+      this.infoEl.textContent += ` · ${hidden} hidden`;
+      this.infoEl.title = `${hidden} hidden run${hidden === 1 ? " is" : "s are"} left out: "Show hidden runs" in the sidebar shows them`;
+    }
     if (max !== null && t.shown > max) {
       this.infoEl.textContent += ` · first ${max} shown`;
-      this.infoEl.title = `Max rows ${max}: the table and its CSV export hold the first ${max} rows in table order`;
+      this.infoEl.title = [`Max rows ${max}: the table and its CSV export hold the first ${max} rows in table order`, this.infoEl.title].filter(Boolean).join("\n");
     }
   }
 

@@ -47,6 +47,7 @@ from traceml_ai.runs.table import (
     group_runs,
     parse_sort_arg,
     row_json,
+    rows_json,
     sort_runs,
     validate_column,
     write_csv,
@@ -167,8 +168,7 @@ def ls(
         shown = [run for g in groups for run in g.runs]
     labels = {run.key: g.label for g in groups for run in g.runs} if groups is not None else {}
     if as_json:
-        for run in shown:
-            row = row_json(run, cols)
+        for run, row in zip(shown, rows_json(shown, cols), strict=True):
             if group_by:
                 row["group_by"] = {"column": group_by, "label": labels[run.key]}
             sys.stdout.write(orjson.dumps(row).decode() + "\n")

@@ -26,7 +26,7 @@ import io
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter, itemgetter
@@ -862,17 +862,32 @@ def row_json(run: RunSummary, columns: Sequence[str]) -> dict[str, Any]:
     where ``status`` is run.json's status as written (None without a readable run.json) and
     ``display_status`` the derived one (``stale``, ``running?``, …; the ``status`` column shows this
     one). In ``values``, NaN and ±infinity become None (JSON has no NaN) and ``tags`` is a list of
-    strings; other values are as :func:`cell` returns them.
+    strings; other values are as :func:`cell` returns them. For many runs use :func:`rows_json`.
 
     Raises:
         ColumnError: a column name is invalid.
     """
+    return _row_json(run, [(c, cell_getter(c)) for c in columns])
+
+
+def rows_json(runs: Iterable[RunSummary], columns: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """:func:`row_json` of each run, in order, the column names parsed once (not once per cell:
+    a third of ``traceml runs ls --json`` of 10,000 runs went to that).
+
+    Raises:
+        ColumnError: a column name is invalid (raised before the first row).
+    """
+    getters = [(c, cell_getter(c)) for c in columns]
+    return (_row_json(run, getters) for run in runs)
+
+
+def _row_json(run: RunSummary, getters: Sequence[tuple[str, Callable[[RunSummary], Scalar]]]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for column in columns:
+    for column, get in getters:
         if column == "tags":
             values[column] = list(run.tags)
             continue
-        value = cell(run, column)
+        value = get(run)
         if isinstance(value, float) and not math.isfinite(value):
             value = None
         values[column] = value

@@ -299,3 +299,101 @@ def test_stormlog_folders_in_a_runs_root_are_not_runs(tmp_path: Path) -> None:
     assert ids == ["run-1"], (ids, bundle.name)
     assert {r["kind"] for r in traceml_query("attachments", root)[0]} >= {"telemetry_sink", "diagnose_bundle",
                                                                          "oom_bundle"}
+
+
+def _deep(levels: int) -> str:
+    """JSON text of ``levels`` nested lists (written by hand: ``json.dumps`` itself would recurse)."""
+    return "[" * levels + "]" * levels
+
+
+def test_json_nested_too_deeply_is_a_warning_on_its_file_never_a_crash(tmp_path: Path) -> None:
+    """An envelope, a sidecar and a manifest nested 1,100 levels deep: real Stormlog skips each
+    file and lists the rest; TraceML lists the same rows (it once failed whole with a
+    RecursionError) and names each file. A telemetry line nested 100,000 levels deep is read by both."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s-ok", T0)
+    deep = _deep(1100)
+    files = {
+        "env/stormlog_run.json": '{"schema_version": 1, "format": "stormlog.run_envelope", "run_id": "r", '
+                                 f'"metadata": {{"x": {deep}}}}}',
+        "side/stormlog_attachments.json": '{"schema_version": 1, "format": "stormlog.attachments", '
+                                          f'"attachments": [{{"title": "t", "kind": "k", "url": "u", "x": {deep}}}]}}',
+        "bundle/manifest.json": f'{{"bundle_name": {deep}}}',
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True)
+        (root / name).write_text(text, encoding="utf-8")
+    # a telemetry line far deeper still
+    line = json.dumps(record("s-deep", T0)).replace('"metadata": {}', f'"metadata": {{"x": {_deep(100_000)}}}')
+    (root / "tel").mkdir()
+    (root / "tel" / "events.jsonl").write_text(line + "\n", encoding="utf-8")
+    for what in ("runs", "sessions", "attachments"):
+        rows, stderr = traceml_query(what, root)
+        same_rows(rows, stormlog_query(what, root))
+    for name in files:
+        assert any(name in w and "nested too deeply" in w for w in _warnings(stderr)), name
+    # Python's reader takes the deep telemetry line (orjson refuses it), in both: its session is listed
+    assert "s-deep" in {r["session_id"] for r in traceml_query("sessions", root)[0]}
+    assert catalog.open([root]).list_runs()  # the Python API answers too
+
+
+def test_a_v2_record_carrying_session_id_is_refused_as_stormlog_refuses_it(tmp_path: Path) -> None:
+    """``session_id`` came with schema v3: Stormlog's reader refuses a v2 record holding it
+    ("Unknown telemetry fields: session_id"), although its sink writes such records without a
+    check. TraceML took the record (and its session) silently; now both list no session and
+    TraceML says why."""
+    root = tmp_path.resolve()
+    rows = [{**record("s-v2", T0 + i), "schema_version": 2} for i in range(3)]
+    for r in rows:
+        r.pop("metadata", None)
+        r["metadata"] = {}
+    (root / "tel").mkdir(parents=True)
+    (root / "tel" / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    theirs = stormlog_query("sessions", root)
+    ours, stderr = traceml_query("sessions", root)
+    assert theirs == [] and ours == []
+    assert any("tel/events.jsonl" in w and "unknown telemetry fields: session_id" in w for w in _warnings(stderr))
+    # the same records without session_id are v2 records both read
+    for r in rows:
+        r.pop("session_id")
+    (root / "tel" / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    same_rows(traceml_query("sessions", root)[0], stormlog_query("sessions", root))
+    assert len(stormlog_query("sessions", root)) == 1
+
+
+def test_add_attachment_to_stormlogs_minimal_sidecar_and_reasons_that_are_true(tmp_path: Path) -> None:
+    """Adding to a sidecar of Stormlog's minimal shape (items without metadata) works, and real
+    Stormlog lists every item after it; an item dropped for its times or an empty title is not
+    also said to lack metadata (which Stormlog reads as {})."""
+    root = tmp_path.resolve()
+    sink_session(root / "sink", "s1", T0)
+    side = root / "side"
+    write_json(side / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
+                                                    "attachments": [{"title": "a", "kind": "link",
+                                                                     "url": "https://example.org/a",
+                                                                     "session_id": "s1"}]})
+    catalog.add_attachment(side, kind="link", url="https://example.org/b", session_id="s1")
+    theirs = stormlog_query("attachments", root)
+    assert sorted(r["url"] for r in theirs if r["kind"] == "link") == ["https://example.org/a", "https://example.org/b"]
+    rows, stderr = traceml_query("attachments", root)
+    same_rows(rows, theirs)
+    assert _warnings(stderr) == []
+    write_json(side / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
+                                                    "attachments": [
+                                                        {"title": "late", "kind": "link", "url": "u", "session_id": "s1",
+                                                         "start_ns": T0 + 10, "end_ns": T0},
+                                                        {"title": "", "kind": "link", "url": "u", "session_id": "s1"}]})
+    _, stderr = traceml_query("attachments", root)
+    lines = [w for w in _warnings(stderr) if "stormlog_attachments.json" in w]
+    assert any("attachments[0].end_ns" in w for w in lines) and any("attachments[1].title" in w for w in lines)
+    assert not any(".metadata" in w for w in lines), lines
+
+
+def test_write_envelope_does_not_replace_an_envelope_of_a_newer_schema(tmp_path: Path) -> None:
+    folder = tmp_path / "env"
+    write_json(folder / "stormlog_run.json", {"schema_version": 2, "format": "stormlog.run_envelope",
+                                              "run_id": "future", "metadata": {}})
+    before = (folder / "stormlog_run.json").read_bytes()
+    with pytest.raises(catalog.EnvelopeError, match="schema_version: the existing envelope's is 2, not 1"):
+        catalog.write_envelope(folder, "fa2")
+    assert (folder / "stormlog_run.json").read_bytes() == before

@@ -86,7 +86,8 @@ def loads(data: bytes | str) -> Any:
     a float) and ``NaN`` / ``Infinity`` (accepted, as Python's reader accepts them).
 
     Raises:
-        orjson.JSONDecodeError: not JSON for either reader (orjson's error, with its position).
+        orjson.JSONDecodeError: not JSON for either reader (orjson's error, with its position), or
+            JSON neither reads: nested too deeply, an integer of more than 4,300 digits.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data
     if _BIG_INT.search(raw) is None:
@@ -104,6 +105,11 @@ def loads(data: bytes | str) -> Any:
         if isinstance(exc, UnicodeDecodeError):
             raise orjson.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
         raise orjson.JSONDecodeError(exc.msg, exc.doc, exc.pos) from None
+    except RecursionError:  # nested deeper than Python's reader goes (orjson stops at 1,024 levels)
+        doc, pos = (first.doc, first.pos) if first is not None else ("", 0)
+        raise orjson.JSONDecodeError("nested too deeply to read", doc, pos) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise orjson.JSONDecodeError(str(exc).split("\n")[0], "", 0) from None
 
 
 def _load_json(path: str, limit: int = MAX_SMALL_FILE_BYTES) -> tuple[Any, str | None]:
@@ -160,8 +166,10 @@ def read_sidecar(path: str) -> Fact:
     for i, item in enumerate(doc["attachments"]):
         read = sidecar_item_read(item)
         for p in item_problems.get(i, []):
-            if read is not None and p.field == f"attachments[{i}].metadata" and p.message == "is required":
-                continue  # Stormlog reads a missing metadata as {} without a word (its own example omits it)
+            if p.field == f"attachments[{i}].metadata" and p.message == "is required":
+                # Stormlog reads a missing metadata as {} without a word (its own example omits it),
+                # so it is never why an item is dropped: naming it would give a false reason.
+                continue
             fact["item_problems"].append([i, p.field, p.message, read is not None])
         if read is None:
             if i not in item_problems:
@@ -452,7 +460,7 @@ def _versioned_ok(r: Mapping[str, Any], version: int) -> bool:
     """True only when :func:`_check_versioned` surely passes ``r`` (the quick test of a well-formed
     record; anything doubtful is left to the full check, which names the reason)."""
     keys = r.keys()
-    if not (_REQUIRED_SET <= keys and keys <= _KNOWN_SET):
+    if not (_REQUIRED_SET <= keys and keys <= _KNOWN_SET) or (version == 2 and "session_id" in keys):
         return False
     v4 = version == 4
     for key, null23, null4, lo in _INT_RULES:
@@ -501,12 +509,15 @@ def _check_versioned(record: Mapping[str, Any], version: int) -> None:
     """
     if _versioned_ok(record, version):
         return
-    # session_id is not checked: a missing or bad one is replaced by the file's default (as Stormlog)
+    # session_id is not checked: a missing or bad one is replaced by the file's default (as Stormlog);
+    # in a v2 record it is an unknown field
     required = tuple(k for k in _V3_REQUIRED if k != "session_id")
     missing = [k for k in required if k not in record]
     if missing:
         raise _Bad(f"missing required telemetry fields: {', '.join(missing)}")
     known = {*_V3_REQUIRED, *_IDENTITY_FIELDS}
+    if version == 2:  # session_id came with v3: Stormlog's v2 field set does not hold it
+        known.discard("session_id")
     unknown = sorted(str(k) for k in record if k not in known)
     if unknown:
         raise _Bad(f"unknown telemetry fields: {', '.join(unknown)}")

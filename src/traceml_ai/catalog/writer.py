@@ -182,7 +182,8 @@ def write_envelope(
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``<folder>/stormlog_run.json`` (v1) and return its path. ``folder`` may also be the
-    file's path. Replaces an existing envelope there, keeping its ``created_at_utc``.
+    file's path. Replaces an existing envelope there, keeping its ``created_at_utc`` (one of another
+    ``schema_version`` than 1 is refused, as :func:`add_attachment` refuses it).
 
     Args:
         folder: where the envelope goes; relative attachment paths are read against it.
@@ -206,8 +207,8 @@ def write_envelope(
     Raises:
         EnvelopeError: an argument has the wrong type, or the envelope would not be valid by
             Stormlog's v1 schema (every problem named, with its field: an unknown field, repeated
-            tags, ...); or ``folder`` names a ``.json`` file other than ``stormlog_run.json``.
-            Nothing is written.
+            tags, ...); or ``folder`` names a ``.json`` file other than ``stormlog_run.json``;
+            or the envelope there has another ``schema_version`` than 1. Nothing is written.
         NotADirectoryError: a part of the way to the file is a file (the message names it).
         IsADirectoryError: the file's path is a folder.
         OSError: the file cannot be written (e.g. permission denied).
@@ -237,6 +238,11 @@ def write_envelope(
         old = _read(path)
     except (OSError, ValueError):
         old = None  # an unreadable old envelope is what is being replaced; only its created_at is lost
+    if isinstance(old, dict) and "schema_version" in old and not (type(old["schema_version"]) is int
+                                                                  and old["schema_version"] == 1):
+        found = json.dumps(old["schema_version"])
+        raise EnvelopeError(path, [Problem("schema_version", f"the existing envelope's is {found}, not 1 "
+                                                             "(written by a newer Stormlog?); not replaced")])
     if isinstance(old, dict) and isinstance(old.get("created_at_utc"), str) and old["created_at_utc"]:
         doc["created_at_utc"] = old["created_at_utc"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +288,8 @@ def add_attachment(
     attachments (the sidecar schema refuses them, and so does this function, naming the field).
 
     Values are checked as in :func:`write_envelope`: a value JSON cannot hold is refused, naming
-    its field.
+    its field. A sidecar's existing items without ``metadata`` (Stormlog's minimal shape, read as
+    ``{}``) are written back with ``"metadata": {}``, which the v1 schema requires.
 
     Raises:
         EnvelopeError: an argument has the wrong type, the attachment or the resulting file would
@@ -335,6 +342,12 @@ def add_attachment(
     if not isinstance(doc, dict) or not isinstance(doc.get("attachments", []), list):
         raise EnvelopeError(file, [Problem("attachments", "the existing file has no attachments list")])
     attachments = doc.setdefault("attachments", [])
+    if not is_envelope:
+        # Items of Stormlog's own minimal shape (no metadata) are read as metadata {}; the v1 schema
+        # the written file must meet requires the field, so it is written as Stormlog reads it.
+        for old_item in attachments:
+            if isinstance(old_item, dict) and "metadata" not in old_item:
+                old_item["metadata"] = {}
     attachments.append(item)
     if is_envelope:
         doc["updated_at_utc"] = iso_utc(time.time())

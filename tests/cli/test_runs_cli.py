@@ -113,6 +113,27 @@ def test_ls_non_number_ordering_filter_on_a_number_column_is_bad_usage(fake_root
     assert proc.returncode == 0, proc.stderr
 
 
+def test_ls_status_filter_no_run_can_match_is_bad_usage(fake_root: Path) -> None:
+    """Issue 14: ``status=faild`` listed 0 runs with exit 0; the statuses are the format's fixed set."""
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "status=faild")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'status=faild': 'faild' is not a run status; did you mean "
+                                   "'failed'? the statuses are running, running?, stale, completed, failed, "
+                                   "killed, legacy, unknown")
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "status=failed", "--json")
+    assert proc.returncode == 0 and proc.stdout, proc.stderr
+
+
+def test_ls_word_on_a_metric_no_run_logged_is_bad_usage(tmp_path: Path) -> None:
+    """A metric's values are numbers by the format: ``>=abc`` is refused before any run is read."""
+    root = tmp_path / "runs"
+    generate(root, runs=2, seed=1)
+    proc = run_traceml("runs", "ls", str(root), "--filter", "run.best.val/acc>=abc")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'run.best.val/acc>=abc': 'abc' is not a number, and "
+                                   "run.best.val/acc holds numbers; write e.g. run.best.val/acc>=0.8")
+
+
 def test_ls_table_groups_rows(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "config.data.dataset")
     assert proc.returncode == 0, proc.stderr

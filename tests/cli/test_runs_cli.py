@@ -303,6 +303,32 @@ def test_show_warns_about_file_problems(fake_root: Path) -> None:
     assert "file problems" in proc.stdout and "corrupt line" in proc.stdout
 
 
+def _named_runs(root: Path, name: str, started: list[str]) -> list[str]:
+    """Finished runs all named ``name``, started at the given times; their ids."""
+    ids = []
+    for i, when in enumerate(started):
+        run_id = f"20261130-10150{i}_{name}_{i:04x}"
+        (root / run_id).mkdir(parents=True)
+        (root / run_id / "run.json").write_text(json.dumps(
+            {"schema_version": 1, "id": run_id, "name": name, "status": "completed", "started_at": when}))
+        ids.append(run_id)
+    return ids
+
+
+def test_show_a_name_of_several_runs_shows_the_newest_with_a_note(tmp_path: Path) -> None:
+    """Issue 14: a name matching several runs takes the newest and says how to pick another."""
+    root = tmp_path / "runs"
+    ids = _named_runs(root, "baseline", ["2026-11-30T10:15:00Z", "2026-11-30T12:00:00Z", "2026-11-30T11:00:00Z"])
+    proc = run_traceml("runs", "show", "baseline", "--root", str(root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["id"] == ids[1]
+    assert proc.stderr.strip() == (f"note: 3 runs are named 'baseline'; using the newest, {ids[1]} (started "
+                                   "2026-11-30T12:00:00Z); name another by its id or folder path (traceml runs "
+                                   "ls --filter name=baseline lists them)")
+    proc = run_traceml("runs", "show", ids[0], "--root", str(root), "--json")  # another one, by its id
+    assert proc.returncode == 0 and json.loads(proc.stdout)["id"] == ids[0] and proc.stderr == ""
+
+
 def test_show_unknown_run(fake_root: Path) -> None:
     proc = run_traceml("runs", "show", "no-such-run", "--root", str(fake_root))
     assert proc.returncode == 1 and "no run 'no-such-run'" in proc.stderr

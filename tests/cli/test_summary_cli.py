@@ -63,6 +63,32 @@ def test_summary_finds_a_run_by_name_under_a_root(runs: Path) -> None:
     assert json.loads(proc.stdout)["findings"][0]["kind"] == "input_bound"
 
 
+def test_compare_by_a_name_of_several_runs_takes_the_newest_with_a_note(tmp_path: Path) -> None:
+    """Issue 14: ``traceml compare A B`` by names each shared by two runs compares the newest ones."""
+    root = tmp_path / "runs"
+    for folder, name, started, spec in (
+        ("20261130-100000_base_0001", "base", "2026-11-30T10:00:00Z", RunSpec(steps=60, seed=1)),
+        ("20261130-110000_base_0002", "base", "2026-11-30T11:00:00Z", RunSpec(steps=60, seed=2)),
+        ("20261130-100500_slow_0003", "slow", "2026-11-30T10:05:00Z", RunSpec(steps=60, seed=3)),
+        ("20261130-110500_slow_0004", "slow", "2026-11-30T11:05:00Z", RunSpec(steps=60, seed=4, phases=lambda r, s: {
+            **{k: v * 1.25 for k, v in HEALTHY_CPU.items()}, "other": 0.6})),
+    ):
+        write_run(root / folder, spec)
+        (root / folder / "run.json").write_text(json.dumps(
+            {"schema_version": 1, "id": folder, "name": name, "status": "completed", "started_at": started}))
+    proc = run_traceml("compare", "base", "slow", "--root", str(root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stderr.strip().splitlines()
+    assert notes == [
+        "note: 2 runs are named 'base'; using the newest, 20261130-110000_base_0002 (started 2026-11-30T11:00:00Z); "
+        "name another by its id or folder path (traceml runs ls --filter name=base lists them)",
+        "note: 2 runs are named 'slow'; using the newest, 20261130-110500_slow_0004 (started 2026-11-30T11:05:00Z); "
+        "name another by its id or folder path (traceml runs ls --filter name=slow lists them)",
+    ]
+    step = next(m for m in json.loads(proc.stdout)["metrics"] if m["metric"] == "step_time_ms")
+    assert step["verdict"] == "regression"  # the newest slow run is the slower one
+
+
 def test_summary_errors_are_one_line(runs: Path) -> None:
     proc = run_traceml("summary", str(runs / "no-telemetry"))
     assert proc.returncode == 1

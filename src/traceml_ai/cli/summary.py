@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import UserError, err, fmt_bytes, fmt_value, one_line_errors, out, printable
-from traceml_ai.cli.runs import open_store
+from traceml_ai.cli.runs import find_run, open_store
 from traceml_ai.diagnose import (
     StepTimeSummary,
     Summary,
@@ -37,7 +37,8 @@ from traceml_ai.diagnose.summary import verdict
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
 VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "equivalent": "", "inconclusive": "dim"}
 
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run folder path, or a run id, unique id prefix or name.")]
+RunArg = Annotated[str, typer.Argument(
+    metavar="RUN", help="Run folder path, or a run id, unique id prefix or name (the newest of that name).")]
 RootsOpt = Annotated[list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")]
 
 
@@ -55,7 +56,7 @@ def resolve_run(ref: str, roots: list[str] | None) -> Path:
     elif roots is None and os.sep in ref:
         raise UserError(f"{ref} is not a folder")
     else:
-        path = Path(open_store(roots).find(ref).path)
+        path = Path(find_run(open_store(roots), ref).path)
     if not telemetry_path(path).exists() and not final_summary_path(path).exists():
         raise UserError(
             f"{printable(str(path))} has no TraceML telemetry (no aggregator/telemetry.sqlite); "

@@ -43,6 +43,23 @@ def test_summary_of_a_live_run_diagnoses_without_writing_into_it(runs: Path) -> 
     assert _tree(runs / "stalled") == before  # no final_summary.json, no -wal/-shm
 
 
+def test_wrapped_findings_keep_a_hanging_indent(runs: Path) -> None:
+    """Issue 14: in 80 columns a finding's second line started at column 0, under its severity."""
+    proc = run_traceml("summary", str(runs / "stalled"), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if line.startswith("CRITICAL input_bound"))
+    action = next(i for i in range(start, len(lines)) if lines[i].startswith("         → "))
+    assert action > start + 1  # the summary did wrap
+    assert all(line.startswith(" " * 9) and line[9] != " " for line in lines[start + 1 : action])
+    evidence = next(i for i in range(action, len(lines)) if "dataloader_next_share" in lines[i])
+    assert all(line.startswith(" " * 11) and line[11] != " " for line in lines[action + 1 : evidence + 1])
+    judged = lines.index("not judged")
+    for line in lines[judged + 1 :]:
+        assert line.startswith("  ") and (line[2] != " " or (line.startswith("    ") and line[4] != " ")), line
+
+
 def test_summary_json_reads_final_summary_when_there_is_one(runs: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "done"
     write_run(run_dir, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.OPTIMIZER_STEP: 30.0}))

@@ -252,21 +252,30 @@ def _print_verdict(summary: Summary, *, watch: bool = False, exit_code: int | No
         out.print(Text("✓ no bottleneck found", style="bold green"))
 
 
+def _print_hanging(prefix: Text, body: Text, indent: int | None = None) -> None:
+    """``prefix`` then ``body`` wrapped to the console's width, its later lines indented by
+    ``indent`` columns (default: the prefix's width), so a wrapped finding keeps its column."""
+    indent = prefix.cell_len if indent is None else indent
+    lines = body.wrap(out, max(20, out.width - max(indent, prefix.cell_len)))
+    for i, line in enumerate(lines):
+        line.rstrip()
+        out.print(Text.assemble(prefix if i == 0 else " " * indent, line), no_wrap=True, crop=False)
+
+
 def _print_findings(summary: Summary) -> None:
     for f in summary.findings:
         line = Text()
-        line.append(f"{f.severity.upper():8} ", style=SEVERITY_STYLE.get(f.severity, ""))
         line.append(_text(f.kind), style="bold")
         line.append("  " + _text(f.summary))
-        out.print(line)
-        out.print(Text("         → " + _text(f.action), style="dim"))
+        _print_hanging(Text(f"{f.severity.upper():8} ", style=SEVERITY_STYLE.get(f.severity, "")), line)
+        _print_hanging(Text("         → ", style="dim"), Text(_text(f.action), style="dim"))
         ev = f.evidence
         bits = [f"{_text(ev.metric)} = {fmt_value(ev.value)} (threshold {fmt_value(ev.threshold)})"]
         if ev.ranks:
             bits.append(rank_list(ev.ranks))
         if ev.steps:
             bits.append(f"steps {ev.steps[0]}..{ev.steps[-1]}")
-        out.print(Text("           " + " · ".join(bits), style="dim"))
+        _print_hanging(Text(" " * 11), Text(" · ".join(bits), style="dim"))
 
 
 def _print_step_time(st: StepTimeSummary) -> None:
@@ -328,7 +337,7 @@ def _print_abstained(summary: Summary) -> None:
     if summary.abstained:
         out.print(Text("not judged", style="bold dim"))
         for a in summary.abstained:
-            out.print(Text(f"  {_text(a.rule)}: {_text(a.reason)}", style="dim"))
+            _print_hanging(Text("  "), Text(f"{_text(a.rule)}: {_text(a.reason)}", style="dim"), indent=4)
 
 
 def _check_pct(value: float | None) -> float | None:

@@ -59,7 +59,7 @@ app = typer.Typer(help="List and inspect run folders.", no_args_is_help=True, ad
 
 RootsArg = Annotated[
     list[str] | None,
-    typer.Argument(metavar="[ROOT]...", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
+    typer.Argument(metavar="ROOT", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
 ]
 
 

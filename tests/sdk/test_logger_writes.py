@@ -369,6 +369,15 @@ def test_a_sys_exit_the_program_caught_does_not_end_the_run(tmp_path: Path) -> N
     """, 0)
     assert proc.returncode == 0, proc.stderr
     assert _json(_folder(tmp_path / "runs") / "run.json")["status"] == "running"
+    proc = _run(tmp_path, """
+        try:
+            sys.exit(5)  # caught before the run began
+        except SystemExit:
+            pass
+        traceml_ai.Run(runs_dir, "next")
+    """, 0, runs=tmp_path / "next")
+    assert proc.returncode == 0, proc.stderr
+    assert _json(_folder(tmp_path / "next") / "run.json")["status"] == "running"
 
 
 def test_a_sys_exit_in_another_thread_does_not_end_the_run(tmp_path: Path) -> None:

@@ -214,6 +214,7 @@ class Run:
         atexit.register(self._at_exit)
         _install_excepthook()
         _install_exit_hook()
+        _exit_request.clear()  # a sys.exit() caught before this run began says nothing about it
         self._sigterm_installed = _install_sigterm()
 
     # -- writing -------------------------------------------------------------------------------

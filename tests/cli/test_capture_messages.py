@@ -215,6 +215,21 @@ def test_a_script_that_fails_before_its_first_step_is_said_to_have_failed(tmp_pa
     assert proc.returncode == 1 and "the script failed (exit code 1) before its first step" in proc.stdout
 
 
+@pytest.mark.parametrize("command", ["watch", "serve"])
+@pytest.mark.parametrize("name", ["", "   ", "a/b", ".."])
+def test_every_name_option_refuses_what_traceml_run_refuses(tmp_path: Path, command: str, name: str) -> None:
+    """Issue 14: each ``--name`` is checked as ``traceml run --name`` is (writer.check_run_name)."""
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').write('yes')\n")
+    target = [str(script)] if command == "watch" else []
+    done = run_traceml(command, "--name", name, "--logs-dir", str(tmp_path / "runs"), *target, cwd=tmp_path,
+                       timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"error: --name: run name {name!r} must be 1-100 characters, not blank, '.' or "
+                                   "'..', without path separators or control characters")
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("name", ["", "   ", "a/b"])
 def test_a_blank_or_bad_run_name_is_refused_before_the_script_starts(tmp_path: Path, name: str) -> None:
     # Issue 14 review: `--name ""` was taken as no name (the script's) and `--name "   "` made a run

@@ -158,6 +158,27 @@ def test_every_command_says_what_its_options_take_in_words() -> None:
     assert "--port PORT" in ui and "--host HOST" in ui and "--cache-dir DIR" in ui
 
 
+def test_usage_lines_write_arguments_as_click_does() -> None:
+    """Issue 14: usage read `[[ROOT]...]...`, `{PATH...}...` and `{RUN}` (a metavar wrapped again)."""
+    expected = {
+        ("runs", "ls"): "traceml runs ls [OPTIONS] [ROOT]...",
+        ("runs", "show"): "traceml runs show [OPTIONS] RUN",
+        ("ui",): "traceml ui [OPTIONS] [ROOT]...",
+        ("plot",): "traceml plot [OPTIONS] RUN...",
+        ("run",): "traceml run [OPTIONS] SCRIPT [ARGS]...",
+        ("compare",): "traceml compare [OPTIONS] RUN_A RUN_B",
+        ("query", "runs"): "traceml query runs [OPTIONS] PATH...",
+    }
+    for command in _every_command():
+        proc = run_traceml(*command, "--help", env={"COLUMNS": "100"})
+        usage = proc.stdout.splitlines()[0]
+        assert not re.search(r"[\[{]{2}|[{}]|\.\.\.[\]}]", usage), (command, usage)
+        if command in expected:
+            assert usage == "Usage: " + expected[command], (command, usage)
+    missing = run_traceml("query", "runs")
+    assert missing.returncode == 2 and "Missing argument 'PATH'." in missing.stderr
+
+
 def test_unknown_command_is_usage_error() -> None:
     proc = run_traceml("rnus")
     assert proc.returncode == 2

@@ -113,6 +113,27 @@ def test_ls_non_number_ordering_filter_on_a_number_column_is_bad_usage(fake_root
     assert proc.returncode == 0, proc.stderr
 
 
+def test_ls_status_filter_no_run_can_match_is_bad_usage(fake_root: Path) -> None:
+    """Issue 14: ``status=faild`` listed 0 runs with exit 0; the statuses are the format's fixed set."""
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "status=faild")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'status=faild': 'faild' is not a run status; did you mean "
+                                   "'failed'? the statuses are running, running?, stale, completed, failed, "
+                                   "killed, legacy, unknown")
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "status=failed", "--json")
+    assert proc.returncode == 0 and proc.stdout, proc.stderr
+
+
+def test_ls_word_on_a_metric_no_run_logged_is_bad_usage(tmp_path: Path) -> None:
+    """A metric's values are numbers by the format: ``>=abc`` is refused before any run is read."""
+    root = tmp_path / "runs"
+    generate(root, runs=2, seed=1)
+    proc = run_traceml("runs", "ls", str(root), "--filter", "run.best.val/acc>=abc")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: filter 'run.best.val/acc>=abc': 'abc' is not a number, and "
+                                   "run.best.val/acc holds numbers; write e.g. run.best.val/acc>=0.8")
+
+
 def test_ls_table_groups_rows(fake_root: Path) -> None:
     proc = run_traceml("runs", "ls", str(fake_root), "--group-by", "config.data.dataset")
     assert proc.returncode == 0, proc.stderr
@@ -280,6 +301,32 @@ def test_show_warns_about_file_problems(fake_root: Path) -> None:
     proc = run_traceml("runs", "show", "malformed-lines", "--root", str(fake_root))
     assert proc.returncode == 0, proc.stderr
     assert "file problems" in proc.stdout and "corrupt line" in proc.stdout
+
+
+def _named_runs(root: Path, name: str, started: list[str]) -> list[str]:
+    """Finished runs all named ``name``, started at the given times; their ids."""
+    ids = []
+    for i, when in enumerate(started):
+        run_id = f"20261130-10150{i}_{name}_{i:04x}"
+        (root / run_id).mkdir(parents=True)
+        (root / run_id / "run.json").write_text(json.dumps(
+            {"schema_version": 1, "id": run_id, "name": name, "status": "completed", "started_at": when}))
+        ids.append(run_id)
+    return ids
+
+
+def test_show_a_name_of_several_runs_shows_the_newest_with_a_note(tmp_path: Path) -> None:
+    """Issue 14: a name matching several runs takes the newest and says how to pick another."""
+    root = tmp_path / "runs"
+    ids = _named_runs(root, "baseline", ["2026-11-30T10:15:00Z", "2026-11-30T12:00:00Z", "2026-11-30T11:00:00Z"])
+    proc = run_traceml("runs", "show", "baseline", "--root", str(root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["id"] == ids[1]
+    assert proc.stderr.strip() == (f"note: 3 runs are named 'baseline'; using the newest, {ids[1]} (started "
+                                   "2026-11-30T12:00:00Z); name another by its id or folder path (traceml runs "
+                                   "ls --filter name=baseline lists them)")
+    proc = run_traceml("runs", "show", ids[0], "--root", str(root), "--json")  # another one, by its id
+    assert proc.returncode == 0 and json.loads(proc.stdout)["id"] == ids[0] and proc.stderr == ""
 
 
 def test_show_unknown_run(fake_root: Path) -> None:

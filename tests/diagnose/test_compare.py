@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,42 @@ def test_a_busier_host_makes_time_verdicts_inconclusive(tmp_path: Path) -> None:
     same_load = verdicts(compare(a, write_run(tmp_path / "c", RunSpec(steps=120, seed=2, phases=lambda r, s: scaled(
         1.5), host_cpu=lambda t: 35.0)).parents[1]))
     assert same_load["step_time_ms"].verdict == "regression"  # 15 points apart: still judged
+
+
+def _stalled(extra: dict[str, float] | None = None) -> RunSpec:
+    """B of an input-pipeline change: the loader waits 40 ms a step, and the phases after it take
+    1.7x as long (what a real CPU run measured after each wait: cold caches, lower clocks)."""
+    phases = {**{k: v * 1.7 for k, v in HEALTHY_CPU.items()}, schema.DATALOADER_NEXT: 40.0, "other": 0.85,
+              **(extra or {})}
+    return RunSpec(steps=120, seed=2, phases=lambda r, s: phases)
+
+
+def test_phases_that_moved_with_the_input_pipeline_are_not_regressions(tmp_path: Path) -> None:
+    """Issue 14: only the loader changed, yet forward, backward and optimizer were called regressions."""
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1)).parents[1]
+    b = write_run(tmp_path / "b", _stalled()).parents[1]
+    result = compare(a, b)
+    by = verdicts(result)
+    for name in ("step_time_ms", "throughput_steps_per_s", "dataloader_next_ms"):
+        assert by[name].verdict == "regression", (name, by[name].reason)
+    for name in ("forward_ms", "backward_ms", "optimizer_step_ms", "other_ms"):
+        assert by[name].verdict == "inconclusive", (name, by[name].reason)
+        assert re.match(r"inconclusive: moved with the input pipeline \(dataloader_next_ms \+3\d\.\d ms of the "
+                        r"step's \+4\d\.\d ms; this phase \+\d", by[name].reason), by[name].reason
+        assert "at most 20% of that" in by[name].reason and "lies above 1" in by[name].reason
+    assert {m.metric for m in result.regressions()} == {"step_time_ms", "throughput_steps_per_s",
+                                                        "dataloader_next_ms"}
+
+
+def test_a_phase_that_changed_beside_the_input_pipeline_is_still_judged(tmp_path: Path) -> None:
+    # forward +16 ms next to the loader's +39 ms: more than 20 % of it, a change of its own.
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1)).parents[1]
+    by = verdicts(compare(a, write_run(tmp_path / "b", _stalled({schema.FORWARD: 20.0})).parents[1]))
+    assert by["forward_ms"].verdict == "regression"
+    assert by["backward_ms"].verdict == "inconclusive"
+    # When the loader is not most of the step's change, every phase is judged on its own.
+    by = verdicts(compare(a, write_run(tmp_path / "c", _stalled({schema.BACKWARD: 60.0})).parents[1]))
+    assert by["dataloader_next_ms"].verdict == by["forward_ms"].verdict == "regression"
 
 
 def test_reason_amounts_have_three_significant_digits_never_an_exponent() -> None:

@@ -134,6 +134,30 @@ def test_status_column_is_the_display_status() -> None:
     assert names("status=stale") == ["no-metric"]
 
 
+def test_a_status_no_run_can_have_is_refused_with_the_statuses() -> None:
+    """Issue 14: ``status=faild`` matched no run silently (and ``status!=faild`` every run)."""
+    for arg, written in (("status=faild", "faild"), ("status!=faild", "faild"), ("status:faild", "faild"),
+                         ("status == Faild", "Faild")):
+        with pytest.raises(FilterError) as err:
+            parse_filter_arg(arg)
+        assert str(err.value) == (f"filter {arg!r}: {written!r} is not a run status; did you mean 'failed'? "
+                                  "the statuses are running, running?, stale, completed, failed, killed, "
+                                  "legacy, unknown")
+    assert names("status=FAILED") == ["nan-loss"]
+    assert names("status:fail") == ["nan-loss"]  # a substring of a status
+    assert names("status!=failed") == ["baseline", "high-lr", "no-metric", "run-3"]
+    assert names("status:/^(failed|stale)$/") == ["nan-loss", "no-metric"]
+
+
+def test_a_word_on_a_metric_column_is_refused_before_any_run_is_read() -> None:
+    """Metric values are numbers by the run format: a metric no run logged yet refuses a word too."""
+    for arg in ("run.best.val/acc>=abc", "run.last.loss<x", "run.start.loss=abc", "step>x", "duration_s<=long"):
+        with pytest.raises(FilterError, match="is not a number"):
+            parse_filter_arg(arg)
+    assert names("run.best.val/acc>=0.5") == []
+    assert names("run.best.val/auc:nan") == ["nan-loss"]  # a bare word still finds NaN values
+
+
 def test_statuses_keep_only_those_display_statuses() -> None:
     kept = filter_runs(RUNS, statuses={"stale", "FAILED"})
     assert [r.name for r in kept] == ["nan-loss", "no-metric"]

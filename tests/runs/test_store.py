@@ -442,10 +442,29 @@ def test_find_by_path_id_prefix_and_name(tmp_path: Path) -> None:
     assert store.find("20260922").id == "20260922-090000_high-lr_c6d7"
     assert store.find("baseline").id == "20260921-120000_baseline_a3f9"
     assert store.find("base").id == "20260921-120000_baseline_a3f9"
-    with pytest.raises(KeyError, match="matches 2 runs"):
-        store.find("high-lr")
     with pytest.raises(KeyError, match="no run 'nope'"):
         store.find("nope")
+
+
+def test_a_name_of_several_runs_is_the_newest_with_a_note(tmp_path: Path) -> None:
+    """Issue 14: a name given to a command that takes one run, matching several, was an error."""
+    write_run(tmp_path, "20260921-130000_high-lr_b4c5", started_at="2026-09-22T10:00:00Z")
+    write_run(tmp_path, "20260922-090000_high-lr_c6d7", started_at="2026-09-22T09:00:00Z")
+    write_run(tmp_path, "20260920-090000_high-lr_0000", started_at=None)
+    write_run(tmp_path, "20260923-090000_high-mom_e8f9")
+    store = _store(tmp_path)
+    store.poll()
+    run, note = store.resolve("high-lr")
+    assert run.id == "20260921-130000_high-lr_b4c5"  # started last, though its id sorts first
+    assert note == ("3 runs are named 'high-lr'; using the newest, 20260921-130000_high-lr_b4c5 (started "
+                    "2026-09-22T10:00:00Z); name another by its id or folder path "
+                    "(traceml runs ls --filter name=high-lr lists them)")
+    assert store.find("high-l").id == run.id  # the start of one name, the same rule
+    assert store.resolve("high-mom")[1] is None  # one run of that name: no note
+    with pytest.raises(KeyError, match=r"'high' is the start of 2 run names \('high-lr', 'high-mom'\)"):
+        store.find("high")
+    with pytest.raises(KeyError, match="'2026092' is the start of 4 run ids"):
+        store.find("2026092")
 
 
 def test_details_returns_config_json(tmp_path: Path) -> None:

@@ -70,7 +70,8 @@ def _assert_everything_written(run: Path, n: int) -> None:
 @pytest.mark.parametrize("ending, status, code", [
     ("run.finish()", "completed", 0),
     ("raise RuntimeError('diverged')", "failed", 1),  # no finish(): the excepthook marks it failed at exit
-    ("sys.exit(0)", "running", 0),  # exit code unknown at exit: left running (shown stale)
+    ("sys.exit(0)", "completed", 0),  # no finish(): the exit hook knows the code
+    ("pass", "running", 0),  # a plain end: the exit code is unknown at exit, left running (shown stale)
 ])
 def test_every_row_reaches_the_files_on_the_way_out(tmp_path: Path, ending: str, status: str, code: int) -> None:
     proc = _run(tmp_path, LOG_N + ending + "\n", 3000)
@@ -333,6 +334,64 @@ def test_a_run_without_with_or_finish_is_failed_when_the_script_raises(tmp_path:
     _assert_everything_written(run, 50)
     status = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json")
     assert status.returncode == 0 and json.loads(status.stdout.splitlines()[0])["display_status"] == "failed"
+
+
+@pytest.mark.parametrize(("exit_call", "code", "status"), [
+    ("sys.exit(3)", 3, "failed"), ("sys.exit(0)", 0, "completed"), ("sys.exit()", 0, "completed"),
+    ('sys.exit("bad config")', 1, "failed"),
+])
+def test_a_run_without_with_or_finish_ends_with_the_sys_exit_code(
+        tmp_path: Path, exit_call: str, code: int, status: str) -> None:
+    """Issue 14: a bare Run in a script ending with sys.exit(3) was left running (shown stale)."""
+    proc = _run(tmp_path, LOG_N + exit_call + "\n", 20)
+    assert proc.returncode == code, proc.stderr
+    run = _folder(tmp_path / "runs")
+    meta = _json(run / "run.json")
+    assert (meta["status"], meta["exit"]["code"]) == (status, code)
+    assert meta["ended_at"] is not None
+    if status == "failed":
+        assert meta["exit"]["error_type"] == "SystemExit"
+    _assert_everything_written(run, 20)
+    shown = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout.splitlines()[0])["display_status"] == status
+
+
+def test_a_sys_exit_the_program_caught_does_not_end_the_run(tmp_path: Path) -> None:
+    """A SystemExit caught and survived (the training went on and logged) says nothing about the
+    exit: the plain end that follows keeps the documented running (stale)."""
+    proc = _run(tmp_path, """
+        run = traceml_ai.Run(runs_dir, "caught")
+        try:
+            sys.exit(4)
+        except SystemExit:
+            pass
+        run.log(0, {"loss": 1.0})
+    """, 0)
+    assert proc.returncode == 0, proc.stderr
+    assert _json(_folder(tmp_path / "runs") / "run.json")["status"] == "running"
+    proc = _run(tmp_path, """
+        try:
+            sys.exit(5)  # caught before the run began
+        except SystemExit:
+            pass
+        traceml_ai.Run(runs_dir, "next")
+    """, 0, runs=tmp_path / "next")
+    assert proc.returncode == 0, proc.stderr
+    assert _json(_folder(tmp_path / "next") / "run.json")["status"] == "running"
+
+
+def test_a_sys_exit_in_another_thread_does_not_end_the_run(tmp_path: Path) -> None:
+    proc = _run(tmp_path, """
+        import threading
+        run = traceml_ai.Run(runs_dir, "thread")
+        worker = threading.Thread(target=sys.exit, args=(5,))
+        worker.start()
+        worker.join()
+        run.finish()
+    """, 0)
+    assert proc.returncode == 0, proc.stderr
+    meta = _json(_folder(tmp_path / "runs") / "run.json")
+    assert (meta["status"], meta["exit"]["code"]) == ("completed", 0)
 
 
 def test_a_run_without_with_or_finish_keeps_a_programs_excepthook(tmp_path: Path) -> None:

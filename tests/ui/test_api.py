@@ -121,6 +121,12 @@ def test_table_applies_the_python_table_model(workspace: Path) -> None:
     assert equal_word["shown"] == 24
     no_date = client.get("/api/table", params={"filter": "started>abc"}).json()
     assert "'abc' is not a date or time, and started holds times (ISO-8601 UTC)" in no_date["error"]
+    # Issue 14: a status no run can have, with the CLI's message; the table still shows every run.
+    no_status = client.get("/api/table", params={"filter": "status=faild"}).json()
+    assert no_status["error"] == ("filter 'status=faild': 'faild' is not a run status; did you mean 'failed'? "
+                                  "the statuses are running, running?, stale, completed, failed, killed, "
+                                  "legacy, unknown")
+    assert no_status["shown"] == 24
     year = client.get("/api/table", params={"filter": "started>=2000"}).json()
     assert year["error"] is None and year["shown"] == 24
     # Issue 15 review: beside a search, another filter and a grouping, such a filter is left out alone;

@@ -1067,6 +1067,28 @@ def test_telemetry_losses_gpu_charts_and_a_corrupt_database_in_the_inspector(bro
         s.assert_clean()
 
 
+def test_the_ranks_stat_says_which_ranks_in_words(browser: Browser, tmp_path: Path) -> None:
+    """Issue 14: the Telemetry section's "ranks" stat showed a bare "1", which reads as rank 1."""
+    from tests.diagnose.telemetry_db import RunSpec, write_run
+    from traceml_ai.diagnose import write_final_summary
+
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=4, seed=0)
+    one, two = next(root.glob("*_baseline_*")), next(root.glob("*_high-lr_*"))
+    write_run(one, RunSpec(steps=60))
+    write_run(two, RunSpec(ranks=2, steps=60))
+    for run in (one, two):
+        write_final_summary(run)
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        for name, said in (("baseline", "1 rank (rank 0)"), ("high-lr", "ranks 0–1 of 2")):
+            row(page, name).locator(".cell-name").click()
+            expect(page.get_by_test_id("inspector-name")).to_have_text(name)
+            stat = page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-stat-ranks")
+            expect(stat.locator(".telem-stat-v")).to_have_text(said)
+        s.assert_clean()
+
+
 # -- an empty runs folder ------------------------------------------------------------------------
 
 

@@ -136,3 +136,27 @@ export function fmtWallTime(sec: number): string {
   if (a < 3 * 3600) return `${fmtNum(sec / 60)} min`;
   return `${fmtNum(sec / 3600)} h`;
 }
+
+/** Ranks in words, as `traceml summary` writes them (cli/summary.py `rank_list`): `rank 0`,
+ *  `ranks 0–3`, `ranks 0, 2–3`; consecutive ranks as `a–b`, an unknown rank `?`. */
+export function rankList(ranks: readonly (number | null)[]): string {
+  const known = ranks.filter((r): r is number => r !== null).sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (const r of known) {
+    const last = parts[parts.length - 1];
+    if (last !== undefined && r === Number(last.split("–").pop()) + 1) parts[parts.length - 1] = `${last.split("–")[0]}–${r}`;
+    else parts.push(String(r));
+  }
+  for (let i = known.length; i < ranks.length; i++) parts.push("?");
+  return (ranks.length === 1 ? "rank " : "ranks ") + parts.join(", ");
+}
+
+/** The ranks that reported, as `traceml summary`'s "ranks" line (cli/summary.py `ranks_text`):
+ *  `1 rank (rank 0)` for a one-process run, `ranks 0–3 of 4`, `rank 1 of 4`, `none`; never a
+ *  bare count, which reads as a rank number. */
+export function ranksText(ranks: readonly (number | null)[], worldSize: number | null | undefined): string {
+  if (!ranks.length) return worldSize == null ? "none" : `none of ${worldSize}`;
+  const text = rankList(ranks);
+  if (worldSize == null || (worldSize === 1 && ranks.length === 1)) return ranks.length === 1 ? `1 rank (${text})` : text;
+  return `${text} of ${worldSize}`;
+}

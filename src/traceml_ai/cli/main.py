@@ -8,6 +8,7 @@ Rich help panels cost more to import than the rest of the command line together)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -88,6 +89,15 @@ _METAVAR_BY_NAME = {"roots": "DIR", "cache_dir": "DIR", "cache": "DIR", "workdir
 _METAVAR_BY_TYPE: dict[Any, str] = {str: "TEXT", int: "N", float: "NUMBER", bool: "BOOL"}
 
 
+def _argument_usage(param: Any) -> str:
+    """An argument as the usage line and the Arguments list write it: ``RUN``, ``PATH...``,
+    ``[ROOT]...``, ``[ARGS]...`` (optional in brackets, several with ``...``)."""
+    name = str(param.metavar)
+    if not param.required:
+        name = f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
+
+
 def _plain_metavars(command: Any) -> None:
     """Say what each option takes in words (``--root DIR``, ``--port PORT``, ``--limit N``), not as
     the Python type Typer shows by default (``<str>``, ``<list[str]>``): an option's own metavar, else
@@ -96,9 +106,11 @@ def _plain_metavars(command: Any) -> None:
     (TEXT, N, NUMBER, PATH). An argument shows its name alone (``SCRIPT``, ``RUN``), without a type."""
     for param in getattr(command, "params", []):
         if param.param_type_name == "argument":
-            if param.metavar is None:
-                param.metavar = (param.name or "").upper()
+            param.metavar = (param.metavar or param.name or "").upper().strip("[]{}.")
             param.display_type_rich = lambda ctx: None  # the name says it: SCRIPT, RUN, [ROOT]...
+            # Click's own usage words (RUN, PATH..., [ROOT]...), not Typer's {RUN} or a metavar
+            # wrapped twice ([[ROOT]...]..., {PATH...}...).
+            param._usage_display_name = param._rich_display_name = functools.partial(_argument_usage, param)
             continue
         if param.metavar is not None or getattr(param, "is_flag", False) or getattr(param, "count", False):
             continue

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from traceml_ai.cli.common import CACHE_DIR_HELP, UsageError, UserError, err, one_line_errors, out, printable, settings
-from traceml_ai.cli.runs import open_store
+from traceml_ai.cli.runs import find_run, open_store
 from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
@@ -53,7 +53,8 @@ def _given(ctx: typer.Context, name: str) -> bool:
 def plot(
     ctx: typer.Context,
     run_refs: Annotated[
-        list[str], typer.Argument(metavar="RUN", help="Run ids, unique id prefixes, names, or run folder paths.")
+        list[str], typer.Argument(
+            metavar="RUN", help="Run ids, unique id prefixes, names (the newest of a name), or run folder paths.")
     ],
     metric: Annotated[
         list[str] | None,
@@ -125,7 +126,7 @@ def plot(
     store = open_store(roots)
     runs: list[RunSummary] = []
     for ref in run_refs:
-        run = store.find(ref)
+        run = find_run(store, ref)
         if run.key not in {r.key for r in runs}:
             runs.append(run)
     if telemetry is not None:

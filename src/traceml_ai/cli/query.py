@@ -58,7 +58,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Folders to search and files to read.")]
+PathsArg = Annotated[list[str], typer.Argument(metavar="PATH", help="Folders to search and files to read.")]
 RunIdOpt = Annotated[list[str] | None, typer.Option("--run-id", help="Only this run (repeat for several).")]
 JobIdOpt = Annotated[list[str] | None, typer.Option("--job-id", help="Only this job id (repeat for several).")]
 SessionIdOpt = Annotated[list[str] | None, typer.Option("--session-id", "--session",

@@ -60,7 +60,7 @@ app = typer.Typer(help="List and inspect run folders.", no_args_is_help=True, ad
 
 RootsArg = Annotated[
     list[str] | None,
-    typer.Argument(metavar="[ROOT]...", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
+    typer.Argument(metavar="ROOT", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
 ]
 
 
@@ -92,6 +92,19 @@ def _open_store(roots: list[str] | None, stale_after_seconds: float | None = Non
     for warning in [*warm.store.warnings, *warm.warnings]:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
     return warm.store, warm.perf_warnings
+
+
+def find_run(store: RunStore, ref: str) -> RunSummary:
+    """The run ``ref`` names (:meth:`RunStore.resolve`); when several runs have that name, the
+    newest is taken and a one-line note on stderr says so and how to name another.
+
+    Raises:
+        NotFoundError: no run, or an ambiguous id prefix or start of a name (one line).
+    """
+    run, note = store.resolve(ref)
+    if note:
+        err.print(f"[yellow]note:[/] {escape(printable(note))}")
+    return run
 
 
 def _with_perf_warning(run: RunSummary, perf_warnings: Mapping[str, str]) -> RunSummary:
@@ -332,7 +345,8 @@ def _duration_text(run: RunSummary, now: float) -> str:
 @app.command("show")
 @one_line_errors
 def show(
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, unique id prefix, name, or folder path.")],
+    run_ref: Annotated[str, typer.Argument(
+        metavar="RUN", help="Run id, unique id prefix, name (the newest of that name), or folder path.")],
     roots: Annotated[
         list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")
     ] = None,
@@ -351,7 +365,7 @@ def show(
     from rich.table import Table
 
     store, perf_warnings = _open_store(roots)
-    run = store.find(run_ref)
+    run = find_run(store, run_ref)
     history = store.history(run.key)
     details = store.details(run.key)
     run = _with_perf_warning(details.summary, perf_warnings)

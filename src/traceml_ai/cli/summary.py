@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import UserError, err, fmt_bytes, fmt_value, one_line_errors, out, printable
-from traceml_ai.cli.runs import open_store
+from traceml_ai.cli.runs import find_run, open_store
 from traceml_ai.diagnose import (
     StepTimeSummary,
     Summary,
@@ -37,7 +37,8 @@ from traceml_ai.diagnose.summary import verdict
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
 VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "equivalent": "", "inconclusive": "dim"}
 
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run folder path, or a run id, unique id prefix or name.")]
+RunArg = Annotated[str, typer.Argument(
+    metavar="RUN", help="Run folder path, or a run id, unique id prefix or name (the newest of that name).")]
 RootsOpt = Annotated[list[str] | None, typer.Option("--root", "-r", help="Runs folder to look in (repeatable).")]
 
 
@@ -55,7 +56,7 @@ def resolve_run(ref: str, roots: list[str] | None) -> Path:
     elif roots is None and os.sep in ref:
         raise UserError(f"{ref} is not a folder")
     else:
-        path = Path(open_store(roots).find(ref).path)
+        path = Path(find_run(open_store(roots), ref).path)
     if not telemetry_path(path).exists() and not final_summary_path(path).exists():
         raise UserError(
             f"{printable(str(path))} has no TraceML telemetry (no aggregator/telemetry.sqlite); "
@@ -251,21 +252,30 @@ def _print_verdict(summary: Summary, *, watch: bool = False, exit_code: int | No
         out.print(Text("✓ no bottleneck found", style="bold green"))
 
 
+def _print_hanging(prefix: Text, body: Text, indent: int | None = None) -> None:
+    """``prefix`` then ``body`` wrapped to the console's width, its later lines indented by
+    ``indent`` columns (default: the prefix's width), so a wrapped finding keeps its column."""
+    indent = prefix.cell_len if indent is None else indent
+    lines = body.wrap(out, max(20, out.width - max(indent, prefix.cell_len)))
+    for i, line in enumerate(lines):
+        line.rstrip()
+        out.print(Text.assemble(prefix if i == 0 else " " * indent, line), no_wrap=True, crop=False)
+
+
 def _print_findings(summary: Summary) -> None:
     for f in summary.findings:
         line = Text()
-        line.append(f"{f.severity.upper():8} ", style=SEVERITY_STYLE.get(f.severity, ""))
         line.append(_text(f.kind), style="bold")
         line.append("  " + _text(f.summary))
-        out.print(line)
-        out.print(Text("         → " + _text(f.action), style="dim"))
+        _print_hanging(Text(f"{f.severity.upper():8} ", style=SEVERITY_STYLE.get(f.severity, "")), line)
+        _print_hanging(Text("         → ", style="dim"), Text(_text(f.action), style="dim"))
         ev = f.evidence
         bits = [f"{_text(ev.metric)} = {fmt_value(ev.value)} (threshold {fmt_value(ev.threshold)})"]
         if ev.ranks:
             bits.append(rank_list(ev.ranks))
         if ev.steps:
             bits.append(f"steps {ev.steps[0]}..{ev.steps[-1]}")
-        out.print(Text("           " + " · ".join(bits), style="dim"))
+        _print_hanging(Text(" " * 11), Text(" · ".join(bits), style="dim"))
 
 
 def _print_step_time(st: StepTimeSummary) -> None:
@@ -327,7 +337,7 @@ def _print_abstained(summary: Summary) -> None:
     if summary.abstained:
         out.print(Text("not judged", style="bold dim"))
         for a in summary.abstained:
-            out.print(Text(f"  {_text(a.rule)}: {_text(a.reason)}", style="dim"))
+            _print_hanging(Text("  "), Text(f"{_text(a.rule)}: {_text(a.reason)}", style="dim"), indent=4)
 
 
 def _check_pct(value: float | None) -> float | None:

@@ -16,7 +16,7 @@ from traceml_ai.runs.discovery import NoRootError, list_runs, resolve_roots
 def ui(
     roots: Annotated[
         list[str] | None,
-        typer.Argument(metavar="[ROOT]...", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
+        typer.Argument(metavar="ROOT", help="Runs folders (default: the 'roots' setting, ./traceml/runs)."),
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port; 0 picks a free one.")] = None,
     host: Annotated[

@@ -13,7 +13,10 @@ block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
 - a time verdict (step time, throughput, a phase) of ``regression`` / ``improvement`` becomes
   ``inconclusive: host load differed (...)`` when the host CPU used by processes other than the
   training's ranks (median host CPU percent less the ranks' own share) differs between the two
-  runs by more than :data:`HOST_LOAD_DIFF_PERCENT` points.
+  runs by more than :data:`HOST_LOAD_DIFF_PERCENT` points;
+- a phase's ``regression`` / ``improvement`` that only followed a change of the input pipeline
+  (``dataloader_next_ms`` makes up most of the step-time change, the phase little of it) becomes
+  ``inconclusive`` (:func:`input_pipeline_rule`).
 """
 
 from __future__ import annotations
@@ -271,6 +274,7 @@ def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: 
             metrics.append(_only_in(spec, a, b, side))
             continue
         metrics.append(compare_metric(name, spec.unit, spec.better, a, b, spec.floor))
+    metrics = input_pipeline_rule(metrics)
     load_a, load_b = host_cpu_load(ctx_a), host_cpu_load(ctx_b)
     if load_a is not None and load_b is not None and _loads_differ(load_a, load_b):
         note = f"host load differed (host CPU {load_a.host:.0f}% in A vs {load_b.host:.0f}% in B, medians"
@@ -287,6 +291,63 @@ def compare_telemetry(tel_a: Telemetry, tel_b: Telemetry, *, run_a: str, run_b: 
                    for m in metrics]
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     return Comparison(run_a, run_b, generated, tuple(metrics), tuple(problems), unusable)
+
+
+INPUT_METRIC: Final = f"{schema.DATALOADER_NEXT.removeprefix(schema.PHASE_PREFIX)}_ms"
+"""The input pipeline's phase among the compared metrics (``dataloader_next_ms``)."""
+INPUT_DOMINANT_SHARE: Final = 0.5
+"""Share of the step-time change the input phase's change must make up (same direction) for the
+input-pipeline rule to apply (docs/diagnoses.md, "Comparing runs", input pipeline)."""
+INPUT_SECONDARY_SHARE: Final = 0.2
+"""A phase whose change (same direction) is at most this share of the input phase's change is not
+judged beside it when the input-pipeline rule applies."""
+
+
+def input_pipeline_rule(metrics: list[MetricComparison]) -> list[MetricComparison]:
+    """``metrics`` with the phases that only followed the input pipeline's change made
+    ``inconclusive`` (docs/diagnoses.md, "Comparing runs", input pipeline).
+
+    When ``step_time_ms`` and ``dataloader_next_ms`` have the same ``regression`` / ``improvement``
+    verdict and the data loader's change of median (ms) makes up at least
+    :data:`INPUT_DOMINANT_SHARE` of the step's, every other phase (``<phase>_ms``) with that same
+    verdict whose change is at most :data:`INPUT_SECONDARY_SHARE` of the data loader's becomes
+    ``inconclusive``: after waiting for data the next phases run on a CPU or GPU that idled (cold
+    caches, lower clocks), so a loader made slower also times forward, backward and optimizer a
+    little slower (measured: +66 % to +91 % of 1 ms phases beside a +99 ms loader), and a faster one
+    a little faster, though they did not change. Step time, throughput and the loader's own
+    verdict stand.
+    """
+    by_name = {m.metric: m for m in metrics}
+    step, loader = by_name.get("step_time_ms"), by_name.get(INPUT_METRIC)
+    if step is None or loader is None or step.verdict not in ("regression", "improvement"):
+        return metrics
+    d_step, d_loader = _median_change(step), _median_change(loader)
+    if (loader.verdict != step.verdict or d_step is None or d_loader is None or d_step * d_loader <= 0
+            or abs(d_loader) < INPUT_DOMINANT_SHARE * abs(d_step)):
+        return metrics
+
+    def judged(m: MetricComparison) -> MetricComparison:
+        d = _median_change(m)
+        if (m.metric in ("step_time_ms", INPUT_METRIC) or m.unit != "ms" or m.verdict != step.verdict
+                or d is None or abs(d) > INPUT_SECONDARY_SHARE * abs(d_loader)):
+            return m
+        assert d_step is not None and d_loader is not None
+        note = (f"inconclusive: moved with the input pipeline ({INPUT_METRIC} {_signed_ms(d_loader)} of the "
+                f"step's {_signed_ms(d_step)}; this phase {_signed_ms(d)}, at most "
+                f"{INPUT_SECONDARY_SHARE:.0%} of that: phases after a wait for data speed up or slow down "
+                "with it, caches and clocks)")
+        return dataclasses.replace(m, verdict="inconclusive", reason=f"{note}; {m.reason}")
+
+    return [judged(m) for m in metrics]
+
+
+def _median_change(m: MetricComparison) -> float | None:
+    """median B − median A, or None when either is missing."""
+    return None if m.median_a is None or m.median_b is None else m.median_b - m.median_a
+
+
+def _signed_ms(value: float) -> str:
+    return f"{'+' if value >= 0 else '-'}{sig3(abs(value))} ms"
 
 
 HOST_LOAD_DIFF_PERCENT: Final = 25.0

@@ -19,7 +19,13 @@ anything else       case-insensitive substring of the value's text
 
 Columns of numbers: a word where a number belongs (``run.best.val/auc>=abc``, ``=abc``, ``!=abc``,
 ``a..z``) is a :class:`FilterError` naming the column, never a filter that silently matches nothing
-(MLflow's search refuses such a comparison too).
+(MLflow's search refuses such a comparison too). The metric columns (``run.start.*``, ``run.last.*``,
+``run.best.*``) and ``duration_s``, ``step``, ``epoch``, ``warnings`` hold numbers by the run
+format, so there it is refused before any run is read, also when no run has a value yet.
+
+``status``: the statuses are a fixed set (:data:`traceml_ai.runs.layout.DISPLAY_STATUSES`), so
+``status=faild``, ``status!=faild`` or a bare ``status:faild`` (a substring of no status) is a
+:class:`FilterError` naming the statuses, never a filter that matches no run (or every run).
 
 Time columns (``started``, ``ended``, ``heartbeat``: ISO-8601 UTC): ``<``, ``<=``, ``>``, ``>=``,
 ``=``, ``!=`` and ``a..b`` take a date or time, ``2026``, ``2026-11``, ``2026-11-30``,
@@ -40,6 +46,7 @@ equals ``x``); a run without tags is missing.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -243,7 +250,8 @@ def parse_filter_arg(arg: str) -> tuple[str, ColumnFilter]:
     So a column name cannot hold ``:``, ``<``, ``>``, ``=`` or ``!``.
 
     Raises:
-        FilterError: no separator, an empty or unknown column, or a bad expression (one line).
+        FilterError: no separator, an empty or unknown column, a bad expression, a word where a
+            metric column's number belongs, or a status no run can have (one line).
     """
     index = next((i for i, ch in enumerate(arg) if ch in _SPLIT_CHARS), -1)
     if index < 0:
@@ -259,10 +267,40 @@ def parse_filter_arg(arg: str) -> tuple[str, ColumnFilter]:
     except ColumnError as exc:
         raise FilterError(f"filter {arg!r}: {exc}") from None
     try:
-        return column, parse_filter(expr)
+        flt = parse_filter(expr)
     except FilterError as exc:
         detail = str(exc).removeprefix(f"filter {expr!r}: ").removeprefix(f"filter {expr.strip()!r}: ")
         raise FilterError(f"filter {arg!r}: {detail}") from None
+    if column == "status":
+        _check_status_operand(arg, flt)
+    elif column in NUMBER_COLUMNS or column.startswith(_METRIC_PREFIXES):
+        _check_numeric_operand(column, flt)
+    return column, flt
+
+
+NUMBER_COLUMNS: Final = ("duration_s", "step", "epoch", "warnings")
+"""Fixed columns whose values are numbers in every run (or missing)."""
+_METRIC_PREFIXES: Final = ("run.start.", "run.last.", "run.best.")
+"""Metric columns: a metric's values are numbers or null by the run format (003 seed), so a word
+after an ordering or equality operator is refused before any run is read, also when no run logged
+the metric yet."""
+
+
+def _check_status_operand(arg: str, flt: ColumnFilter) -> None:
+    """Refuse a status filter that no run can match (or, for ``!=``, that every run matches): the
+    statuses are a fixed set (:data:`traceml_ai.runs.layout.DISPLAY_STATUSES`)."""
+    value = flt.operand.strip().casefold()
+    if flt.op in ("=", "!="):
+        bad = value not in DISPLAY_STATUSES
+    elif flt.op in ("text", "number"):
+        bad = not any(value in status for status in DISPLAY_STATUSES)
+    else:
+        return
+    if bad:
+        hint = difflib.get_close_matches(value, DISPLAY_STATUSES, n=1)
+        fix = f"did you mean {hint[0]!r}? " if hint else ""
+        raise FilterError(f"filter {arg!r}: {flt.operand.strip()!r} is not a run status; {fix}"
+                          f"the statuses are {', '.join(DISPLAY_STATUSES)}")
 
 
 def parse_statuses(statuses: Iterable[str]) -> frozenset[str]:

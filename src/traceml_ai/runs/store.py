@@ -21,10 +21,12 @@ import dataclasses
 import math
 import operator
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from itertools import islice
 from operator import itemgetter
 from typing import Any
@@ -266,30 +268,54 @@ class RunStore:
         return state.summary if state else None
 
     def find(self, ref: str) -> RunSummary:
-        """Find a run by folder path, id, unique id prefix, or unique name.
+        """Find a run by folder path, id, unique id prefix, or name (:meth:`resolve` without its note).
 
         Raises:
-            NotFoundError: no run matches, or several do (the message lists them).
+            NotFoundError: no run matches, or several do by id prefix or by the start of
+                different names (the message lists them).
+        """
+        return self.resolve(ref)[0]
+
+    def resolve(self, ref: str) -> tuple[RunSummary, str | None]:
+        """The run ``ref`` names, and a one-line note when the choice needs saying (else None).
+
+        ``ref`` is tried as a folder path, an id, an id prefix, a name, then the start of a name.
+        Names need not be unique (a script run three times makes three runs of one name): when
+        several runs have that name (or a name starting with ``ref``, all the same) the newest by
+        ``started_at`` (then by id) is taken, and the note says how many matched and how to pick
+        another (its id or folder path; ``traceml runs ls --filter name=...`` lists them).
+
+        Raises:
+            NotFoundError: no run matches, several match an id prefix, or the start of a name
+                matches different names (the message lists them).
         """
         with self._lock:
             real = os.path.realpath(ref)
             if real in self._runs and self._runs[real].summary is not None:
-                return self._runs[real].summary  # type: ignore[return-value]
+                return self._runs[real].summary, None  # type: ignore[return-value]
             runs = self.runs()
-            tests: tuple[Callable[[RunSummary], bool], ...] = (
-                lambda r: r.id == ref,
-                lambda r: r.id.startswith(ref),
-                lambda r: r.name == ref,
-                lambda r: r.name.startswith(ref),
-            )
-            for test in tests:
-                hits = [r for r in runs if test(r)]
-                if len(hits) == 1:
-                    return hits[0]
-                if len(hits) > 1:
-                    shown = ", ".join(r.id for r in hits[:5])
-                    raise NotFoundError(f"{ref!r} matches {len(hits)} runs ({shown}); give the full id")
-            raise NotFoundError(f"no run {ref!r} under {', '.join(self.roots)}")
+            by_id = [r for r in runs if r.id == ref] or [r for r in runs if r.id.startswith(ref)]
+            if len(by_id) == 1:
+                return by_id[0], None
+            if len(by_id) > 1:
+                shown = ", ".join(r.id for r in by_id[:5])
+                raise NotFoundError(f"{ref!r} is the start of {len(by_id)} run ids ({shown}); give more of the id")
+            by_name = [r for r in runs if r.name == ref] or [r for r in runs if r.name.startswith(ref)]
+            names = sorted({r.name for r in by_name})
+            if len(names) > 1:
+                shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+                raise NotFoundError(f"{ref!r} is the start of {len(names)} run names ({shown}); "
+                                    "give the whole name, an id or a folder path")
+            if not by_name:
+                raise NotFoundError(f"no run {ref!r} under {', '.join(self.roots)}")
+            run = max(by_name, key=_newest_first_key)
+            if len(by_name) == 1:
+                return run, None
+            listing = shlex.quote(f"name={names[0]}")
+            note = (f"{len(by_name)} runs are named {names[0]!r}; using the newest, {run.id} (started "
+                    f"{run.started_at or 'at an unknown time'}); name another by its id or folder path "
+                    f"(traceml runs ls --filter {listing} lists them)")
+            return run, note
 
     def history(self, key: str) -> MetricsTail:
         """The run's metrics.jsonl reader, loaded on first request and advanced by the appended
@@ -844,3 +870,17 @@ def heartbeat_age(summary: RunSummary, now: float) -> float | None:
 
 
 __all__ = ["PollResult", "RunDetails", "RunStore", "heartbeat_age"]
+
+
+def _newest_first_key(run: RunSummary) -> tuple[float, str]:
+    """Sort key of the newest run: its ``started_at`` as Unix seconds (unknown: oldest), then its id
+    (which starts with the start time)."""
+    started = -math.inf
+    if run.started_at:
+        try:
+            when = datetime.fromisoformat(run.started_at.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            started = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return started, run.id

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import orjson
 
@@ -103,7 +103,8 @@ class Run:
     something changed and refreshes the heartbeat every ``heartbeat_s`` (with fsync); the end of
     the run writes and fsyncs everything. Nothing logged is lost on a normal exit, an exception,
     Ctrl+C or SIGTERM; an interpreter exit without ``finish()`` still writes metrics.json, and marks
-    the run failed after an uncaught exception, killed after Ctrl+C or SIGTERM (an excepthook).
+    the run failed after an uncaught exception, killed after Ctrl+C or SIGTERM (an excepthook),
+    completed or failed with the code after ``sys.exit(code)`` (a hook in front of ``sys.exit``).
 
     Raises:
         ValueError: a ``best`` mode other than "max"/"min", or a name with a path separator.
@@ -212,6 +213,8 @@ class Run:
         self._thread.start()
         atexit.register(self._at_exit)
         _install_excepthook()
+        _install_exit_hook()
+        _exit_request.clear()  # a sys.exit() caught before this run began says nothing about it
         self._sigterm_installed = _install_sigterm()
 
     # -- writing -------------------------------------------------------------------------------
@@ -230,6 +233,8 @@ class Run:
                 metric is named step, epoch or time.
             RuntimeError: the run has finished.
         """
+        if _exit_request:
+            _exit_request.clear()  # a sys.exit() the program caught: it went on training
         row: dict[str, Any] = {
             "step": _as_int("step", step),
             "epoch": _as_int("epoch", step if epoch is None else epoch),
@@ -516,8 +521,10 @@ class Run:
 
     def _at_exit(self) -> None:
         # The interpreter is exiting without finish(). An uncaught exception (seen by the
-        # excepthook) ends the run failed, Ctrl+C or SIGTERM killed, as W&B and MLflow do. A plain
-        # exit keeps the status running (readers show it stale): the exit code is not known here.
+        # excepthook) ends the run failed, Ctrl+C or SIGTERM killed, as W&B and MLflow do, and so
+        # does sys.exit(n) (seen by the exit hook, as W&B's): completed for 0, failed with code n.
+        # A plain exit keeps the status running (readers show it stale): it cannot be told apart
+        # from a `raise SystemExit(n)`, whose code is not known here.
         self._stop.set()
         uncaught = _uncaught[-1] if _uncaught else None
         if self.status == "running" and self.active and (uncaught is not None or _terminated):
@@ -527,6 +534,10 @@ class Run:
                 self.finish("killed", uncaught)
             else:
                 self.finish("failed", uncaught)
+            return
+        if self.status == "running" and self.active and _exit_request:
+            code = _exit_code(_exit_request[-1])
+            self.finish("completed" if code == 0 else "failed", SystemExit(_exit_request[-1]), exit_code=code)
             return
         with self._lock:
             if self.status != "running" or not self.active:
@@ -565,6 +576,36 @@ _uncaught: list[BaseException] = []
 _terminated = False
 """True once SIGTERM arrived while a run was open (Terminated is a SystemExit: no excepthook)."""
 _previous_excepthook: list[Any] = []
+
+
+_exit_request: list[object] = []
+"""The argument of the last ``sys.exit()`` called in the main thread while a run was open (cleared
+by a later ``log()``: the program caught it and went on), read at exit by the runs still open."""
+_previous_exit: list[Any] = []
+
+
+def _exit_code(arg: object) -> int:
+    """The process exit code of ``sys.exit(arg)``: None is 0, an int itself, anything else 1 (Python
+    prints it on stderr)."""
+    if arg is None:
+        return 0
+    return arg if isinstance(arg, int) else 1
+
+
+def _exit(status: object = None, /) -> NoReturn:
+    """``sys.exit`` while a run is open: remember the code for the exit, then exit as before."""
+    if threading.current_thread() is threading.main_thread():
+        _exit_request[:] = [status]
+    if _previous_exit:
+        _previous_exit[0](status)
+    raise SystemExit(status)  # the previous sys.exit returned (a program's own stand-in)
+
+
+def _install_exit_hook() -> None:
+    """Put :func:`_exit` in front of ``sys.exit``, once per process."""
+    if sys.exit is not _exit:
+        _previous_exit[:] = [sys.exit]
+        sys.exit = _exit
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -6,7 +6,7 @@
 import type uPlot from "uplot";
 import { api } from "../api";
 import { type Child, debounce, h, replace } from "../dom";
-import { fmtBytes, fmtNum, fmtSecondsAxis } from "../format";
+import { fmtBytes, fmtNum, fmtSecondsAxis, ranksText } from "../format";
 import { icon } from "../icons";
 import { store } from "../store";
 import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
@@ -243,8 +243,8 @@ export class TelemetryPanel {
       if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
     }
     if (diag.steps?.seen !== undefined && diag.steps.seen !== null) stats.push(["steps", String(diag.steps.seen)]);
-    const seen = diag.ranks?.seen?.length;
-    if (seen !== undefined) stats.push(["ranks", diag.ranks?.world_size ? `${seen} of ${diag.ranks.world_size}` : String(seen)]);
+    const seen = diag.ranks?.seen;
+    if (seen !== undefined) stats.push(["ranks", ranksText(seen, diag.ranks?.world_size)]);
     const findings = diag.findings;
     return h(
       "div",
@@ -266,7 +266,7 @@ export class TelemetryPanel {
           })
         : null,
       stats.length
-        ? h("div", { class: "telem-stats" }, ...stats.map(([k, v]) => h("div", { class: "telem-stat" }, h("span", { class: "telem-stat-k", text: k }), h("span", { class: "telem-stat-v", text: v }))))
+        ? h("div", { class: "telem-stats" }, ...stats.map(([k, v]) => h("div", { class: "telem-stat", testid: `telemetry-stat-${k.replace(/[^a-z0-9]+/g, "-")}` }, h("span", { class: "telem-stat-k", text: k }), h("span", { class: "telem-stat-v", text: v }))))
         : null,
       findings.length ? h("div", { class: "findings" }, ...findings.map((f) => this.finding(f))) : null,
       diag.unread_findings

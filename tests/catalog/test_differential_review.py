@@ -380,8 +380,8 @@ def test_add_attachment_to_stormlogs_minimal_sidecar_and_reasons_that_are_true(t
     assert _warnings(stderr) == []
     write_json(side / "stormlog_attachments.json", {"schema_version": 1, "format": "stormlog.attachments",
                                                     "attachments": [
-                                                        {"title": "late", "kind": "link", "url": "u", "session_id": "s1",
-                                                         "start_ns": T0 + 10, "end_ns": T0},
+                                                        {"title": "late", "kind": "link", "url": "u",
+                                                         "session_id": "s1", "start_ns": T0 + 10, "end_ns": T0},
                                                         {"title": "", "kind": "link", "url": "u", "session_id": "s1"}]})
     _, stderr = traceml_query("attachments", root)
     lines = [w for w in _warnings(stderr) if "stormlog_attachments.json" in w]

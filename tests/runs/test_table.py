@@ -4,9 +4,11 @@ agent")."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
+import random
 from typing import Any
 
 import pytest
@@ -20,7 +22,9 @@ from traceml_ai.runs.table import (
     column_is_numeric,
     default_columns,
     differing_config_keys,
+    format_cell,
     group_runs,
+    natural_key,
     parse_sort_arg,
     row_json,
     sort_runs,
@@ -527,3 +531,56 @@ def test_param_spreads_count_values_as_differing_config_keys_tells_them_apart() 
     # missing; m: a number and a text; o: a text of each run's own (names the runs): lowest.
     assert param_spreads(runs) == {"f": 2, "t": 3, "m": 3, "o": 1}
     assert set(param_spreads(runs)) == set(differing_config_keys(runs))
+
+
+def _reference_order(runs: list[RunSummary], keys: list[SortKey]) -> list[str]:
+    """sort_runs' documented order, written the slow obvious way: compare two runs key by key
+    (numbers, then text in natural order, then NaN, then missing; NaN and missing last in both
+    directions), the input order breaking full ties."""
+    def entry(run: RunSummary, key: SortKey) -> tuple[int, Any]:
+        value = cell(run, key.column)
+        if value is None or value == "":
+            return 3, None
+        if isinstance(value, float) and math.isnan(value):
+            return 2, None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return 0, value
+        return 1, natural_key(format_cell(value))
+
+    def compare(a: tuple[int, RunSummary], b: tuple[int, RunSummary]) -> int:
+        for key in keys:
+            (ka, va), (kb, vb) = entry(a[1], key), entry(b[1], key)
+            if ka != kb:
+                return -1 if ka < kb else 1
+            if ka in (0, 1) and va != vb:
+                less = va < vb
+                return (1 if less else -1) if key.descending else (-1 if less else 1)
+        return -1 if a[0] < b[0] else 1
+
+    return [r.key for _, r in sorted(enumerate(runs), key=functools.cmp_to_key(compare))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_multi_key_sort_with_many_ties_matches_the_documented_order(seed: int) -> None:
+    """Many ties on the first key (a rounded metric of a sweep), later keys mixing numbers, text,
+    bools, NaN and missing, ascending and descending: the fast tie handling gives the plain order."""
+    rng = random.Random(seed)
+
+    def value() -> Any:
+        r = rng.random()
+        if r < 0.1:
+            return None
+        if r < 0.15:
+            return float("nan")
+        if r < 0.3:
+            return rng.choice(["a", "B", "run-10", "run-2", ""])
+        if r < 0.4:
+            return rng.choice([True, False])
+        return rng.choice([1, 2, 3, 2.5, 0.1])
+
+    for _ in range(100):
+        runs = [RunSummary(key=f"k{i}", id=f"id{i}", root="r", name=rng.choice(["x", "y", "run-1", "Run-3"]),
+                           params={"a": value(), "b": value(), "c": value()}) for i in range(rng.randint(0, 60))]
+        keys = [SortKey(column=rng.choice(["config.a", "config.b", "config.c", "name"]),
+                        descending=rng.random() < 0.5) for _ in range(rng.randint(1, 4))]
+        assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys

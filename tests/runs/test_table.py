@@ -27,6 +27,7 @@ from traceml_ai.runs.table import (
     natural_key,
     parse_sort_arg,
     row_json,
+    rows_json,
     sort_runs,
     to_csv,
 )
@@ -584,3 +585,17 @@ def test_multi_key_sort_with_many_ties_matches_the_documented_order(seed: int) -
         keys = [SortKey(column=rng.choice(["config.a", "config.b", "config.c", "name"]),
                         descending=rng.random() < 0.5) for _ in range(rng.randint(1, 4))]
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
+
+
+def test_rows_json_of_many_runs_is_row_json_of_each() -> None:
+    """``runs ls --json`` builds its rows column by column: the same rows as one at a time, NaN and
+    infinity as null, tags as a list, a missing value as None, no columns at all too."""
+    runs = [make_run("a", tags=["x", "y"], params={"lr": NAN}, summary={"acc": math.inf}),
+            make_run("b", params={"lr": 0.1, "opt": "adam"}, best={"val/auc": 0.9}),
+            make_run("c", summary={"acc": 1})]
+    for cols in (["name", "tags", "config.lr", "config.opt", "summary.acc", "run.best.val/auc", "status"], []):
+        assert list(rows_json(runs, cols)) == [row_json(r, cols) for r in runs]
+    assert list(rows_json([], ["name"])) == []
+    assert next(rows_json(runs, ["config.lr"]))["values"] == {"config.lr": None}
+    with pytest.raises(ColumnError):
+        rows_json(runs, ["bogus"])  # at the call, before any row

@@ -918,8 +918,32 @@ def rows_json(runs: Iterable[RunSummary], columns: Sequence[str]) -> Iterator[di
     Raises:
         ColumnError: a column name is invalid (raised before the first row).
     """
-    getters = [(c, cell_getter(c)) for c in columns]
-    return (_row_json(run, getters) for run in runs)
+    getters = [cell_getter(c) for c in columns]
+    return _rows_json(list(runs), list(columns), getters)
+
+
+def _rows_json(runs: list[RunSummary], columns: list[str],
+               getters: list[Callable[[RunSummary], Scalar]]) -> Iterator[dict[str, Any]]:
+    # Column by column (one map per column, NaN cleared only where a float is), then one dict per
+    # row from a zip: half the per-cell work of a loop over rows and columns at 100,000 runs.
+    by_column: list[list[Any]] = []
+    for column, get in zip(columns, getters, strict=True):
+        if column == "tags":
+            by_column.append([list(run.tags) for run in runs])
+            continue
+        values = list(map(get, runs))
+        if any(isinstance(v, float) for v in values):
+            values = [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+        by_column.append(values)
+    for run, cells in zip(runs, zip(*by_column, strict=True) if by_column else ((),) * len(runs), strict=True):
+        yield {
+            "id": run.id,
+            "name": run.name,
+            "status": run.status,
+            "display_status": run.display_status,
+            "warnings": list(run.warnings),
+            "values": dict(zip(columns, cells, strict=True)),
+        }
 
 
 def _row_json(run: RunSummary, getters: Sequence[tuple[str, Callable[[RunSummary], Scalar]]]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from traceml_ai.diagnose.perf import PerfIndex
+from traceml_ai.runs.column_index import ColumnIndex
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.cache_paths import default_cache_dir
 
@@ -77,6 +78,9 @@ class WarmStart:
         warnings: cache-folder problems, one line each (e.g. a corrupt database being rebuilt).
         perf_warnings: run key → the problem of its ``aggregator/final_summary.json`` (unusable:
             not JSON, too big, a newer schema), the line the viewer adds to the run's warnings.
+        columns: the column index of the runs (:class:`~traceml_ai.runs.column_index.ColumnIndex`),
+            primed from the database's saved state on a warm start: ``columns.facts(runs)`` then
+            costs the runs that changed, not a walk over every params value (seconds at 100,000).
     """
 
     store: RunStore
@@ -84,6 +88,7 @@ class WarmStart:
     saved: str | None = None
     warnings: list[str] = field(default_factory=list)
     perf_warnings: dict[str, str] = field(default_factory=dict)
+    columns: ColumnIndex = field(default_factory=ColumnIndex)
 
 
 _DB_FILE: Final = "runs.sqlite"  # = traceml_ai.runs.rundb.DB_FILE, not imported: its decoder is msgspec
@@ -137,6 +142,7 @@ def open_warm(
             if loaded is not None:
                 stored = {key: cached.summary.display_status for key, cached in loaded.runs.items()}
                 result.from_db = store.seed(dict(loaded.runs))
+                result.columns = ColumnIndex.primed([c.summary for c in loaded.runs.values()], loaded.column_state)
         polled = store.poll()
         perf = PerfIndex()
         perf_changed = join_perf(store, perf)
@@ -151,7 +157,8 @@ def open_warm(
             changed = {*polled.changed, *perf_changed}
             changed |= {r.key for r in store.runs() if stored.get(r.key) != r.display_status}
         try:
-            result.saved = cache.save_run_db(store.runs(), store.stamps(), force=True, changed=changed)
+            result.saved = cache.save_run_db(store.runs(), store.stamps(), force=True, changed=changed,
+                                             columns=result.columns)
         except (OSError, sqlite3.Error) as err:
             result.warnings.append(f"run database not saved: {err}")
         result.warnings += cache.warnings

@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Final
 
-import msgspec
-
 from traceml_ai.runs.model import BestValue, RunSummary
 from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity, param_spread
 
@@ -174,6 +172,8 @@ class ColumnIndex:
                     [[key, [[ident[0], ident[1], n] for ident, n in held.items()]]
                      for key, held in self._values.items()],
                 ]
+                import msgspec  # here, not at import: a small `runs ls` never saves or primes an index
+
                 return msgspec.msgpack.encode(state)
             except (KeyError, TypeError, OverflowError, ValueError):
                 return None
@@ -186,6 +186,8 @@ class ColumnIndex:
         index = cls()
         if state is None:
             return index
+        import msgspec
+
         try:
             version, n_runs, shapes, values = msgspec.msgpack.decode(state)
             if version != _STATE_VERSION or n_runs != len(runs):

@@ -557,59 +557,18 @@ def _extend_ties(
     bucket: list[tuple[Any, RunSummary]],
     rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
 ) -> None:
-    """Append the sorted ``bucket``'s runs to ``out``, each run of equal values ordered by ``rest``.
-
-    The runs that tie are ordered all at once, not one tie at a time (100,000 runs of a sweep
-    hold ~20,000 ties of a rounded metric): stable sorts by each later key, last key first, then
-    a stable sort by the tie each run belongs to, which keeps the later keys' order within it.
-    """
-    tied: list[tuple[int, RunSummary]] = []  # (tie number, run): runs whose value is not alone
-    alone: list[RunSummary | None] = []  # per tie: its run when alone, else None
-    n = len(bucket)
-    i = 0
+    """Append the sorted ``bucket``'s runs to ``out``, each run of equal values ordered by ``rest``."""
+    i, n = 0, len(bucket)
     while i < n:
-        value = bucket[i][0]
         j = i + 1
+        value = bucket[i][0]
         while j < n and bucket[j][0] == value:
             j += 1
         if j - i == 1:
-            alone.append(bucket[i][1])
+            out.append(bucket[i][1])
         else:
-            tie = len(alone)
-            alone.append(None)
-            tied.extend((tie, run) for _, run in bucket[i:j])
+            out.extend(_sorted_by([run for _, run in bucket[i:j]], rest))
         i = j
-    for get, entry_of, descending in reversed(rest):
-        tied = _ordered_pairs(tied, get, entry_of, descending)
-    tied.sort(key=_FIRST)
-    k = 0
-    for tie, run in enumerate(alone):
-        if run is not None:
-            out.append(run)
-            continue
-        start = k
-        while k < len(tied) and tied[k][0] == tie:
-            k += 1
-        out.extend(r for _, r in tied[start:k])
-
-
-def _ordered_pairs(
-    pairs: list[tuple[int, RunSummary]],
-    get: Callable[[RunSummary], Scalar],
-    entry_of: Callable[[Scalar], tuple[int, Any]],
-    descending: bool,
-) -> list[tuple[int, RunSummary]]:
-    """``pairs`` stably ordered by one key of their runs, as :func:`sort_runs` orders one key."""
-    classes: tuple[list[tuple[Any, tuple[int, RunSummary]]], ...] = ([], [], [], [])
-    for pair in pairs:
-        kind, value = entry_of(get(pair[1]))
-        classes[kind].append((value, pair))
-    ordered: list[tuple[int, RunSummary]] = []
-    for kind, members in enumerate(classes):
-        if kind in (_NUMBER, _TEXT):
-            members.sort(key=_FIRST, reverse=descending)
-        ordered.extend(pair for _, pair in members)
-    return ordered
 
 
 _FIRST: Final = itemgetter(0)

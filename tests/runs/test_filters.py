@@ -98,6 +98,27 @@ def test_comparisons_on_text_columns_compare_as_text() -> None:
     assert names("name>=n") == ["nan-loss", "no-metric", "run-3"]
 
 
+def test_text_comparisons_follow_the_tables_natural_order() -> None:
+    """``name>run-2`` keeps ``Run-3`` and ``run-10`` as the table sorts them after ``run-2`` (a plain
+    text comparison dropped ``run-10``); on a column mixing numbers and text, numbers never match a
+    text operand and text values compare in that order."""
+    runs = [make_run(n, summary={"x": x}) for n, x in
+            (("run-1", 0.5), ("run-2", "abc"), ("Run-3", "Abd"), ("run-10", 2), ("run-20", None))]
+
+    def kept(flt: str) -> list[str]:
+        column, parsed = parse_filter_arg(flt)
+        return [r.name for r in filter_runs(runs, [(column, parsed)])]
+
+    assert kept("name>run-2") == ["Run-3", "run-10", "run-20"]
+    assert kept("name<=RUN-3") == ["run-1", "run-2", "Run-3"]
+    assert kept("name:run-2..run-10") == ["run-2", "Run-3", "run-10"]
+    assert kept("summary.x>=abc") == ["run-2", "Run-3"]
+    assert kept("summary.x>abc") == ["Run-3"]
+    assert kept("summary.x>0") == ["run-1", "run-10"]
+    with pytest.raises(FilterError, match="low end is above the high end"):
+        parse_filter("run-10..run-9")
+
+
 def test_regex_is_case_insensitive_search() -> None:
     assert names("name:/^(BASE|high)/") == ["baseline", "high-lr"]
     assert names("name:/base.*/") == ["baseline"]

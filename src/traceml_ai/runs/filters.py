@@ -5,13 +5,14 @@ One filter applies to one column (names as in :mod:`traceml_ai.runs.table`):
 
 ==================  ===============================================================================
 ``> x`` ``>= x``    ordering. Numerically when ``x`` is a number: then a text or boolean value never
-``< x`` ``<= x``    matches (``> 0`` does not match ``abc``). A text ``x`` compares text values as text
-                    (case-insensitive); on a column that holds only numbers a text ``x`` is an error
+``< x`` ``<= x``    matches (``> 0`` does not match ``abc``). A text ``x`` compares text values in the
+                    table's sort order (natural, case-insensitive: ``name>run-2`` matches ``Run-3`` and
+                    ``run-10``; numbers never match it); on a column that holds only numbers it is an error
                     (:class:`FilterError`), not a filter that matches nothing
 ``= x`` ``!= x``    equality: numerically when both are numbers (``0.001`` = ``1e-3``), otherwise as
                     case-insensitive text (``true``/``false`` for booleans). ``==`` is accepted too
 ``a..b``            inclusive range: numeric when both ends are numbers (text values never match),
-                    else as text
+                    else as text in natural order
 ``/regex/``         Python ``re.search``, case-insensitive, on the value's text
 bare number         equality in a numeric column, substring in a text column
 anything else       case-insensitive substring of the value's text
@@ -63,6 +64,7 @@ from traceml_ai.runs.table import (
     format_cell,
     is_nan,
     is_number,
+    natural_key,
     split_column,
 )
 
@@ -167,7 +169,7 @@ class ColumnFilter:
             return _compare(self.op, value, self.number)
         if self.number is not None:
             return False  # a numeric operator never matches text or a boolean
-        return _compare(self.op, format_cell(value).casefold(), self.operand.casefold())
+        return _compare(self.op, natural_key(format_cell(value)), natural_key(self.operand))
 
     def _in_range(self, value: Scalar) -> bool:
         numeric = self.number is not None and self.high_number is not None
@@ -177,8 +179,7 @@ class ColumnFilter:
             return bool(self.number <= value <= self.high_number)  # type: ignore[operator]
         if numeric:
             return False  # a numeric range never matches text or a boolean
-        text = format_cell(value).casefold()
-        return self.operand.casefold() <= text <= self.high.casefold()
+        return natural_key(self.operand) <= natural_key(format_cell(value)) <= natural_key(self.high)
 
 
 def _compare(op: str, left: object, right: object) -> bool:
@@ -230,7 +231,7 @@ def parse_filter(expr: str) -> ColumnFilter:
         if low_number is not None and high_number is not None:
             reversed_range = low_number > high_number
         elif low_number is None and high_number is None:
-            reversed_range = low.casefold() > high.casefold()
+            reversed_range = natural_key(low) > natural_key(high)
         else:  # one end a number, one not: the column's values say what is wrong (not "reversed")
             reversed_range = False
         if reversed_range:

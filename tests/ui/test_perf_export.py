@@ -108,3 +108,26 @@ def test_the_memory_picture_reads_in_binary_units_and_the_csvs_carry_no_float_no
         assert numbers, panel
         noisy = [n for n in numbers if len(n.split(".")[1]) > 6]
         assert not noisy, (panel, noisy[:5])
+
+
+def test_the_step_csv_with_share_gives_each_phase_as_its_share_of_the_step(tmp_path: Path) -> None:
+    """Issue 13 review: ``traceml plot RUN --telemetry step --share --format csv`` (and the page's
+    CSV with its share toggle on) wrote the milliseconds anyway. With share each phase column is
+    ``<phase>_share``, the phases of a step summing to 1, in the same rows as the ms file."""
+    run_dir = tmp_path / "runs" / "cpu-run"
+    write_run(run_dir, RunSpec(ranks=1, steps=30))
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    run = run_of(run_dir)
+    ms = rows(export_panel(cache, run, "step", "csv"))
+    shares = rows(export_panel(cache, run, "step", "csv", share=True))
+    assert len(shares) == len(ms) == 30
+    phase_ms = [k for k in ms[0] if k.endswith("_ms") and k != "iteration_ms"]
+    phase_share = [k for k in shares[0] if k.endswith("_share")]
+    assert phase_share == [k.removesuffix("_ms") + "_share" for k in phase_ms] and phase_share
+    for m, sh in zip(ms, shares, strict=True):
+        assert sh["step"] == m["step"] and sh["iteration_ms"] == m["iteration_ms"]
+        values = [float(sh[k]) for k in phase_share if sh[k]]
+        assert sum(values) == pytest.approx(1.0, abs=1e-3)
+        total = sum(float(m[k]) for k in phase_ms if m[k])
+        first = phase_ms[0]
+        assert float(sh[phase_share[0]]) == pytest.approx(float(m[first]) / total, abs=1e-4)

@@ -6,7 +6,8 @@ Four panels, named as ``traceml plot RUN --telemetry PANEL`` names them (:data:`
 ``step``
     The step broken down by phase over the steps, on one rank: the slowest by the straggler rule's
     measure over the run (:func:`traceml_ai.ui.performance.breakdown`'s math, the page's). CSV: one
-    row per step, ``step, rank, iteration_ms, <phase>_ms...`` (every step, never bucketed). PNG: the
+    row per step, ``step, rank, iteration_ms, <phase>_ms...`` (every step, never bucketed; with
+    ``share`` ``<phase>_share...``, each phase's share of the step's phases). PNG: the
     page's stacked area of rolling medians, the warm-up shaded.
 ``ranks``
     Each rank's iteration time per step and its work outside backward (the iteration minus backward:
@@ -176,11 +177,13 @@ def _basis_text(basis: str) -> str:
             "only rank": "the only rank"}.get(basis, basis)
 
 
-def panel_table(tel: Telemetry, panel: Panel) -> Table:
+def panel_table(tel: Telemetry, panel: Panel, *, share: bool = False) -> Table:
     """The CSV table of one panel (header, rows; see the module docs), never downsampled. A panel
-    without data is its header alone."""
+    without data is its header alone. ``share`` (the ``step`` panel only): each phase as its share
+    of the step's phases (``<phase>_share``, 0–1, as the page's share toggle and the PNG draw it)
+    instead of milliseconds."""
     if panel == "step":
-        return _step_table(tel)
+        return _step_table(tel, share)
     if panel == "ranks":
         return _ranks_table(tel)
     if panel == "memory":
@@ -188,13 +191,18 @@ def panel_table(tel: Telemetry, panel: Panel) -> Table:
     return _gpu_table(tel)
 
 
-def _step_table(tel: Telemetry) -> Table:
+def _step_table(tel: Telemetry, share: bool = False) -> Table:
     b = breakdown_of(tel, max_points=None) if tel.status == "ok" else None
     if b is None:
         return (["step", "rank", "iteration_ms"], [])
     names = [s["name"] for s in b["series"]]
-    header = ["step", "rank", "iteration_ms", *(f"{PHASE_LABELS.get(n, n)}_ms" for n in names)]
+    unit = "share" if share else "ms"
+    header = ["step", "rank", "iteration_ms", *(f"{PHASE_LABELS.get(n, n)}_{unit}" for n in names)]
     columns = [s["y"] for s in b["series"]]
+    if share:
+        totals = [sum(v for v in values if v is not None) for values in zip(*columns, strict=True)]
+        columns = [[None if v is None or not t else round(v / t, 4) for v, t in zip(col, totals, strict=True)]
+                   for col in columns]
     rows = [[step, b["rank"], b["iteration"][i], *(col[i] for col in columns)] for i, step in enumerate(b["x"])]
     return header, rows
 
@@ -512,7 +520,7 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
     tel = telemetry_of(run, warnings)
     name = f"{run.name or run.id} telemetry {which}"
     if fmt == "csv":
-        data = table_csv(panel_table(tel, which)).encode("utf-8")
+        data = table_csv(panel_table(tel, which, share=share)).encode("utf-8")
     elif fmt == "png":
         cache.prepare_png()
         data = render_panel_png(tel, which, title=run.name or run.id, share=share, heat=heat,

@@ -46,7 +46,8 @@ def test_a_narrow_zoom_labels_every_y_tick_differently(browser: Browser, tmp_pat
     # The review's run: val/auc = 1 - 1/(s + 2) over 30,000 steps, zoomed to steps ~10,600-11,600,
     # labelled all five y ticks 0.9999.
     root = tmp_path / "traceml" / "runs"
-    write_run(root, "auc", {"name": "auc", **RUN}, rows=[{"step": s, "val/auc": 1 - 1 / (s + 2)} for s in range(30_000)])
+    rows = [{"step": s, "val/auc": 1 - 1 / (s + 2)} for s in range(30_000)]
+    write_run(root, "auc", {"name": "auc", **RUN}, rows=rows)
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
         plot(page, "auc")

@@ -81,6 +81,11 @@ function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): strin
   });
 }
 
+/** The y axis's width: enough for the labels a narrow zoom needs (0.999906), never cut at the left. */
+function yAxisSize(_u: uPlot, values: string[] | null): number {
+  return Math.max(56, 16 + 6.5 * Math.max(0, ...(values ?? []).map((v) => v.length)));
+}
+
 /** How far apart rows logged at the same wall time are drawn on the time axis (seconds). */
 const TIME_TIE_S = 1e-6;
 
@@ -686,7 +691,7 @@ export class LineCharts {
         scales: { x: { time: false }, y: logY ? { distr: 3, log: 10 } : { auto: true } },
         axes: [
           { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0, incrs: STEP_INCRS },
-          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 56, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: yAxisSize, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
         ],
         series: opts,
         bands,
@@ -951,8 +956,7 @@ export class LineCharts {
             grid: { stroke: gridColor, width: 1 },
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
-            // Wide enough for the labels a narrow zoom needs (0.99992): never cut at the left.
-            size: (_su: uPlot, values: string[] | null) => Math.max(56, 16 + 6.5 * Math.max(0, ...(values ?? []).map((v) => v.length))),
+            size: yAxisSize,
             values: (vu: uPlot, splits: (number | null)[]) => (yTicks = logTickLabels(vu, splits, logY)),
           },
         ],

@@ -107,7 +107,14 @@ def test_a_line_chart_plotted_by_groups_draws_the_band_the_page_shows_at_the_csv
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == len(groups)  # one shaded band per group, under its mean line
     text = "min–max band" if band == "minmax" else "± population std band"  # std over n, not n - 1
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"{g} (mean, {text})" for g in groups]
+    n_runs = {g: sum(1 for r in runs if str(r.params.get("model.dropout")) == g) for g in groups}
+    # (a bare figure leaves the legend little room: its labels are wrapped to fit)
+    def words(t: str) -> str:
+        return "".join(t.split())
+
+    assert [words(t.get_text()) for t in ax.get_legend().get_texts()] == [
+        words(f"{g} ({n_runs[g]} runs)") for g in groups]
+    assert words(ax.get_legend().get_title().get_text()) == words(f"mean by config.model.dropout, {text}")
     widths = []
     for group, poly in zip(groups, bands, strict=True):
         mine = [r for r in rows if r[0] == group]
@@ -124,3 +131,38 @@ def test_a_line_chart_plotted_by_groups_draws_the_band_the_page_shows_at_the_csv
     assert max(widths) > 0  # a band, not a line
     data = render_chart_png(spec, runs, histories, max_points=200)
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and round(png_dpi(data) or 0) == 300
+
+
+def test_the_group_legend_of_a_line_png_fits_the_image_and_gives_each_groups_run_count(tmp_path: Path) -> None:
+    """The review's case: runs grouped by a param some lack ("(none)"), ± std band: the legend's
+    last entry was cut at the image's right edge, and no entry said how many runs it averages."""
+    pytest.importorskip("matplotlib")
+    from tests.cli.test_runs_cli_readers import write_run
+    from traceml_ai.ui.png import chart_figure
+
+    root = tmp_path / "runs"
+    run = {"status": "completed", "started_at": "2026-11-30T10:00:00Z"}
+    for i in range(7):
+        params = "group_name: a\n" if i < 4 else "group_name: a-much-longer-group-name-than-usual\n" if i < 6 else None
+        write_run(root, f"r{i}", {"name": f"r{i}", **run}, params=params,
+                  rows=[{"step": s, "val/auc": 0.5 + 0.01 * s + 0.001 * i} for s in range(20)])
+    store = RunStore([root])
+    store.poll()
+    runs = store.runs()
+    histories = [(r, store.history(r.key)) for r in runs]
+    spec = LineSpec(tuple(r.key for r in runs), ("val/auc",), group_by="config.group_name", band="std")
+    fig = chart_figure(spec, runs, histories, max_points=200)
+    fig.canvas.draw()
+    legend = fig.axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    want = ["a (4 runs)", "a-much-longer-group-name-than-usual (2 runs)", "(none) (1 run)"]
+    assert ["".join(t.split()) for t in texts] == ["".join(t.split()) for t in want]  # wrapped, not cut
+    assert texts[0] == want[0] and "\n" in texts[1]
+    title = legend.get_title().get_text()
+    assert "".join(title.split()) == "".join("mean by config.group_name, ± population std band".split())
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.canvas.get_width_height()
+    for artist in [legend.get_title(), *legend.get_texts()]:
+        box = artist.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= width, f"{artist.get_text()!r} runs off the image: {box.x1} > {width}"
+        assert 0 <= box.y0 and box.y1 <= height

@@ -15,6 +15,28 @@ export function fmtNum(v: number): string {
   return String(Number(v.toFixed(digits)));
 }
 
+/** The labels of an axis's ticks: as {@link fmtNum} writes each, unless that makes two of them
+ *  the same (a chart zoomed into 0.99990 … 0.99998 is not five `0.9999`): then every label with
+ *  as many decimals as the tick spacing needs, one more at a time until they all differ. */
+export function fmtTicks(splits: (number | null)[]): string[] {
+  const plain = splits.map((v) => (v === null ? "" : fmtNum(v)));
+  const shown = plain.filter((t) => t !== "");
+  if (new Set(shown).size === shown.length) return plain;
+  const vals = splits.filter((v): v is number => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
+  let step = Infinity;
+  for (let i = 1; i < vals.length; i++) {
+    const d = vals[i]! - vals[i - 1]!;
+    if (d > 0 && d < step) step = d;
+  }
+  if (!Number.isFinite(step)) return plain;
+  for (let digits = Math.min(20, Math.max(0, -Math.floor(Math.log10(step)))); digits <= 20; digits++) {
+    const out = splits.map((v) => (v === null ? "" : v.toFixed(digits)));
+    const seen = out.filter((t) => t !== "");
+    if (new Set(seen).size === seen.length) return out;
+  }
+  return plain;
+}
+
 /** The exact text of a value (as the CSV export writes it). */
 export function rawText(v: Scalar | undefined): string {
   if (v === null || v === undefined) return "";

@@ -9,11 +9,28 @@ export function connectLive(): void {
   let source: EventSource | null = null;
   let retry = 1000;
 
+  // Why the stream closed: a 403 is a server that runs but no longer knows this page's token.
+  const probe = async () => {
+    let refused = false;
+    try {
+      const res = await fetch("/api/ui-state", { credentials: "same-origin", cache: "no-store" });
+      refused = res.status === 403;
+    } catch {
+      refused = false; // no answer at all: the server is gone (or the network)
+    }
+    if (store.disconnected && refused !== store.tokenRefused) {
+      store.tokenRefused = refused;
+      store.emit("live");
+    }
+  };
+
   const open = () => {
     source = new EventSource("/api/events");
     source.addEventListener("open", () => {
       retry = 1000;
       store.live = true;
+      store.disconnected = false;
+      store.tokenRefused = false;
       store.emit("live");
       // Catch up on whatever changed while we were away.
       void loadRuns();
@@ -31,11 +48,14 @@ export function connectLive(): void {
       if (version === null || version !== store.version) void loadRuns();
     });
     source.addEventListener("error", () => {
+      // The server stopped (Ctrl+C of traceml ui) or cannot be reached: say so until it answers.
       store.live = false;
+      store.disconnected = true;
       store.emit("live");
       if (source && source.readyState === EventSource.CLOSED) {
         // The browser gave up (e.g. a 403 or the server went away): try again later.
         source = null;
+        void probe();
         window.setTimeout(open, retry);
         retry = Math.min(retry * 2, 30000);
       }

@@ -312,13 +312,32 @@ export class Shell {
   }
 
   private renderRefreshed(): void {
+    if (store.disconnected && store.tokenRefused) {
+      this.refreshedEl.textContent = "The viewer server restarted: open the URL traceml ui printed (this page's token is not valid there)";
+      this.refreshedEl.title = "A restarted traceml ui has a new token";
+      return;
+    }
+    if (store.disconnected) {
+      const last = store.refreshedAt ? ` (last refreshed ${fmtAgo(store.refreshedAt)})` : "";
+      this.refreshedEl.textContent = `Disconnected from the viewer server — retrying${last}`;
+      this.refreshedEl.title = "The page lost its connection to traceml ui: what it shows is not updated until it answers again";
+      return;
+    }
     this.refreshedEl.textContent = store.refreshedAt ? `Refreshed ${fmtAgo(store.refreshedAt)}` : "Not refreshed yet";
-    if (store.refreshedAt) this.refreshedEl.title = store.refreshedAt;
+    this.refreshedEl.title = store.refreshedAt ?? "";
   }
 
   private renderLive(): void {
     this.liveEl.classList.toggle("is-live", store.live);
-    this.liveEl.title = store.live ? "Live: the server pushes changes" : "Not connected: live updates paused";
+    this.liveEl.classList.toggle("is-disconnected", store.disconnected);
+    this.refreshedEl.classList.toggle("is-disconnected", store.disconnected);
+    this.refreshedEl.dataset.state = store.disconnected ? (store.tokenRefused ? "token-refused" : "disconnected") : store.live ? "live" : "connecting";
+    this.liveEl.title = store.live
+      ? "Live: the server pushes changes"
+      : store.disconnected
+        ? "Disconnected from the viewer server: retrying"
+        : "Connecting: live updates paused";
+    this.renderRefreshed();
   }
 
   private showExport(what: string, path: string, latest?: string): void {

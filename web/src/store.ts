@@ -180,6 +180,11 @@ export class Store {
   table: TableResponse | null = null;
   inspector: string | null = null;
   live = false;
+  /** The event stream failed (the server stopped, or the network): the page says so and retries. */
+  disconnected = false;
+  /** While disconnected: the server answers but refuses this page's token (a restarted
+   *  traceml ui has a new one), so retrying cannot help until its printed URL is opened. */
+  tokenRefused = false;
   private colorSlots = new Map<string, number>();
   private listeners = new Map<Topic, Set<Listener>>();
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import io
 import math
 import struct
+import textwrap
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from traceml_ai.runs.analysis import (
@@ -129,6 +130,18 @@ def render_chart_png(
     Raises:
         ImportError: matplotlib is not installed.
     """
+    return _encode(chart_figure(spec, runs, histories, max_points=max_points, theme=theme))
+
+
+def chart_figure(
+    spec: ChartSpec,
+    runs: Sequence[RunSummary],
+    histories: Sequence[tuple[RunSummary, MetricsTail]] = (),
+    *,
+    max_points: int = DEFAULT_MAX_POINTS,
+    theme: Theme = "dark",
+) -> Any:
+    """The matplotlib figure :func:`render_chart_png` encodes (laid out, not drawn yet)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -141,6 +154,8 @@ def render_chart_png(
     axes = fig.subplots(n_panels, 1, squeeze=False, sharex=True)[:, 0]
     for ax in axes:
         style_axes(ax, colors)
+    # The margins first: the line legend measures its room right of the plot.
+    _fixed_layout(fig, line=isinstance(spec, LineSpec), panels=n_panels, labels_below=not isinstance(spec, LineSpec))
     if isinstance(spec, LineSpec):
         _draw_lines(list(axes), spec, histories, max_points, colors)
     elif isinstance(spec, BarSpec):
@@ -149,8 +164,7 @@ def render_chart_png(
         _draw_scatter(axes[0], spec, runs, colors)
     else:
         _draw_box(axes[0], spec, runs, colors)
-    _fixed_layout(fig, line=isinstance(spec, LineSpec), panels=n_panels, labels_below=not isinstance(spec, LineSpec))
-    return _encode(fig)
+    return fig
 
 
 def _fixed_layout(fig: Any, *, line: bool, panels: int, labels_below: bool) -> None:
@@ -265,18 +279,60 @@ def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=colors["muted"], fontsize=9)
 
 
-def _legend(ax: Axes, colors: Mapping[str, str], *, outside: bool = False) -> None:
+def _legend(ax: Axes, colors: Mapping[str, str], *, outside: bool = False, title: str | None = None) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
     kwargs: dict[str, Any] = {"fontsize": 6, "frameon": False, "labelcolor": colors["fg"]}
+    wrap: Callable[[str], str] = lambda text: text  # noqa: E731
     if outside:
         kwargs.update(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        wrap = _wrapper(ax)
+        labels = [wrap(label) for label in labels]
+    if title is not None:
+        kwargs.update(title=wrap(title), title_fontsize=6, alignment="left")
     legend = ax.legend(handles, labels, **kwargs)
+    if title is not None:
+        legend.get_title().set_color(colors["muted"])
     for handle in legend.legend_handles:
         set_sizes = getattr(handle, "set_sizes", None)
         if set_sizes is not None:
             set_sizes([24.0])  # scatter legends: one marker size, not the first point's
+
+
+def _wrapper(ax: Axes) -> Callable[[str], str]:
+    """How a label of the legend right of ``ax`` (6 pt) is written so that it fits between the
+    legend's start and the image's right edge: on as many lines as it needs, measured in the
+    font drawn (a long group name or the band's name is wrapped, never cut off)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    fig = ax.get_figure(root=True)
+    assert fig is not None
+    measure = TextToPath()
+    prop = FontProperties(size=6)
+    px_per_pt = fig.dpi / 72
+    right = ax.get_position().x1 + 0.01 * ax.get_position().width  # bbox_to_anchor x = 1.01
+    # The marker and the paddings before the text (handle 2 em, pad 0.8 em, border 0.5 + 0.4 em),
+    # and 1 pt to spare at the edge.
+    room = fig.get_figwidth() * fig.dpi * (1 - right) - (3.7 * 6 + 1) * px_per_pt
+
+    def width(line: str) -> float:
+        return float(measure.get_text_width_height_descent(line, prop, ismath=False)[0]) * px_per_pt
+
+    def wrap(text: str) -> str:
+        full = width(text)
+        if full <= room:
+            return text
+        chars = max(1, int(len(text) * room / full))
+        while chars > 1:
+            lines = textwrap.wrap(text, chars, break_on_hyphens=False)
+            if all(width(line) <= room for line in lines):
+                return "\n".join(lines)
+            chars -= 1
+        return "\n".join(text)
+
+    return wrap
 
 
 def _draw_lines(
@@ -300,8 +356,9 @@ def _draw_lines(
                 # The band the page draws around each mean (its band setting), as light as there.
                 low, high = mean.band(spec.band)
                 ax.fill_between(mean.step, low, high, color=color, alpha=0.16, linewidth=0)
+                n = len(mean.keys)  # as the page's legend: the runs of the group
                 ax.plot(mean.step, mean.mean, color=color, linewidth=1.2,
-                        label=f"{mean.label} (mean, {BAND_TEXT[spec.band]})")
+                        label=f"{mean.label} ({n} run{'' if n == 1 else 's'})")
                 drawn = True
         else:
             for j, (run, tail) in enumerate(histories):
@@ -325,7 +382,8 @@ def _draw_lines(
             ax.set_yscale("log", nonpositive="mask")
             style_axes(ax, colors)  # a new scale brings new tick labels
         if i == 0:
-            _legend(ax, colors, outside=True)
+            title = f"mean by {spec.group_by}, {BAND_TEXT[spec.band]}" if spec.group_by is not None else None
+            _legend(ax, colors, outside=True, title=title)
     if spec.x == "time" and not spec.group_by:  # "time since start (s)" → "... (min)" as the ticks are
         x_label = x_label.removesuffix(" (s)") + f" ({_time_axis(axes[-1], x_max)})"
     axes[-1].set_xlabel(x_label, color=colors["muted"], fontsize=8)

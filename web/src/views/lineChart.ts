@@ -8,7 +8,7 @@ import { api } from "../api";
 import { runExport } from "../actions";
 import { cellValue, DEFAULT_METRICS, METRIC_GROUPS, metricGroup, runLabels } from "../columns";
 import { debounce, h, replace } from "../dom";
-import { fmtNum, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
+import { fmtNum, fmtTicks, fmtWallTime, rawText, timeTicks, timeUnit } from "../format";
 import { icon } from "../icons";
 import { MAX_GROUP_RUNS, MAX_SERIES_RUNS, store } from "../store";
 import type { GroupSeries, LineSpec, Series, SeriesResponse, XAxis } from "../types";
@@ -68,17 +68,26 @@ export function isolatedPoints(ys: (number | null | undefined)[]): number[] {
 
 /** Y tick labels; on a log axis only decades (and 2, 5 when the range is under two decades). */
 function logTickLabels(u: uPlot, splits: (number | null)[], log: boolean): string[] {
-  if (!log) return splits.map((v) => (v === null ? "" : fmtNum(v)));
+  if (!log) return fmtTicks(splits);
   const min = u.scales.y?.min ?? 1;
   const max = u.scales.y?.max ?? 10;
   const decades = Math.log10(Math.max(max, 1e-300)) - Math.log10(Math.max(min, 1e-300));
-  return splits.map((v) => {
+  const fine = fmtTicks(splits);
+  return splits.map((v, i) => {
     if (v === null || v <= 0) return "";
     const m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v))) * 1000) / 1000;
-    if (decades < 1) return fmtNum(v);
+    if (decades < 1) return fine[i]!;
     return m === 1 || (decades < 2 && (m === 2 || m === 5)) ? fmtNum(v) : "";
   });
 }
+
+/** The y axis's width: enough for the labels a narrow zoom needs (0.999906), never cut at the left. */
+function yAxisSize(_u: uPlot, values: string[] | null): number {
+  return Math.max(56, 16 + 6.5 * Math.max(0, ...(values ?? []).map((v) => v.length)));
+}
+
+/** How far apart rows logged at the same wall time are drawn on the time axis (seconds). */
+const TIME_TIE_S = 1e-6;
 
 /** Tick steps of a step axis: whole numbers, 1, 2 and 5 times a power of ten. */
 const STEP_INCRS = Array.from({ length: 10 }, (_, k) => [1, 2, 5].map((m) => m * 10 ** k)).flat();
@@ -298,7 +307,9 @@ export class LineCharts {
         { value: "epoch", label: "epoch" },
         { value: "time", label: "relative wall time" },
       ],
-      store.ui.x,
+      // While groups are plotted the chart is drawn by step: show that; the user's choice stays
+      // remembered (store.ui.x) and comes back when groups are turned off.
+      this.xAxis(),
       (v) => {
         store.set("x", v as XAxis);
         this.zoom = null;
@@ -680,7 +691,7 @@ export class LineCharts {
         scales: { x: { time: false }, y: logY ? { distr: 3, log: 10 } : { auto: true } },
         axes: [
           { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 26, label: "step", labelFont: "11px system-ui, sans-serif", labelSize: 14, labelGap: 0, incrs: STEP_INCRS },
-          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: 56, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
+          { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: "11px system-ui, sans-serif", size: yAxisSize, values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY) },
         ],
         series: opts,
         bands,
@@ -830,14 +841,22 @@ export class LineCharts {
     const opts: uPlot.Series[] = [{}];
     const report: TipLine[] = [];
     const labels = this.labels(series.map((s) => s.key));
+    const byTime = this.xAxis() === "time";
     for (const s of shown) {
       const xs: number[] = [];
       const ys: (number | null)[] = [];
       const sm: (number | null)[] = [];
       const fix = (v: number | null | undefined) => (v === null || v === undefined || (logY && v <= 0) ? null : v);
+      let rawLast = -Infinity;
       for (let i = 0; i < s.x.length; i++) {
-        const x = s.x[i];
+        let x = s.x[i];
         if (x === null || x === undefined) continue;
+        if (byTime && xs.length && x >= rawLast && x <= xs[xs.length - 1]!) {
+          // Rows logged at the same wall time (50 in one millisecond) are all drawn, in the order
+          // logged: each a microsecond after the one before (uPlot needs increasing x).
+          rawLast = x;
+          x = xs[xs.length - 1]! + TIME_TIE_S;
+        } else if (x > rawLast) rawLast = x;
         if (xs.length && x <= xs[xs.length - 1]!) {
           // Keep x strictly increasing for the join: a repeated step keeps its latest value.
           if (x === xs[xs.length - 1]) {
@@ -885,9 +904,10 @@ export class LineCharts {
     const tooltip = h("div", { class: "plot-tip", attrs: { hidden: true } });
     const width = Math.max(280, elWidth || 600);
     const self = this;
-    // The x tick labels and axis label as drawn (the canvas has no text to read): on the plot
-    // element as data-x-ticks / data-x-label, for tests and assistive reading.
+    // The tick labels and x axis label as drawn (the canvas has no text to read): on the plot
+    // element as data-x-ticks / data-y-ticks / data-x-label, for tests and assistive reading.
     let xTicks: string[] = [];
+    let yTicks: string[] = [];
     const u = new UPlot!(
       {
         width,
@@ -922,13 +942,13 @@ export class LineCharts {
                     const sc = vu.scales.x;
                     const { unit } = timeUnit(sc?.min ?? 0, sc?.max ?? 0);
                     const div = unit === "h" ? 3600 : unit === "min" ? 60 : 1;
-                    return (xTicks = splits.map((v) => (v === null ? "" : fmtNum(Number((v / div).toPrecision(12))))));
+                    return (xTicks = fmtTicks(splits.map((v) => (v === null ? null : Number((v / div).toPrecision(12))))));
                   },
                 }
               : {
                   // Steps are whole numbers: ticks at 1, 2, 5 × 10^k only (not 2.5, 7.5).
                   ...(x === "step" ? { incrs: STEP_INCRS } : {}),
-                  values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : fmtNum(v)))),
+                  values: (_u: uPlot, splits: (number | null)[]) => (xTicks = fmtTicks(splits)),
                 }),
           },
           {
@@ -936,8 +956,8 @@ export class LineCharts {
             grid: { stroke: gridColor, width: 1 },
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
-            size: 56,
-            values: (vu: uPlot, splits: (number | null)[]) => logTickLabels(vu, splits, logY),
+            size: yAxisSize,
+            values: (vu: uPlot, splits: (number | null)[]) => (yTicks = logTickLabels(vu, splits, logY)),
           },
         ],
         series: opts,
@@ -961,6 +981,7 @@ export class LineCharts {
             (du: uPlot) => {
               el.dataset.xLabel = xLabel(du, x, timeLabel);
               el.dataset.xTicks = xTicks.filter((t) => t !== "").join(" ");
+              el.dataset.yTicks = yTicks.filter((t) => t !== "").join(" ");
             },
           ],
         },

@@ -109,6 +109,9 @@ function frame(host: HTMLElement, height: number, m = { l: 64, r: 24, t: 16, b: 
   return { svg, w, h: height, m };
 }
 
+/** The scatter's padding inside its axes, as a share of the plot's width (height). */
+const SCATTER_PAD = 0.03;
+
 function xAxis(f: Frame, sc: Scale, label: string): void {
   const y0 = f.h - f.m.b;
   const g = s("g", { class: "axis axis-x" });
@@ -298,8 +301,12 @@ export class ScatterChart extends RunChart<ScatterResponse> {
     if (st.logY) pts = pts.filter((p) => p.y > 0);
     const notPositive = beforeLog - pts.length;
     const f = frame(this.body, 460);
-    const xr: [number, number] = [f.m.l, f.w - f.m.r];
-    const yr: [number, number] = [f.h - f.m.b, f.m.t];
+    // 3 % of the plot inside each axis line: a point at the lowest or highest value (x = 0, say)
+    // does not sit on the axis; the ticks stay at the data's values (no axis below zero).
+    const padX = (f.w - f.m.r - f.m.l) * SCATTER_PAD;
+    const padY = (f.h - f.m.b - f.m.t) * SCATTER_PAD;
+    const xr: [number, number] = [f.m.l + padX, f.w - f.m.r - padX];
+    const yr: [number, number] = [f.h - f.m.b - padY, f.m.t + padY];
     const xs = pts.map((p) => p.x);
     const ys = pts.map((p) => p.y);
     const xsc = st.logX ? logScale([Math.min(...xs), Math.max(...xs)], xr) : linearScale(extent(xs), xr);

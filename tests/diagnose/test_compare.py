@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,12 +130,28 @@ def test_a_busier_host_makes_time_verdicts_inconclusive(tmp_path: Path) -> None:
     assert same_load["step_time_ms"].verdict == "regression"  # 15 points apart: still judged
 
 
-def _stalled(extra: dict[str, float] | None = None) -> RunSpec:
+def test_a_change_far_beyond_what_host_load_explains_stands(tmp_path: Path) -> None:
+    """Issue 14 review: a loader 900x slower, compared while the host was busier, was called
+    inconclusive on every time metric, so no regression was named at all. A change whose interval
+    lies beyond HOST_LOAD_MAX_FACTOR (3x) stands, with a note; a 1.5x one stays inconclusive."""
+    a = write_run(tmp_path / "a", RunSpec(steps=120, seed=1, host_cpu=lambda t: 20.0)).parents[1]
+    b = write_run(tmp_path / "b", _stalled({schema.DATALOADER_NEXT: 400.0}, host_cpu=lambda t: 90.0)).parents[1]
+    by = verdicts(compare(a, b))
+    for name in ("dataloader_next_ms", "step_time_ms", "throughput_steps_per_s"):
+        assert by[name].verdict == "regression", (name, by[name].reason)
+        assert "kept although the host load differed (host CPU 20% in A vs 90% in B" in by[name].reason
+        assert "beyond what host load explains (up to 3x)" in by[name].reason
+    # backward moved 1.7x: within what a busier host explains, so not judged
+    assert by["backward_ms"].verdict == "inconclusive"
+    assert by["backward_ms"].reason.startswith("inconclusive: ")
+
+
+def _stalled(extra: dict[str, float] | None = None, **spec: Any) -> RunSpec:
     """B of an input-pipeline change: the loader waits 40 ms a step, and the phases after it take
     1.7x as long (what a real CPU run measured after each wait: cold caches, lower clocks)."""
     phases = {**{k: v * 1.7 for k, v in HEALTHY_CPU.items()}, schema.DATALOADER_NEXT: 40.0, "other": 0.85,
               **(extra or {})}
-    return RunSpec(steps=120, seed=2, phases=lambda r, s: phases)
+    return RunSpec(steps=120, seed=2, phases=lambda r, s: phases, **spec)
 
 
 def test_phases_that_moved_with_the_input_pipeline_are_not_regressions(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ block-bootstrap interval (:func:`~traceml_ai.diagnose.stats.median_ratio_ci`):
 - a time verdict (step time, throughput, a phase) of ``regression`` / ``improvement`` becomes
   ``inconclusive: host load differed (...)`` when the host CPU used by processes other than the
   training's ranks (median host CPU percent less the ranks' own share) differs between the two
-  runs by more than :data:`HOST_LOAD_DIFF_PERCENT` points;
+  runs by more than :data:`HOST_LOAD_DIFF_PERCENT` points, unless its whole interval lies beyond
+  :data:`HOST_LOAD_MAX_FACTOR` (a change no busier host explains: it stands, with a note);
 - a phase's ``regression`` / ``improvement`` that only followed a change of the input pipeline
   (``dataloader_next_ms`` makes up most of the step-time change, the phase little of it) becomes
   ``inconclusive`` (:func:`input_pipeline_rule`).
@@ -355,6 +356,12 @@ HOST_LOAD_DIFF_PERCENT: Final = 25.0
 their time verdicts are not trusted: on a busier host every phase slows down (docs/diagnoses.md,
 "Comparing runs", host load)."""
 
+HOST_LOAD_MAX_FACTOR: Final = 3.0
+"""The largest change (ratio of medians, either way) a busier host is taken to explain: a verdict
+whose whole interval lies beyond it (B at least 3x slower, or 3x faster) stands when the host load
+differed, with a note (docs/diagnoses.md, "Comparing runs", host load). Two busy loops beside the
+digits example on 2 cores slowed no phase by more than about 2x."""
+
 TIME_UNITS: Final = frozenset({"ms", "steps/s"})
 """Metrics a busier host slows down: step time, throughput and every phase."""
 
@@ -409,7 +416,16 @@ def host_cpu_load(ctx: Context) -> HostLoad | None:
 def _host_load_inconclusive(m: MetricComparison, note: str) -> MetricComparison:
     if m.unit not in TIME_UNITS or m.verdict not in ("regression", "improvement"):
         return m
+    f = HOST_LOAD_MAX_FACTOR
+    if m.ci_low is not None and m.ci_high is not None and (m.ci_low >= f or m.ci_high <= 1 / f):
+        return dataclasses.replace(m, reason=f"{m.reason}; kept although the {note}: a change of "
+                                             f"{_times(m)} is beyond what host load explains (up to {f:g}x)")
     return dataclasses.replace(m, verdict="inconclusive", reason=f"inconclusive: {note}; {m.reason}")
+
+
+def _times(m: MetricComparison) -> str:
+    ratio = m.ratio if m.ratio is not None else 1.0
+    return f"{sig3(ratio)}x" if ratio >= 1 else f"1/{sig3(1 / ratio)}x"
 
 
 def sig3(value: float) -> str:

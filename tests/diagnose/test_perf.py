@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,9 @@ def test_a_bad_summary_is_a_warning_and_partial_never_a_crash(tmp_path: Path) ->
         facts, warning = read_perf_facts(run_dir)
         assert facts == {"telemetry": "partial"}
         assert warning is not None and says in warning and "\n" not in warning
-    # A hand-edited summary with wrong types shows empty cells, not an error.
+    # A hand-edited summary with wrong types shows empty cells, not an error (beside the database
+    # the aggregator writes before its verdict).
+    sqlite3.connect(run_dir / "aggregator" / "telemetry.sqlite").execute("CREATE TABLE t (x)").connection.close()
     path.write_text(json.dumps({"schema_version": 1, "telemetry": {"status": "ok"}, "steps": {"seen": "many"},
                                 "step_time": {"iteration_median_ms": "fast", "phases": [{"name": 3}]},
                                 "findings": [{"kind": "input_bound", "severity": "critical"}]}))
@@ -401,3 +404,22 @@ def test_a_run_of_too_few_steps_is_not_judged_for_that_reason_not_an_untimed_pha
         assert summary is not None
         kind, text = verdict(summary)
         assert kind == expected[0] and expected[1] in text, (steps, text)
+
+
+def test_a_telemetry_database_removed_after_the_verdict_makes_the_run_partial(tmp_path: Path) -> None:
+    """Issue 13 review: deleting aggregator/telemetry.sqlite left perf.telemetry "ok" with no warning
+    (a truncated copy was already "partial"). With a final summary the database was written first,
+    so a missing one was removed since: partial, and the warning names it."""
+    run_dir = tmp_path / "gone"
+    (run_dir / "aggregator").mkdir(parents=True)
+    db = run_dir / "aggregator" / "telemetry.sqlite"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
+    (run_dir / "aggregator" / "final_summary.json").write_text(json.dumps(
+        {"schema_version": 1, "telemetry": {"status": "ok"}, "findings": [], "rules_checked": []}))
+    facts, warning = read_perf_facts(run_dir)
+    assert facts["telemetry"] == "ok" and warning is None
+    db.unlink()
+    facts, warning = read_perf_facts(run_dir)
+    assert facts["telemetry"] == "partial"
+    assert warning == ("aggregator/telemetry.sqlite: telemetry database is missing (removed after the final "
+                       "summary was written)")

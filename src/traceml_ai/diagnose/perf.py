@@ -360,7 +360,8 @@ def telemetry_damage(run_dir: str | os.PathLike[str], *, summarised: bool = Fals
     size, fewer bytes than the header's page count), else None (also without a database, for an
     empty one and for a live one, whose ``-wal`` file may hold pages the header does not count yet).
     With ``summarised`` (the run's final summary was written, so the aggregator had created and
-    filled the database), an empty (0-byte) file is damage too: it was emptied since.
+    filled the database), an empty (0-byte) file is damage too: it was emptied since; and so is a
+    missing one (``telemetry database is missing ...``): it was removed since.
 
     A cheap look for the run table (one open, one read): damage inside the file shows when the
     rows are read (:func:`traceml_ai.diagnose.read_telemetry` then says ``corrupt``). Never raises.
@@ -370,6 +371,10 @@ def telemetry_damage(run_dir: str | os.PathLike[str], *, summarised: bool = Fals
         return None
     try:
         fd = os.open(db, _OPEN_FLAGS)
+    except FileNotFoundError:
+        # The aggregator writes its database before the verdict: with a final summary, a missing
+        # one was deleted since (issue 13 review: the table still said "ok").
+        return "telemetry database is missing (removed after the final summary was written)" if summarised else None
     except OSError:
         return None
     try:

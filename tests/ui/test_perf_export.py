@@ -131,3 +131,19 @@ def test_the_step_csv_with_share_gives_each_phase_as_its_share_of_the_step(tmp_p
         total = sum(float(m[k]) for k in phase_ms if m[k])
         first = phase_ms[0]
         assert float(sh[phase_share[0]]) == pytest.approx(float(m[first]) / total, abs=1e-4)
+
+
+def test_a_panel_with_no_data_is_not_exported_and_says_why(tmp_path: Path) -> None:
+    """Issue 13 review: a ``watch`` run's step panel exported a CSV holding the word ``step`` and a
+    PNG of empty axes, without a word. A panel with no row is an error naming why; nothing is
+    written; the other panels of that run still export."""
+    run_dir = tmp_path / "runs" / "watched"
+    write_run(run_dir, RunSpec(ranks=1, steps=0))
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    run = run_of(run_dir)
+    for panel in ("step", "ranks"):
+        for fmt in ("csv", "png"):
+            with pytest.raises(PanelError, match=rf"nothing to export: the {panel} panel has no data \(no step times"):
+                export_panel(cache, run, panel, fmt)
+    assert not list((tmp_path / "cache").rglob("plot-*"))
+    assert rows(export_panel(cache, run, "gpu", "csv"))  # the system samples are there

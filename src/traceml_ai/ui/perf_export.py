@@ -501,6 +501,14 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
 # -- saving ----------------------------------------------------------------------------------------
 
 
+_EMPTY_WHY: Final[dict[str, str]] = {
+    "step": "no step times: the run was not traced with trace_step, or sent no step yet",
+    "ranks": "no step times: the run was not traced with trace_step, or sent no step yet",
+    "memory": "no memory rows or process samples",
+    "gpu": "no system samples",
+}
+
+
 def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, share: bool = False,
                  heat: HeatMode | None = None, warnings: list[str] | None = None) -> str:
     """Save one Performance panel of ``run`` into the cache folder's ``plots/`` as
@@ -510,7 +518,8 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
 
     Raises:
         PanelError: an unknown panel, the run was not captured, or its telemetry has no row to draw
-            (see :func:`telemetry_of`).
+            (see :func:`telemetry_of`), or this panel has none (``nothing to export: the step
+            panel has no data (...)``, e.g. a ``watch`` run's step panel); nothing is written.
         CacheError: ``fmt`` is not png or csv.
         OSError: the file could not be written.
     """
@@ -519,8 +528,11 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
     which = check_panel(panel)
     tel = telemetry_of(run, warnings)
     name = f"{run.name or run.id} telemetry {which}"
+    table = panel_table(tel, which, share=share)
+    if not table[1] and fmt in ("csv", "png"):  # a header alone or empty axes: say so, write nothing
+        raise PanelError(f"nothing to export: the {which} panel has no data ({_EMPTY_WHY[which]})")
     if fmt == "csv":
-        data = table_csv(panel_table(tel, which, share=share)).encode("utf-8")
+        data = table_csv(table).encode("utf-8")
     elif fmt == "png":
         cache.prepare_png()
         data = render_panel_png(tel, which, title=run.name or run.id, share=share, heat=heat,

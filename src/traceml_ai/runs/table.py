@@ -867,7 +867,7 @@ def row_json(run: RunSummary, columns: Sequence[str]) -> dict[str, Any]:
     Raises:
         ColumnError: a column name is invalid.
     """
-    return _row_json(run, [(c, cell_getter(c)) for c in columns])
+    return next(rows_json([run], columns))
 
 
 def rows_json(runs: Iterable[RunSummary], columns: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -903,23 +903,3 @@ def _rows_json(runs: list[RunSummary], columns: list[str],
             "warnings": list(run.warnings),
             "values": dict(zip(columns, cells, strict=True)),
         }
-
-
-def _row_json(run: RunSummary, getters: Sequence[tuple[str, Callable[[RunSummary], Scalar]]]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for column, get in getters:
-        if column == "tags":
-            values[column] = list(run.tags)
-            continue
-        value = get(run)
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
-        values[column] = value
-    return {
-        "id": run.id,
-        "name": run.name,
-        "status": run.status,
-        "display_status": run.display_status,
-        "warnings": list(run.warnings),
-        "values": values,
-    }

@@ -386,7 +386,8 @@ def show(
         sys.stdout.write(
             orjson.dumps(
                 {**row_json(run, []), "path": run.path, "run_json": run.run_json, "params": run.params,
-                 "last": run.last, "best": {k: vars(b) for k, b in run.best.items()}, "summary": run.summary,
+                 "last": run.last, "best": {k: dataclasses.asdict(b) for k, b in run.best.items()},
+                 "summary": run.summary,
                  "start": run.start, "config": details.config, "rows": len(history.rows)},
                 option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
                 default=str,

@@ -15,9 +15,12 @@ MetricValue = float | None
 """A metric value as read: a float (possibly NaN for a bare ``NaN`` token), or None for null."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BestValue:
-    """``metrics.json`` ``best[<metric>]``: the best value so far and where it happened."""
+    """``metrics.json`` ``best[<metric>]``: the best value so far and where it happened.
+
+    Slotted: every cached run holds several (a ``__dict__`` each made them a third of a run's
+    memory at 100,000 runs, issue 16)."""
 
     value: float | None
     step: int | None

@@ -90,6 +90,8 @@ MAX_DB_BYTES: Final = 1 << 33
 """A file above this size is not read (8 GiB; the fake generator's runs take ~11 KB each with the
 SQL tables' indexes: 10,000 runs ~110 MB, 100,000 runs ~1.1 GB, issue 16)."""
 
+_LOAD_CHUNK: Final = 4096  # rows of run_cache decoded at a time by load_db (bounds the texts held)
+
 FileStamps = dict[str, tuple[int, int]]
 """``{file name: (mtime_ns, size)}`` of the core files a summary was parsed from; an absent file is
 not listed."""
@@ -599,26 +601,39 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
     if not isinstance(digest, str) or not isinstance(sealed, str):
         raise _Invalid("meta.cache_digest or meta.change_counter is missing (written by an older TraceML?)")
     con.text_factory = bytes  # the texts as stored: orjson and the digest take UTF-8, nothing is decoded twice
-    rows = con.execute("SELECT run_key, stamps, summary FROM run_cache ORDER BY rowid").fetchall()
+    # In chunks: the stored texts of 100,000 runs are ~250 MB, freed as soon as a chunk is decoded,
+    # so the read never holds more than one chunk of them beside the summaries it built.
+    cursor = con.execute("SELECT run_key, stamps, summary FROM run_cache ORDER BY rowid")
+    runs: dict[str, CachedRun] = {}
+    prints: dict[str, Fingerprint] = {}
+    crc, sep = 0, b""
+    while rows := cursor.fetchmany(_LOAD_CHUNK):
+        if not {*map(type, chain.from_iterable(rows))} <= {bytes}:
+            raise _Invalid("run_cache holds a value of the wrong type")
+        for row in rows:  # = _cache_digest, row by row across the chunks
+            crc = zlib.crc32(sep + b"\x00".join(row), crc)
+            sep = b"\x00"
+        run_keys = [row[0].decode() for row in rows]
+        stamps_texts = [row[1] for row in rows]
+        summary_texts = [row[2] for row in rows]
+        summaries = _decode_summaries(summary_texts, run_keys)
+        stamps = _decode_stamps(stamps_texts, run_keys)
+        keys: list[str] = list(map(_SUMMARY_KEY, summaries))
+        if keys != run_keys:  # (the same list unless a key holds text UTF-8 cannot encode)
+            for key, run_key in zip(keys, run_keys, strict=True):
+                if _text(key) != run_key:
+                    raise _Invalid(f"run_cache.summary of {run_key!r} names another run")
+        before_len = len(runs)
+        runs.update(zip(keys, map(CachedRun, summaries, stamps), strict=True))
+        if len(runs) != before_len + len(keys):
+            raise _Invalid("run_cache lists a run twice")
+        # = _fingerprint of each row
+        prints.update(zip(keys, map(hash, zip(stamps_texts, summary_texts, strict=True)), strict=True))
+        del rows, stamps_texts, summary_texts
     header, st = _read_header(path)
     if _identity(st) != _identity(before):
         raise _Replaced
-
-    if not {*map(type, chain.from_iterable(rows))} <= {bytes}:
-        raise _Invalid("run_cache holds a value of the wrong type")
-    run_keys = [row[0].decode() for row in rows]
-    stamps_texts = [row[1] for row in rows]
-    summary_texts = [row[2] for row in rows]
-    summaries = _decode_summaries(summary_texts, run_keys)
-    stamps = _decode_stamps(stamps_texts, run_keys)
-    keys: list[str] = list(map(_SUMMARY_KEY, summaries))
-    if keys != run_keys:  # (the same list unless a key holds text UTF-8 cannot encode)
-        for key, run_key in zip(keys, run_keys, strict=True):
-            if _text(key) != run_key:
-                raise _Invalid(f"run_cache.summary of {run_key!r} names another run")
-    if len(set(keys)) != len(keys):
-        raise _Invalid("run_cache lists a run twice")
-    if _cache_digest(rows) != digest:
+    if format(crc, "08x") != digest:
         raise _Invalid("table run_cache was edited (its rows do not match meta.cache_digest)")
     if not header.rollback:
         raise _Invalid("the file was edited (another program switched it to WAL mode)")
@@ -627,8 +642,6 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
             f"the file was edited by another program since TraceML wrote it (SQLite change counter "
             f"{header.counter}, TraceML's last write left {sealed})"
         )
-    runs = {key: CachedRun(summary, stamp) for key, summary, stamp in zip(keys, summaries, stamps, strict=True)}
-    prints = dict(zip(keys, map(hash, zip(stamps_texts, summary_texts, strict=True)), strict=True))  # = _fingerprint
     state = meta.get(COLUMN_STATE_KEY)
     return LoadedDb(runs, written_at, prints, state if isinstance(state, bytes) else None)
 

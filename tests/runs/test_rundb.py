@@ -137,6 +137,34 @@ def test_an_edit_that_bypasses_sqlite_is_found_in_the_run_cache(store: RunStore,
     assert db is None and reason is not None and "run_cache was edited" in reason
 
 
+def test_a_database_read_in_chunks_is_the_same_and_an_edit_in_a_later_chunk_is_found(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # load_db decodes run_cache a chunk of rows at a time (4,096; 5 here, so 24 runs take 5 chunks):
+    # the digest, the duplicate check and the order span the chunks.
+    import traceml_ai.runs.rundb as rundb
+
+    monkeypatch.setattr(rundb, "_LOAD_CHUNK", 5)
+    path = _written(store, tmp_path)
+    db, reason = load_db(path)
+    assert reason is None and db is not None
+    assert list(db.runs) == [r.key for r in store.runs()]
+    assert all(db.runs[r.key].summary == r for r in store.runs())
+
+    # An edit of the last run's row that leaves SQLite's change counter as TraceML sealed it (as a
+    # byte-level edit would): only the digest, carried across the chunks, can find it.
+    sealed = path.read_bytes()[24:28]
+    con = sqlite3.connect(path)
+    con.execute("UPDATE run_cache SET summary = summary || ' ' WHERE rowid = (SELECT max(rowid) FROM run_cache)")
+    con.commit()
+    con.close()
+    data = bytearray(path.read_bytes())
+    data[24:28] = data[92:96] = sealed
+    path.write_bytes(bytes(data))
+    db, reason = load_db(path)
+    assert db is None and reason is not None and "run_cache was edited" in reason
+
+
 def test_long_integers_nan_infinity_and_lone_surrogates_come_back_exactly(store: RunStore, tmp_path: Path) -> None:
     run = store.runs()[0]
     run.params.update({"seed.big": 2**70, "seed.low": -(2**63) - 1, "seed.max": 2**64 - 1})

@@ -134,6 +134,33 @@ def test_the_parse_cache_lives_beside_the_root_and_is_used_on_the_next_open(tmp_
     assert (cache / "catalog-facts.msgpack").is_file()
 
 
+def test_an_open_with_nothing_changed_leaves_the_parse_cache_file_alone_and_a_damaged_entry_is_read_again(
+    tmp_path: Path,
+) -> None:
+    # The cache keeps every entry as stored until it is looked up (issue 16: decoding them all at
+    # open held half a gigabyte at 100,000 runs); an unchanged walk writes nothing back, and one
+    # entry that is not a [signature, value] pair costs only that file's read.
+    import msgspec
+
+    root = tmp_path / "runs"
+    for i in range(3):
+        traceml_session(root / f"r{i}", f"s{i}")
+    cache = tmp_path / ".cache"
+    first = catalog.open([root], cache_dir=cache)
+    blob = cache / "catalog-facts.msgpack"
+    stamp = blob.stat().st_mtime_ns, blob.stat().st_ino
+    second = catalog.open([root], cache_dir=cache)
+    assert second.cache_misses == 0 and (blob.stat().st_mtime_ns, blob.stat().st_ino) == stamp
+    data = msgspec.msgpack.decode(blob.read_bytes())
+    damaged = sorted(data["entries"])[0]
+    data["entries"][damaged] = "not a pair"
+    blob.write_bytes(msgspec.msgpack.encode(data))
+    third = catalog.open([root], cache_dir=cache)
+    assert (third.cache_misses, third.cache_hits) == (1, second.cache_hits - 1)
+    assert [s.to_dict() for s in third.list_sessions()] == [s.to_dict() for s in first.list_sessions()]
+    assert catalog.open([root], cache_dir=cache).cache_misses == 0  # written back whole
+
+
 def test_a_cache_folder_inside_a_root_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CacheFolderError, match="never writes inside a root"):
         catalog.open([tmp_path], cache_dir=tmp_path / ".cache")

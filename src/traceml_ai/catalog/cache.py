@@ -73,7 +73,9 @@ class FactCache:
 
     def get(self, path: str, signature: Signature, read: Callable[[str], Fact]) -> Fact:
         """The fact of ``path``: cached when its signature is unchanged, else ``read(path)``."""
-        raw = self._old.get(path)
+        # Popped, so the old key texts are freed as the walk goes; a second look in the same
+        # discovery (the root is listed twice) finds what the first one kept.
+        raw = self._old.pop(path, None) or self._new.get(path)
         entry = _entry(raw)
         if entry is not None and tuple(entry[0]) == signature:
             self.hits += 1
@@ -97,7 +99,7 @@ class FactCache:
             OSError: the folder cannot be read.
         """
         signature = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        raw = self._old_dirs.get(path)
+        raw = self._old_dirs.pop(path, None) or self._new_dirs.get(path)
         entry = _entry(raw)
         if entry is not None and entry[0] == signature:
             entries: list[tuple[str, str]] = entry[1]
@@ -115,8 +117,8 @@ class FactCache:
     def save(self) -> None:
         """Write the facts seen in this discovery (temp file + rename). Files no longer seen are
         forgotten. Errors are ignored: the cache only saves time."""
-        if self.path is None or not (self._dirty or len(self._new) != len(self._old)
-                                     or len(self._new_dirs) != len(self._old_dirs)):
+        # What was read and not seen again is still in _old and _old_dirs (the rest were popped).
+        if self.path is None or not (self._dirty or self._old or self._old_dirs):
             return
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
@@ -138,11 +140,12 @@ class FactCache:
                 pass
 
 
-def _entry(raw: msgspec.Raw | None) -> list[Any] | None:
-    """A cached ``[signature, value]`` pair, or None when there is none or it is not such a pair
-    (a damaged entry is read again, like a changed file)."""
-    if raw is None:
-        return None
+def _entry(raw: msgspec.Raw | list[Any] | None) -> list[Any] | None:
+    """A cached ``[signature, value]`` pair (as stored, or as kept earlier in this discovery), or
+    None when there is none or it is not such a pair (a damaged entry is read again, like a
+    changed file)."""
+    if raw is None or isinstance(raw, list):
+        return raw
     try:
         entry = msgspec.msgpack.decode(raw)
     except msgspec.DecodeError:

@@ -9,7 +9,7 @@ from pathlib import Path
 from traceml_ai.runs.column_index import ColumnIndex
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.store import RunStore
-from traceml_ai.runs.table import column_facts
+from traceml_ai.runs.table import column_facts, differing_config_keys
 
 
 def _same(index: ColumnIndex, runs: list) -> None:
@@ -17,6 +17,8 @@ def _same(index: ColumnIndex, runs: list) -> None:
     assert got.available == want.available
     assert got.default == want.default
     assert got.numeric == want.numeric
+    # the viewer's "differing params only" columns of the whole table come from the index
+    assert got.differing == want.differing == differing_config_keys(runs)
 
 
 def test_the_index_answers_as_column_facts_through_changes(tmp_path: Path) -> None:

@@ -48,11 +48,12 @@ equals ``x``); a run without tags is missing.
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from traceml_ai.runs.layout import DISPLAY_STATUSES
 from traceml_ai.runs.model import RunSummary, Scalar
@@ -66,6 +67,7 @@ from traceml_ai.runs.table import (
     is_number,
     natural_key,
     split_column,
+    validate_column,
 )
 
 Op = Literal["<", "<=", ">", ">=", "=", "!=", "range", "regex", "number", "text"]
@@ -332,6 +334,7 @@ def filter_runs(
     filters: Sequence[tuple[str, ColumnFilter]] = (),
     search: str | None = None,
     statuses: Collection[str] | None = None,
+    numeric: Collection[str] | None = None,
 ) -> list[RunSummary]:
     """The runs that pass every filter, in their input order.
 
@@ -339,6 +342,9 @@ def filter_runs(
         runs: the runs to filter.
         filters: ``(column, filter)`` pairs (see :func:`parse_filter_arg`); all must match. Whether a
             column is numeric (for bare numbers) is decided over ``runs``.
+        numeric: the numeric columns of ``runs`` when the caller knows them
+            (:attr:`traceml_ai.runs.table.ColumnFacts.numeric`), so the runs are not walked once
+            more per filter to find out.
         search: words matched by :func:`matches_search`; None or blank for no search.
         statuses: display statuses to keep (``stale`` and ``running?`` included, case-insensitive);
             None keeps all, an empty collection keeps none.
@@ -349,18 +355,21 @@ def filter_runs(
             run, silently): one line naming the filter and the fix.
     """
     items = list(runs)
-    numeric: dict[str, bool] = {}
+    is_numeric: dict[str, bool] = {}
     timed: dict[int, Callable[[Scalar], bool]] = {}
     for index, (column, flt) in enumerate(filters):
         try:
-            numeric[column] = column_is_numeric(items, column)
+            if numeric is None:
+                is_numeric[column] = column_is_numeric(items, column)
+            else:
+                is_numeric[column] = validate_column(column) in numeric
         except ColumnError as exc:
             raise FilterError(str(exc)) from None
         if column in TIME_COLUMNS:
             time_test = time_matcher(column, flt)
             if time_test is not None:
                 timed[index] = time_test
-        elif numeric[column]:
+        elif is_numeric[column]:
             _check_numeric_operand(column, flt)
     wanted = None if statuses is None else parse_statuses(statuses)
     if wanted is not None:
@@ -369,16 +378,43 @@ def filter_runs(
         items = [run for run in items if matches_search(run, search)]
     # One pass per filter, the column name parsed once (100,000 runs: issue 16).
     for index, (column, flt) in enumerate(filters):
-        numeric_column = numeric[column]
+        numeric_column = is_numeric[column]
         if index in timed:
             get, test = cell_getter(column), timed[index]
             items = [run for run in items if test(get(run))]
         elif column == "tags":
             items = [run for run in items if flt.matches_any(run.tags, numeric_column=numeric_column)]
+        elif (number_test := _number_test(flt)) is not None:
+            get = cell_getter(column)
+            items = [run for run in items if number_test(get(run))]
         else:
             get, matches = cell_getter(column), flt.matches
             items = [run for run in items if matches(get(run), numeric_column=numeric_column)]
     return items
+
+
+_ORDER_OPS: Final[dict[str, Callable[[Any, Any], Any]]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+
+def _number_test(flt: ColumnFilter) -> Callable[[Scalar], bool] | None:
+    """:meth:`ColumnFilter.matches` of an ordering filter on a number (``lr>0.001``) as one test,
+    numbers compared at once and anything else the general way (a comparison with NaN is False,
+    as there); None for other filters."""
+    compare = _ORDER_OPS.get(flt.op)
+    number = flt.number
+    if compare is None or number is None:
+        return None
+    general = flt.matches
+
+    def test(value: Scalar) -> bool:
+        kind = type(value)
+        if kind is float or kind is int:
+            return bool(compare(value, number))
+        return general(value)
+
+    return test
 
 
 def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:

@@ -372,20 +372,21 @@ class Viewer:
                     problems.append(str(err))
             statuses = parse_statuses(s for s in status.split(",") if s.strip()) if status else None
             keys = [_sort_key(s) for s in sorts if s.strip()] or [parse_sort_arg("-started")]
+            numeric = self._facts_of(version, show_hidden, visible).numeric  # (kept per version)
             try:
-                matched = filter_runs(visible, parsed, search=search or None, statuses=statuses)
+                matched = filter_runs(visible, parsed, search=search or None, statuses=statuses, numeric=numeric)
             except FilterError:
                 # A filter that only the values can refuse (`>abc` on a column of numbers): find it,
                 # report it and leave it out like the others; never fall back to every run.
                 kept = []
                 for one in parsed:
                     try:
-                        filter_runs(visible, [one])
+                        filter_runs(visible, [one], numeric=numeric)
                     except FilterError as err:
                         problems.append(str(err))
                     else:
                         kept.append(one)
-                matched = filter_runs(visible, kept, search=search or None, statuses=statuses)
+                matched = filter_runs(visible, kept, search=search or None, statuses=statuses, numeric=numeric)
             error = "; ".join(problems) or None
             shown = self.catalog.sort(self.catalog.filter(matched, catalog_filters), keys)
             if group:
@@ -420,7 +421,8 @@ class Viewer:
                 "shown": chosen,
             },
             # Always sent: the page's "differing params only" toggle needs no second request.
-            "differing": self._differing_of(shown, (version, tuple(filters), search, status, show_hidden, error)),
+            "differing": self._differing_of(shown, (version, tuple(filters), search, status, show_hidden, error),
+                                            facts),
             "error": error,
         }
 
@@ -436,10 +438,15 @@ class Viewer:
             self._facts[(version, show_hidden)] = facts
         return facts
 
-    def _differing_of(self, shown: Sequence[RunSummary], rows: tuple[Any, ...]) -> list[str]:
+    def _differing_of(self, shown: Sequence[RunSummary], rows: tuple[Any, ...], facts: ColumnFacts) -> list[str]:
         """The "differing params only" columns of ``shown``; kept per version and row question
         (filters, search, status, hidden), which decide the set of rows: a new sort or grouping of
-        the same rows does not walk every run's params again (100,000 runs: a tenth of a second)."""
+        the same rows does not walk every run's params again (100,000 runs: a tenth of a second).
+        Every visible run shown (no filter, search or status): the column facts know them, kept
+        up to date run by run (issue 16: after each change a walk of 100,000 runs took 0.35 s)."""
+        _version, filters, search, status, _hidden, error = rows
+        if not (error or search or status or any(f.strip() for f in filters)):
+            return [f"config.{k}" for k in facts.differing]
         hit = self._differing.get(rows)
         if hit is None:
             hit = [f"config.{k}" for k in differing_config_keys(shown)]

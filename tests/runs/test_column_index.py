@@ -53,6 +53,32 @@ def test_the_index_answers_as_column_facts_through_changes(tmp_path: Path) -> No
     assert "config.new.key" not in index.facts(back).available
 
 
+def test_the_same_runs_with_a_few_replaced_are_renewed_alone_and_answer_as_column_facts(tmp_path: Path) -> None:
+    # A poll that re-parsed a few of the runs hands the index the same list with those summaries
+    # replaced (issue 16): only they are looked at, and the answer is that of all the runs.
+    generate(tmp_path / "runs", runs=30, seed=2)
+    store = RunStore([tmp_path / "runs"])
+    store.poll()
+    runs = list(store.runs())
+    index = ColumnIndex()
+    _same(index, runs)
+    before = index.shapes_computed
+    _same(index, runs)
+    assert index.shapes_computed == before  # nothing new: no run looked at again
+    runs[4] = dataclasses.replace(runs[4], params={**runs[4].params, "optim.lr": "auto", "extra.key": 2})
+    runs[9] = dataclasses.replace(runs[9], params={k: v for k, v in runs[9].params.items() if k != "optim.lr"})
+    runs[12].perf = {"verdict": "input_bound", "share.dataloader": 0.4}
+    _same(index, runs)
+    assert index.shapes_computed == before + 3
+    facts = index.facts(runs)
+    assert "config.extra.key" in facts.available and "config.optim.lr" not in facts.numeric
+    # and back: the replaced runs' values no longer count
+    runs[4] = dataclasses.replace(runs[4], params={k: v for k, v in runs[4].params.items() if k != "extra.key"}
+                                  | {"optim.lr": 0.01})
+    _same(index, runs)
+    assert "config.extra.key" not in index.facts(runs).available
+
+
 def test_runs_of_one_shape_that_differ_in_values_show_their_differing_params(tmp_path: Path) -> None:
     """A sweep: every run has the same params keys and types (one shape), only the values differ.
     The default columns still show the params that differ, as column_facts over all runs does."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import Any, Final
 
 from traceml_ai.runs.model import BestValue, RunSummary
@@ -29,6 +30,7 @@ from traceml_ai.runs.table import ColumnFacts, column_facts, param_identity, par
 Shape = tuple[Any, ...]
 """The key names and value types of one run's values (see the module docstring); hashable."""
 _VALUE = attrgetter("value")
+_PERF = attrgetter("perf")
 _Entry = tuple[RunSummary, Any, "Shape | None"]
 
 
@@ -77,6 +79,8 @@ class ColumnIndex:
         self._stand_ins: dict[Shape, RunSummary] = {}
         self._values: dict[str, dict[Any, int]] = {}  # params key → value identity → runs holding it
         self._primed_first: dict[str, Shape] = {}  # from a saved state: first run of each shape → shape
+        self._order: list[RunSummary] | None = None  # the runs of the last call, in order
+        self._order_perf: list[Any] = []  # and their perf facts
         self._lock = threading.Lock()
         self.shapes_computed = 0
         """How many run shapes were computed (tests and the benchmark read it)."""
@@ -88,36 +92,66 @@ class ColumnIndex:
             return self._facts(runs)
 
     def _facts(self, runs: Sequence[RunSummary]) -> ColumnFacts:
-        known = self._runs
-        seen: dict[str, _Entry] = {}
+        if not self._renew_in_place(runs):
+            self._walk(runs)
+        self._order, self._order_perf = list(runs), list(map(_PERF, runs))
         counts = self._counts
-        for run in runs:
-            entry = known.get(run.key)
-            if entry is None or entry[0] is not run or entry[1] is not run.perf:
-                shape = run_shape(run)
-                self.shapes_computed += 1
-                if shape not in self._stand_ins:
-                    self._stand_ins[shape] = _stand_in(run)
-                counts[shape] = counts.get(shape, 0) + 1
-                if entry is not None:
-                    counts[self._shape_of(entry)] -= 1
-                    if entry[0] is not run:
-                        self._count_params(entry[0], -1)
-                if entry is None or entry[0] is not run:
-                    self._count_params(run, 1)
-                entry = (run, run.perf, shape)
-            seen[run.key] = entry
-        for key in known.keys() - seen.keys():
-            counts[self._shape_of(known[key])] -= 1
-            self._count_params(known[key][0], -1)
-        self._runs = seen
         for shape in [s for s, n in counts.items() if n <= 0]:
             del counts[shape]
             del self._stand_ins[shape]
         # One stand-in per shape, in the order the runs first have it: the params order of the
         # stand-ins is then that of all the runs.
         return column_facts([self._stand_ins[shape] for shape in self._first_runs()],
-                            differing=self._differing(len(seen)))
+                            differing=self._differing(len(self._runs)))
+
+    def _walk(self, runs: Sequence[RunSummary]) -> None:
+        """Take ``runs`` as the runs of the index: one identity check per run."""
+        known = self._runs
+        seen: dict[str, _Entry] = {}
+        for run in runs:
+            entry = known.get(run.key)
+            if entry is None or entry[0] is not run or entry[1] is not run.perf:
+                entry = self._renew(run, entry)
+            seen[run.key] = entry
+        for key in known.keys() - seen.keys():
+            self._counts[self._shape_of(known[key])] -= 1
+            self._count_params(known[key][0], -1)
+        self._runs = seen
+
+    def _renew_in_place(self, runs: Sequence[RunSummary]) -> bool:
+        """The same runs as at the last call, in the same order, some of them replaced by a new
+        summary or new perf facts: renew those alone (issue 16: after a poll that changed 10 of
+        100,000 runs, the walk was a tenth of a second per table answer). False, having changed
+        nothing, when the runs are not those."""
+        order = self._order
+        if order is None or len(order) != len(runs):
+            return False
+        n = len(runs)
+        moved = set(compress(range(n), map(is_not, runs, order)))
+        moved.update(compress(range(n), map(is_not, map(_PERF, runs), self._order_perf)))
+        if any(runs[i].key != order[i].key for i in moved):
+            return False
+        known = self._runs
+        for i in sorted(moved):
+            run = runs[i]
+            known[run.key] = self._renew(run, known[run.key])
+        return True
+
+    def _renew(self, run: RunSummary, entry: _Entry | None) -> _Entry:
+        """The entry of ``run``, new or with a new summary or perf facts; counts updated."""
+        counts = self._counts
+        shape = run_shape(run)
+        self.shapes_computed += 1
+        if shape not in self._stand_ins:
+            self._stand_ins[shape] = _stand_in(run)
+        counts[shape] = counts.get(shape, 0) + 1
+        if entry is not None:
+            counts[self._shape_of(entry)] -= 1
+            if entry[0] is not run:
+                self._count_params(entry[0], -1)
+        if entry is None or entry[0] is not run:
+            self._count_params(run, 1)
+        return (run, run.perf, shape)
 
     def _first_runs(self) -> dict[Shape, str]:
         """Each shape in use → the key of the first run that has it, in the order of the runs. The

@@ -542,8 +542,11 @@ def _sorted_by(
         return items
     (get, entry_of, descending), rest = getters[0], getters[1:]
     buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
-    for run, (kind, value) in zip(items, map(entry_of, map(get, items)), strict=True):
-        buckets[kind].append((value, run))
+    if entry_of is _sort_entry:
+        _classify(items, get, buckets)
+    else:
+        for run, (kind, value) in zip(items, map(entry_of, map(get, items)), strict=True):
+            buckets[kind].append((value, run))
     out: list[RunSummary] = []
     # Python's sort stays stable with reverse=True, and the classes are concatenated in a fixed
     # order, so NaN and missing stay last whatever the direction.
@@ -557,6 +560,30 @@ def _sorted_by(
         else:
             _extend_ties(out, bucket, rest)
     return out
+
+
+def _classify(items: list[RunSummary], get: Callable[[RunSummary], Scalar],
+              buckets: tuple[list[tuple[Any, RunSummary]], ...]) -> None:
+    """:func:`_sort_entry` of every run's value into ``buckets``, inline (a call per value was a
+    third of sorting 100,000 runs by a metric, issue 16)."""
+    numbers, texts, nans, missing = buckets
+    add_number, add_text = numbers.append, texts.append
+    for run in items:
+        value = get(run)
+        kind = type(value)
+        if kind is float:
+            if value == value:
+                add_number((value, run))
+            else:
+                nans.append((None, run))
+        elif kind is int:
+            add_number((value, run))
+        elif value is None or value == "":
+            missing.append((None, run))
+        elif kind is str:
+            add_text((natural_key(value), run))
+        else:
+            add_text((natural_key(format_cell(value)), run))
 
 
 def _extend_ties(

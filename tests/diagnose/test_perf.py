@@ -423,3 +423,43 @@ def test_a_telemetry_database_removed_after_the_verdict_makes_the_run_partial(tm
     assert facts["telemetry"] == "partial"
     assert warning == ("aggregator/telemetry.sqlite: telemetry database is missing (removed after the final "
                        "summary was written)")
+
+
+def test_a_healthy_run_read_every_kth_step_is_ok_and_says_it_was_sampled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 review: a healthy 100k-step run read every 16th step (MAX_STEP_ROWS) said
+    perf.telemetry partial and showed a problems banner: sampling is by design, not a loss."""
+    from tests.conftest import run_traceml
+    from traceml_ai.diagnose import thresholds
+    from traceml_ai.diagnose.summary import read_final_summary
+    from traceml_ai.runs.model import RunSummary
+    from traceml_ai.ui.telemetry import TelemetryViews
+
+    monkeypatch.setattr(thresholds, "MAX_STEP_ROWS", 100)  # 400 rows: read every 4th step
+    run_dir = tmp_path / "long"
+    doc = captured(run_dir, RunSpec(ranks=2, steps=200))
+    steps, telemetry = doc["steps"], doc["telemetry"]
+    assert isinstance(steps, dict) and isinstance(telemetry, dict)
+    assert steps["sampled_every"] == 4
+    assert telemetry["problems"] == []
+    facts, warning = read_perf_facts(run_dir)
+    assert warning is None and facts["telemetry"] == "ok" and facts["verdict"] == "healthy"
+    # The page: no problem among the telemetry answer's warnings; the step chart says it was sampled.
+    body = TelemetryViews().payload(RunSummary(key=str(run_dir), id="long", root=str(tmp_path), name="long"))
+    assert body["warnings"] == [], body["warnings"]
+    assert body["steps"]["sampled_every"] == 4
+    # The terminal: said as a note, not a problem.
+    text = run_traceml("summary", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    assert "every 4th step read" in text.stdout and "problem" not in text.stdout, text.stdout
+    # A summary written before the fix held the sampling note among its problems: still ok.
+    legacy = {**doc, "telemetry": {**telemetry, "problems": ["800,000 step rows: read every 16th step "
+                                                               "(memory peaks from every step)"]}}
+    assert perf_facts(legacy)["telemetry"] == "ok"
+    (run_dir / "aggregator" / "final_summary.json").write_text(json.dumps(legacy))
+    old = read_final_summary(run_dir)
+    assert old is not None and old.problems == ()
+    # Something actually lost still makes it partial.
+    lost = {**doc, "telemetry": {**telemetry, "problems": ["3 step_time row(s) without an integer step left out"]}}
+    assert perf_facts(lost)["telemetry"] == "partial"

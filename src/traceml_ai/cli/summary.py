@@ -208,6 +208,9 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     info.add_row("steps", Text(f"{fmt_value(summary.steps_seen)} seen{span}, "
                                f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "
                                f"{fmt_value(summary.warmup_steps)} per rank skipped as warm-up"))
+    if summary.sampled_every > 1:  # by design, not a loss: said, not counted among the problems
+        info.add_row("", Text(f"sampled: every {summary.sampled_every}th step read (a long run; warm-up steps "
+                              "always, memory peaks from every step)", style="dim"))
     left_out = _steps_left_out(summary)
     if left_out:
         info.add_row("", Text(left_out, style="yellow"))

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import threading
 import time
@@ -110,13 +111,25 @@ Stamp = tuple[int, int]
 # read: a `traceml runs ls` over runs that were never captured does not load msgspec.
 
 
+SAMPLING_NOTE: Final = re.compile(r"[\d,]+ step rows: read every \d+th step")
+"""The line a summary written before sampling had its own field (``steps.sampled_every``) put among
+``telemetry.problems``: a note of how the rows were read, not a loss (:func:`real_problems`)."""
+
+
+def real_problems(problems: Iterable[object]) -> list[object]:
+    """``problems`` without the sampling note of an older summary (:data:`SAMPLING_NOTE`): a long
+    run read every k-th step lost nothing (issue 13 review: a healthy sampled run said partial)."""
+    return [p for p in problems if not (isinstance(p, str) and SAMPLING_NOTE.match(p))]
+
+
 def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
     """``ok`` / ``degraded`` / ``partial`` of a final summary (see the module table). ``lost``: the
-    run has a ``finalization_warning.json`` (something was dropped during capture)."""
+    run has a ``finalization_warning.json`` (something was dropped during capture). A run read
+    every k-th step (``steps.sampled_every`` > 1) is ``ok``: sampling is by design, not a loss."""
     status = doc.telemetry.status
     if status == "degraded":
         return "degraded"
-    if status != "ok" or lost or doc.ranks.missing or doc.telemetry.problems:
+    if status != "ok" or lost or doc.ranks.missing or real_problems(doc.telemetry.problems):
         return "partial"
     return "ok"
 

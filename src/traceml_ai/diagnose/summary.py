@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
-from traceml_ai.diagnose.perf import STEP_RULES
+from traceml_ai.diagnose.perf import STEP_RULES, real_problems
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup, rank_skew
 from traceml_ai.diagnose.stats import median, percentile
@@ -225,7 +225,8 @@ class Summary:
         tel, steps, ranks = _obj(doc.get("telemetry")), _obj(doc.get("steps")), _obj(doc.get("ranks"))
         found = tel.get("status")
         status = cast(TelemetryStatus, found if found in get_args(TelemetryStatus) else "unreadable")
-        problems = [p for p in _items(tel.get("problems")) if isinstance(p, str)]
+        # A summary written before steps.sampled_every had the sampling note among its problems.
+        problems = [p for p in real_problems(_items(tel.get("problems"))) if isinstance(p, str)]
         findings = [Finding.from_dict(f) for f in _items(doc.get("findings"))]
         abstained = [Abstention.from_dict(a) for a in _items(doc.get("abstained"))]
         for what, parsed in (("finding", findings), ("abstention", abstained)):

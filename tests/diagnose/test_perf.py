@@ -463,3 +463,34 @@ def test_a_healthy_run_read_every_kth_step_is_ok_and_says_it_was_sampled(
     # Something actually lost still makes it partial.
     lost = {**doc, "telemetry": {**telemetry, "problems": ["3 step_time row(s) without an integer step left out"]}}
     assert perf_facts(lost)["telemetry"] == "partial"
+
+
+def test_step_time_is_the_steps_wall_time_in_the_column_summary_and_compare(tmp_path: Path) -> None:
+    """Issue 13 review: perf.step_ms.p50 was the median pooled over every rank's rows (10.2 ms) while
+    `traceml compare` and the Performance view's card used the step's time, the slowest rank per
+    step (10.9 ms), and steps/s was 1000 / 10.9. One definition now: the slowest rank per step."""
+    from tests.conftest import run_traceml
+    from traceml_ai.diagnose import compare
+
+    spec = RunSpec(ranks=2, steps=120, noise=0.02,
+                   phases=lambda r, s: {**HEALTHY_CPU, "other": 9.0 if s % 5 in ((0, 1), (2, 3))[r] else 0.5})
+    doc = captured(tmp_path / "a", spec)
+    captured(tmp_path / "b", spec)
+    facts, _ = read_perf_facts(tmp_path / "a")
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    # Each rank is slow on 2 steps in 5, never both at once: every rank's median, and the median of
+    # all rows pooled, is a fast step's; the job waits for a slow rank on 4 steps in 5.
+    per_rank = [r["median_ms"] for r in st["per_rank"]]
+    assert facts["step_ms.p50"] == st["iteration_median_ms"]
+    assert facts["step_ms.p50"] > max(per_rank) + 2  # type: ignore[operator]
+    assert facts["steps_per_s"] == pytest.approx(1000 / facts["step_ms.p50"], rel=1e-5)  # type: ignore[operator]
+    step_time = next(m for m in compare(tmp_path / "a", tmp_path / "b").metrics if m.metric == "step_time_ms")
+    assert step_time.median_a == pytest.approx(facts["step_ms.p50"], rel=1e-5)
+    throughput = next(m for m in compare(tmp_path / "a", tmp_path / "b").metrics
+                      if m.metric == "throughput_steps_per_s")
+    assert throughput.median_a == pytest.approx(facts["steps_per_s"], rel=1e-5)
+    out = run_traceml("summary", str(tmp_path / "a"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["step_time"]["iteration_median_ms"] == facts["step_ms.p50"]
+    assert facts["step_ms.p95"] >= facts["step_ms.p50"]  # type: ignore[operator]

@@ -35,9 +35,10 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 ``findings``             how many findings
 ``steps``                distinct steps seen
 ``ranks``                ranks that sent telemetry
-``step_ms.p50``          median iteration time over every rank's post-warm-up steps (ms)
+``step_ms.p50``          median step time after warm-up (ms): per step the slowest rank's
+                         iteration, as ``traceml compare``'s ``step_time_ms`` (one definition)
 ``step_ms.p95``          its 95th percentile (ms; none for summaries written before it existed)
-``steps_per_s``          throughput: 1000 / median of the per-step slowest rank's iteration
+``steps_per_s``          throughput: 1000 / ``step_ms.p50``
 ``share.<phase>``        the time-weighted share (0-1) of the iteration spent in ``dataloader``,
                          ``h2d``, ``forward``, ``backward``, ``optimizer`` and ``other``
 ``skew_pct``             the slowest rank's excess over the others, in % of their median iteration

@@ -83,8 +83,12 @@ class RankStats:
 class StepTimeSummary:
     """Where the step time goes.
 
-    ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
-    the per-step slowest-rank iteration; ``worst_rank`` is the slowest rank by the straggler rule's
+    ``iteration_*`` are of the step's wall time: per step the slowest rank's iteration (a
+    synchronous job waits for it), after warm-up (ms): the one definition of "step time" the run
+    table's ``perf.step_ms.*``, ``traceml compare``'s ``step_time_ms`` and the Performance view share
+    (issue 13 review: the column was the median pooled over every rank's rows, compare and the card
+    the per-step one). ``throughput_steps_per_s`` = 1000 / ``iteration_median_ms``. The phases'
+    ``median_ms``/``p90_ms`` are over every rank's steps; per rank in ``per_rank``. ``worst_rank`` is the slowest rank by the straggler rule's
     measure (:func:`~traceml_ai.diagnose.rules.rank_skew`: the higher median iteration or median
     work outside backward) and ``skew`` its excess over the other ranks as a fraction of their
     median iteration (None with one rank, or fewer than two ranks with enough steps);
@@ -92,8 +96,7 @@ class StepTimeSummary:
     ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
     ``micro_batches_per_step`` is the median number of micro-batches one step (one optimizer update)
     held: above 1 with gradient accumulation (None when the rows do not say).
-    ``iteration_p95_ms`` is the 95th percentile over every rank's steps (the run table's
-    ``perf.step_ms.p95``).
+    ``iteration_p95_ms`` is its 95th percentile (the run table's ``perf.step_ms.p95``).
     """
 
     iteration_median_ms: float | None
@@ -516,7 +519,8 @@ def _ranks_seen(telemetry: Telemetry) -> tuple[int | None, ...]:
 def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None:
     if not table.ranks or not any(tl.steps.size for tl in table.ranks):
         return None
-    iters = np.concatenate([tl.iteration_ms for tl in table.ranks])
+    # The step's wall time: per step the slowest rank's iteration (the job waits for it).
+    _, iters = table.job_series(ITERATION)
     phases = []
     for name in table.phase_names:
         values = [tl.phase(name) for tl in table.ranks]
@@ -535,8 +539,7 @@ def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None
     slowest = rank_skew(table.ranks)
     worst, skew, measure = (None, None, None) if isinstance(slowest, str) else (
         slowest.rank, slowest.skew, slowest.measure)
-    _, job = table.job_series(ITERATION)
-    job_median = median(job)
+    job_median = median(iters)
     return StepTimeSummary(
         iteration_median_ms=median(iters),
         iteration_p90_ms=percentile(iters, 90),

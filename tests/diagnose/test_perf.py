@@ -312,21 +312,27 @@ def test_runs_ls_and_show_json_carry_the_unusable_final_summary_warning(tmp_path
     assert text.stdout.count(damaged) == 1, text.stdout
 
 
-def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) -> None:
-    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser."""
+def test_a_cpu_only_workspace_still_lists_every_perf_column_empty(tmp_path: Path) -> None:
+    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser, and so did
+    perf.share.h2d (a CPU run times no host-to-device copy): every perf.* column is offered."""
+    from traceml_ai.runs import table
     from traceml_ai.runs.model import RunSummary
-    from traceml_ai.runs.table import PERF_LISTED, cell, column_facts
-
-    assert set(PERF_LISTED) <= set(PERF_KEYS)
-    from traceml_ai.runs.table import PERF_COLUMNS
+    from traceml_ai.runs.table import PERF_COLUMNS, cell, column_facts
 
     assert PERF_COLUMNS == PERF_KEYS  # the run layer's list of perf.* columns (it may not import this one)
-    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf={"telemetry": "ok", "step_ms.p50": 4.0})
+    no_copy = {k: v for k, v in HEALTHY_CPU.items() if k != schema.H2D}  # a CPU run times no h2d copy
+    captured(tmp_path / "cpu", RunSpec(steps=40, phases=lambda r, s: no_copy))
+    facts, _ = read_perf_facts(tmp_path / "cpu")
+    assert "share.h2d" not in facts and "peak_mem.gpu" not in facts  # not measured
+    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf=facts)
     plain = RunSummary(key="/r/b", id="b", root="/r", name="b")
-    facts = column_facts([cpu, plain])
-    for column in ("perf.peak_mem.gpu", "perf.gpu_util_pct"):
-        assert column in facts.available and column in facts.numeric
-        assert cell(cpu, column) is None
+    chooser = column_facts([cpu, plain])
+    assert [c for c in chooser.available if c.startswith("perf.")] == sorted(f"perf.{k}" for k in PERF_KEYS)
+    for column in ("perf.share.h2d", "perf.peak_mem.gpu", "perf.gpu_util_pct", "perf.skew_pct"):
+        assert column in chooser.numeric
+        assert cell(cpu, column) is None  # empty: `–` in the page and the terminal, null in JSON
+    assert "perf.verdict" not in chooser.numeric
+    assert set(table.PERF_NUMERIC) | set(table.PERF_TEXT) == set(PERF_KEYS)
     assert "perf.peak_mem.gpu" not in column_facts([plain]).available  # nothing captured: no perf columns
 
 

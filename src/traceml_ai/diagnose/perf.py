@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from traceml_ai.telemetry import schema
+from traceml_ai.verdicts import STEP_RULES
 
 if TYPE_CHECKING:
     from traceml_ai.diagnose.perf_summary import SummaryFacts
@@ -135,8 +136,6 @@ def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
     return "ok"
 
 
-STEP_RULES: Final = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
-"""The rules that judge step time: a run is ``healthy`` only when one of them judged."""
 
 
 def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> dict[str, PerfValue]:

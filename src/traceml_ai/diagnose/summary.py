@@ -18,11 +18,12 @@ import numpy as np
 import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
-from traceml_ai.diagnose.perf import STEP_RULES, real_problems
+from traceml_ai.diagnose.perf import real_problems
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup, rank_skew
 from traceml_ai.diagnose.stats import median, percentile
 from traceml_ai.diagnose.timeline import ITERATION, StepTable, share
+from traceml_ai.verdicts import STEP_RULES
 
 SCHEMA_VERSION = 1
 """Version of the final_summary.json shape; readers refuse a newer one."""
@@ -88,8 +89,9 @@ class StepTimeSummary:
     table's ``perf.step_ms.*``, ``traceml compare``'s ``step_time_ms`` and the Performance view share
     (issue 13 review: the column was the median pooled over every rank's rows, compare and the card
     the per-step one). ``throughput_steps_per_s`` = 1000 / ``iteration_median_ms``. The phases'
-    ``median_ms``/``p90_ms`` are over every rank's steps; per rank in ``per_rank``. ``worst_rank`` is the slowest rank by the straggler rule's
-    measure (:func:`~traceml_ai.diagnose.rules.rank_skew`: the higher median iteration or median
+    ``median_ms``/``p90_ms`` are over every rank's steps; per rank in ``per_rank``. ``worst_rank``
+    is the slowest rank by the straggler rule's measure (:func:`~traceml_ai.diagnose.rules.rank_skew`:
+    the higher median iteration or median
     work outside backward) and ``skew`` its excess over the other ranks as a fraction of their
     median iteration (None with one rank, or fewer than two ranks with enough steps);
     ``skew_measure`` says which of the two (``iteration`` / ``outside_backward``);

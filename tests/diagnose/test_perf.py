@@ -500,3 +500,34 @@ def test_step_time_is_the_steps_wall_time_in_the_column_summary_and_compare(tmp_
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["step_time"]["iteration_median_ms"] == facts["step_ms.p50"]
     assert facts["step_ms.p95"] >= facts["step_ms.p50"]  # type: ignore[operator]
+
+
+def test_runs_ls_shows_a_dash_where_a_run_has_no_perf_fact_as_the_page_does(tmp_path: Path) -> None:
+    """Issue 13 review: `traceml runs ls --columns perf.…` left the cell blank where the page shows
+    `–` (a run without telemetry, a phase a CPU run did not time); --json keeps null, --csv empty."""
+    import csv
+    import io
+
+    from tests.conftest import run_traceml
+
+    root = tmp_path / "runs"
+    for name in ("cpu", "plain"):
+        (root / name).mkdir(parents=True)
+        (root / name / "run.json").write_text(json.dumps({"schema_version": 1, "id": name, "name": name,
+                                                           "status": "completed"}))
+    no_copy = {k: v for k, v in HEALTHY_CPU.items() if k != schema.H2D}
+    captured(root / "cpu", RunSpec(steps=40, phases=lambda r, s: no_copy))
+    columns = "name,perf.verdict,perf.share.h2d,perf.share.forward"
+    text = run_traceml("runs", "ls", str(root), "--columns", columns, "--sort", "name")
+    assert text.returncode == 0, text.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in text.stdout.splitlines()[1:3]}
+    assert rows["plain"] == ["–", "–", "–"], text.stdout
+    assert rows["cpu"][0] == "healthy" and rows["cpu"][1] == "–" and float(rows["cpu"][2]) > 0, text.stdout
+    js = run_traceml("runs", "ls", str(root), "--columns", columns, "--json", "--sort", "name")
+    assert js.returncode == 0, js.stderr
+    values = {json.loads(line)["name"]: json.loads(line)["values"] for line in js.stdout.splitlines()}
+    assert values["plain"]["perf.verdict"] is None and values["cpu"]["perf.share.h2d"] is None
+    out = run_traceml("runs", "ls", str(root), "--columns", columns, "--csv", "--sort", "name")
+    assert out.returncode == 0, out.stderr
+    by_name = {r["name"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert by_name["plain"]["perf.verdict"] == "" and by_name["cpu"]["perf.share.h2d"] == ""

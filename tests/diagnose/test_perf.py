@@ -119,6 +119,11 @@ def test_status_ok_degraded_partial_and_pending(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert read_perf_facts(plain) == ({}, None)
+    # The words the filters accept (traceml_ai.verdicts) are those this reader writes.
+    from traceml_ai.diagnose.perf import NO_SUMMARY, PENDING
+    from traceml_ai.verdicts import TELEMETRY_STATES
+
+    assert {"ok", "degraded", "partial", PENDING["telemetry"], NO_SUMMARY["telemetry"]} == set(TELEMETRY_STATES)
 
 
 def test_a_bad_summary_is_a_warning_and_partial_never_a_crash(tmp_path: Path) -> None:

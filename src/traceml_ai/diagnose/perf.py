@@ -19,14 +19,16 @@ the store. The arrows keep pointing down: ``ui``/``cli`` → ``runs`` and ``ui``
 The facts (every key optional; a missing one is an empty cell, ``–`` in the page):
 
 =======================  ======================================================================
-``telemetry``            ``ok`` / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
+``telemetry``            ``ok`` (also for a long run read every k-th step: sampling is not a
+                         loss) / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
                          sent nothing, rows were lost, the database could not be read, or it
                          is damaged now: :func:`telemetry_damage`) /
                          ``pending`` (an ``aggregator/`` folder but no final summary yet, the run
                          still running, or ended while its aggregator is still writing the
                          summary: :func:`aggregator_finalizing`) / ``no_summary`` (the run ended, or went stale, without
                          writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
-                         wrote). Every captured run has it; its presence marks a run as captured.
+                         wrote). The words: :data:`traceml_ai.verdicts.TELEMETRY_STATES`.
+                         Every captured run has it; its presence marks a run as captured.
 ``verdict``              ``traceml summary``'s verdict: the top warning or critical finding's kind
                          (``input_bound``, ``straggler``, ...), ``healthy`` when a step-time rule
                          judged and found nothing worse than info, ``not_judged`` when none could

@@ -124,6 +124,16 @@ def test_ls_status_filter_no_run_can_match_is_bad_usage(fake_root: Path) -> None
     assert proc.returncode == 0 and proc.stdout, proc.stderr
 
 
+def test_ls_perf_verdict_filter_with_a_typo_is_bad_usage(fake_root: Path) -> None:
+    """Issue 13 review: ``perf.verdict=inputbound`` listed 0 runs with exit 0."""
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "perf.verdict=inputbound")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: filter 'perf.verdict=inputbound': 'inputbound' is not a verdict; "
+                                  "did you mean 'input_bound'? the verdicts are input_bound, "), proc.stderr
+    proc = run_traceml("runs", "ls", str(fake_root), "--filter", "perf.telemetry=pending", "--json")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_ls_word_on_a_metric_no_run_logged_is_bad_usage(tmp_path: Path) -> None:
     """A metric's values are numbers by the format: ``>=abc`` is refused before any run is read."""
     root = tmp_path / "runs"

@@ -119,6 +119,11 @@ def test_status_ok_degraded_partial_and_pending(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert read_perf_facts(plain) == ({}, None)
+    # The words the filters accept (traceml_ai.verdicts) are those this reader writes.
+    from traceml_ai.diagnose.perf import NO_SUMMARY, PENDING
+    from traceml_ai.verdicts import TELEMETRY_STATES
+
+    assert {"ok", "degraded", "partial", PENDING["telemetry"], NO_SUMMARY["telemetry"]} == set(TELEMETRY_STATES)
 
 
 def test_a_bad_summary_is_a_warning_and_partial_never_a_crash(tmp_path: Path) -> None:
@@ -312,21 +317,27 @@ def test_runs_ls_and_show_json_carry_the_unusable_final_summary_warning(tmp_path
     assert text.stdout.count(damaged) == 1, text.stdout
 
 
-def test_a_cpu_only_workspace_still_lists_the_gpu_columns_empty(tmp_path: Path) -> None:
-    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser."""
+def test_a_cpu_only_workspace_still_lists_every_perf_column_empty(tmp_path: Path) -> None:
+    """Issue 13 review: with no GPU run the GPU columns vanished from the column chooser, and so did
+    perf.share.h2d (a CPU run times no host-to-device copy): every perf.* column is offered."""
+    from traceml_ai.runs import table
     from traceml_ai.runs.model import RunSummary
-    from traceml_ai.runs.table import PERF_LISTED, cell, column_facts
-
-    assert set(PERF_LISTED) <= set(PERF_KEYS)
-    from traceml_ai.runs.table import PERF_COLUMNS
+    from traceml_ai.runs.table import PERF_COLUMNS, cell, column_facts
 
     assert PERF_COLUMNS == PERF_KEYS  # the run layer's list of perf.* columns (it may not import this one)
-    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf={"telemetry": "ok", "step_ms.p50": 4.0})
+    no_copy = {k: v for k, v in HEALTHY_CPU.items() if k != schema.H2D}  # a CPU run times no h2d copy
+    captured(tmp_path / "cpu", RunSpec(steps=40, phases=lambda r, s: no_copy))
+    facts, _ = read_perf_facts(tmp_path / "cpu")
+    assert "share.h2d" not in facts and "peak_mem.gpu" not in facts  # not measured
+    cpu = RunSummary(key="/r/a", id="a", root="/r", name="a", perf=facts)
     plain = RunSummary(key="/r/b", id="b", root="/r", name="b")
-    facts = column_facts([cpu, plain])
-    for column in ("perf.peak_mem.gpu", "perf.gpu_util_pct"):
-        assert column in facts.available and column in facts.numeric
-        assert cell(cpu, column) is None
+    chooser = column_facts([cpu, plain])
+    assert [c for c in chooser.available if c.startswith("perf.")] == sorted(f"perf.{k}" for k in PERF_KEYS)
+    for column in ("perf.share.h2d", "perf.peak_mem.gpu", "perf.gpu_util_pct", "perf.skew_pct"):
+        assert column in chooser.numeric
+        assert cell(cpu, column) is None  # empty: `–` in the page and the terminal, null in JSON
+    assert "perf.verdict" not in chooser.numeric
+    assert set(table.PERF_NUMERIC) | set(table.PERF_TEXT) == set(PERF_KEYS)
     assert "perf.peak_mem.gpu" not in column_facts([plain]).available  # nothing captured: no perf columns
 
 
@@ -423,3 +434,105 @@ def test_a_telemetry_database_removed_after_the_verdict_makes_the_run_partial(tm
     assert facts["telemetry"] == "partial"
     assert warning == ("aggregator/telemetry.sqlite: telemetry database is missing (removed after the final "
                        "summary was written)")
+
+
+def test_a_healthy_run_read_every_kth_step_is_ok_and_says_it_was_sampled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 review: a healthy 100k-step run read every 16th step (MAX_STEP_ROWS) said
+    perf.telemetry partial and showed a problems banner: sampling is by design, not a loss."""
+    from tests.conftest import run_traceml
+    from traceml_ai.diagnose import thresholds
+    from traceml_ai.diagnose.summary import read_final_summary
+    from traceml_ai.runs.model import RunSummary
+    from traceml_ai.ui.telemetry import TelemetryViews
+
+    monkeypatch.setattr(thresholds, "MAX_STEP_ROWS", 100)  # 400 rows: read every 4th step
+    run_dir = tmp_path / "long"
+    doc = captured(run_dir, RunSpec(ranks=2, steps=200))
+    steps, telemetry = doc["steps"], doc["telemetry"]
+    assert isinstance(steps, dict) and isinstance(telemetry, dict)
+    assert steps["sampled_every"] == 4
+    assert telemetry["problems"] == []
+    facts, warning = read_perf_facts(run_dir)
+    assert warning is None and facts["telemetry"] == "ok" and facts["verdict"] == "healthy"
+    # The page: no problem among the telemetry answer's warnings; the step chart says it was sampled.
+    body = TelemetryViews().payload(RunSummary(key=str(run_dir), id="long", root=str(tmp_path), name="long"))
+    assert body["warnings"] == [], body["warnings"]
+    assert body["steps"]["sampled_every"] == 4
+    # The terminal: said as a note, not a problem.
+    text = run_traceml("summary", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    assert "every 4th step read" in text.stdout and "problem" not in text.stdout, text.stdout
+    # A summary written before the fix held the sampling note among its problems: still ok.
+    legacy = {**doc, "telemetry": {**telemetry, "problems": ["800,000 step rows: read every 16th step "
+                                                               "(memory peaks from every step)"]}}
+    assert perf_facts(legacy)["telemetry"] == "ok"
+    (run_dir / "aggregator" / "final_summary.json").write_text(json.dumps(legacy))
+    old = read_final_summary(run_dir)
+    assert old is not None and old.problems == ()
+    # Something actually lost still makes it partial.
+    lost = {**doc, "telemetry": {**telemetry, "problems": ["3 step_time row(s) without an integer step left out"]}}
+    assert perf_facts(lost)["telemetry"] == "partial"
+
+
+def test_step_time_is_the_steps_wall_time_in_the_column_summary_and_compare(tmp_path: Path) -> None:
+    """Issue 13 review: perf.step_ms.p50 was the median pooled over every rank's rows (10.2 ms) while
+    `traceml compare` and the Performance view's card used the step's time, the slowest rank per
+    step (10.9 ms), and steps/s was 1000 / 10.9. One definition now: the slowest rank per step."""
+    from tests.conftest import run_traceml
+    from traceml_ai.diagnose import compare
+
+    spec = RunSpec(ranks=2, steps=120, noise=0.02,
+                   phases=lambda r, s: {**HEALTHY_CPU, "other": 9.0 if s % 5 in ((0, 1), (2, 3))[r] else 0.5})
+    doc = captured(tmp_path / "a", spec)
+    captured(tmp_path / "b", spec)
+    facts, _ = read_perf_facts(tmp_path / "a")
+    st = doc["step_time"]
+    assert isinstance(st, dict)
+    # Each rank is slow on 2 steps in 5, never both at once: every rank's median, and the median of
+    # all rows pooled, is a fast step's; the job waits for a slow rank on 4 steps in 5.
+    per_rank = [r["median_ms"] for r in st["per_rank"]]
+    assert facts["step_ms.p50"] == st["iteration_median_ms"]
+    assert facts["step_ms.p50"] > max(per_rank) + 2  # type: ignore[operator]
+    assert facts["steps_per_s"] == pytest.approx(1000 / facts["step_ms.p50"], rel=1e-5)  # type: ignore[operator]
+    step_time = next(m for m in compare(tmp_path / "a", tmp_path / "b").metrics if m.metric == "step_time_ms")
+    assert step_time.median_a == pytest.approx(facts["step_ms.p50"], rel=1e-5)
+    throughput = next(m for m in compare(tmp_path / "a", tmp_path / "b").metrics
+                      if m.metric == "throughput_steps_per_s")
+    assert throughput.median_a == pytest.approx(facts["steps_per_s"], rel=1e-5)
+    out = run_traceml("summary", str(tmp_path / "a"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["step_time"]["iteration_median_ms"] == facts["step_ms.p50"]
+    assert facts["step_ms.p95"] >= facts["step_ms.p50"]  # type: ignore[operator]
+
+
+def test_runs_ls_shows_a_dash_where_a_run_has_no_perf_fact_as_the_page_does(tmp_path: Path) -> None:
+    """Issue 13 review: `traceml runs ls --columns perf.…` left the cell blank where the page shows
+    `–` (a run without telemetry, a phase a CPU run did not time); --json keeps null, --csv empty."""
+    import csv
+    import io
+
+    from tests.conftest import run_traceml
+
+    root = tmp_path / "runs"
+    for name in ("cpu", "plain"):
+        (root / name).mkdir(parents=True)
+        (root / name / "run.json").write_text(json.dumps({"schema_version": 1, "id": name, "name": name,
+                                                           "status": "completed"}))
+    no_copy = {k: v for k, v in HEALTHY_CPU.items() if k != schema.H2D}
+    captured(root / "cpu", RunSpec(steps=40, phases=lambda r, s: no_copy))
+    columns = "name,perf.verdict,perf.share.h2d,perf.share.forward"
+    text = run_traceml("runs", "ls", str(root), "--columns", columns, "--sort", "name")
+    assert text.returncode == 0, text.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in text.stdout.splitlines()[1:3]}
+    assert rows["plain"] == ["–", "–", "–"], text.stdout
+    assert rows["cpu"][0] == "healthy" and rows["cpu"][1] == "–" and float(rows["cpu"][2]) > 0, text.stdout
+    js = run_traceml("runs", "ls", str(root), "--columns", columns, "--json", "--sort", "name")
+    assert js.returncode == 0, js.stderr
+    values = {json.loads(line)["name"]: json.loads(line)["values"] for line in js.stdout.splitlines()}
+    assert values["plain"]["perf.verdict"] is None and values["cpu"]["perf.share.h2d"] is None
+    out = run_traceml("runs", "ls", str(root), "--columns", columns, "--csv", "--sort", "name")
+    assert out.returncode == 0, out.stderr
+    by_name = {r["name"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert by_name["plain"]["perf.verdict"] == "" and by_name["cpu"]["perf.share.h2d"] == ""

@@ -151,7 +151,7 @@ def test_a_long_run_is_read_every_kth_step_but_memory_peaks_from_every_step(
     assert summary.sampled_every == 4
     assert (summary.steps_seen, summary.first_step, summary.last_step) == (200, 0, 199)  # all steps
     assert summary.steps_analysed == 2 * 48  # per rank: steps 8, 12, ... 196 after the warm-up steps 0..4
-    assert any("read every 4th step" in p for p in summary.problems)
+    assert summary.problems == ()  # sampling is by design, not a problem (steps.sampled_every says it)
     # The statistics survive the even sample ...
     assert summary.findings[0].kind == "input_bound"
     # ... and the one-step memory spike at step 7, which the sample skips, is still found.

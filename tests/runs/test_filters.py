@@ -298,3 +298,66 @@ def test_filters_given_the_numeric_columns_match_as_filters_that_find_them(seed:
                     filter_runs(runs, parsed, numeric=numeric)
                 continue
             assert [r.key for r in filter_runs(runs, parsed, numeric=numeric)] == want, (column, expr)
+
+
+PERF_RUNS = [
+    make_run("stall", perf={"telemetry": "ok", "verdict": "input_bound", "severity": "critical",
+                            "share.dataloader": 0.7}),
+    make_run("steady", perf={"telemetry": "partial", "verdict": "healthy", "severity": "info",
+                             "share.dataloader": 0.05}),
+    make_run("live", display_status="running", perf={"telemetry": "pending"}),
+    make_run("plain"),
+]  # fmt: skip
+
+
+def perf_names(flt: str) -> list[str]:
+    column, parsed = parse_filter_arg(flt)
+    return [r.name for r in filter_runs(PERF_RUNS, [(column, parsed)])]
+
+
+def test_a_perf_word_no_run_can_have_is_refused_with_the_words() -> None:
+    """Issue 13 review: ``perf.verdict=inputbound`` (a typo) matched no run silently; the verdicts,
+    severities and telemetry statuses are fixed words (traceml_ai.verdicts), like the statuses."""
+    from traceml_ai.verdicts import SEVERITIES, TELEMETRY_STATES, VERDICT_KINDS
+
+    for arg, what, hint, words in (
+        ("perf.verdict=inputbound", "a verdict", "input_bound", ("the verdicts", VERDICT_KINDS)),
+        ("perf.verdict!=inputbound", "a verdict", "input_bound", ("the verdicts", VERDICT_KINDS)),
+        ("perf.verdict:inputbound", "a verdict", "input_bound", ("the verdicts", VERDICT_KINDS)),
+        ("perf.severity=critcal", "a severity", "critical", ("the severities", SEVERITIES)),
+        ("perf.telemetry=partal", "a telemetry status", "partial", ("the telemetry statuses", TELEMETRY_STATES)),
+    ):
+        written = arg.split("=")[-1].split(":")[-1]
+        with pytest.raises(FilterError) as err:
+            parse_filter_arg(arg)
+        assert str(err.value) == (f"filter {arg!r}: {written!r} is not {what}; did you mean {hint!r}? "
+                                  f"{words[0]} are {', '.join(words[1])}")
+    assert perf_names("perf.verdict=input_bound") == ["stall"]
+    assert perf_names("perf.verdict:input") == ["stall"]  # a substring of a verdict
+    assert perf_names("perf.verdict!=healthy") == ["stall", "live", "plain"]
+    assert perf_names("perf.severity=critical") == ["stall"]
+    assert perf_names("perf.telemetry=pending") == ["live"]
+    assert perf_names("perf.telemetry=no_summary") == []  # a word of the set: matches none here, no error
+    assert perf_names("perf.telemetry!=ok") == ["steady", "live", "plain"]
+
+
+def test_a_word_on_a_numeric_perf_column_is_refused_like_a_metric() -> None:
+    for arg in ("perf.share.dataloader>abc", "perf.step_ms.p50=fast", "perf.share.h2d<=x"):
+        with pytest.raises(FilterError, match="is not a number"):
+            parse_filter_arg(arg)
+    assert perf_names("perf.share.dataloader>0.3") == ["stall"]
+
+
+def test_the_rules_are_named_by_the_verdict_words() -> None:
+    """traceml_ai.diagnose runs exactly the rules whose names the filters accept as verdicts."""
+    from typing import get_args
+
+    from traceml_ai.diagnose.model import SEVERITIES as MODEL_SEVERITIES
+    from traceml_ai.diagnose.model import Severity
+    from traceml_ai.diagnose.rules import RULES
+    from traceml_ai.verdicts import RULE_KINDS, SEVERITIES, STEP_RULES, VERDICT_KINDS
+
+    assert tuple(name for name, _ in RULES) == RULE_KINDS
+    assert all(rule.__name__ == name for name, rule in RULES)  # type: ignore[attr-defined]
+    assert set(STEP_RULES) <= set(RULE_KINDS) and set(RULE_KINDS) <= set(VERDICT_KINDS)
+    assert MODEL_SEVERITIES == SEVERITIES == get_args(Severity)

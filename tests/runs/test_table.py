@@ -15,6 +15,7 @@ import pytest
 
 from traceml_ai.runs.model import BestValue, RunSummary
 from traceml_ai.runs.table import (
+    PERF_COLUMNS,
     ColumnError,
     SortKey,
     available_columns,
@@ -481,13 +482,14 @@ def test_perf_columns_sort_filter_group_and_export_like_the_others() -> None:
 
 
 def test_perf_columns_are_listed_numeric_and_shown_by_default_only_when_a_run_was_captured() -> None:
+    from traceml_ai.runs.table import numeric_columns
+
     runs = perf_runs()
     available = available_columns(runs)
-    assert [c for c in available if c.startswith("perf.")] == [
-        "perf.gpu_util_pct", "perf.peak_mem.gpu",  # listed (empty) once a run was captured
-        "perf.severity", "perf.share.dataloader", "perf.step_ms.p50", "perf.straggler", "perf.telemetry",
-        "perf.verdict"]
+    # Every perf.* column is listed (empty where no run has it) once a run was captured.
+    assert [c for c in available if c.startswith("perf.")] == sorted(f"perf.{k}" for k in PERF_COLUMNS)
     assert column_is_numeric(runs, "perf.step_ms.p50") and not column_is_numeric(runs, "perf.verdict")
+    assert "perf.share.h2d" in numeric_columns(runs)  # no run has it: a numeric column all the same
     assert default_columns(runs)[6:9] == ["perf.verdict", "perf.step_ms.p50", "perf.share.dataloader"]
     assert not any(c.startswith("perf.") for c in default_columns([make_run("plain")]))
     with pytest.raises(ColumnError, match=r"perf\.<key>"):

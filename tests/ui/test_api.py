@@ -127,6 +127,11 @@ def test_table_applies_the_python_table_model(workspace: Path) -> None:
                                   "the statuses are running, running?, stale, completed, failed, killed, "
                                   "legacy, unknown")
     assert no_status["shown"] == 24
+    # Issue 13 review: a verdict no run can have (a typo) is reported the same way, never 0 runs.
+    no_verdict = client.get("/api/table", params={"filter": "perf.verdict=inputbound"}).json()
+    assert no_verdict["error"].startswith("filter 'perf.verdict=inputbound': 'inputbound' is not a verdict; "
+                                          "did you mean 'input_bound'? the verdicts are ")
+    assert no_verdict["shown"] == 24
     year = client.get("/api/table", params={"filter": "started>=2000"}).json()
     assert year["error"] is None and year["shown"] == 24
     # Issue 15 review: beside a search, another filter and a grouping, such a filter is left out alone;

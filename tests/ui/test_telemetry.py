@@ -175,7 +175,13 @@ def test_telemetry_without_a_final_summary_is_diagnosed_live(root: Path) -> None
     body = _get(client, _key(viewer, "small-model"))
     assert body["state"] == "ok" and body["diagnoses"]["source"] == "live"
     assert [r["rank"] for r in body["ranks"]["per_rank"]] == [0]
-    assert body["memory"] is None and body["gpu"] is None  # a CPU run measured neither
+    assert body["gpu"] is None  # a CPU run: no GPU samples
+    # Issue 13 review: its per-step memory rows (device cpu, no peak measured) were answered as none at
+    # all, and the Performance view said "no per-step memory rows" while the summary counted them.
+    memory = body["memory"]
+    rows = body["diagnoses"]["steps"]  # the live summary's view of the same rows
+    assert rows["seen"] == 30
+    assert memory["rows"] == 30 and memory["devices"] == ["cpu"] and memory["series"] == []
     assert {a["rule"] for a in body["diagnoses"]["abstained"]} >= {"low_gpu_util", "straggler"}
 
 
@@ -338,3 +344,22 @@ def test_a_watch_run_of_a_script_with_trace_step_is_not_judged_in_the_page(tmp_p
     diag = _get(client, run.key)["diagnoses"]
     assert diag["verdict"]["kind"] == "not_judged" and diag["healthy"] is False
     assert diag["verdict"]["text"].startswith("not judged: a watch run times no steps")
+
+
+def test_a_cpu_runs_memory_rows_are_counted_as_the_summary_counts_them(tmp_path: Path) -> None:
+    """Issue 13 review: the memory panel said "no per-step memory rows" of a CPU run whose summary
+    counts 92 of them: the rows are there, none measured a device peak."""
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=3)
+    run_dir = next(root.iterdir())
+    write_run(run_dir, RunSpec(steps=92))
+    write_final_summary(run_dir)
+    final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
+    counted = final["telemetry"]["rows"][schema.STEP_MEMORY_SAMPLES.name]
+    assert counted == 92
+    store = RunStore([root])
+    store.poll()
+    body = TelemetryViews().payload(store.runs()[0])
+    assert body["memory"] is not None, "a run with per-step memory rows answered none"
+    assert body["memory"]["rows"] == counted and body["memory"]["devices"] == ["cpu"]
+    assert not any("alloc" in s["name"] or "reserved" in s["name"] for s in body["memory"]["series"])

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import orjson
 import typer
@@ -325,11 +325,19 @@ def _fit_columns(cols: list[str], cells: dict[str, list[Cell]], width: int) -> t
     return kept, []
 
 
+MISSING: Final = "–"
+"""A table cell without a value, as the viewer's table draws it."""
+
+
 def _cells(run: RunSummary, cols: list[str]) -> list[Cell]:
     cells: list[Cell] = [("⚠", "yellow") if run.warnings else ("", "")]
     for c in cols:
         v = cell(run, c)
-        if c == "status":
+        if v is None and c != "name":
+            # As the page shows a missing value (a run without telemetry in perf.*, a metric it did
+            # not log); --json keeps null and --csv an empty field.
+            cells.append((MISSING, "dim"))
+        elif c == "status":
             cells.append((str(v), STATUS_STYLE.get(str(v), "")))
         elif c == "duration_s":
             cells.append((fmt_duration(v if isinstance(v, float) else None), ""))  # derived when not written

@@ -208,6 +208,9 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     info.add_row("steps", Text(f"{fmt_value(summary.steps_seen)} seen{span}, "
                                f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "
                                f"{fmt_value(summary.warmup_steps)} per rank skipped as warm-up"))
+    if summary.sampled_every > 1:  # by design, not a loss: said, not counted among the problems
+        info.add_row("", Text(f"sampled: every {summary.sampled_every}th step read (a long run; warm-up steps "
+                              "always, memory peaks from every step)", style="dim"))
     left_out = _steps_left_out(summary)
     if left_out:
         info.add_row("", Text(left_out, style="yellow"))
@@ -282,7 +285,9 @@ def _print_step_time(st: StepTimeSummary) -> None:
     table = Table(title="step time", title_justify="left", box=None, header_style="bold")
     for c in ("phase", "median ms", "p90 ms", "share"):
         table.add_column(c, justify="left" if c == "phase" else "right")
-    table.add_row(Text("iteration", style="bold"), _ms(st.iteration_median_ms), _ms(st.iteration_p90_ms), "100%")
+    # The step's wall time (the slowest rank per step), as perf.step_ms.p50 and traceml compare.
+    table.add_row(Text("step (slowest rank)", style="bold"), _ms(st.iteration_median_ms), _ms(st.iteration_p90_ms),
+                  "100%")
     for p in st.phases:
         table.add_row(_text(p.name), _ms(p.median_ms), _ms(p.p90_ms), _share(p.share))
     out.print(table)

@@ -19,14 +19,16 @@ the store. The arrows keep pointing down: ``ui``/``cli`` → ``runs`` and ``ui``
 The facts (every key optional; a missing one is an empty cell, ``–`` in the page):
 
 =======================  ======================================================================
-``telemetry``            ``ok`` / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
+``telemetry``            ``ok`` (also for a long run read every k-th step: sampling is not a
+                         loss) / ``degraded`` (the aggregator stopped early) / ``partial`` (a rank
                          sent nothing, rows were lost, the database could not be read, or it
                          is damaged now: :func:`telemetry_damage`) /
                          ``pending`` (an ``aggregator/`` folder but no final summary yet, the run
                          still running, or ended while its aggregator is still writing the
                          summary: :func:`aggregator_finalizing`) / ``no_summary`` (the run ended, or went stale, without
                          writing one: no verdict; ``traceml summary RUN`` diagnoses the rows it
-                         wrote). Every captured run has it; its presence marks a run as captured.
+                         wrote). The words: :data:`traceml_ai.verdicts.TELEMETRY_STATES`.
+                         Every captured run has it; its presence marks a run as captured.
 ``verdict``              ``traceml summary``'s verdict: the top warning or critical finding's kind
                          (``input_bound``, ``straggler``, ...), ``healthy`` when a step-time rule
                          judged and found nothing worse than info, ``not_judged`` when none could
@@ -35,9 +37,10 @@ The facts (every key optional; a missing one is an empty cell, ``–`` in the pa
 ``findings``             how many findings
 ``steps``                distinct steps seen
 ``ranks``                ranks that sent telemetry
-``step_ms.p50``          median iteration time over every rank's post-warm-up steps (ms)
+``step_ms.p50``          median step time after warm-up (ms): per step the slowest rank's
+                         iteration, as ``traceml compare``'s ``step_time_ms`` (one definition)
 ``step_ms.p95``          its 95th percentile (ms; none for summaries written before it existed)
-``steps_per_s``          throughput: 1000 / median of the per-step slowest rank's iteration
+``steps_per_s``          throughput: 1000 / ``step_ms.p50``
 ``share.<phase>``        the time-weighted share (0-1) of the iteration spent in ``dataloader``,
                          ``h2d``, ``forward``, ``backward``, ``optimizer`` and ``other``
 ``skew_pct``             the slowest rank's excess over the others, in % of their median iteration
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import threading
 import time
@@ -64,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from traceml_ai.telemetry import schema
+from traceml_ai.verdicts import STEP_RULES
 
 if TYPE_CHECKING:
     from traceml_ai.diagnose.perf_summary import SummaryFacts
@@ -110,19 +115,29 @@ Stamp = tuple[int, int]
 # read: a `traceml runs ls` over runs that were never captured does not load msgspec.
 
 
+SAMPLING_NOTE: Final = re.compile(r"[\d,]+ step rows: read every \d+th step")
+"""The line a summary written before sampling had its own field (``steps.sampled_every``) put among
+``telemetry.problems``: a note of how the rows were read, not a loss (:func:`real_problems`)."""
+
+
+def real_problems(problems: Iterable[object]) -> list[object]:
+    """``problems`` without the sampling note of an older summary (:data:`SAMPLING_NOTE`): a long
+    run read every k-th step lost nothing (issue 13 review: a healthy sampled run said partial)."""
+    return [p for p in problems if not (isinstance(p, str) and SAMPLING_NOTE.match(p))]
+
+
 def telemetry_state(doc: SummaryFacts, *, lost: bool = False) -> str:
     """``ok`` / ``degraded`` / ``partial`` of a final summary (see the module table). ``lost``: the
-    run has a ``finalization_warning.json`` (something was dropped during capture)."""
+    run has a ``finalization_warning.json`` (something was dropped during capture). A run read
+    every k-th step (``steps.sampled_every`` > 1) is ``ok``: sampling is by design, not a loss."""
     status = doc.telemetry.status
     if status == "degraded":
         return "degraded"
-    if status != "ok" or lost or doc.ranks.missing or doc.telemetry.problems:
+    if status != "ok" or lost or doc.ranks.missing or real_problems(doc.telemetry.problems):
         return "partial"
     return "ok"
 
 
-STEP_RULES: Final = ("input_bound", "h2d_bound", "optimizer_bound", "compute_bound", "straggler")
-"""The rules that judge step time: a run is ``healthy`` only when one of them judged."""
 
 
 def perf_facts(doc: Mapping[str, Any] | SummaryFacts, *, lost: bool = False) -> dict[str, PerfValue]:

@@ -153,7 +153,8 @@ class Telemetry:
     ``detail`` says why for every status but ``ok``. ``problems`` lists rows or tables that could not be
     used (each one line). ``world_size`` is the largest world size any row reported (None if none did).
     ``sampled_every`` is 1, or the stride k when a long run's steps were read every k-th step
-    (``MAX_STEP_ROWS``); ``memory_peaks`` and ``step_span`` always cover every step.
+    (``MAX_STEP_ROWS``); ``memory_peaks`` and ``step_span`` always cover every step. Sampling is by
+    design, not a loss: it is never among the ``problems``.
     """
 
     path: str
@@ -414,13 +415,15 @@ _Where = tuple[str, tuple[Any, ...], int]
 STRIDE_WHERE: Final = "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0"
 
 
-def _stride_of(count: Any, first: Any, problems: list[str]) -> _Where:
+def _stride_of(count: Any, first: Any) -> _Where:
     """The WHERE clause that reads a long run's steps every k-th step (warm-up steps always), its
-    parameters and k (1: every step), for ``count`` step rows whose smallest step is ``first``."""
+    parameters and k (1: every step), for ``count`` step rows whose smallest step is ``first``.
+
+    Sampling is by design, not a loss: it is said by ``sampled_every`` (and the summary's
+    ``steps.sampled_every``), never among the ``problems`` (which make the telemetry ``partial``)."""
     if not isinstance(count, int) or count <= th.MAX_STEP_ROWS or not isinstance(first, int):
         return "", (), 1
     k = math.ceil(count / th.MAX_STEP_ROWS)
-    problems.append(f"{count:,} step rows: read every {k}th step (memory peaks from every step)")
     return STRIDE_WHERE, (first + th.WARMUP_STEPS, first, k), k
 
 
@@ -435,14 +438,14 @@ def _one(conn: sqlite3.Connection, sql: str) -> tuple[Any, ...] | None:
         raise
 
 
-def _stride(conn: sqlite3.Connection, problems: list[str]) -> tuple[_Where, StepSpan | None]:
+def _stride(conn: sqlite3.Connection) -> tuple[_Where, StepSpan | None]:
     """:func:`_stride_of` from one pass over the step table that also gives the span of all steps."""
     row = _one(conn, "SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step) FROM {t}")
     if row is None:
         return ("", (), 1), None
     count, first, last, distinct = row
     span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
-    return _stride_of(count, first, problems), span
+    return _stride_of(count, first), span
 
 
 def _calls(by_device: Any) -> int | None:
@@ -469,20 +472,19 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
     table = schema.STEP_TIME_SAMPLES.name
     span: StepSpan | None = None
     if totals:
-        where, span = _stride(conn, problems)
+        where, span = _stride(conn)
     else:
         row = _one(conn, "SELECT COUNT(*) FROM {t}")
         count = row[0] if row is not None else None
         if not isinstance(count, int) or count <= th.MAX_STEP_ROWS:
-            where = _stride_of(count, None, [])
+            where = _stride_of(count, None)
         else:
             first_row = _one(conn, "SELECT step FROM {t} ORDER BY id LIMIT 1") if guess else None
             first = first_row[0] if first_row is not None else None
             if type(first) is not int:
                 found = _one(conn, "SELECT MIN(step) FROM {t}")
                 first = found[0] if found is not None else None
-            mark = len(problems)
-            where = _stride_of(count, first, problems)
+            where = _stride_of(count, first)
             rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
             if guess and isinstance(first, int) and where[2] > 1 and any(
                 (type(step := r[2]) is int and step < first) or (type(step) is float and step <= first)
@@ -491,8 +493,7 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
                 found = _one(conn, "SELECT MIN(step) FROM {t}")
                 exact = found[0] if found is not None else None
                 if type(exact) is not int or exact != first:
-                    del problems[mark:]
-                    where = _stride_of(count, exact, problems)
+                    where = _stride_of(count, exact)
                     rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
             return rows, where, span
     return _select(conn, table, STEP_COLS, problems, where[0], where[1]), where, span

@@ -29,6 +29,7 @@ from traceml_ai.diagnose.timeline import (
     share,
 )
 from traceml_ai.telemetry import schema
+from traceml_ai.verdicts import RULE_KINDS
 
 RuleResult = list[Finding] | Abstention
 Rule = Callable[["Context"], RuleResult]
@@ -800,16 +801,11 @@ def ram_pressure(ctx: Context) -> RuleResult:
     )]
 
 
-RULES: tuple[tuple[str, Rule], ...] = (
-    ("input_bound", input_bound),
-    ("h2d_bound", h2d_bound),
-    ("optimizer_bound", optimizer_bound),
-    ("compute_bound", compute_bound),
-    ("straggler", straggler),
-    ("memory_pressure", memory_pressure),
-    ("memory_creep", memory_creep),
-    ("low_gpu_util", low_gpu_util),
-    ("cpu_pressure", cpu_pressure),
-    ("ram_pressure", ram_pressure),
-)
-"""Every rule, by name, in the order they run (findings are ordered afterwards)."""
+_BY_NAME: dict[str, Rule] = {
+    rule.__name__: rule for rule in (input_bound, h2d_bound, optimizer_bound, compute_bound, straggler,
+                                     memory_pressure, memory_creep, low_gpu_util, cpu_pressure, ram_pressure)
+}
+RULES: tuple[tuple[str, Rule], ...] = tuple((kind, _BY_NAME[kind]) for kind in RULE_KINDS)
+"""Every rule, by name, in the order they run (findings are ordered afterwards): the names are
+:data:`traceml_ai.verdicts.RULE_KINDS`, the words the run table's filters accept (a rule of
+a name without a rule fails here at import; tests/diagnose/test_rules.py checks no rule is left out)."""

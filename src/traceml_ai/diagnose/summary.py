@@ -18,11 +18,12 @@ import numpy as np
 import orjson
 
 from traceml_ai.diagnose.model import Abstention, Finding, number, order_findings, round_sig
-from traceml_ai.diagnose.perf import STEP_RULES
+from traceml_ai.diagnose.perf import real_problems
 from traceml_ai.diagnose.readers import Telemetry, TelemetryStatus, rank_key, read_telemetry
 from traceml_ai.diagnose.rules import RULES, Context, build_context, local_work, post_warmup, rank_skew
 from traceml_ai.diagnose.stats import median, percentile
 from traceml_ai.diagnose.timeline import ITERATION, StepTable, share
+from traceml_ai.verdicts import STEP_RULES
 
 SCHEMA_VERSION = 1
 """Version of the final_summary.json shape; readers refuse a newer one."""
@@ -83,17 +84,21 @@ class RankStats:
 class StepTimeSummary:
     """Where the step time goes.
 
-    ``iteration_*`` over every rank's steps (ms); ``throughput_steps_per_s`` = 1000 / the median of
-    the per-step slowest-rank iteration; ``worst_rank`` is the slowest rank by the straggler rule's
-    measure (:func:`~traceml_ai.diagnose.rules.rank_skew`: the higher median iteration or median
+    ``iteration_*`` are of the step's wall time: per step the slowest rank's iteration (a
+    synchronous job waits for it), after warm-up (ms): the one definition of "step time" the run
+    table's ``perf.step_ms.*``, ``traceml compare``'s ``step_time_ms`` and the Performance view share
+    (issue 13 review: the column was the median pooled over every rank's rows, compare and the card
+    the per-step one). ``throughput_steps_per_s`` = 1000 / ``iteration_median_ms``. The phases'
+    ``median_ms``/``p90_ms`` are over every rank's steps; per rank in ``per_rank``. ``worst_rank``
+    is the slowest rank by the straggler rule's measure (:func:`~traceml_ai.diagnose.rules.rank_skew`:
+    the higher median iteration or median
     work outside backward) and ``skew`` its excess over the other ranks as a fraction of their
     median iteration (None with one rank, or fewer than two ranks with enough steps);
     ``skew_measure`` says which of the two (``iteration`` / ``outside_backward``);
     ``dataloader_outside_step`` counts steps whose dataloader wait was timed outside ``traceml:step``;
     ``micro_batches_per_step`` is the median number of micro-batches one step (one optimizer update)
     held: above 1 with gradient accumulation (None when the rows do not say).
-    ``iteration_p95_ms`` is the 95th percentile over every rank's steps (the run table's
-    ``perf.step_ms.p95``).
+    ``iteration_p95_ms`` is its 95th percentile (the run table's ``perf.step_ms.p95``).
     """
 
     iteration_median_ms: float | None
@@ -225,7 +230,8 @@ class Summary:
         tel, steps, ranks = _obj(doc.get("telemetry")), _obj(doc.get("steps")), _obj(doc.get("ranks"))
         found = tel.get("status")
         status = cast(TelemetryStatus, found if found in get_args(TelemetryStatus) else "unreadable")
-        problems = [p for p in _items(tel.get("problems")) if isinstance(p, str)]
+        # A summary written before steps.sampled_every had the sampling note among its problems.
+        problems = [p for p in real_problems(_items(tel.get("problems"))) if isinstance(p, str)]
         findings = [Finding.from_dict(f) for f in _items(doc.get("findings"))]
         abstained = [Abstention.from_dict(a) for a in _items(doc.get("abstained"))]
         for what, parsed in (("finding", findings), ("abstention", abstained)):
@@ -515,7 +521,8 @@ def _ranks_seen(telemetry: Telemetry) -> tuple[int | None, ...]:
 def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None:
     if not table.ranks or not any(tl.steps.size for tl in table.ranks):
         return None
-    iters = np.concatenate([tl.iteration_ms for tl in table.ranks])
+    # The step's wall time: per step the slowest rank's iteration (the job waits for it).
+    _, iters = table.job_series(ITERATION)
     phases = []
     for name in table.phase_names:
         values = [tl.phase(name) for tl in table.ranks]
@@ -534,8 +541,7 @@ def _step_time(table: StepTable, telemetry: Telemetry) -> StepTimeSummary | None
     slowest = rank_skew(table.ranks)
     worst, skew, measure = (None, None, None) if isinstance(slowest, str) else (
         slowest.rank, slowest.skew, slowest.measure)
-    _, job = table.job_series(ITERATION)
-    job_median = median(job)
+    job_median = median(iters)
     return StepTimeSummary(
         iteration_median_ms=median(iters),
         iteration_p90_ms=percentile(iters, 90),

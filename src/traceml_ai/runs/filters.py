@@ -26,7 +26,10 @@ format, so there it is refused before any run is read, also when no run has a va
 
 ``status``: the statuses are a fixed set (:data:`traceml_ai.runs.layout.DISPLAY_STATUSES`), so
 ``status=faild``, ``status!=faild`` or a bare ``status:faild`` (a substring of no status) is a
-:class:`FilterError` naming the statuses, never a filter that matches no run (or every run).
+:class:`FilterError` naming the statuses, never a filter that matches no run (or every run). So are
+``perf.verdict``, ``perf.severity`` and ``perf.telemetry``, whose words are fixed too
+(:mod:`traceml_ai.verdicts`): ``perf.verdict=inputbound`` is an error that suggests ``input_bound``.
+The numeric ``perf.*`` columns refuse a word where a number belongs, as the metric columns do.
 
 Time columns (``started``, ``ended``, ``heartbeat``: ISO-8601 UTC): ``<``, ``<=``, ``>``, ``>=``,
 ``=``, ``!=`` and ``a..b`` take a date or time, ``2026``, ``2026-11``, ``2026-11-30``,
@@ -58,6 +61,7 @@ from typing import Any, Final, Literal
 from traceml_ai.runs.layout import DISPLAY_STATUSES
 from traceml_ai.runs.model import RunSummary, Scalar
 from traceml_ai.runs.table import (
+    PERF_NUMERIC,
     TIME_COLUMNS,
     ColumnError,
     cell_getter,
@@ -69,6 +73,7 @@ from traceml_ai.runs.table import (
     split_column,
     validate_column,
 )
+from traceml_ai.verdicts import SEVERITIES, TELEMETRY_STATES, VERDICT_KINDS
 
 Op = Literal["<", "<=", ">", ">=", "=", "!=", "range", "regex", "number", "text"]
 """``number``: a bare number; ``text``: a bare substring."""
@@ -274,9 +279,10 @@ def parse_filter_arg(arg: str) -> tuple[str, ColumnFilter]:
     except FilterError as exc:
         detail = str(exc).removeprefix(f"filter {expr!r}: ").removeprefix(f"filter {expr.strip()!r}: ")
         raise FilterError(f"filter {arg!r}: {detail}") from None
-    if column == "status":
-        _check_status_operand(arg, flt)
-    elif column in NUMBER_COLUMNS or column.startswith(_METRIC_PREFIXES):
+    words = WORD_COLUMNS.get(column)
+    if words is not None:
+        _check_word_operand(arg, flt, *words)
+    elif column in NUMBER_COLUMNS or column.startswith(_METRIC_PREFIXES) or column in PERF_NUMBER_COLUMNS:
         _check_numeric_operand(column, flt)
     return column, flt
 
@@ -289,21 +295,36 @@ after an ordering or equality operator is refused before any run is read, also w
 the metric yet."""
 
 
-def _check_status_operand(arg: str, flt: ColumnFilter) -> None:
-    """Refuse a status filter that no run can match (or, for ``!=``, that every run matches): the
-    statuses are a fixed set (:data:`traceml_ai.runs.layout.DISPLAY_STATUSES`)."""
+PERF_NUMBER_COLUMNS: Final = frozenset(f"perf.{k}" for k in PERF_NUMERIC)
+"""The ``perf.*`` columns of numbers (:data:`traceml_ai.runs.table.PERF_NUMERIC`): a word after an
+ordering or equality operator is refused, as for a metric."""
+
+WORD_COLUMNS: Final[dict[str, tuple[tuple[str, ...], str, str]]] = {
+    "status": (DISPLAY_STATUSES, "a run status", "the statuses"),
+    "perf.verdict": (VERDICT_KINDS, "a verdict", "the verdicts"),
+    "perf.severity": (SEVERITIES, "a severity", "the severities"),
+    "perf.telemetry": (TELEMETRY_STATES, "a telemetry status", "the telemetry statuses"),
+}
+"""Columns whose values are a fixed set of words (:mod:`traceml_ai.verdicts` for the ``perf.*``
+ones): column → (the words, what one is called, what they are called)."""
+
+
+def _check_word_operand(arg: str, flt: ColumnFilter, words: tuple[str, ...], one: str, all_: str) -> None:
+    """Refuse a filter of a word column (``status``, ``perf.verdict``, ...: :data:`WORD_COLUMNS`)
+    that no run can match (or, for ``!=``, that every run matches): ``status=faild`` and
+    ``perf.verdict=inputbound`` are errors naming the words, never a filter that matches nothing."""
     value = flt.operand.strip().casefold()
     if flt.op in ("=", "!="):
-        bad = value not in DISPLAY_STATUSES
+        bad = value not in words
     elif flt.op in ("text", "number"):
-        bad = not any(value in status for status in DISPLAY_STATUSES)
+        bad = not any(value in word for word in words)
     else:
         return
     if bad:
-        hint = difflib.get_close_matches(value, DISPLAY_STATUSES, n=1)
+        hint = difflib.get_close_matches(value, words, n=1)
         fix = f"did you mean {hint[0]!r}? " if hint else ""
-        raise FilterError(f"filter {arg!r}: {flt.operand.strip()!r} is not a run status; {fix}"
-                          f"the statuses are {', '.join(DISPLAY_STATUSES)}")
+        raise FilterError(f"filter {arg!r}: {flt.operand.strip()!r} is not {one}; {fix}"
+                          f"{all_} are {', '.join(words)}")
 
 
 def parse_statuses(statuses: Iterable[str]) -> frozenset[str]:

@@ -83,10 +83,10 @@ tests/diagnose/test_perf.py checks the two lists agree; units in docs/viewer-api
 ``perf.<key>`` is an unknown column."""
 PERF_DEFAULT: Final = ("verdict", "step_ms.p50", "share.dataloader")
 """The ``perf.*`` columns shown by default when any run was captured."""
-PERF_LISTED: Final = ("peak_mem.gpu", "gpu_util_pct")
-"""Numeric ``perf.*`` columns listed (in the column chooser, ``traceml runs ls --columns``) once any run
-was captured, also when no run has a value: on a CPU-only workspace the GPU columns are there, empty
-(``–``), rather than missing."""
+PERF_TEXT: Final = ("telemetry", "verdict", "severity", "straggler")
+"""The ``perf.*`` columns of words; every other one holds numbers (:data:`PERF_NUMERIC`)."""
+PERF_NUMERIC: Final = tuple(k for k in PERF_COLUMNS if k not in PERF_TEXT)
+"""The ``perf.*`` columns of numbers (or missing), numeric whether or not a run has a value."""
 
 
 class ColumnError(ValueError):
@@ -320,9 +320,11 @@ def column_facts(runs: Iterable[RunSummary], differing: Mapping[str, int] | None
     numeric.update(f"run.last.{k}" for k in last_numeric)
     numeric.update(f"run.best.{k}" for k in best_numeric)
     numeric.update(f"summary.{k}" for k in summary_numeric)
-    if perf:  # a captured run: its GPU columns exist even where no GPU was seen
-        perf_numeric |= {k for k in PERF_LISTED if k not in perf}
-        perf |= set(PERF_LISTED)
+    if perf:
+        # A captured run: every perf.* column is offered, also where no run has a value (issue 13
+        # review: perf.share.h2d and the GPU columns vanished on a CPU-only workspace), empty (`–`).
+        perf_numeric |= set(PERF_NUMERIC)
+        perf |= set(PERF_COLUMNS)
     numeric.update(f"perf.{k}" for k in perf_numeric)
     for column in ("step", "epoch"):
         if any(map(_not_none, map(attrgetter(column), items))):

@@ -466,6 +466,9 @@ def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]
         _lines(top, peaks, colors)
         top.set_xlabel("step", color=colors["muted"], fontsize=8)
         top.set_ylabel(_bytes_of(top, peaks), color=colors["muted"], fontsize=8)
+    elif tel.memory:  # rows that measured no peak: a CPU run's
+        _note(top, f"No device memory: {len(tel.memory):,} per-step memory rows, none with a measured peak "
+                   "(a CPU run measures host RSS only).", colors)
     else:
         _note(top, "No per-step memory rows (a CPU run measures host RSS only).", colors)
     bottom.set_title("process RSS per rank", color=colors["muted"], fontsize=7, loc="left")

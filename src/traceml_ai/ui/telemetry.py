@@ -244,7 +244,10 @@ class TelemetryViews:
         }
 
     def _memory(self, tel: Telemetry) -> dict[str, Any] | None:
-        """PyTorch's per-step peak allocated and reserved bytes, one line each per rank and device."""
+        """PyTorch's per-step peak allocated and reserved bytes, one line each per rank and device;
+        ``rows`` the per-step memory rows read and ``devices`` the devices they name. None only
+        without any row: a CPU run's rows (device ``cpu``, no peak measured) give a chart with no
+        series (issue 13 review: the page said "no per-step memory rows" of a run with 92)."""
         # Three plain lists per (rank, device), NaN for "not measured": one pass over the samples.
         by: dict[tuple[int | None, str | None], tuple[list[int], list[float], list[float]]] = {}
         nan = math.nan
@@ -263,9 +266,10 @@ class TelemetryViews:
                 y = np.asarray(rows[i], dtype=np.float64)
                 if np.isfinite(y).any():
                     series.append((f"{label} {kind}", x, y))
-        if not series:
+        if not tel.memory:
             return None
-        return {**aligned(series, self.max_points), "unit": "bytes"}
+        devices = sorted({device or "?" for _, device in by})
+        return {**aligned(series, self.max_points), "unit": "bytes", "rows": len(tel.memory), "devices": devices}
 
     def _rss(self, tel: Telemetry, t0: int) -> dict[str, Any] | None:
         """Each rank's process RSS (bytes) over wall time (seconds since ``t0_unix_ns``)."""

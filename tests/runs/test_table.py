@@ -229,6 +229,24 @@ def test_a_multi_key_sort_orders_as_one_stable_pass_per_key_would(seed: int) -> 
         assert [r.key for r in sort_runs(runs, keys)] == [r.key for r in _sort_one_pass_per_key(runs, keys)], keys
 
 
+def test_the_inline_classification_of_sort_values_is_the_sort_entry_of_each() -> None:
+    # sort_runs classifies the first key's values inline for speed (issue 16); it must put every
+    # kind of value where the one definition, _sort_entry, puts it.
+    from traceml_ai.runs.table import _classify, _sort_entry
+
+    values: list[Any] = [0.5, -0.0, 1, 0, -3, 10**30, NAN, math.inf, -math.inf, None, "", "b", "B", "a10",
+                         "a9", " ", "0", True, False, "NaN"]
+    runs = [make_run(f"r{i}", params={"x": v}) for i, v in enumerate(values)]
+    get = {id(run): v for run, v in zip(runs, values, strict=True)}
+    buckets: tuple[list[Any], ...] = ([], [], [], [])
+    _classify(runs, lambda run: get[id(run)], buckets)
+    expected: tuple[list[Any], ...] = ([], [], [], [])
+    for run, v in zip(runs, values, strict=True):
+        kind, entry = _sort_entry(v)
+        expected[kind].append((entry, run))
+    assert [[(e, r.name) for e, r in b] for b in buckets] == [[(e, r.name) for e, r in b] for b in expected]
+
+
 def test_time_columns_sort_by_time_including_fractional_seconds() -> None:
     # Natural order would read ".25" as 25 and put it after ".5"; a time column sorts by time.
     runs = [make_run("late", started_at="2026-11-30T10:15:00.5Z"),

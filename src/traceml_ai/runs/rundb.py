@@ -316,16 +316,35 @@ def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
     return hash((stamps_text, summary_text))
 
 
-def _cache_digest(rows: Iterable[tuple[bytes, bytes, bytes]]) -> str:
+class _CacheDigest:
     """CRC-32 (8 hex digits) of the ``run_cache`` rows in order, as stored (UTF-8), fields joined by
     NUL (which neither a path nor the ASCII-escaped JSON texts can hold). A checksum, not a
-    signature: it finds an edit, not a forger, who could recompute any digest the file holds."""
-    # Row by row (the same CRC as of the whole joined text): no copy of the whole table in memory.
-    crc, sep = 0, b""
-    for row in rows:
-        crc = zlib.crc32(sep + b"\x00".join(row), crc)
-        sep = b"\x00"
-    return format(crc, "08x")
+    signature: it finds an edit, not a forger, who could recompute any digest the file holds.
+
+    Fed row by row (:meth:`update`, any number of times; the same CRC as of the whole joined
+    text), so neither the writer nor the chunked reader holds a copy of the whole table."""
+
+    __slots__ = ("_crc", "_sep")
+
+    def __init__(self) -> None:
+        self._crc, self._sep = 0, b""
+
+    def update(self, rows: Iterable[tuple[bytes, bytes, bytes]]) -> None:
+        crc, sep = self._crc, self._sep
+        for row in rows:
+            crc = zlib.crc32(sep + b"\x00".join(row), crc)
+            sep = b"\x00"
+        self._crc, self._sep = crc, sep
+
+    def hexdigest(self) -> str:
+        return format(self._crc, "08x")
+
+
+def _cache_digest(rows: Iterable[tuple[bytes, bytes, bytes]]) -> str:
+    """:class:`_CacheDigest` of ``rows``, all at once."""
+    digest = _CacheDigest()
+    digest.update(rows)
+    return digest.hexdigest()
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -606,13 +625,11 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
     cursor = con.execute("SELECT run_key, stamps, summary FROM run_cache ORDER BY rowid")
     runs: dict[str, CachedRun] = {}
     prints: dict[str, Fingerprint] = {}
-    crc, sep = 0, b""
+    computed = _CacheDigest()
     while rows := cursor.fetchmany(_LOAD_CHUNK):
         if not {*map(type, chain.from_iterable(rows))} <= {bytes}:
             raise _Invalid("run_cache holds a value of the wrong type")
-        for row in rows:  # = _cache_digest, row by row across the chunks
-            crc = zlib.crc32(sep + b"\x00".join(row), crc)
-            sep = b"\x00"
+        computed.update(rows)
         run_keys = [row[0].decode() for row in rows]
         stamps_texts = [row[1] for row in rows]
         summary_texts = [row[2] for row in rows]
@@ -633,7 +650,7 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
     header, st = _read_header(path)
     if _identity(st) != _identity(before):
         raise _Replaced
-    if format(crc, "08x") != digest:
+    if computed.hexdigest() != digest:
         raise _Invalid("table run_cache was edited (its rows do not match meta.cache_digest)")
     if not header.rollback:
         raise _Invalid("the file was edited (another program switched it to WAL mode)")

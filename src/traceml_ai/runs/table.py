@@ -491,6 +491,8 @@ def natural_key(text: str) -> tuple[str, str]:
 
 
 def _sort_entry(value: Scalar) -> tuple[int, Any]:
+    """The sort class and key of one value: the definition, which :func:`_classify` inlines (a test
+    keeps the two equal)."""
     if value is None or value == "":
         return _MISSING, None
     kind = type(value)

@@ -162,3 +162,43 @@ def test_the_inline_phase_times_are_event_ms() -> None:
     sample = step_sample((0, 0, 1, 5, orjson.dumps(events).decode(), 1))
     assert not isinstance(sample, str)
     assert dict(sample.phases) == {name: event_ms(by_device) for name, by_device in events.items()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_typed_decoding_of_events_gives_what_the_generic_path_gives(seed: int) -> None:
+    # step_sample decodes the SDK's events_json shape straight into typed fields (issue 13 item 5)
+    # and hands anything else to orjson + event_ms: whatever the values, the sample is the same.
+    import json
+    import random
+
+    import orjson
+
+    from traceml_ai.diagnose.readers import _calls
+    from traceml_ai.telemetry import schema
+
+    rng = random.Random(seed)
+    values: list[Any] = [1.5, 0.0, -2.0, 3, 10**30, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 1e308, None, True,
+                         False, "7", [1.0], {"x": 1.0}]
+
+    def stats() -> Any:
+        if rng.random() < 0.05:
+            return rng.choice([None, "fast", [], 2.0])
+        fields = ["gpu_ms", "cpu_ms", "duration_ms", "n_calls", "is_gpu"]
+        return {f: rng.choice(values) for f in rng.sample(fields, rng.randrange(len(fields) + 1))}
+
+    for _ in range(300):
+        events = {
+            rng.choice(["traceml:forward", "traceml:h2d", schema.STEP, "user"]): (
+                {rng.choice(["cpu", "cuda:0", "cuda:1"]): stats() for _ in range(rng.randrange(3))}
+                if rng.random() < 0.95 else rng.choice([None, 1, "x"])
+            )
+            for _ in range(rng.randrange(5))
+        }
+        text = json.dumps(events)
+        sample = step_sample((0, 0, 1, 5, text, 1))
+        assert not isinstance(sample, str), text
+        decoded = orjson.loads(text)
+        assert dict(sample.phases) == {name: event_ms(by_device) for name, by_device in decoded.items()}, text
+        assert sample.micro_batches == _calls(decoded.get(schema.STEP)), text
+    for bad in ("[1, 2]", "{", '"text"', "1e999999"):
+        assert step_sample((0, 0, 1, 5, bad, 1)) == "events", bad

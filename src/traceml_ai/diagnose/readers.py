@@ -33,8 +33,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
+import msgspec
 import orjson
 
 from traceml_ai.diagnose import thresholds as th
@@ -282,6 +283,24 @@ GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_us
 # -- one row → one typed sample (the full read here and the live tail in diagnose.live share them) --
 
 
+class _DeviceTimes(msgspec.Struct, gc=False):
+    """The fields of one device's stats in ``events_json`` the reader uses (000 seed,
+    StepTimeRecord); the others (``is_gpu`` ...) are skipped by the decoder."""
+
+    gpu_ms: float | None = None
+    cpu_ms: float | None = None
+    duration_ms: float | None = None
+    # 64-bit integers only: orjson reads a longer one as a float (not a count), and the generic
+    # path decides the few between 2**63 and 2**64 that msgspec cannot bound.
+    n_calls: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None
+
+
+_EVENTS: Final = msgspec.json.Decoder(dict[str, dict[str, _DeviceTimes]])
+"""Decodes an ``events_json`` of the shape the SDK writes straight into :class:`_DeviceTimes`
+(no dict per device, unneeded numbers skipped); anything else it refuses, and the generic path
+(:func:`orjson.loads`, :func:`event_ms`) reads it."""
+
+
 def step_sample(row: tuple[Any, ...]) -> StepSample | Literal["step", "events"]:
     """One ``step_time_samples`` row (columns :data:`STEP_COLS`) as a :class:`StepSample`, or why it
     cannot be used: ``"step"`` (no integer step) or ``"events"`` (``events_json`` unreadable or not an
@@ -289,14 +308,48 @@ def step_sample(row: tuple[Any, ...]) -> StepSample | Literal["step", "events"]:
     g, r, step, ts, events_json = row[:5]
     if type(step) is not int:
         return "step"
+    rank = g if type(g) is int else _int(r)
+    stamp = ts if type(ts) is int else None
+    if events_json is None:
+        return StepSample(rank, step, stamp, {}, None)
     try:
-        events = orjson.loads(events_json) if events_json is not None else {}
+        typed = _EVENTS.decode(events_json)
+    except (msgspec.DecodeError, TypeError):
+        pass  # not the SDK's shape (or not JSON): the generic path decides
+    else:
+        return StepSample(rank, step, stamp, *_typed_phases(typed))
+    try:
+        events = orjson.loads(events_json)
     except orjson.JSONDecodeError:
         return "events"
     if type(events) is not dict:
         return "events"
-    rank = g if type(g) is int else _int(r)
-    return StepSample(rank, step, ts if type(ts) is int else None, _phases(events), _calls(events.get(schema.STEP)))
+    return StepSample(rank, step, stamp, _phases(events), _calls(events.get(schema.STEP)))
+
+
+def _typed_phases(events: dict[str, dict[str, _DeviceTimes]]) -> tuple[dict[str, float | None], int | None]:
+    """:func:`_phases` and the step's :func:`_calls` of a typed ``events_json`` (the same rules as
+    :func:`event_ms`: a non-finite time falls through to the next field, a negative one is no
+    measurement, the longest device counts)."""
+    out: dict[str, float | None] = {}
+    for name, by_device in events.items():
+        best: float | None = None
+        for times in by_device.values():
+            value = times.gpu_ms
+            if value is None or value - value != 0.0:  # x - x is 0.0 only when x is finite
+                value = times.cpu_ms
+                if value is None or value - value != 0.0:
+                    value = times.duration_ms
+                    if value is not None and value - value != 0.0:
+                        value = None
+            if value is not None and value >= 0 and (best is None or value > best):
+                best = value
+        out[name] = best
+    calls: int | None = None
+    for times in events.get(schema.STEP, {}).values():
+        if (c := times.n_calls) is not None and (calls is None or c > calls):
+            calls = c
+    return out, calls
 
 
 def _phases(events: dict[str, Any]) -> dict[str, float | None]:

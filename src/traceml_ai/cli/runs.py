@@ -9,7 +9,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import orjson
@@ -194,15 +194,38 @@ def ls(
             shown = [run for g in groups for run in g.runs]
         labels = {run.key: g.label for g in groups for run in g.runs} if groups is not None else {}
         if as_json:
-            for run, row in zip(shown, rows_json(shown, cols), strict=True):
-                if group_by:
-                    row["group_by"] = {"column": group_by, "label": labels[run.key]}
-                sys.stdout.write(orjson.dumps(row).decode() + "\n")
+            _write_json_lines(shown, rows_json(shown, cols), group_by, labels)
             return
         if as_csv:
             write_csv(sys.stdout, shown, cols, group_by=group_by, group_labels=labels, lead=columns is None)
             return
         _print_table(shown, cols, group_by, groups, total=len(runs))
+
+
+def _write_json_lines(runs: list[RunSummary], rows: Iterator[dict[str, Any]], group_by: str | None,
+                      labels: Mapping[str, str]) -> None:
+    """One JSON object per line on stdout, encoded and written as bytes a few thousand rows at a
+    time (a text write per row was a fifth of ``runs ls --json`` of 100,000 runs, issue 16)."""
+    binary = getattr(sys.stdout, "buffer", None)
+    sys.stdout.flush()
+    dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    chunk: list[bytes] = []
+    for run, row in zip(runs, rows, strict=True):
+        if group_by:
+            row["group_by"] = {"column": group_by, "label": labels[run.key]}
+        chunk.append(dumps(row, option=newline))
+        if len(chunk) == 4096:
+            _write_bytes(binary, b"".join(chunk))
+            chunk = []
+    _write_bytes(binary, b"".join(chunk))
+
+
+def _write_bytes(binary: Any, data: bytes) -> None:
+    if binary is not None:
+        binary.write(data)
+        binary.flush()
+    else:  # a text-only stdout (an embedding program's)
+        sys.stdout.write(data.decode())
 
 
 def _print_table(

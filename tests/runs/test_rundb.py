@@ -3,6 +3,7 @@ refresh")."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from traceml_ai.runs.fake import generate
+from traceml_ai.runs.model import BestValue, RunSummary
 from traceml_ai.runs.rundb import SCHEMA_VERSION, load_db, update_db, write_db
 from traceml_ai.runs.store import RunStore
 
@@ -183,6 +185,38 @@ def test_long_integers_nan_infinity_and_lone_surrogates_come_back_exactly(store:
     assert back.params == run.params and all(type(back.params[k]) is int for k in ("seed.big", "seed.low", "seed.max"))
     assert math.isnan(back.last["val/loss"]) and back.start["val/loss"] == float("inf")
     assert back.notes == run.notes and back.summary == run.summary and back.best == run.best
+
+
+def _odd_value(run: RunSummary, case: str) -> None:
+    if case == "nan_perf":
+        run.perf["share.dataloader"] = float("nan")
+    elif case == "inf_best":
+        run.best["val/auc"] = BestValue(float("-inf"), 3, None, "max")
+    elif case == "nan_exit":
+        run.exit = {"code": 1, "error": {"loss": float("nan")}}
+    elif case == "nan_duration":
+        run.duration_s = float("nan")
+    elif case == "surrogate":
+        run.tags = ["ok", "lone \udc80"]
+    elif case == "big_int":
+        run.summary["tokens"] = 2**64
+    elif case == "non_ascii":
+        run.name, run.params["data.path"] = "δέλτα-運行", "/données/ü"
+
+
+@pytest.mark.parametrize("case", ["nan_perf", "inf_best", "nan_exit", "nan_duration", "surrogate", "big_int",
+                                  "non_ascii"])
+def test_each_value_orjson_cannot_write_alone_still_comes_back_exactly(store: RunStore, tmp_path: Path,
+                                                                         case: str) -> None:
+    # summary_json writes with orjson and falls back to the standard library for what orjson would
+    # change or refuse (issue 16): each such value alone in an otherwise plain run must round-trip.
+    run = store.runs()[0]
+    _odd_value(run, case)
+    write_db(tmp_path / "runs.sqlite", [run], {}, written_at=WHEN)
+    db, reason = load_db(tmp_path / "runs.sqlite")
+    assert reason is None and db is not None
+    back = db.runs[run.key].summary
+    assert repr(dataclasses.astuple(back)) == repr(dataclasses.astuple(run))  # NaN compared by its text
 
 
 def test_update_rewrites_only_the_changed_runs(store: RunStore, tmp_path: Path) -> None:

@@ -49,9 +49,11 @@ from traceml_ai.runs.rundb import (
     DB_FILE,
     Fingerprint,
     LoadedDb,
+    RowTexts,
     RunDbError,
     fingerprint,
     load_db,
+    row_texts,
     update_db,
     write_db,
 )
@@ -387,10 +389,14 @@ class CacheFolder:
         hidden = set(self.hidden_runs())
         shown = [r for r in runs if r.key not in hidden]
         rows: dict[str, Fingerprint] = {}
+        texts: dict[str, RowTexts] = {}  # made once for the fingerprint, written as they are
         maybe_changed = None if changed is None else set(changed)  # a list made this quadratic
         for r in shown:
             fp = self._db_rows.get(r.key) if maybe_changed is not None and r.key not in maybe_changed else None
-            rows[r.key] = fp if fp is not None else fingerprint(r, stamps.get(r.key, {}))
+            if fp is None:
+                made = texts[r.key] = row_texts(r, stamps.get(r.key, {}))
+                fp = fingerprint(r, {}, made)
+            rows[r.key] = fp
         target = os.path.join(self.path, RUN_DB_FILE)
         base_ok = self._db_file is not None and _same_file(target, self._db_file)
         if base_ok and rows == self._db_rows:
@@ -405,10 +411,11 @@ class CacheFolder:
             try:
                 if not base_ok:
                     raise RunDbError("no base")
-                update_db(target, tmp, shown, stamps, changed=changed, written_at=written_at, column_state=state)
+                update_db(target, tmp, shown, stamps, changed=changed, written_at=written_at, column_state=state,
+                          texts=texts)
             except (RunDbError, OSError, sqlite3.Error):
                 os.truncate(tmp, 0)
-                write_db(tmp, shown, stamps, written_at=written_at, column_state=state)
+                write_db(tmp, shown, stamps, written_at=written_at, column_state=state, texts=texts)
             os.replace(tmp, target)
         except BaseException:
             _unlink_quietly(tmp)

@@ -20,6 +20,13 @@
    and warm (≤ 50 ms: the same run asked again, nothing changed). The database is written
    synthetically with the real schema (tests/diagnose/telemetry_db.py, as the aggregator writes it:
    WAL, every table, GPU ranks with per-step memory, 1 s snapshots).
+6b. the same run's Performance view in a real browser (``--only-perf-view-browser``; headless
+   chromium, Playwright): from the click on "Performance" in the sidebar (the run ticked in the
+   table, the server just started: nothing cached) to every panel drawn (the stacked area, the
+   heatmap, the memory, RSS, host and GPU charts, the captured output), cold (≤ 1.0 s), from the
+   address (the page loaded on the view's URL: the app's start included), and warm (back to Runs and
+   Performance again, the same run unchanged: ≤ 50 ms), with the answers' sizes and the requests
+   the warm reopen made (none: the page keeps the answer until the run changes);
 7. chart PNG export (issue 15 item 7), through the viewer as the page asks for it: one metric of 5
    runs (≤ 0.5 s) and the worst case, 4 metrics × 30 runs × 5,000 points (≤ 1.5 s); medians of 3.
    ``--only-png`` prints just these.
@@ -39,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -367,6 +375,98 @@ def performance_view(root: Path, ranks: int = 8, steps: int = 100_000) -> None:
     record("  warm (asked again, nothing changed)", statistics.median(warm), 0.05)
 
 
+PANELS_DRAWN = """() => {
+  const view = document.querySelector('[data-testid=view-performance]');
+  const run = view && !view.hidden ? view.querySelector('[data-testid=perf-run]') : null;
+  if (!run || run.textContent.includes('Loading…')) return false;
+  const drawn = !!run.querySelector('[data-testid=perf-area] polygon')
+    && !!run.querySelector('[data-testid=heat-svg] rect')
+    && run.querySelectorAll('.telem-card canvas').length >= 4
+    && !!run.querySelector('[data-testid=telemetry-logs]');
+  // ms from the click (or the navigation's start) to the frame this is checked in
+  return drawn ? performance.now() - (window.__clickAt ?? 0) : false;
+}"""
+CLICK_CLOCK = "document.addEventListener('click', () => { window.__clickAt = performance.now(); }, true)"
+"""Stamps each click in the page: the figures are the page's own clock, from the click to the frame
+in which every panel is there (not Playwright's round trips)."""
+
+
+def performance_view_browser(root: Path, ranks: int = 8, steps: int = 100_000, rounds: int = 3) -> None:
+    """The Performance view of one run of ``ranks`` x ``steps`` in headless chromium: cold (a fresh
+    server, the click in the sidebar), from its address, and warm (reopened); printed, never asserted."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("Performance view in a browser: skipped (playwright not installed)")
+        return
+    if not Path("/usr/bin/chromium").exists():
+        print("Performance view in a browser: skipped (no /usr/bin/chromium)")
+        return
+    if not any(root.glob("*/aggregator/telemetry.sqlite")):
+        generate(root, runs=1, seed=2)
+        run_dir = next(p for p in root.iterdir() if p.is_dir())
+        write_run(run_dir, RunSpec(ranks=ranks, steps=steps, gpu=True, interval_s=1.0, noise=0.1))
+        write_final_summary(run_dir)
+    cold, by_url, warm, warm_requests, sizes = [], [], [], [], {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        for i in range(rounds):
+            for how in ("click", "address"):
+                proc, url = start_ui(root)  # a fresh server: its answers are built from the database
+                try:
+                    context = browser.new_context(viewport={"width": 1400, "height": 900})
+                    context.add_init_script(CLICK_CLOCK)
+                    page = context.new_page()
+                    api_calls: list[str] = []
+
+                    def seen(resp: Any, calls: list[str] = api_calls) -> None:
+                        if "/api/runs/" in resp.url:
+                            calls.append(resp.url)
+                            body = resp.body()
+                            sizes[resp.url.rsplit("/", 1)[-1].split("?")[0]] = len(body)
+
+                    page.on("response", seen)
+                    base = url.split("/?")[0]
+                    if how == "address":
+                        page.goto(url + "#v=runs")  # sets the token cookie
+                        page.wait_for_selector("[data-testid=run-row]", timeout=60_000)
+                        key = json.loads(context.request.get(base + "/api/runs").text())["runs"][0]["key"]
+                        target = base + "/#" + urllib.parse.urlencode({"v": "performance", "pr": key})
+                        fresh = context.new_page()  # a new page load on the view's address
+                        fresh.goto(target)
+                        by_url.append(fresh.wait_for_function(PANELS_DRAWN, polling="raf", timeout=120_000)
+                                      .json_value() / 1e3)
+                    else:
+                        page.goto(url + "#v=runs")
+                        page.wait_for_selector("[data-testid=run-row]", timeout=60_000)
+                        page.locator("[data-testid=row-check]").first.check()
+                        page.get_by_test_id("nav-performance").click()
+                        cold.append(page.wait_for_function(PANELS_DRAWN, polling="raf", timeout=120_000)
+                                    .json_value() / 1e3)
+                        for _ in range(5):
+                            page.get_by_test_id("nav-runs").click()
+                            page.wait_for_selector("[data-testid=view-runs]:not([hidden])")
+                            page.wait_for_timeout(200)
+                            before = len(api_calls)
+                            page.get_by_test_id("nav-performance").click()
+                            warm.append(page.wait_for_function(PANELS_DRAWN, polling="raf", timeout=60_000)
+                                        .json_value() / 1e3)
+                            page.wait_for_timeout(300)  # a request the reopen made would show by now
+                            warm_requests.append(len(api_calls) - before)
+                    context.close()
+                finally:
+                    proc.send_signal(signal.SIGINT)
+                    proc.wait(30)
+        browser.close()
+    label = f"{ranks} ranks x {steps:,} steps"
+    record(f"Performance view in chromium, {label}: cold (click)", statistics.median(cold), 1.0)
+    record("  cold, page loaded on the view's address", statistics.median(by_url), 1.0)
+    record("  warm (reopened, the run unchanged)", statistics.median(warm), 0.05)
+    print(f"{'  requests made by a warm reopen (median)':<62} {statistics.median(warm_requests):>10g}", flush=True)
+    print(f"{'  answers (bytes)':<62} " + ", ".join(f"{k} {v:,}" for k, v in sorted(sizes.items())), flush=True)
+    print(f"{'  cold (click) each round':<62} " + ", ".join(f"{v:.3f}" for v in cold), flush=True)
+
+
 def _write_long_run(folder: Path, i: int, points: int) -> None:
     """A completed run with ``points`` metrics.jsonl rows of four metrics (for the PNG worst case)."""
     folder.mkdir(parents=True)
@@ -424,6 +524,10 @@ def main() -> None:
     parser.add_argument("--only-perf", action="store_true", help="only the perf.* column figures (item 5 of issue 13)")
     parser.add_argument("--only-perf-view", action="store_true",
                         help="only the Performance view of 8 ranks x 100,000 steps (item 5 of issue 13)")
+    parser.add_argument("--only-perf-view-browser", action="store_true",
+                        help="only the Performance view of 8 ranks x 100,000 steps in headless chromium (issue 13 "
+                             "item 5); --root DIR keeps the run written there between invocations")
+    parser.add_argument("--root", type=Path, default=None, help="with --only-perf-view-browser: the runs root to use")
     parser.add_argument("--only-chart", action="store_true",
                         help="only the chart and re-poll figures of a 200,000-line run (items 23-24 of issue 15)")
     parser.add_argument("--only-png", action="store_true",
@@ -432,6 +536,13 @@ def main() -> None:
     if args.only_png:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
             png_export(Path(tmp))
+        return
+    if args.only_perf_view_browser:
+        if args.root is not None:
+            performance_view_browser(args.root)
+            return
+        with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
+            performance_view_browser(Path(tmp) / "traceml" / "runs")
         return
     if args.only_perf_view:
         with tempfile.TemporaryDirectory(prefix="traceml-bench-ui-") as tmp:
@@ -462,6 +573,7 @@ def main() -> None:
         page_usable(root, "page usable on 1,000 runs (rows + chart painted)", 1.0)
         perf_columns(root)
         performance_view(Path(tmp) / "perfview" / "traceml" / "runs")
+        performance_view_browser(Path(tmp) / "perfview" / "traceml" / "runs")
         png_export(Path(tmp))
         if not args.skip_10k:
             root10 = Path(tmp) / "big" / "traceml" / "runs"

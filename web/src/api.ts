@@ -1,7 +1,7 @@
 // The only module that talks to the server (docs/viewer-api.md). The token lives in an HttpOnly
 // cookie set by the first visit, so requests are plain same-origin fetches.
 
-import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, CompareResponse, ExportResponse, LineSpec, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis } from "./types";
+import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, CompareResponse, ExportResponse, LineSpec, PerformancePage, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis, ZoomedBreakdown } from "./types";
 import type { ExportPerformanceRequest, ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest } from "./requests";
 
 /** A failed API call; `message` is the server's one-line `error` when it sent one. */
@@ -116,6 +116,9 @@ export const api = {
     request<string>("GET", `/api/file?key=${encodeURIComponent(key)}&name=${encodeURIComponent(name)}`),
   telemetry: (key: string) => request<TelemetryResponse>("GET", `/api/runs/${encodeURIComponent(key)}/telemetry`),
   performance: (key: string) => request<PerformanceResponse>("GET", `/api/runs/${encodeURIComponent(key)}/performance`),
+  performancePage: (key: string) => request<PerformancePage>("GET", `/api/runs/${encodeURIComponent(key)}/performance-page`),
+  zoomedBreakdown: (key: string, from: number, to: number) =>
+    request<ZoomedBreakdown>("GET", `/api/runs/${encodeURIComponent(key)}/performance-page?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`),
   compare: (key: string, baseline: string) =>
     request<CompareResponse>("GET", `/api/runs/${encodeURIComponent(key)}/compare?baseline=${encodeURIComponent(baseline)}`),
   exportPerformance: (key: string, panel: "step" | "ranks" | "memory" | "gpu", format: "csv" | "png", share = false, heat: "iteration" | "local" | null = null) =>

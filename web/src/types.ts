@@ -378,6 +378,20 @@ export interface PerformanceResponse {
   } | null;
 }
 
+/** GET /api/runs/<key>/performance-page (docs/viewer-api.md): both answers from one read. */
+export interface PerformancePage {
+  telemetry: TelemetryResponse;
+  performance: PerformanceResponse;
+  /** Names the files the answer was built from: the same stamp, the same answer. */
+  stamp: string;
+  live: boolean;
+}
+
+/** GET /api/runs/<key>/performance-page?from=&to=: the phase breakdown of a zoomed range. */
+export interface ZoomedBreakdown {
+  breakdown: (NonNullable<PerformanceResponse["breakdown"]> & { range?: [number, number] }) | null;
+}
+
 export interface TelemetryResponse {
   state: "ok" | "none" | "missing" | "empty" | "corrupt" | "unreadable";
   detail: string | null;

@@ -21,6 +21,7 @@ from traceml_ai.runs.table import ColumnError
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
+from traceml_ai.ui.perf_page import PerformancePageViews
 from traceml_ai.ui.performance import CompareViews, PerformanceViews
 from traceml_ai.ui.requests import (
     ExportPerformanceRequest,
@@ -161,6 +162,7 @@ def routes(viewer: Viewer) -> list[Route]:
     telemetry = TelemetryViews()
     performance = PerformanceViews()
     comparisons = CompareViews()
+    pages = PerformancePageViews(telemetry, performance)
 
     async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
@@ -175,6 +177,13 @@ def routes(viewer: Viewer) -> list[Route]:
 
     async def get_performance(request: Request) -> Response:
         return await run_view(request, performance.payload)
+
+    async def get_performance_page(request: Request) -> Response:
+        lo, hi = request.query_params.get("from"), request.query_params.get("to")
+        if lo is None and hi is None:
+            return await run_view(request, pages.payload)
+        steps = (_float(lo or "", "from"), _float(hi or "", "to"))
+        return await run_view(request, lambda run: pages.zoomed(run, *steps))
 
     async def get_compare(request: Request) -> Response:
         base = viewer.store.get(request.query_params.get("baseline", ""))
@@ -305,6 +314,7 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/export/file", guarded(get_export), methods=["GET"]),
         Route("/api/runs/{key:path}/telemetry", guarded(get_telemetry), methods=["GET"]),
         Route("/api/runs/{key:path}/performance", guarded(get_performance), methods=["GET"]),
+        Route("/api/runs/{key:path}/performance-page", guarded(get_performance_page), methods=["GET"]),
         Route("/api/runs/{key:path}/compare", guarded(get_compare), methods=["GET"]),
         Route("/api/runs/{key:path}/attachments", guarded(get_attachments), methods=["GET"]),
         Route("/api/attachments/{token}", guarded(get_attachment), methods=["GET"]),
@@ -316,6 +326,16 @@ def routes(viewer: Viewer) -> list[Route]:
         Route("/api/export/chart", guarded(export_chart), methods=["POST"]),
         Route("/api/export/performance", guarded(export_performance), methods=["POST"]),
     ]
+
+
+def _float(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise RequestError(f"{name} must be a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise RequestError(f"{name} must be a finite number")
+    return value
 
 
 def _int(text: str, name: str) -> int:

@@ -141,29 +141,54 @@ def shown_rank(ranks: list[RankTimeline]) -> tuple[RankTimeline, str]:
 
 
 def _breakdown(table: StepTable, max_points: int) -> dict[str, Any] | None:
+    shown = breakdown_rank(table)
+    return None if shown is None else rank_breakdown(*shown, max_points)
+
+
+def breakdown_rank(table: StepTable) -> tuple[RankTimeline, str, list[str]] | None:
+    """The rank the phase breakdown shows (:func:`shown_rank`), why, and the phases it draws
+    (the inner phases and ``other``, in the table's order); None without step rows."""
     ranks = [tl for tl in table.ranks if tl.steps.size]
     if not ranks:
         return None
     tl, basis = shown_rank(ranks)
+    return tl, basis, [name for name in table.phase_names if name in INNER_PHASES or name == OTHER]
+
+
+def rank_breakdown(tl: RankTimeline, basis: str, names: list[str], max_points: int,
+                   steps_range: tuple[float, float] | None = None) -> dict[str, Any]:
+    """:func:`breakdown` of one rank's timeline; ``steps_range``: only the steps in ``[lo, hi]``
+    (a zoomed chart's range, at the same ``max_points``: finer buckets), with ``"range": [lo, hi]``."""
     steps = tl.steps
+    keep = slice(None)
+    if steps_range is not None:
+        lo, hi = steps_range
+        start, stop = np.searchsorted(steps, lo, side="left"), np.searchsorted(steps, hi, side="right")
+        keep = slice(int(start), int(max(start, stop)))
+        steps = steps[keep]
     n = steps.size
-    names = [name for name in table.phase_names if name in INNER_PHASES or name == OTHER]
     width = max(1, math.ceil(n / max_points))
 
     def bucketed(values: FloatArray) -> list[float | None]:
+        values = values[keep]
         pad = (-values.size) % width
         padded = np.concatenate([values, np.full(pad, np.nan)]).reshape(-1, width)
         counts = np.isfinite(padded).sum(axis=1)
-        sums = np.nansum(padded, axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sums = np.nansum(padded, axis=1)
         return [round(float(t / c), 4) if c else None for t, c in zip(sums, counts, strict=True)]
 
     series = []
     for name in names:
         y = tl.phase(name)
-        if np.isfinite(y).any():
+        if np.isfinite(y[keep]).any():
             series.append({"name": name, "y": bucketed(y)})
-    return {"x": [int(v) for v in steps[::width]], "bucket_steps": width, "series": series,
-            "iteration": bucketed(tl.iteration_ms), "rank": tl.rank, "rank_basis": basis}
+    out: dict[str, Any] = {"x": [int(v) for v in steps[::width]], "bucket_steps": width, "series": series,
+                           "iteration": bucketed(tl.iteration_ms), "rank": tl.rank, "rank_basis": basis}
+    if steps_range is not None:
+        out["range"] = [steps_range[0], steps_range[1]]
+    return out
 
 
 def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:
@@ -260,9 +285,11 @@ class PerformanceViews:
         self._lock = threading.Lock()
         self.reads = 0
 
-    def payload(self, run: RunSummary) -> dict[str, Any]:
+    def payload(self, run: RunSummary, *, fresh: bool = False) -> dict[str, Any]:
         """The answer for a known run: ``{"heatmap": ..., "breakdown": ...}`` (see :func:`heatmap`
-        and :func:`breakdown`); the heatmap's state is ``none`` for a run that was not captured."""
+        and :func:`breakdown`); the heatmap's state is ``none`` for a run that was not captured.
+        ``fresh``: built again from the database, whatever is cached (the Performance page's answer
+        builds it with the telemetry answer from one read)."""
         agg = os.path.join(run.key, AGGREGATOR_DIR)
         db = os.path.join(agg, TELEMETRY_DB)
         st, reason = stat_confined(db, run.root)
@@ -275,7 +302,7 @@ class PerformanceViews:
         stamps = (st.st_mtime_ns, st.st_size, None if wal is None else (wal.st_mtime_ns, wal.st_size))
         with self._lock:
             hit = self._cache.get(run.key)
-        if hit is not None:
+        if hit is not None and not fresh:
             old, answer, read_at, build_s = hit
             wait = max(self.live_min_interval_s, self.live_cost_factor * build_s)
             if old == stamps or (run.display_status in LIVE_STATUSES and time.monotonic() - read_at < wait):

@@ -18,6 +18,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Final
 
 from traceml_ai.diagnose.readers import Telemetry, read_telemetry
@@ -49,8 +51,29 @@ class SharedReads:
         self._locks: dict[str, threading.Lock] = {}
         self._tables: OrderedDict[int, tuple[Telemetry, StepTable]] = OrderedDict()
         self._lock = threading.Lock()
+        self._pins = threading.local()
         self.reads = 0
         """How many databases were read (tests count them)."""
+
+    @contextmanager
+    def pinned(self, db_path: str | os.PathLike[str], *, totals: bool = True) -> Iterator[Telemetry]:
+        """Read ``db_path`` (as :meth:`read`) and answer every :meth:`read` of it in this thread with
+        that one read until the block ends, even if the database changes meanwhile: the answers
+        built in the block then describe the same rows (a live run's step count and its charts
+        agree; issue 13)."""
+        tel = self.read(db_path, totals=totals)
+        path = os.path.realpath(db_path)
+        reads: dict[str, tuple[Telemetry, bool]] = getattr(self._pins, "reads", {})
+        before = reads.get(path)
+        reads[path] = (tel, totals)
+        self._pins.reads = reads
+        try:
+            yield tel
+        finally:
+            if before is None:
+                reads.pop(path, None)
+            else:
+                reads[path] = before
 
     def clear(self) -> None:
         """Forget every read kept (the benchmark's cold start)."""
@@ -78,6 +101,9 @@ class SharedReads:
         (with totals, when ``totals`` is asked for). Never raises for a bad file (see
         :class:`~traceml_ai.diagnose.readers.Telemetry` ``status``)."""
         path = os.path.realpath(db_path)
+        pinned = getattr(self._pins, "reads", {}).get(path)
+        if pinned is not None and (pinned[1] or not totals):
+            return pinned[0]
         with self._lock:
             lock = self._locks.setdefault(path, threading.Lock())
         with lock:  # a second request for the same database waits for the first one's read
@@ -107,6 +133,11 @@ SHARED: Final = SharedReads()
 def shared_read(db_path: str | os.PathLike[str], *, totals: bool = True) -> Telemetry:
     """:meth:`SharedReads.read` on the process's one :class:`SharedReads`."""
     return SHARED.read(db_path, totals=totals)
+
+
+def pinned_read(db_path: str | os.PathLike[str], *, totals: bool = True) -> AbstractContextManager[Telemetry]:
+    """:meth:`SharedReads.pinned` on the process's one :class:`SharedReads`."""
+    return SHARED.pinned(db_path, totals=totals)
 
 
 def shared_step_table(tel: Telemetry) -> StepTable:

@@ -101,9 +101,11 @@ class TelemetryViews:
         self._run_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.reads = 0  # how many answers were built from the files (not from the cache)
 
-    def payload(self, run: RunSummary) -> dict[str, Any]:
+    def payload(self, run: RunSummary, *, fresh: bool = False) -> dict[str, Any]:
         """The telemetry answer of a known run (see docs/viewer-api.md). Never raises for what is in
-        the run folder: problems become ``warnings``."""
+        the run folder: problems become ``warnings``. ``fresh``: built again from the files,
+        whatever is cached (the Performance page's answer builds it with the per-rank answer from
+        one read)."""
         with self._lock:
             run_lock = self._run_locks[run.key]
         with run_lock:  # two pages asking at once: the second gets the first one's answer
@@ -115,7 +117,7 @@ class TelemetryViews:
             with self._lock:
                 hit = self._cache.get(run.key)
             wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s) if hit is not None else 0.0
-            if hit is not None and (hit.stamps == stamps or (live and time.monotonic() - hit.read_at < wait)):
+            if hit is not None and not fresh and (hit.stamps == stamps or (live and time.monotonic() - hit.read_at < wait)):
                 return {**hit.payload, "live": live, "finalizing": finalizing}
             started = time.monotonic()
             answer = self._build(run.key, agg, stamps)

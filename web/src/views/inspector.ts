@@ -24,7 +24,7 @@ export class Inspector {
   private head = h("div", { class: "insp-head" });
   private key: string | null = null;
   private seq = 0;
-  private telemetry = new TelemetryPanel();
+  private telemetry = new TelemetryPanel({ variant: "summary", openPage: (key) => openPerformance(key) });
 
   constructor(host: HTMLElement) {
     host.append(this.head, this.body);

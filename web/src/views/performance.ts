@@ -5,20 +5,25 @@
 // telemetry blocks (memory, host and GPU, the captured output with stream and rank filters, what was
 // lost). With two or more runs, their phase shares as paired bars with the difference on top, and
 // `traceml compare`'s verdict per metric of each run against the first. A panel without data says why.
-// Everything comes from GET /api/runs/<key>/telemetry, /performance and /compare; every value from a
-// run's files goes in as text. Live (issue 13 item 3): when the server pushes that a shown run changed
-// (its telemetry grew), both answers are fetched again and the page redrawn in place; the diagnoses of
-// a run without a final summary are marked provisional, and a zoom on a chart is kept. Exports (item 4):
-// each panel saves its data as CSV and its picture as a 300-DPI PNG, drawn by the server.
+// Everything comes from GET /api/runs/<key>/performance-page (one answer per run, the telemetry and
+// per-rank halves built from one read: perfAnswers.ts keeps it, so reopening the view neither fetches
+// nor redraws) and /compare; every value from a run's files goes in as text. Live (issue 13 item 3):
+// when the server pushes that a shown run changed (its telemetry grew), its answer is fetched again
+// and the page redrawn in place, the step count and the charts from that one answer; the diagnoses of
+// a run without a final summary are marked provisional, and a zoom on a chart is kept (the stacked
+// area zooms like the line charts: drag, double-click to reset, finer points fetched for the range).
+// Exports (item 4): each panel saves its data as CSV and its picture as a 300-DPI PNG, drawn by the
+// server.
 
 import { runExport } from "../actions";
 import { api } from "../api";
 import { fmtPerf, isCaptured, perfMissingReason } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
-import { fmtNum } from "../format";
+import { fmtNum, ranksText } from "../format";
 import type { ViewModule } from "../shell";
 import { store } from "../store";
-import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse } from "../types";
+import { keptAnswer } from "../perfAnswers";
+import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse, ZoomedBreakdown } from "../types";
 import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
 import { niceTicks } from "./scales";
 import { TelemetryPanel } from "./telemetry";
@@ -103,11 +108,14 @@ export class PerformanceView implements ViewModule {
   private host!: HTMLElement;
   private visible = false;
   private panels = new Map<string, TelemetryPanel>();
-  private heat = new Map<string, PerformanceResponse | string>();
   /** Each run's "live" badge, kept across redraws and set from every telemetry answer. */
   private liveBadges = new Map<string, HTMLElement>();
-  /** Runs whose /performance answer is being fetched (one request at a time per run). */
-  private loading = new Set<string>();
+  /** The step range each run's stacked area is zoomed to (kept across live updates; double-click forgets it). */
+  private zooms = new Map<string, [number, number]>();
+  /** The finer breakdown fetched for a run's zoomed range, with the answer stamp it was cut from. */
+  private zoomed = new Map<string, { range: [number, number]; stamp: string; data: ZoomedBreakdown["breakdown"] | "loading" }>();
+  /** What the last full draw showed (the runs, their perf facts, the verdicts): the same on show() → no redraw. */
+  private drawn = "";
   /** `traceml compare` answers by "baseline|run". */
   private verdicts = new Map<string, CompareResponse | string>();
   private mode: "ms" | "share" = "ms";
@@ -134,21 +142,15 @@ export class PerformanceView implements ViewModule {
       const hit = shown.filter((k) => changed.includes(k));
       if (!hit.length) return;
       for (const key of hit) {
-        this.fetchPerformance(key);
+        this.panels.get(key)?.show(key); // its kept answer is stale now: fetched again, drawn when it comes
         for (const id of [...this.verdicts.keys()]) if (id.split("|").includes(key)) this.fetchVerdicts(id);
       }
     });
   }
 
-  private fetchPerformance(key: string): void {
-    if (this.loading.has(key)) return;
-    this.loading.add(key);
-    const done = (res: PerformanceResponse | string) => {
-      this.loading.delete(key);
-      this.heat.set(key, res);
-      if (this.visible) this.render();
-    };
-    api.performance(key).then(done, (err: unknown) => done(String(err)));
+  /** The per-rank half of run `key`'s answer, or an error text, or undefined before it came. */
+  private perfOf(key: string): PerformanceResponse | undefined {
+    return keptAnswer(key)?.performance;
   }
 
   private fetchVerdicts(id: string): void {
@@ -174,7 +176,18 @@ export class PerformanceView implements ViewModule {
 
   show(): void {
     this.visible = true;
+    // Reopened on what it showed: the page is still there, drawn; each panel fetches only if the
+    // server said its run changed meanwhile (then it redraws itself when the answer comes).
+    if (this.drawn && this.drawn === this.drawSignature()) {
+      for (const run of shownRuns()) this.panels.get(run.key)?.show(run.key);
+      return;
+    }
     this.render();
+  }
+
+  private drawSignature(): string {
+    const runs = shownRuns();
+    return JSON.stringify([runs.map((r) => [r.key, r.name, r.perf, store.colorOf(r.key)]), [...this.verdicts.entries()].map(([k, v]) => [k, typeof v === "string" ? v : 1])]);
   }
 
   hide(): void {
@@ -183,6 +196,7 @@ export class PerformanceView implements ViewModule {
 
   private render(): void {
     const runs = shownRuns();
+    this.drawn = "";
     if (!runs.length) {
       replace(
         this.host,
@@ -199,6 +213,7 @@ export class PerformanceView implements ViewModule {
     if (runs.length >= 2) sections.push(this.pairedShares(runs), this.verdictTable(runs));
     for (const run of runs) sections.push(this.runSection(run));
     replace(this.host, ...sections);
+    this.drawn = this.drawSignature();
   }
 
   // -- two or more runs: phase shares side by side ----------------------------------------------------
@@ -302,11 +317,10 @@ export class PerformanceView implements ViewModule {
   private runSection(run: RunRow): HTMLElement {
     let panel = this.panels.get(run.key);
     if (!panel) {
-      panel = new TelemetryPanel({ title: "Diagnoses and telemetry", extra: (d) => this.extra(run, d) });
+      panel = new TelemetryPanel({ variant: "page", title: "Diagnoses and telemetry", extra: (d) => this.extra(store.runs.get(run.key) ?? run, d) });
       this.panels.set(run.key, panel);
     }
     panel.show(run.key);
-    if (!this.heat.has(run.key)) this.fetchPerformance(run.key);
     const facts = h("dl", { class: "perf-facts" }, ...this.facts(run, panel.current));
     return h(
       "section",
@@ -360,6 +374,9 @@ export class PerformanceView implements ViewModule {
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
       ["p95 step", ms(p["step_ms.p95"])],
       ["steps per second", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
+      // From the same answer as the charts below: while a run is live the count and the chart's last step agree.
+      ["steps", typeof d?.diagnoses?.steps?.seen === "number" ? String(d.diagnoses.steps.seen) : typeof p.steps === "number" ? String(p.steps) : "–"],
+      ["ranks", d?.diagnoses?.ranks?.seen !== undefined ? ranksText(d.diagnoses.ranks.seen, d.diagnoses.ranks.world_size) : "–"],
       // Damage deep inside the database shows only once its rows are read: then it is partial too.
       ["telemetry", d?.state === "corrupt" && p.telemetry === "ok" ? "partial" : typeof p.telemetry === "string" ? p.telemetry : "–"],
     ];
@@ -386,27 +403,43 @@ export class PerformanceView implements ViewModule {
     return [this.breakdown(run, d), this.heatmap(run, d), exports, this.missing(d)];
   }
 
-  /** The step broken down by phase over the steps: a stacked area of rolling medians. */
+  /** The step broken down by phase over the steps: a stacked area of rolling medians. Drag across
+   * it to zoom into a step range (finer points are fetched for it), double-click to see every step
+   * again; the zoom is kept when a live update redraws the chart. */
   private breakdown(run: RunRow, d: TelemetryResponse): HTMLElement {
     const block = (body: Child, ...head: Child[]) =>
       h("div", { class: "telem-block perf-block", testid: "perf-breakdown" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time by phase" }), ...head), body);
     // One rank at every step (/performance): the slowest by the straggler measure over the run, the
     // rank the diagnosis, the per-rank panel and perf.worst_rank name; its phases add up to its step.
-    const res = this.heat.get(run.key);
-    if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
+    const res = this.perfOf(run.key);
     const unread = unreadable(d);
-    if (typeof res === "string") {
-      return block(unread ? h("div", { class: "muted", testid: "perf-why", text: unread }) : h("div", { class: "callout callout-error", text: res }));
+    if (res === undefined) return block(unread ? h("div", { class: "muted", testid: "perf-why", text: unread }) : h("div", { class: "muted", text: "Loading…" }));
+    const whole = res.breakdown;
+    if (unread && !whole) return block(h("div", { class: "muted", testid: "perf-why", text: unread }));
+    if (!whole || !whole.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
+    const warmupSteps = d.steps?.warmup_steps ?? res.heatmap.warmup_steps;
+    const firstStep = whole.x[0]!;
+    const lastStep = whole.x[whole.x.length - 1]!;
+    // The zoomed range: its finer points once fetched (for this answer), meanwhile the whole run's points in it.
+    const zoom = this.zooms.get(run.key) ?? null;
+    let b = whole;
+    if (zoom) {
+      const stamp = keptAnswer(run.key)?.stamp ?? "";
+      const got = this.zoomed.get(run.key);
+      const current = got && got.range[0] === zoom[0] && got.range[1] === zoom[1];
+      if (!current || got.stamp !== stamp) this.fetchZoom(run, zoom, stamp);
+      if (current && got.data && got.data !== "loading") b = got.data;
+      else {
+        const keep = whole.x.map((x, i) => (x >= zoom[0] && x <= zoom[1] ? i : -1)).filter((i) => i >= 0);
+        b = { ...whole, x: keep.map((i) => whole.x[i]!), iteration: keep.map((i) => whole.iteration[i] ?? null), series: whole.series.map((ser) => ({ name: ser.name, y: keep.map((i) => ser.y[i] ?? null) })) };
+      }
     }
-    const b = res.breakdown;
-    const st = b ? { x: b.x, series: b.series, first_step: b.x[0] ?? null, warmup_steps: d.steps?.warmup_steps ?? res.heatmap.warmup_steps, downsampled: b.bucket_steps > 1 } : null;
-    if (unread && !b) return block(h("div", { class: "muted", testid: "perf-why", text: unread }));
-    if (!b || !st || !st.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
+    const st = { x: b.x, series: b.series, warmup_steps: warmupSteps, downsampled: b.bucket_steps > 1 };
     const phases = PHASES.map(([name, key, label]) => ({ key, label, y: st.series.find((x) => x.name === name)?.y })).filter((p) => p.y) as { key: string; label: string; y: (number | null)[] }[];
     if (!phases.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No phase times in this run's step rows." }));
-    const window = Math.max(1, Math.min(25, Math.round(st.x.length / 40)) | 1);
-    const smooth = phases.map((p) => rollingMedian(p.y, window));
     const n = st.x.length;
+    const window = Math.max(1, Math.min(25, Math.round(n / 40)) | 1);
+    const smooth = phases.map((p) => rollingMedian(p.y, window));
     const totals = Array.from({ length: n }, (_, i) => smooth.reduce((a, v) => a + (v[i] ?? 0), 0));
     const values = smooth.map((v) => v.map((x, i) => (this.mode === "share" ? (totals[i]! > 0 ? (x ?? 0) / totals[i]! : 0) : x ?? 0)));
     // Round y ticks (1, 2, 5 × 10^k ms; quarters of the step in share mode), the top one above the tallest step.
@@ -416,28 +449,50 @@ export class PerformanceView implements ViewModule {
     const top = this.mode === "share" ? 1 : Math.max(tallest, ticks[ticks.length - 1] ?? tallest);
     const H = 220;
     const pad = { l: 78, r: 10, t: 8, b: 26 };
-    const x0 = st.x[0]!;
-    const x1 = st.x[n - 1]!;
+    const x0 = zoom ? zoom[0] : firstStep;
+    const x1 = zoom ? zoom[1] : lastStep;
     const xs = (x: number) => pad.l + ((x - x0) / Math.max(1, x1 - x0)) * (W - pad.l - pad.r);
     const ys = (v: number) => pad.t + (1 - v / top) * (H - pad.t - pad.b);
-    const svg = s("svg", { class: "perf-area-svg", viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-testid": "perf-area", "data-mode": this.mode, "data-top": top, "data-window": window, "data-rank": String(b.rank ?? "?"), "data-rank-basis": b.rank_basis, "data-last-step": x1 });
-    const warmEnd = (st.first_step ?? x0) + st.warmup_steps;
+    const svg = s("svg", {
+      class: "perf-area-svg",
+      viewBox: `0 0 ${W} ${H}`,
+      width: W,
+      height: H,
+      "data-testid": "perf-area",
+      "data-mode": this.mode,
+      "data-top": top,
+      "data-window": window,
+      "data-rank": String(b.rank ?? "?"),
+      "data-rank-basis": b.rank_basis,
+      "data-last-step": lastStep,
+      "data-zoomed": zoom ? "1" : "0",
+      "data-x0": x0,
+      "data-x1": x1,
+      "data-bucket-steps": b.bucket_steps,
+      "data-points": n,
+    });
+    const clip = `perf-clip-${Math.random().toString(36).slice(2)}`;
+    svg.appendChild(s("defs", {}, s("clipPath", { id: clip }, s("rect", { x: pad.l, y: 0, width: W - pad.l - pad.r, height: H }))));
+    const plot = s("g", { "clip-path": `url(#${clip})` });
+    svg.appendChild(plot);
+    const warmEnd = firstStep + st.warmup_steps;
     if (st.warmup_steps > 0 && warmEnd > x0) {
-      svg.appendChild(s("rect", { x: xs(x0), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(x0)), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
+      plot.appendChild(s("rect", { x: xs(Math.max(x0, firstStep)), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(Math.max(x0, firstStep))), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
     }
     const base = new Array<number>(n).fill(0);
     values.forEach((vals, k) => {
       const upper = vals.map((v, i) => base[i]! + v);
       const pts = [...upper.map((v, i) => `${xs(st.x[i]!).toFixed(1)},${ys(v).toFixed(1)}`), ...base.map((v, i) => `${xs(st.x[i]!).toFixed(1)},${ys(v).toFixed(1)}`).reverse()];
-      svg.appendChild(s("polygon", { points: pts.join(" "), fill: paletteColor(PHASE_COLOR[phases[k]!.key] ?? 7), "fill-opacity": 0.8, "data-testid": "perf-area-phase", "data-phase": phases[k]!.key }, svgTitle(phases[k]!.label)));
+      plot.appendChild(s("polygon", { points: pts.join(" "), fill: paletteColor(PHASE_COLOR[phases[k]!.key] ?? 7), "fill-opacity": 0.8, "data-testid": "perf-area-phase", "data-phase": phases[k]!.key }, svgTitle(phases[k]!.label)));
       for (let i = 0; i < n; i++) base[i] = upper[i]!;
     });
     for (const v of ticks) {
       svg.insertBefore(s("line", { x1: pad.l, x2: W - pad.r, y1: ys(v), y2: ys(v), class: "perf-grid" }), svg.firstChild); // under the areas
       svg.appendChild(s("text", { x: pad.l - 6, y: ys(v), class: "perf-axis-label", "data-testid": "perf-area-ytick", "text-anchor": "end", "dominant-baseline": "middle" }, this.mode === "share" ? `${Math.round(v * 100)}%` : `${fmtNum(v)} ms`));
     }
-    svg.appendChild(s("text", { x: pad.l, y: H - 6, class: "perf-axis-label" }, `step ${x0}`));
-    svg.appendChild(s("text", { x: W - pad.r, y: H - 6, class: "perf-axis-label", "text-anchor": "end" }, `step ${x1}`));
+    svg.appendChild(s("text", { x: pad.l, y: H - 6, class: "perf-axis-label", "data-testid": "perf-area-from" }, `step ${fmtNum(Math.round(x0))}`));
+    svg.appendChild(s("text", { x: W - pad.r, y: H - 6, class: "perf-axis-label", "text-anchor": "end", "data-testid": "perf-area-to" }, `step ${fmtNum(Math.round(x1))}`));
+    this.zoomable(run, svg, pad, x0, x1, H);
     const legend = h("div", { class: "perf-legend" }, ...phases.map((p) => h("span", { class: "legend-item" }, swatch(paletteColor(PHASE_COLOR[p.key] ?? 7)), h("span", { text: p.label }))));
     const toggleMode = segmented<"ms" | "share">(
       [
@@ -447,7 +502,7 @@ export class PerformanceView implements ViewModule {
       this.mode,
       (m) => {
         this.mode = m;
-        this.render();
+        this.redrawRuns();
       },
       (m) => `perf-mode-${m}`,
     );
@@ -458,17 +513,97 @@ export class PerformanceView implements ViewModule {
         : b.rank_basis === "straggler measure"
           ? `The phases of rank ${rankId}, the slowest rank by the straggler measure over the run (the rank the per-rank panel marks), at each step`
           : `The phases of rank ${rankId}, the rank with the highest median step (too few steps for the straggler measure), at each step`;
-    const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? " (steps downsampled)" : ""}; the shaded steps are the warm-up.` });
+    const zoomText = zoom ? ` Steps ${fmtNum(Math.round(x0))}–${fmtNum(Math.round(x1))} shown: double-click for every step.` : " Drag across the chart to zoom into steps.";
+    const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? ` (means of ${b.bucket_steps} steps)` : ""}; the shaded steps are the warm-up.${zoomText}` });
     return block(h("div", {}, hint, svg, legend), toggleMode, this.exportButtons(run, "step"));
+  }
+
+  /** Drag across the stacked area to zoom into those steps; double-click to zoom out (as the line charts). */
+  private zoomable(run: RunRow, svg: SVGSVGElement, pad: { l: number; r: number; t: number; b: number }, x0: number, x1: number, H: number): void {
+    const band = s("rect", { class: "perf-zoom-band", y: pad.t, height: H - pad.t - pad.b, width: 0, x: pad.l, "data-testid": "perf-zoom-band" });
+    band.setAttribute("visibility", "hidden");
+    const over = s("rect", { class: "perf-area-over", x: pad.l, y: pad.t, width: W - pad.l - pad.r, height: H - pad.t - pad.b, fill: "transparent", "data-testid": "perf-area-over" });
+    svg.append(band, over);
+    const toSvg = (clientX: number) => {
+      const r = svg.getBoundingClientRect();
+      const x = ((clientX - r.left) / Math.max(1, r.width)) * W;
+      return Math.min(W - pad.r, Math.max(pad.l, x));
+    };
+    const toStep = (x: number) => x0 + ((x - pad.l) / (W - pad.l - pad.r)) * (x1 - x0);
+    over.addEventListener("mousedown", (ev) => {
+      if (ev.button !== 0) return;
+      ev.preventDefault();
+      const start = toSvg(ev.clientX);
+      const move = (e: MouseEvent) => {
+        const at = toSvg(e.clientX);
+        band.setAttribute("x", String(Math.min(start, at)));
+        band.setAttribute("width", String(Math.abs(at - start)));
+        band.setAttribute("visibility", "visible");
+      };
+      const up = (e: MouseEvent) => {
+        window.removeEventListener("mousemove", move);
+        window.removeEventListener("mouseup", up);
+        band.setAttribute("visibility", "hidden");
+        const end = toSvg(e.clientX);
+        if (Math.abs(end - start) < 5) return; // a click, not a drag
+        const lo = toStep(Math.min(start, end));
+        const hi = toStep(Math.max(start, end));
+        if (hi - lo < 2) return; // fewer than two steps: nothing to see
+        this.zooms.set(run.key, [Math.floor(lo), Math.ceil(hi)]);
+        this.redrawBreakdown(run);
+      };
+      window.addEventListener("mousemove", move);
+      window.addEventListener("mouseup", up);
+    });
+    over.addEventListener("dblclick", () => {
+      if (!this.zooms.delete(run.key)) return;
+      this.zoomed.delete(run.key);
+      this.redrawBreakdown(run);
+    });
+  }
+
+  /** Fetch the breakdown of a zoomed range at full resolution (once per range and answer). */
+  private fetchZoom(run: RunRow, range: [number, number], stamp: string): void {
+    const got = this.zoomed.get(run.key);
+    if (got && got.data === "loading" && got.range[0] === range[0] && got.range[1] === range[1] && got.stamp === stamp) return;
+    // Until it comes, the points already fetched for this range stay drawn.
+    const keep = got && got.range[0] === range[0] && got.range[1] === range[1] && got.data !== "loading" ? got.data : "loading";
+    this.zoomed.set(run.key, { range, stamp, data: keep });
+    api.zoomedBreakdown(run.key, range[0], range[1]).then(
+      (res) => {
+        const now = this.zoomed.get(run.key);
+        const zoom = this.zooms.get(run.key);
+        if (!now || !zoom || zoom[0] !== range[0] || zoom[1] !== range[1]) return; // zoomed elsewhere meanwhile
+        this.zoomed.set(run.key, { range, stamp, data: res.breakdown });
+        this.redrawBreakdown(run);
+      },
+      () => {
+        // Keep drawing the coarser points of the range: the chart still shows the zoom.
+        const now = this.zoomed.get(run.key);
+        if (now && now.data === "loading") this.zoomed.set(run.key, { range, stamp, data: null });
+      },
+    );
+  }
+
+  /** Draw one run's stacked area again in place (a zoom, or its finer points arrived). */
+  private redrawBreakdown(run: RunRow): void {
+    const d = this.panels.get(run.key)?.current;
+    const old = this.host.querySelector<HTMLElement>(`[data-testid=perf-run][data-key="${CSS.escape(run.key)}"] [data-testid=perf-breakdown]`);
+    if (!d || !old) return;
+    old.replaceWith(this.breakdown(store.runs.get(run.key) ?? run, d));
+  }
+
+  /** Draw every shown run's panel again (a setting of the page's blocks changed). */
+  private redrawRuns(): void {
+    for (const run of shownRuns()) this.panels.get(run.key)?.redraw();
   }
 
   /** Ranks × steps heatmap of step time, with each rank's median and the straggler marked. */
   private heatmap(run: RunRow, d: TelemetryResponse): HTMLElement {
     const tools: Child[] = [];
     const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" }), ...tools, this.exportButtons(run, "ranks")), ...body);
-    const res = this.heat.get(run.key);
+    const res = this.perfOf(run.key);
     if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
-    if (typeof res === "string") return block(h("div", { class: "callout callout-error", text: res }));
     const hm = res.heatmap;
     if (hm.state !== "ok") return block(h("div", { class: "muted", testid: "perf-why", text: hm.detail ?? `telemetry ${hm.state}` }));
     if (!hm.ranks.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step." }));
@@ -488,7 +623,7 @@ export class PerformanceView implements ViewModule {
           mode,
           (m) => {
             this.heatMode = m;
-            this.render();
+            this.redrawRuns();
           },
           (m) => `perf-heat-${m}`,
           "segmented-sm",

@@ -1,28 +1,23 @@
-// The inspector's Telemetry section for a run TraceML captured (DESIGN §4): the diagnoses first, then
-// the step-time breakdown over steps, rank skew, memory, host/GPU load and the captured rank logs,
-// all from GET /api/runs/<key>/telemetry. Log lines and every other value from the run's files go in
-// as text (textContent), never as HTML.
+// The telemetry of a run TraceML captured (DESIGN §4), from the telemetry half of GET
+// /api/runs/<key>/performance-page (perfAnswers.ts: kept per run, shared by the inspector and the
+// Performance view). Two variants: in the inspector a compact summary (what went wrong, the
+// diagnoses with the headline numbers, and a link to the Performance view); on the Performance page
+// the diagnoses (the page shows the headline above them), the page's own blocks (phase breakdown,
+// ranks × steps), memory, host/GPU load and the captured rank logs. Each thing is shown once: the
+// page's heatmap is the per-rank view and its stacked area the step breakdown. Log lines and every
+// other value from the run's files go in as text (textContent), never as HTML.
 
 import type uPlot from "uplot";
-import { api } from "../api";
 import { type Child, debounce, h, replace } from "../dom";
 import { fmtBytes, fmtNum, fmtSecondsAxis, ranksText } from "../format";
 import { icon } from "../icons";
+import { isFresh, keptAnswer, perfAnswer } from "../perfAnswers";
 import { store } from "../store";
-import type { Diagnoses, Finding, RankLog, StepChart, TelemetryChart, TelemetryResponse } from "../types";
-import { errorText, paletteColor, segmented, select, stickToEnd, swatch, toggle, token, withAlpha } from "../ui";
+import type { Diagnoses, Finding, RankLog, TelemetryChart, TelemetryResponse } from "../types";
+import { button, errorText, paletteColor, segmented, select, stickToEnd, swatch, token, withAlpha } from "../ui";
 import { loadUPlot, placePlotTip } from "./lineChart";
 
 const PLOT_H = 200;
-const PHASE_PREFIX = "traceml:";
-/** Fixed colours of the built-in phases (palette indices), so a phase looks the same on every run. */
-const PHASE_COLOR: Record<string, number> = {
-  "traceml:dataloader_next": 1,
-  "traceml:h2d": 5,
-  "traceml:forward": 0,
-  "traceml:backward": 4,
-  "traceml:optimizer_step": 2,
-};
 const STATE_TEXT: Record<string, string> = {
   missing: "No telemetry database in this run.",
   empty: "The telemetry database holds no rows yet.",
@@ -68,10 +63,6 @@ function fmtMs(v: number | null | undefined): string {
   return v === null || v === undefined ? "–" : `${fmtNum(v)} ms`;
 }
 
-function phaseLabel(name: string): string {
-  return name.startsWith(PHASE_PREFIX) ? name.slice(PHASE_PREFIX.length) : name;
-}
-
 export class TelemetryPanel {
   /** Where the section goes in the inspector; empty (hidden) while the run has no telemetry. */
   readonly host = h("div", { class: "telem-host", testid: "telemetry-host" });
@@ -82,20 +73,24 @@ export class TelemetryPanel {
   private plots: uPlot[] = [];
   private logRank: string | null = null;
   private logStream: Stream = "all";
-  private logY = false;
   private open = true;
   /** The x range the user zoomed each chart to (by PlotOpts.id), restored when a live update redraws it. */
   private zooms = new Map<string, [number, number]>();
   private resizeObs = new ResizeObserver(debounce(() => this.resize(), 80));
 
   /**
-   * `extra`: more blocks for the same answer, placed right after the diagnoses (the Performance view
-   * adds its phase breakdown and rank heatmap there); `title`: the section's title.
+   * `variant`: "summary" (the inspector: the diagnoses and a link to the Performance view, opened by
+   * `openPage`) or "page" (the Performance view: `extra`'s blocks for the same answer right after
+   * the diagnoses, then memory, host and GPU, and the captured output); `title`: the section's title.
    */
   constructor(
-    private opts: { extra?: (d: TelemetryResponse) => Child[]; title?: string } = {},
+    private opts: { variant?: "summary" | "page"; extra?: (d: TelemetryResponse) => Child[]; title?: string; openPage?: (key: string) => void } = {},
   ) {
     this.resizeObs.observe(this.host);
+  }
+
+  private get page(): boolean {
+    return this.opts.variant === "page";
   }
 
   /** The answer last shown (null before the first one). */
@@ -103,8 +98,10 @@ export class TelemetryPanel {
     return this.data;
   }
 
-  /** Show run `key` (a new run starts from a clean state; the same run is fetched again quietly). */
-  show(key: string): void {
+  /** Show run `key` (a new run starts from a clean state). The answer kept for it is drawn at
+   * once (nothing is redrawn when it is the one on screen); it is fetched only when the server said
+   * the run changed since, or when none is kept. `force`: draw again even if unchanged. */
+  show(key: string, force = false): void {
     if (key !== this.key) {
       this.key = key;
       this.data = null;
@@ -115,15 +112,27 @@ export class TelemetryPanel {
       this.destroyPlots();
       replace(this.host);
     }
-    void this.fetch(key);
+    const kept = keptAnswer(key)?.telemetry;
+    if (kept && (kept !== this.data || force)) {
+      this.data = kept;
+      this.error = null;
+      this.render();
+    }
+    if (!isFresh(key)) void this.fetch(key);
+  }
+
+  /** Draw the answer on screen again (a setting of the page's blocks changed). */
+  redraw(): void {
+    if (this.data || this.error) this.render();
   }
 
   private async fetch(key: string): Promise<void> {
     const seq = ++this.seq;
     try {
-      const data = await api.telemetry(key);
+      const answer = await perfAnswer(key);
       if (seq !== this.seq || key !== this.key) return;
-      this.data = data;
+      if (answer.telemetry === this.data && !this.error) return; // unchanged: nothing to redraw
+      this.data = answer.telemetry;
       this.error = null;
     } catch (err) {
       if (seq !== this.seq || key !== this.key) return;
@@ -146,17 +155,9 @@ export class TelemetryPanel {
       return;
     }
     const mounts: (() => void)[] = [];
-    const body = h(
-      "div",
-      { class: "telem" },
-      this.notices(d),
-      this.diagnoses(d),
-      ...(this.opts.extra ? this.opts.extra(d) : []),
-      this.stepChart(d, mounts),
-      this.rankSkew(d),
-      this.timeCharts(d, mounts),
-      this.logs(d),
-    );
+    const body = this.page
+      ? h("div", { class: "telem" }, this.notices(d), this.diagnoses(d), ...(this.opts.extra ? this.opts.extra(d) : []), this.timeCharts(d, mounts), this.logs(d))
+      : h("div", { class: "telem" }, this.notices(d), this.diagnoses(d), this.pageLink(d));
     replace(this.host, this.section(body));
     if (!mounts.length) return;
     if (!uPlotCtor) {
@@ -232,19 +233,34 @@ export class TelemetryPanel {
     return items.length ? h("div", { class: "telem-notices" }, ...items) : null;
   }
 
+  /** The inspector's pointer to the rest: the charts live on the Performance page, once. */
+  private pageLink(d: TelemetryResponse): HTMLElement | null {
+    const key = this.key;
+    if (!key || !this.opts.openPage || d.state === "none") return null;
+    const open = this.opts.openPage;
+    return h(
+      "div",
+      { class: "telem-block telem-more", testid: "telemetry-more" },
+      h("span", { class: "telem-note", text: "The step time by phase, each rank's step times, memory, host and GPU, and the captured output: in the Performance view." }),
+      button("Open Performance view", { small: true, kind: "default", icon: "performance", testid: "telemetry-open-performance", onClick: () => open(key) }),
+    );
+  }
+
   // -- diagnoses ------------------------------------------------------------------------------------
 
   private diagnoses(d: TelemetryResponse): HTMLElement | null {
     const diag = d.diagnoses;
     if (!diag) return null;
     const stats: [string, string][] = [];
-    if (d.ranks) {
+    if (this.page) {
+      // The page's facts above say these once.
+    } else if (d.ranks) {
       stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
       if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
     }
-    if (diag.steps?.seen !== undefined && diag.steps.seen !== null) stats.push(["steps", String(diag.steps.seen)]);
+    if (!this.page && diag.steps?.seen !== undefined && diag.steps.seen !== null) stats.push(["steps", String(diag.steps.seen)]);
     const seen = diag.ranks?.seen;
-    if (seen !== undefined) stats.push(["ranks", ranksText(seen, diag.ranks?.world_size)]);
+    if (!this.page && seen !== undefined) stats.push(["ranks", ranksText(seen, diag.ranks?.world_size)]);
     const findings = diag.findings;
     return h(
       "div",
@@ -341,115 +357,6 @@ export class TelemetryPanel {
       plot,
     );
     return { card, plot, legend };
-  }
-
-  private stepChart(d: TelemetryResponse, mounts: (() => void)[]): HTMLElement | null {
-    const c: StepChart | null = d.steps;
-    if (!c || !c.x.length) return null;
-    let user = 6;
-    const lines: Line[] = c.series.map((s) => {
-      if (s.name === "iteration") return { label: "iteration", color: token("--text-0", "#e8edf3"), width: 2.5, values: s.y };
-      if (s.name === "other") return { label: "other", color: token("--text-2", "#7d8a99"), width: 1.25, values: s.y, dash: [4, 3] };
-      const idx = PHASE_COLOR[s.name] ?? user++;
-      return { label: phaseLabel(s.name), color: paletteColor(idx), width: 1.5, values: s.y };
-    });
-    const logY = toggle(
-      "Log y",
-      this.logY,
-      (on) => {
-        this.logY = on;
-        this.render();
-      },
-      "telemetry-log-y",
-    );
-    const { card, plot, legend } = this.card("Step time (ms)", "telemetry-steps", c, h("span", { class: "telem-card-tools" }, logY));
-    const first = c.first_step ?? c.x[0] ?? 0;
-    const note = h("div", {
-      class: "telem-note",
-      text:
-        `Slowest rank per step (${c.ranks} rank${c.ranks === 1 ? "" : "s"})` +
-        (c.warmup_steps ? `; the shaded first ${c.warmup_steps} steps are warm-up, left out of the medians` : "") +
-        (c.sampled_every > 1 ? `; every ${c.sampled_every}th step read` : "") +
-        ".",
-    });
-    card.append(note);
-    mounts.push(() =>
-      this.mountPlot(plot, legend, c.x, lines, {
-        xLabel: "step",
-        xFmt: fmtNum,
-        yFmt: (v) => `${fmtNum(v)}`,
-        logY: this.logY,
-        band: c.warmup_steps ? [first, first + c.warmup_steps - 1] : null,
-        id: "telemetry-steps",
-      }),
-    );
-    return h("div", { class: "telem-block" }, card);
-  }
-
-  private rankSkew(d: TelemetryResponse): HTMLElement | null {
-    const r = d.ranks;
-    if (!r || !r.per_rank.length) return null;
-    const maxIt = Math.max(...r.per_rank.map((x) => x.median_ms ?? 0), 1e-9);
-    const bar = (v: number | null, cls: string): HTMLElement => {
-      const track = h("div", { class: "skew-track" });
-      if (v !== null) {
-        const fill = h("div", { class: `skew-fill ${cls}` });
-        fill.style.width = `${Math.max(1, (v / maxIt) * 100)}%`;
-        track.append(fill);
-      }
-      return track;
-    };
-    // One rank is marked: the slowest by the straggler rule's measure (worst_rank, the run table's
-    // perf.worst_rank), labelled "straggler" when the straggler finding names it, else "slowest".
-    const straggler = new Map<string, string>();
-    for (const f of d.diagnoses?.findings ?? []) {
-      if (f.kind !== "straggler") continue;
-      for (const rank of f.evidence?.ranks ?? []) straggler.set(rank === null ? "?" : String(rank), f.severity);
-    }
-    const many = r.per_rank.length > 1;
-    const worstId = many && r.worst_rank !== null && r.worst_rank !== undefined ? String(r.worst_rank) : null;
-    const local = r.skew_measure === "outside_backward";
-    const rows = r.per_rank.map((x) => {
-      const id = x.rank === null ? "?" : String(x.rank);
-      const sev = straggler.get(id);
-      const marked = sev !== undefined || (!straggler.size && id === worstId);
-      return h(
-        "tr",
-        { class: marked ? "is-worst" : "", testid: "skew-row", data: { rank: id } },
-        h(
-          "td",
-          { class: "skew-rank" },
-          h("span", { text: id }),
-          sev !== undefined
-            ? h("span", { class: `sev-badge sev-${sev === "critical" ? "critical" : "warning"}`, testid: "skew-straggler", text: "straggler" })
-            : marked
-              ? h("span", { class: "skew-worst", testid: "skew-worst", text: "slowest", title: "slowest by the straggler measure, below the straggler threshold" })
-              : null,
-        ),
-        h("td", { class: "skew-bars" }, bar(x.median_ms, "skew-iter"), bar(x.outside_backward_median_ms, "skew-local")),
-        h("td", { class: "num" }, h("div", { text: fmtMs(x.median_ms), title: `p90 ${fmtMs(x.p90_ms)} over ${x.steps ?? "?"} steps` }), h("div", { class: "skew-local-v", text: fmtMs(x.outside_backward_median_ms) })),
-      );
-    });
-    const skewText =
-      r.skew !== null && worstId !== null
-        ? `Rank ${worstId} is the slowest: its median ${local ? "work outside backward" : "step"} is ${(r.skew * 100).toFixed(1)}% of a step above the other ranks' (the straggler measure; under DDP the others wait for it in backward, so the work outside backward tells).` +
-          (straggler.size ? "" : " Below the straggler threshold, or within the steps' noise: no straggler.")
-        : r.per_rank.length === 1
-          ? "One rank: nothing to compare."
-          : "";
-    return h(
-      "div",
-      { class: "telem-block", testid: "telemetry-ranks" },
-      h("div", { class: "telem-sub" }, h("span", { text: "Rank skew" }), h("span", { class: "telem-note", text: "medians after warm-up" })),
-      h(
-        "div",
-        { class: "skew-legend" },
-        h("span", {}, swatch(paletteColor(0)), "iteration"),
-        h("span", {}, swatch(paletteColor(1)), "work outside backward"),
-      ),
-      h("div", { class: "skew-wrap" }, h("table", { class: "kv-table skew-table" }, h("tbody", {}, ...rows))),
-      skewText ? h("div", { class: "telem-note", text: skewText }) : null,
-    );
   }
 
   private timeCharts(d: TelemetryResponse, mounts: (() => void)[]): HTMLElement | null {

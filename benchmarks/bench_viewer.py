@@ -410,7 +410,7 @@ def performance_view_browser(root: Path, ranks: int = 8, steps: int = 100_000, r
     cold, by_url, warm, warm_requests, sizes = [], [], [], [], {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-        for i in range(rounds):
+        for _ in range(rounds):
             for how in ("click", "address"):
                 proc, url = start_ui(root)  # a fresh server: its answers are built from the database
                 try:

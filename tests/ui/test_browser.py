@@ -970,49 +970,50 @@ def test_the_inspector_shows_the_telemetry_of_a_captured_run(browser: Browser, c
         expect(abstained).to_contain_text(f"{len(final['abstained'])} rules could not judge")
         expect(abstained.locator("li").first).to_be_hidden()
 
-        # the step-time chart draws (a canvas with painted pixels) with iteration and the phases
-        steps = section.get_by_test_id("telemetry-steps")
-        steps.scroll_into_view_if_needed()
-        canvas = steps.locator("canvas")
-        expect(canvas).to_be_visible()
-        page.wait_for_function("(c) => c.width > 0", arg=canvas.element_handle())
-        assert painted_pixels(canvas) > 500
-        legend = steps.get_by_test_id("telemetry-legend-item")
-        expect(legend.first).to_have_text("iteration")
-        expect(steps).to_contain_text("backward")
+        # the inspector is a summary: the charts are in the Performance view, which it links to
+        expect(section.get_by_test_id("telemetry-steps")).to_have_count(0)
+        expect(section.get_by_test_id("telemetry-more")).to_contain_text("in the Performance view")
         shot(page, "inspector-telemetry")
+        section.get_by_test_id("telemetry-open-performance").click()
+        perf = page.locator("[data-testid=perf-run][data-name=train_html]")
+        expect(perf).to_be_visible()
 
-        # rank skew: both ranks, one marked: the slowest by the straggler measure, labelled
+        # the step by phase over steps: a stacked area of the phases (backward among them)
+        breakdown = perf.get_by_test_id("perf-breakdown")
+        expect(breakdown.get_by_test_id("perf-area")).to_be_visible()
+        expect(breakdown.get_by_test_id("perf-area-phase").first).to_be_attached()
+        expect(breakdown).to_contain_text("backward")
+
+        # the ranks: both in the heatmap, one marked: the slowest by the straggler measure, labelled
         # "straggler" when the diagnosis names it (the same rank), else "slowest"
-        skew = section.get_by_test_id("telemetry-ranks")
-        expect(skew.get_by_test_id("skew-row")).to_have_count(2)
+        heat = perf.get_by_test_id("perf-heatmap")
+        expect(heat.get_by_test_id("heat-row")).to_have_count(2)
         worst = str(final["step_time"]["worst_rank"])
         named = {str(r) for f in final["findings"] if f["kind"] == "straggler" for r in f["evidence"]["ranks"]}
         assert not named or named == {worst}
-        expect(skew.get_by_test_id("skew-straggler")).to_have_count(len(named))
-        expect(skew.get_by_test_id("skew-worst")).to_have_count(0 if named else 1)
-        expect(skew.locator(f"[data-testid=skew-row][data-rank='{worst}']")).to_contain_text(
+        expect(heat.locator("[data-testid=heat-row][data-straggler='1']")).to_have_count(len(named))
+        expect(heat.locator(f"[data-testid=heat-row][data-rank='{worst}']")).to_contain_text(
             "straggler" if named else "slowest")
-        expect(section.get_by_test_id("telemetry-rss").locator("canvas")).to_be_visible()
-        expect(section.get_by_test_id("telemetry-host").locator("canvas")).to_be_visible()
-        skew.scroll_into_view_if_needed()
-        shot(page, "inspector-telemetry-ranks")
+        expect(perf.get_by_test_id("telemetry-rss").locator("canvas").first).to_be_visible()
+        expect(perf.get_by_test_id("telemetry-host").locator("canvas").first).to_be_visible()
+        heat.scroll_into_view_if_needed()
+        shot(page, "perf-telemetry-ranks")
 
         # the captured output: the HTML-looking line is text, not an image
-        log = section.get_by_test_id("telemetry-log")
+        log = perf.get_by_test_id("telemetry-log")
         log.scroll_into_view_if_needed()
         expect(log).to_contain_text("epoch 1: train/loss")
         html_line = log.get_by_test_id("log-line").filter(has_text=XSS_NAME)
         expect(html_line).to_have_text(XSS_NAME)
         expect(html_line).to_have_attribute("data-stream", "stderr")
-        shot(page, "inspector-telemetry-logs")
-        section.get_by_test_id("telemetry-log-stderr").click()
+        shot(page, "perf-telemetry-logs")
+        perf.get_by_test_id("telemetry-log-stderr").click()
         expect(log.locator("[data-testid=log-line][data-stream=stdout]")).to_have_count(0)
         expect(html_line).to_be_visible()
-        section.get_by_test_id("telemetry-log-rank").select_option("1")
+        perf.get_by_test_id("telemetry-log-rank").select_option("1")
         expect(log.get_by_test_id("log-line").filter(has_text=XSS_NAME)).to_have_count(1)
-        section.get_by_test_id("telemetry-log-all").click()
-        section.get_by_test_id("telemetry-log-rank").select_option("0")  # rank 0 prints the epochs
+        perf.get_by_test_id("telemetry-log-all").click()
+        perf.get_by_test_id("telemetry-log-rank").select_option("0")  # rank 0 prints the epochs
         expect(log.locator("[data-testid=log-line][data-stream=stdout]").first).to_be_visible()
 
         assert page.locator("#app img, .inspector img").count() == 0
@@ -1043,22 +1044,31 @@ def test_telemetry_losses_gpu_charts_and_a_corrupt_database_in_the_inspector(bro
         expect(section.get_by_test_id("telemetry-status")).to_contain_text("Telemetry degraded")
         expect(section.get_by_test_id("telemetry-status")).to_contain_text("exit code -9")
         expect(section.get_by_test_id("telemetry-partial")).to_contain_text("rank 1 dropped 4 batches")
-        for chart in ("telemetry-steps", "telemetry-memory", "telemetry-rss", "telemetry-host", "telemetry-gpu"):
-            expect(section.get_by_test_id(chart).locator("canvas")).to_be_visible()
-        expect(section.get_by_test_id("telemetry-memory")).to_contain_text("rank 1 cuda:1 alloc")
-        expect(section.get_by_test_id("telemetry-logs")).to_contain_text("No captured stdout/stderr.")
         shot(page, "inspector-telemetry-degraded")
-        section.get_by_test_id("telemetry-gpu").scroll_into_view_if_needed()
-        shot(page, "inspector-telemetry-gpu")
+        section.get_by_test_id("telemetry-open-performance").click()
+        perf = page.locator("[data-testid=perf-run][data-name=baseline]")
+        expect(perf.get_by_test_id("telemetry-status")).to_contain_text("Telemetry degraded")
+        expect(perf.get_by_test_id("telemetry-partial")).to_contain_text("rank 1 dropped 4 batches")
+        expect(perf.get_by_test_id("perf-area")).to_be_visible()
+        for chart in ("telemetry-memory", "telemetry-rss", "telemetry-host", "telemetry-gpu"):
+            expect(perf.get_by_test_id(chart).locator("canvas").first).to_be_visible()
+        expect(perf.get_by_test_id("telemetry-memory")).to_contain_text("rank 1 cuda:1 alloc")
+        expect(perf.get_by_test_id("telemetry-logs")).to_contain_text("No captured stdout/stderr.")
+        perf.get_by_test_id("telemetry-gpu").scroll_into_view_if_needed()
+        shot(page, "perf-telemetry-gpu")
 
+        page.get_by_test_id("nav-runs").click()
         row(page, "high-lr").locator(".cell-name").click()
         expect(page.get_by_test_id("inspector-name")).to_have_text("high-lr")
         section = page.get_by_test_id("inspector-telemetry")
         expect(section.get_by_test_id("telemetry-status")).to_contain_text("telemetry database is damaged")
-        expect(section.get_by_test_id("telemetry-log")).to_have_text("RuntimeError: boom")
-        expect(section.get_by_test_id("telemetry-steps")).to_have_count(0)
         expect(page.get_by_test_id("inspector-metrics")).to_be_visible()  # the rest of the inspector is fine
         shot(page, "inspector-telemetry-corrupt")
+        section.get_by_test_id("telemetry-open-performance").click()
+        perf = page.locator("[data-testid=perf-run][data-name=high-lr]")
+        expect(perf.get_by_test_id("telemetry-log")).to_have_text("RuntimeError: boom")  # read without the database
+        expect(perf.get_by_test_id("perf-area")).to_have_count(0)
+        page.get_by_test_id("nav-runs").click()
 
         row(page, "small-model").locator(".cell-name").click()  # never captured: no Telemetry section
         expect(page.get_by_test_id("inspector-name")).to_have_text("small-model")

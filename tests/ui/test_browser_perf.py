@@ -30,12 +30,10 @@ from tests.ui.test_browser import (
     expect,
     open_viewer,
     png_phys,
-    redrawn,
     row,
     select_runs,
     serve,
     shot,
-    x_range,
 )
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.examples import TRAIN_DIGITS
@@ -451,29 +449,26 @@ def test_a_live_captured_run_updates_its_performance_view_by_push_and_keeps_the_
                 " return !!a && Number(a.dataset.lastStep) > n; }", arg=first, timeout=60_000)
             heat = run.get_by_test_id("heat-svg")
             expect(heat).to_have_attribute("data-last-step", re.compile(r"^\d+$"))
-            # zoom the step chart: live redraws keep the zoomed range
-            chart = run.get_by_test_id("telemetry-steps")
-            expect(chart.locator(".uplot")).to_be_visible(timeout=WAIT_MS)
-            chart.scroll_into_view_if_needed()
-            for _ in range(5):
-                box = chart.locator(".u-over").bounding_box()
-                if box is None:
-                    page.wait_for_timeout(100)
-                    continue
-                y = box["y"] + box["height"] / 2
-                page.mouse.move(box["x"] + box["width"] * 0.25, y)
-                page.mouse.down()
-                page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=12)
-                page.mouse.up()
-                if chart.locator(".uplot[data-zoomed='1']").count():
-                    break
-            else:
-                raise AssertionError("dragging across the step chart did not zoom it")
-            zoomed = x_range(page, chart)
-            for _ in range(2):
-                redrawn(page, chart)
-                expect(chart.locator(".uplot")).to_have_attribute("data-zoomed", "1")
-                assert x_range(page, chart) == zoomed
+            # zoom the phase breakdown (drag across it): live redraws keep the zoomed range
+            area.scroll_into_view_if_needed()
+            box = run.get_by_test_id("perf-area-over").bounding_box()
+            assert box is not None
+            y = box["y"] + box["height"] / 2
+            page.mouse.move(box["x"] + box["width"] * 0.25, y)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=12)
+            page.mouse.up()
+            expect(area).to_have_attribute("data-zoomed", "1", timeout=WAIT_MS)
+            zoomed = (area.get_attribute("data-x0"), area.get_attribute("data-x1"))
+            assert zoomed[0] is not None and zoomed[1] is not None and float(zoomed[0]) < float(zoomed[1])
+            expect(run.get_by_test_id("perf-breakdown")).to_contain_text("double-click for every step")
+            for _ in range(2):  # two pushed updates later the chart is redrawn, still zoomed to the same steps
+                grown = int(area.get_attribute("data-last-step") or "0")
+                page.wait_for_function(
+                    "(n) => { const a = document.querySelector('[data-name=live-perf] [data-testid=perf-area]');"
+                    " return !!a && Number(a.dataset.lastStep) > n; }", arg=grown, timeout=60_000)
+                expect(area).to_have_attribute("data-zoomed", "1")
+                assert (area.get_attribute("data-x0"), area.get_attribute("data-x1")) == zoomed
             shot(page, "perf-view-live")
             # the run ends: the final summary replaces the provisional diagnoses, still without a reload
             stop.write_text("")
@@ -491,3 +486,32 @@ def test_a_live_captured_run_updates_its_performance_view_by_push_and_keeps_the_
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def test_reopening_a_runs_performance_view_or_inspector_makes_no_request(browser: Browser, viewer: Viewer) -> None:
+    """Issue 13 item 5 (warm): a run's performance-page answer is fetched once and kept; the view and
+    the inspector shown again draw it with no request while the run has not changed."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        expect(page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-more")).to_be_visible()
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=lagging]")
+        expect(run.get_by_test_id("perf-area")).to_be_visible()
+        expect(run.get_by_test_id("heat-svg")).to_be_visible()
+        fetched = [u for u in s.requests if "/performance-page" in u]
+        assert len(fetched) == 1, fetched  # the inspector and the view shared one answer
+        s.requests.clear()
+        for _ in range(2):
+            page.get_by_test_id("nav-runs").click()
+            row(page, "lagging").locator(".cell-name").click()  # its inspector again
+            expect(page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-more")).to_be_visible()
+            page.get_by_test_id("nav-performance").click()
+            expect(run.get_by_test_id("perf-area")).to_be_visible()
+            expect(run.get_by_test_id("heat-row")).to_have_count(2)
+        page.wait_for_timeout(500)  # a late request would show here
+        # (the inspector's own sections, the run's details and attachments, are asked again)
+        answers = re.compile(r"/api/runs/[^?]*/(performance-page|telemetry|performance)\b")
+        telemetry = [u for u in s.requests if answers.search(u)]
+        assert not telemetry, telemetry
+        s.assert_clean()

@@ -100,16 +100,19 @@ def test_one_slowest_rank_in_the_table_the_rank_panels_and_the_phase_breakdown(
         expect(cell(page, "ddp", "perf.gpu_util_pct")).to_have_text("–")
 
         run = perf_view(page, "ddp")
-        # the per-rank panel: rank 0 alone is marked, as the straggler; no "slowest" elsewhere
-        ranks = run.get_by_test_id("telemetry-ranks")
-        expect(ranks.get_by_test_id("skew-straggler")).to_have_count(1)
-        expect(ranks.locator("[data-testid=skew-row][data-rank='0']")).to_contain_text("straggler")
-        expect(ranks.get_by_test_id("skew-worst")).to_have_count(0)
-        expect(ranks).to_contain_text("Rank 0 is the slowest")
-        # the heatmap marks the same rank
+        # the per-rank view (the heatmap with each rank's median): rank 0 alone is marked, as the
+        # straggler; no rank is called "slowest" beside it
         heat = run.get_by_test_id("perf-heatmap")
+        expect(heat.locator("[data-testid=heat-row][data-straggler='1']")).to_have_count(1)
         expect(heat.locator("[data-testid=heat-row][data-rank='0']")).to_have_attribute("data-straggler", "1")
-        expect(heat.locator("[data-testid=heat-row][data-rank='1']")).not_to_contain_text("slowest")
+        expect(heat.locator("[data-testid=heat-row][data-rank='0']")).to_contain_text("straggler")
+        expect(heat.get_by_test_id("heat-svg")).not_to_contain_text("slowest")
+        # the medians are the summary's (outside backward: the straggler measure, shown first)
+        expect(heat.get_by_test_id("heat-svg")).to_have_attribute("data-mode", "local")
+        for r in st["per_rank"]:
+            median = heat.locator(f"[data-testid=heat-row][data-rank='{r['rank']}'] [data-testid=heat-median]")
+            shown = float(median.get_attribute("data-value") or "nan")
+            assert shown == pytest.approx(r["outside_backward_median_ms"], rel=1e-3)
         # the phase breakdown shows that rank at every step, and says so
         breakdown = run.get_by_test_id("perf-breakdown")
         area = breakdown.get_by_test_id("perf-area")

@@ -277,8 +277,8 @@ def test_a_wide_zoom_into_a_downsampled_series_gets_finer_min_max_buckets_of_tha
 def test_the_captured_output_of_a_rank_opens_at_its_end_and_again_on_another_stream(
     browser: Browser, tmp_path: Path,
 ) -> None:
-    """The inspector's "Captured output" panel: the newest lines in view when it opens (like a
-    terminal), and again after picking another stream."""
+    """The Performance view's "Captured output" panel (the inspector links to it): the newest lines
+    in view when it opens (like a terminal), and again after picking another stream."""
     root = tmp_path / "traceml" / "runs"
     generate(root, runs=2, seed=0)
     agg = next(root.glob("*_baseline_*")) / "aggregator"
@@ -289,14 +289,16 @@ def test_the_captured_output_of_a_rank_opens_at_its_end_and_again_on_another_str
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
         row(page, "baseline").locator(".cell-name").click()
-        log = page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log")
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=baseline]")
+        log = run.get_by_test_id("telemetry-log")
         expect(log).to_contain_text(f"output line {LOG_LINES - 1:04d}")
         log.scroll_into_view_if_needed()
         scrolled_to_end(page, log)
         expect(log.get_by_test_id("log-line").last).to_be_in_viewport()
         log.evaluate("(el) => { el.scrollTop = 0; }")  # the user reads older lines...
-        page.get_by_test_id("inspector-telemetry").get_by_test_id("telemetry-log-stderr").click()
+        run.get_by_test_id("telemetry-log-stderr").click()
         expect(log.locator("[data-testid=log-line][data-stream=stdout]")).to_have_count(0)
         scrolled_to_end(page, log)  # ...another stream opens at its end
-        shot(page, "inspector-captured-output-tail")
+        shot(page, "perf-captured-output-tail")
         s.assert_clean()

@@ -29,12 +29,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from traceml_ai.diagnose.perf import aggregator_finalizing
 from traceml_ai.diagnose.summary import FINAL_SUMMARY, TELEMETRY_DB
 from traceml_ai.diagnose.timeline import RankTimeline
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, PerformanceViews, breakdown_rank, rank_breakdown
 from traceml_ai.ui.reads import pinned_read, shared_step_table
-from traceml_ai.ui.telemetry import LIVE_STATUSES, TelemetryViews, _stamps
+from traceml_ai.ui.telemetry import LIVE_STATUSES, TelemetryViews, answer_stamps
 
 LIVE_MIN_INTERVAL_S = 1.0
 CACHE_RUNS = 16
@@ -73,13 +74,19 @@ class PerformancePageViews:
         with self._lock:
             run_lock = self._run_locks.setdefault(run.key, threading.Lock())
         with run_lock:
-            stamps, agg, _refused = _stamps(run.key)
+            stamps, agg, _refused = answer_stamps(run.key)
             with self._lock:
                 hit = self._cache.get(run.key)
-            live = run.display_status in LIVE_STATUSES
+            # Rate-limited only while the run is still being written (training, or its aggregator
+            # writing the verdict): once it is not, the answer after its last change must be built
+            # from that change, or the page would keep a "live" answer no event replaces.
+            live = run.display_status in LIVE_STATUSES or aggregator_finalizing(run.key)
             if hit is not None:
                 wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s)
-                if hit.stamps == stamps or ((live or hit.answer["live"]) and time.monotonic() - hit.built_at < wait):
+                # (the same files but a run that stopped being live, e.g. run.json says completed:
+                # built again, so the answer says so)
+                if (hit.stamps == stamps and hit.answer["live"] == live) or (
+                        live and time.monotonic() - hit.built_at < wait):
                     return hit.answer
             started = time.monotonic()
             names = {name for name, _, _ in stamps}

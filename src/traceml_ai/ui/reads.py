@@ -101,7 +101,8 @@ class SharedReads:
         (with totals, when ``totals`` is asked for). Never raises for a bad file (see
         :class:`~traceml_ai.diagnose.readers.Telemetry` ``status``)."""
         path = os.path.realpath(db_path)
-        pinned = getattr(self._pins, "reads", {}).get(path)
+        pins: dict[str, tuple[Telemetry, bool]] = getattr(self._pins, "reads", {})
+        pinned = pins.get(path)
         if pinned is not None and (pinned[1] or not totals):
             return pinned[0]
         with self._lock:

@@ -110,14 +110,15 @@ class TelemetryViews:
             run_lock = self._run_locks[run.key]
         with run_lock:  # two pages asking at once: the second gets the first one's answer
             live = run.display_status in LIVE_STATUSES
-            stamps, agg, refused = _stamps(run.key)
+            stamps, agg, refused = answer_stamps(run.key)
             # Ended, but its aggregator is still writing the verdict: followed like a live run meanwhile.
             finalizing = not live and aggregator_finalizing(run.key)
             live = live or finalizing
             with self._lock:
                 hit = self._cache.get(run.key)
             wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s) if hit is not None else 0.0
-            if hit is not None and not fresh and (hit.stamps == stamps or (live and time.monotonic() - hit.read_at < wait)):
+            recent = live and time.monotonic() - hit.read_at < wait if hit is not None else False
+            if hit is not None and not fresh and (hit.stamps == stamps or recent):
                 return {**hit.payload, "live": live, "finalizing": finalizing}
             started = time.monotonic()
             answer = self._build(run.key, agg, stamps)
@@ -429,8 +430,10 @@ def _ranks(final: Summary | None, live: Summary | None) -> dict[str, Any] | None
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
-    """The stamps of the files the answer reads (the database's ``-wal`` too, which is what changes
-    while a run is live): see :func:`traceml_ai.runs.aggregator_files.list_aggregator_files`."""
+def answer_stamps(run_dir: str) -> tuple[tuple[Stamp, ...], str | None, str | None]:
+    """The stamps of the files a telemetry or Performance page answer reads (the database's
+    ``-wal`` too, which is what changes while a run is live): ``(stamps, aggregator folder or None,
+    why the folder was refused or None)``, as
+    :func:`traceml_ai.runs.aggregator_files.list_aggregator_files` gives them."""
     wanted = frozenset({TELEMETRY_DB, TELEMETRY_DB + "-wal", FINAL_SUMMARY, FINALIZATION_WARNING, MANIFEST})
     return list_aggregator_files(run_dir, lambda name: name in wanted or RANK_LOG.match(name) is not None)

@@ -173,7 +173,7 @@ export class TelemetryPanel {
   private section(content: Child): HTMLElement {
     const det = h(
       "details",
-      { class: "insp-section", testid: "inspector-telemetry" },
+      { class: "insp-section", testid: this.page ? "perf-telemetry" : "inspector-telemetry" },
       h("summary", { class: "insp-section-title" }, h("span", { text: this.opts.title ?? "Telemetry" }), this.data?.live ? h("span", { class: "telem-live", text: this.data.finalizing ? "finalizing" : "live" }) : null),
       content,
     );

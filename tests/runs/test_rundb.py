@@ -329,3 +329,15 @@ def test_the_perf_table_holds_the_facts_of_captured_runs(store: RunStore, tmp_pa
             "perf.telemetry": "ok", "perf.verdict": "healthy"}
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("text", [b'{"run.json": [-1, 5]}', b'{"notes.txt": [1, 5]}', b'{"run.json": [1]}',
+                                  b'{"run.json": [1.5, 5]}', b'[]'])
+def test_a_stamp_that_is_not_a_core_files_two_counts_is_refused_naming_the_run(text: bytes) -> None:
+    # The stamps of all runs are decoded and checked at once (issue 16); a bad one still names its run.
+    from traceml_ai.runs.rundb import _decode_stamps, _Invalid
+
+    good = b'{".": [7, 1], "run.json": [1, 5]}'
+    assert _decode_stamps([good], ["/r/a"]) == [{".": (7, 1), "run.json": (1, 5)}]
+    with pytest.raises(_Invalid, match="/r/b"):
+        _decode_stamps([good, text], ["/r/a", "/r/b"])

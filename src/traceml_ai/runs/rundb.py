@@ -64,7 +64,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import Any, Final, NamedTuple
+from typing import Annotated, Any, Final, Literal, NamedTuple, get_args
 from urllib.parse import quote
 
 import msgspec
@@ -886,7 +886,12 @@ def _check_stamps(obj: Any, run_key: str) -> None:
 # dict-decoder and the checks above, one run at a time, which name the run and field at fault.
 
 _SUMMARY: Final = msgspec.json.Decoder(RunSummary)
-_STAMPS: Final = msgspec.json.Decoder(list[dict[str, tuple[int, int]]])
+_StampName = Literal[".", "config.json", "metrics.json", "metrics.jsonl", "params.yaml", "run.json"]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_STAMPS: Final = msgspec.json.Decoder(list[dict[_StampName, tuple[_Count, _Count]]])
+"""Decodes the stamps of every run at once and checks them as it goes (the core files and the
+folder only, integers >= 0): no Python pass over 600,000 numbers at 100,000 runs."""
+assert frozenset(get_args(_StampName)) == _CORE, "keep _StampName in step with the core files"
 _SUMMARY_KEY: Final = attrgetter("key")
 _DISPLAY_STATUS: Final = attrgetter("display_status")
 _NOT_EMPTY_GETTERS: Final = tuple(attrgetter(name) for name in _NOT_EMPTY)
@@ -953,10 +958,8 @@ def _decode_stamps(texts: list[bytes], run_keys: list[str]) -> list[FileStamps]:
         stamps = _STAMPS.decode(b"[" + b",".join(texts) + b"]")
     except msgspec.MsgspecError:
         stamps = []
-    if len(stamps) == len(texts) and set(chain.from_iterable(stamps)) <= _CORE:
-        numbers = list(chain.from_iterable(chain.from_iterable(map(dict.values, stamps))))
-        if min(numbers, default=0) >= 0:
-            return stamps
+    if len(stamps) == len(texts):
+        return stamps  # type: ignore[return-value]  # (the names are the core files' and ".")
     out: list[FileStamps] = []
     for text, run_key in zip(texts, run_keys, strict=True):
         obj = _decode(text)

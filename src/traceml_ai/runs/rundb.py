@@ -922,9 +922,9 @@ def _share_texts(summaries: list[RunSummary]) -> None:
         _SHARED.clear()
     for s in summaries:
         names = s.metric_names
-        names[:] = [share(n, n) for n in names]
+        names[:] = map(share, names, names)
         if s.tags:
-            s.tags[:] = [share(t, t) for t in s.tags]
+            s.tags[:] = map(share, s.tags, s.tags)
         s.root = share(s.root, s.root)
         if s.status is not None:
             s.status = share(s.status, s.status)

@@ -17,6 +17,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -514,4 +515,66 @@ def test_reopening_a_runs_performance_view_or_inspector_makes_no_request(browser
         answers = re.compile(r"/api/runs/[^?]*/(performance-page|telemetry|performance)\b")
         telemetry = [u for u in s.requests if answers.search(u)]
         assert not telemetry, telemetry
+        s.assert_clean()
+
+
+def _hash_zoom(page: Page) -> Any:
+    """The phase-chart zooms the address holds (``pz`` in its hash), or None."""
+    got = urllib.parse.parse_qs(urllib.parse.urlsplit(page.url).fragment).get("pz")
+    return json.loads(got[0]) if got else None
+
+
+def test_a_phase_chart_zoom_is_kept_in_the_address_and_across_a_reopen(browser: Browser, viewer: Viewer) -> None:
+    """Issue 13 item 3: the steps a user zoomed the phase chart to stay when the view is left and
+    opened again, after a reload and in a tab opened on the link; a double-click forgets them."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=lagging]")
+        area = run.get_by_test_id("perf-area")
+        expect(area).to_be_visible()
+        expect(area).to_have_attribute("data-zoomed", "0")
+        whole = (float(area.get_attribute("data-x0") or "nan"), float(area.get_attribute("data-x1") or "nan"))
+        box = run.get_by_test_id("perf-area-over").bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=12)
+        page.mouse.up()
+        expect(area).to_have_attribute("data-zoomed", "1")
+        zoomed = (float(area.get_attribute("data-x0") or "nan"), float(area.get_attribute("data-x1") or "nan"))
+        assert whole[0] < zoomed[0] < zoomed[1] < whole[1]
+        expect(run.get_by_test_id("perf-area-from")).to_have_text(f"step {int(zoomed[0])}")
+        page.wait_for_function("() => location.hash.includes('pz=')")
+        assert _hash_zoom(page) == {viewer.key_of("lagging"): [zoomed[0], zoomed[1]]}
+
+        def still_zoomed(p: Page) -> None:
+            a = p.locator("[data-testid=perf-run][data-name=lagging] [data-testid=perf-area]")
+            expect(a).to_have_attribute("data-zoomed", "1")
+            assert (float(a.get_attribute("data-x0") or "nan"), float(a.get_attribute("data-x1") or "nan")) == zoomed
+
+        page.get_by_test_id("nav-runs").click()  # left and opened again
+        expect(page.get_by_test_id("performance")).to_be_hidden()
+        page.get_by_test_id("nav-performance").click()
+        still_zoomed(page)
+        # a reload opens the remembered view (saved a moment after each change: wait for it)
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while (saved := viewer.api("/api/ui-state")).get("view") != "performance" or not saved.get("perfZoom"):
+            assert time.monotonic() < deadline, saved
+            time.sleep(0.1)
+        assert saved["perfZoom"] == {viewer.key_of("lagging"): [zoomed[0], zoomed[1]]}
+        page.reload()
+        still_zoomed(page)
+        shot(page, "perf-zoom-reopened")
+        other = page.context.new_page()  # a new tab on the link
+        other.goto(page.url)
+        still_zoomed(other)
+        other.close()
+
+        run.get_by_test_id("perf-area-over").dblclick()  # every step again: the address forgets the zoom
+        expect(area).to_have_attribute("data-zoomed", "0")
+        page.wait_for_function("() => !location.hash.includes('pz=')")
+        assert _hash_zoom(page) is None
         s.assert_clean()

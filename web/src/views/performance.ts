@@ -21,7 +21,7 @@ import { fmtPerf, isCaptured, perfMissingReason } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
 import { fmtNum, ranksText } from "../format";
 import type { ViewModule } from "../shell";
-import { store } from "../store";
+import { MAX_PERF_ZOOMS, store } from "../store";
 import { keptAnswer } from "../perfAnswers";
 import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse, ZoomedBreakdown } from "../types";
 import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
@@ -104,14 +104,26 @@ function rollingMedian(values: (number | null)[], window: number): (number | nul
   });
 }
 
+/** The step range run `key`'s stacked area is zoomed to, or null (the address keeps it: UiState.perfZoom). */
+function zoomOf(key: string): [number, number] | null {
+  return store.ui.perfZoom[key] ?? null;
+}
+
+/** Zoom run `key`'s stacked area to `range` (null: every step); the most recently zoomed runs are kept. */
+function setZoom(key: string, range: [number, number] | null): void {
+  const next = Object.fromEntries(Object.entries(store.ui.perfZoom).filter(([k]) => k !== key));
+  if (range) next[key] = range;
+  const keys = Object.keys(next);
+  for (const k of keys.slice(0, Math.max(0, keys.length - MAX_PERF_ZOOMS))) delete next[k];
+  store.set("perfZoom", next);
+}
+
 export class PerformanceView implements ViewModule {
   private host!: HTMLElement;
   private visible = false;
   private panels = new Map<string, TelemetryPanel>();
   /** Each run's "live" badge, kept across redraws and set from every telemetry answer. */
   private liveBadges = new Map<string, HTMLElement>();
-  /** The step range each run's stacked area is zoomed to (kept across live updates; double-click forgets it). */
-  private zooms = new Map<string, [number, number]>();
   /** The finer breakdown fetched for a run's zoomed range, with the answer stamp it was cut from. */
   private zoomed = new Map<string, { range: [number, number]; stamp: string; data: ZoomedBreakdown["breakdown"] | "loading" }>();
   /** What the last full draw showed (the runs, their perf facts, the verdicts): the same on show() → no redraw. */
@@ -133,6 +145,10 @@ export class PerformanceView implements ViewModule {
       if (now !== seen && !store.restoring && store.ui.perfRun !== null) store.set("perfRun", null);
       seen = now;
       if (this.visible) this.render();
+    });
+    // Back/Forward (or an edited address) may zoom a shown run's stacked area elsewhere.
+    store.on("restored", () => {
+      if (this.visible) for (const run of shownRuns()) this.redrawBreakdown(run);
     });
     // Pushed over server-sent events (live.ts): a shown run changed (a live run's telemetry grew, or
     // its final summary arrived). Fetch its answers again; the old ones stay on screen until then.
@@ -421,7 +437,7 @@ export class PerformanceView implements ViewModule {
     const firstStep = whole.x[0]!;
     const lastStep = whole.x[whole.x.length - 1]!;
     // The zoomed range: its finer points once fetched (for this answer), meanwhile the whole run's points in it.
-    const zoom = this.zooms.get(run.key) ?? null;
+    const zoom = zoomOf(run.key);
     let b = whole;
     if (zoom) {
       const stamp = keptAnswer(run.key)?.stamp ?? "";
@@ -549,14 +565,15 @@ export class PerformanceView implements ViewModule {
         const lo = toStep(Math.min(start, end));
         const hi = toStep(Math.max(start, end));
         if (hi - lo < 2) return; // fewer than two steps: nothing to see
-        this.zooms.set(run.key, [Math.floor(lo), Math.ceil(hi)]);
+        setZoom(run.key, [Math.floor(lo), Math.ceil(hi)]);
         this.redrawBreakdown(run);
       };
       window.addEventListener("mousemove", move);
       window.addEventListener("mouseup", up);
     });
     over.addEventListener("dblclick", () => {
-      if (!this.zooms.delete(run.key)) return;
+      if (!zoomOf(run.key)) return;
+      setZoom(run.key, null);
       this.zoomed.delete(run.key);
       this.redrawBreakdown(run);
     });
@@ -572,7 +589,7 @@ export class PerformanceView implements ViewModule {
     api.zoomedBreakdown(run.key, range[0], range[1]).then(
       (res) => {
         const now = this.zoomed.get(run.key);
-        const zoom = this.zooms.get(run.key);
+        const zoom = zoomOf(run.key);
         if (!now || !zoom || zoom[0] !== range[0] || zoom[1] !== range[1]) return; // zoomed elsewhere meanwhile
         this.zoomed.set(run.key, { range, stamp, data: res.breakdown });
         this.redrawBreakdown(run);

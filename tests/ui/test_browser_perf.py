@@ -17,6 +17,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.conftest import run_traceml
+from tests.diagnose.telemetry_db import RunSpec, write_run
 from tests.ui.test_browser import (
     WAIT_MS,
     expect,
@@ -37,8 +39,10 @@ from tests.ui.test_browser import (
     shot,
 )
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
+from traceml_ai.diagnose import write_final_summary
 from traceml_ai.examples import TRAIN_DIGITS
-from traceml_ai.runs.fake import generate
+from traceml_ai.runs.fake import generate, live_run
+from traceml_ai.runs.writer import atomic_write, dump_json
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -578,3 +582,50 @@ def test_a_phase_chart_zoom_is_kept_in_the_address_and_across_a_reopen(browser: 
         page.wait_for_function("() => !location.hash.includes('pz=')")
         assert _hash_zoom(page) is None
         s.assert_clean()
+
+
+def test_a_run_that_ends_with_the_same_telemetry_files_loses_its_live_badge(browser: Browser, tmp_path: Path) -> None:
+    """A captured run whose final summary was written while run.json still said running, then
+    ended: its files are the same, but the answer now says it is not live. The page took the new
+    answer for the kept one (same stamp) and kept saying "live" until a reload."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=1)
+    stop = threading.Event()
+    first_epoch = threading.Event()
+    thread = threading.Thread(target=live_run, args=(root,), daemon=True,
+                              kwargs={"interval": 0.5, "stop": stop, "on_epoch": lambda e: first_epoch.set()})
+    thread.start()
+    try:
+        assert first_epoch.wait(60)
+        (run,) = [p for p in root.iterdir() if "_live-run_" in p.name]
+        write_run(run, RunSpec(ranks=2, steps=120))
+        write_final_summary(run)
+        with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+            page = s.page
+            page.evaluate("window.__notReloaded = true")
+            expect(row(page, "live-run").get_by_test_id("status-badge")).to_have_text("running")
+            row(page, "live-run").locator(".cell-name").click()
+            page.get_by_test_id("inspector-performance").click()
+            perf = page.locator("[data-testid=perf-run][data-name=live-run]")
+            expect(perf.get_by_test_id("perf-area")).to_be_visible()
+            expect(perf.get_by_test_id("perf-live")).to_be_visible()
+            stamp = v.api(f"/api/runs/{urllib.parse.quote(str(run), safe='')}/performance-page")["stamp"]
+            # the run ends: only run.json changes
+            stop.set()
+            thread.join(timeout=30)
+            meta = json.loads((run / "run.json").read_text())
+            meta.update(status="completed", ended_at=meta["heartbeat_at"], exit={"code": 0, "signal": None})
+            atomic_write(run / "run.json", dump_json(meta))
+            deadline = time.monotonic() + WAIT_MS / 1000
+            status = lambda: next(r for r in v.api("/api/runs")["runs"] if r["name"] == "live-run")["display_status"]  # noqa: E731
+            while status() != "completed":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            expect(perf.get_by_test_id("perf-live")).to_be_hidden()
+            answer = v.api(f"/api/runs/{urllib.parse.quote(str(run), safe='')}/performance-page")
+            assert answer["stamp"] == stamp and answer["live"] is False  # the same files, not live now
+            assert page.evaluate("window.__notReloaded") is True
+            s.assert_clean()
+    finally:
+        stop.set()
+        thread.join(timeout=30)

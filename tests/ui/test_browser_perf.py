@@ -32,6 +32,7 @@ from tests.ui.test_browser import (
     WAIT_MS,
     expect,
     open_viewer,
+    painted_pixels,
     png_phys,
     row,
     select_runs,
@@ -316,6 +317,24 @@ def test_the_heatmap_tells_the_ddp_straggler_by_its_work_outside_backward(browse
             assert value == pytest.approx(per_rank[str(rank)]["outside_backward_median_ms"], rel=1e-3)
         (straggler,) = named
         assert medians[straggler] == max(medians.values())
+        # The cells are painted in one canvas, not one element each; the straggler's row is the
+        # reddest (blue is the fastest bucket, red the slowest).
+        cells = heat.get_by_test_id("heat-cells")
+        expect(cells).to_be_visible()
+        assert cells.get_attribute("data-rows") == str(len(medians))
+        assert painted_pixels(cells) > 0
+        expect(heat.locator("[data-testid=heat-svg] rect")).to_have_count(0)
+        redness = cells.evaluate(
+            """(c) => { const ctx = c.getContext('2d'); const rows = Number(c.dataset.rows);
+                const h = c.height / rows; const out = [];
+                for (let i = 0; i < rows; i++) {
+                  const d = ctx.getImageData(0, Math.floor(i * h + h / 2), c.width, 1).data;
+                  let red = 0; for (let k = 0; k < d.length; k += 4) red += d[k] - d[k + 2];
+                  out.push(red);
+                }
+                return out; }""")
+        order = [r.get_attribute("data-rank") for r in heat.get_by_test_id("heat-row").all()]
+        assert order[redness.index(max(redness))] == straggler
         # The iteration view has traceml summary's per-rank medians.
         heat.get_by_test_id("perf-heat-iteration").click()
         expect(heat.get_by_test_id("heat-svg")).to_have_attribute("data-mode", "iteration")

@@ -656,10 +656,42 @@ export class PerformanceView implements ViewModule {
     const cols = z[0]?.length ?? 0;
     const labelW = 150;
     const cellW = Math.max(2, Math.min(24, (W - labelW - 90) / Math.max(1, cols)));
-    const cellH = Math.max(14, Math.min(28, 200 / hm.ranks.length));
+    const cellH = Math.round(Math.max(14, Math.min(28, 200 / hm.ranks.length)));
     const heatW = labelW + cols * cellW + 90;
     const heatH = hm.ranks.length * cellH + 24;
     const svg = s("svg", { class: "perf-heat-svg", viewBox: `0 0 ${heatW} ${heatH}`, width: heatW, height: heatH, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
+    // The cells are drawn in one canvas (a pixel column per step bucket, stretched without
+    // smoothing), not one element each: 8 ranks x 400 buckets stay one element to lay out.
+    const colour = (v: number | null) => {
+      const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
+      return `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)`;
+    };
+    const canvas = h("canvas", { class: "perf-heat-cells", testid: "heat-cells" }) as HTMLCanvasElement;
+    canvas.width = Math.max(1, cols);
+    canvas.height = hm.ranks.length * cellH;
+    const ctx = canvas.getContext("2d");
+    z.forEach((row, i) =>
+      row.forEach((v, j) => {
+        if (v === null || !ctx) return;
+        ctx.fillStyle = colour(v);
+        ctx.fillRect(j, i * cellH + 1, 1, cellH - 2);
+      }),
+    );
+    canvas.dataset.cols = String(cols);
+    canvas.dataset.rows = String(hm.ranks.length);
+    // What a cell holds, under the mouse (one title for the canvas, set as the mouse moves).
+    canvas.addEventListener("mousemove", (ev) => {
+      const r = canvas.getBoundingClientRect();
+      const j = Math.floor(((ev.clientX - r.left) / Math.max(1, r.width)) * cols);
+      const i = Math.floor(((ev.clientY - r.top) / Math.max(1, r.height)) * hm.ranks.length);
+      const v = z[i]?.[j];
+      if (v === undefined) return;
+      const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
+      canvas.title = `rank ${String(hm.ranks[i] ?? "?")}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`;
+    });
+    const cells = s("foreignObject", { x: labelW, y: 0, width: cols * cellW, height: hm.ranks.length * cellH });
+    cells.appendChild(canvas);
+    svg.appendChild(cells);
     hm.ranks.forEach((rank, i) => {
       const id = String(rank ?? "?");
       const straggler = stragglers.has(id);
@@ -669,11 +701,6 @@ export class PerformanceView implements ViewModule {
       const slowest = !stragglers.size && worst !== null && worst !== undefined && String(worst) === id;
       const label = `rank ${id}${straggler ? " · straggler" : slowest ? " · slowest" : ""}`;
       g.appendChild(s("text", { x: 0, y: i * cellH + cellH / 2, class: `perf-axis-label${straggler ? " is-straggler" : ""}`, "dominant-baseline": "middle" }, label));
-      z[i]!.forEach((v, j) => {
-        const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
-        const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
-        g.appendChild(s("rect", { x: labelW + j * cellW, y: i * cellH + 1, width: cellW, height: cellH - 2, fill: v === null ? "transparent" : `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)` }, svgTitle(`rank ${id}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`)));
-      });
       const m = medianOf(i);
       g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
       svg.appendChild(g);

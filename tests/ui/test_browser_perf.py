@@ -648,3 +648,27 @@ def test_a_run_that_ends_with_the_same_telemetry_files_loses_its_live_badge(brow
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+def test_the_performance_views_charts_keep_their_size_while_the_view_is_hidden(browser: Browser,
+                                                                               viewer: Viewer) -> None:
+    """Leaving the view hid its charts: each was shrunk to its narrowest and widened again when the
+    view came back (two redraws per chart for nothing, and a flash of narrow charts)."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=lagging]")
+        canvas = run.get_by_test_id("telemetry-rss").locator("canvas").first
+        expect(canvas).to_be_visible()
+        page.wait_for_timeout(300)  # settled at its width
+        width = canvas.evaluate("(c) => c.width")
+        assert width > 400
+        page.get_by_test_id("nav-runs").click()
+        expect(page.get_by_test_id("performance")).to_be_hidden()
+        page.wait_for_timeout(400)  # past the resize debounce
+        assert canvas.evaluate("(c) => c.width") == width  # hidden: not redrawn narrow
+        page.get_by_test_id("nav-performance").click()
+        expect(canvas).to_be_visible()
+        assert canvas.evaluate("(c) => c.width") == width
+        s.assert_clean()

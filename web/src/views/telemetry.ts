@@ -519,7 +519,9 @@ export class TelemetryPanel {
   private resize(): void {
     for (const p of this.plots) {
       const parent = p.root.parentElement;
-      if (!parent || !parent.isConnected) continue;
+      // A hidden view (or a closed section) has no width: its charts keep theirs, not shrunk and
+      // widened again when it is shown.
+      if (!parent || !parent.isConnected || parent.clientWidth === 0) continue;
       const w = Math.max(240, parent.clientWidth);
       if (Math.abs(w - p.width) > 2) p.setSize({ width: w, height: PLOT_H });
     }

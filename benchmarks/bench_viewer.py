@@ -380,7 +380,7 @@ PANELS_DRAWN = """() => {
   const run = view && !view.hidden ? view.querySelector('[data-testid=perf-run]') : null;
   if (!run || run.textContent.includes('Loading…')) return false;
   const drawn = !!run.querySelector('[data-testid=perf-area] polygon')
-    && !!run.querySelector('[data-testid=heat-svg] rect')
+    && !!run.querySelector('[data-testid=heat-svg] [data-testid=heat-cells]')
     && run.querySelectorAll('.telem-card canvas').length >= 4
     && !!run.querySelector('[data-testid=telemetry-logs]');
   // ms from the click (or the navigation's start) to the frame this is checked in

@@ -17,6 +17,8 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.conftest import run_traceml
+from tests.diagnose.telemetry_db import RunSpec, write_run
 from tests.ui.test_browser import (
     WAIT_MS,
     expect,
     open_viewer,
+    painted_pixels,
     png_phys,
     row,
     select_runs,
@@ -36,8 +40,10 @@ from tests.ui.test_browser import (
     shot,
 )
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
+from traceml_ai.diagnose import write_final_summary
 from traceml_ai.examples import TRAIN_DIGITS
-from traceml_ai.runs.fake import generate
+from traceml_ai.runs.fake import generate, live_run
+from traceml_ai.runs.writer import atomic_write, dump_json
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -311,6 +317,24 @@ def test_the_heatmap_tells_the_ddp_straggler_by_its_work_outside_backward(browse
             assert value == pytest.approx(per_rank[str(rank)]["outside_backward_median_ms"], rel=1e-3)
         (straggler,) = named
         assert medians[straggler] == max(medians.values())
+        # The cells are painted in one canvas, not one element each; the straggler's row is the
+        # reddest (blue is the fastest bucket, red the slowest).
+        cells = heat.get_by_test_id("heat-cells")
+        expect(cells).to_be_visible()
+        assert cells.get_attribute("data-rows") == str(len(medians))
+        assert painted_pixels(cells) > 0
+        expect(heat.locator("[data-testid=heat-svg] rect")).to_have_count(0)
+        redness = cells.evaluate(
+            """(c) => { const ctx = c.getContext('2d'); const rows = Number(c.dataset.rows);
+                const h = c.height / rows; const out = [];
+                for (let i = 0; i < rows; i++) {
+                  const d = ctx.getImageData(0, Math.floor(i * h + h / 2), c.width, 1).data;
+                  let red = 0; for (let k = 0; k < d.length; k += 4) red += d[k] - d[k + 2];
+                  out.push(red);
+                }
+                return out; }""")
+        order = [r.get_attribute("data-rank") for r in heat.get_by_test_id("heat-row").all()]
+        assert order[redness.index(max(redness))] == straggler
         # The iteration view has traceml summary's per-rank medians.
         heat.get_by_test_id("perf-heat-iteration").click()
         expect(heat.get_by_test_id("heat-svg")).to_have_attribute("data-mode", "iteration")
@@ -514,4 +538,137 @@ def test_reopening_a_runs_performance_view_or_inspector_makes_no_request(browser
         answers = re.compile(r"/api/runs/[^?]*/(performance-page|telemetry|performance)\b")
         telemetry = [u for u in s.requests if answers.search(u)]
         assert not telemetry, telemetry
+        s.assert_clean()
+
+
+def _hash_zoom(page: Page) -> Any:
+    """The phase-chart zooms the address holds (``pz`` in its hash), or None."""
+    got = urllib.parse.parse_qs(urllib.parse.urlsplit(page.url).fragment).get("pz")
+    return json.loads(got[0]) if got else None
+
+
+def test_a_phase_chart_zoom_is_kept_in_the_address_and_across_a_reopen(browser: Browser, viewer: Viewer) -> None:
+    """Issue 13 item 3: the steps a user zoomed the phase chart to stay when the view is left and
+    opened again, after a reload and in a tab opened on the link; a double-click forgets them."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=lagging]")
+        area = run.get_by_test_id("perf-area")
+        expect(area).to_be_visible()
+        expect(area).to_have_attribute("data-zoomed", "0")
+        whole = (float(area.get_attribute("data-x0") or "nan"), float(area.get_attribute("data-x1") or "nan"))
+        box = run.get_by_test_id("perf-area-over").bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=12)
+        page.mouse.up()
+        expect(area).to_have_attribute("data-zoomed", "1")
+        zoomed = (float(area.get_attribute("data-x0") or "nan"), float(area.get_attribute("data-x1") or "nan"))
+        assert whole[0] < zoomed[0] < zoomed[1] < whole[1]
+        expect(run.get_by_test_id("perf-area-from")).to_have_text(f"step {int(zoomed[0])}")
+        page.wait_for_function("() => location.hash.includes('pz=')")
+        assert _hash_zoom(page) == {viewer.key_of("lagging"): [zoomed[0], zoomed[1]]}
+
+        def still_zoomed(p: Page) -> None:
+            a = p.locator("[data-testid=perf-run][data-name=lagging] [data-testid=perf-area]")
+            expect(a).to_have_attribute("data-zoomed", "1")
+            assert (float(a.get_attribute("data-x0") or "nan"), float(a.get_attribute("data-x1") or "nan")) == zoomed
+
+        page.get_by_test_id("nav-runs").click()  # left and opened again
+        expect(page.get_by_test_id("performance")).to_be_hidden()
+        page.get_by_test_id("nav-performance").click()
+        still_zoomed(page)
+        # a reload opens the remembered view (saved a moment after each change: wait for it)
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while (saved := viewer.api("/api/ui-state")).get("view") != "performance" or not saved.get("perfZoom"):
+            assert time.monotonic() < deadline, saved
+            time.sleep(0.1)
+        assert saved["perfZoom"] == {viewer.key_of("lagging"): [zoomed[0], zoomed[1]]}
+        page.reload()
+        still_zoomed(page)
+        shot(page, "perf-zoom-reopened")
+        other = page.context.new_page()  # a new tab on the link
+        other.goto(page.url)
+        still_zoomed(other)
+        other.close()
+
+        run.get_by_test_id("perf-area-over").dblclick()  # every step again: the address forgets the zoom
+        expect(area).to_have_attribute("data-zoomed", "0")
+        page.wait_for_function("() => !location.hash.includes('pz=')")
+        assert _hash_zoom(page) is None
+        s.assert_clean()
+
+
+def test_a_run_that_ends_with_the_same_telemetry_files_loses_its_live_badge(browser: Browser, tmp_path: Path) -> None:
+    """A captured run whose final summary was written while run.json still said running, then
+    ended: its files are the same, but the answer now says it is not live. The page took the new
+    answer for the kept one (same stamp) and kept saying "live" until a reload."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=1)
+    stop = threading.Event()
+    first_epoch = threading.Event()
+    thread = threading.Thread(target=live_run, args=(root,), daemon=True,
+                              kwargs={"interval": 0.5, "stop": stop, "on_epoch": lambda e: first_epoch.set()})
+    thread.start()
+    try:
+        assert first_epoch.wait(60)
+        (run,) = [p for p in root.iterdir() if "_live-run_" in p.name]
+        write_run(run, RunSpec(ranks=2, steps=120))
+        write_final_summary(run)
+        with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+            page = s.page
+            page.evaluate("window.__notReloaded = true")
+            expect(row(page, "live-run").get_by_test_id("status-badge")).to_have_text("running")
+            row(page, "live-run").locator(".cell-name").click()
+            page.get_by_test_id("inspector-performance").click()
+            perf = page.locator("[data-testid=perf-run][data-name=live-run]")
+            expect(perf.get_by_test_id("perf-area")).to_be_visible()
+            expect(perf.get_by_test_id("perf-live")).to_be_visible()
+            stamp = v.api(f"/api/runs/{urllib.parse.quote(str(run), safe='')}/performance-page")["stamp"]
+            # the run ends: only run.json changes
+            stop.set()
+            thread.join(timeout=30)
+            meta = json.loads((run / "run.json").read_text())
+            meta.update(status="completed", ended_at=meta["heartbeat_at"], exit={"code": 0, "signal": None})
+            atomic_write(run / "run.json", dump_json(meta))
+            deadline = time.monotonic() + WAIT_MS / 1000
+            status = lambda: next(r for r in v.api("/api/runs")["runs"] if r["name"] == "live-run")["display_status"]  # noqa: E731
+            while status() != "completed":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            expect(perf.get_by_test_id("perf-live")).to_be_hidden()
+            answer = v.api(f"/api/runs/{urllib.parse.quote(str(run), safe='')}/performance-page")
+            assert answer["stamp"] == stamp and answer["live"] is False  # the same files, not live now
+            assert page.evaluate("window.__notReloaded") is True
+            s.assert_clean()
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_the_performance_views_charts_keep_their_size_while_the_view_is_hidden(browser: Browser,
+                                                                               viewer: Viewer) -> None:
+    """Leaving the view hid its charts: each was shrunk to its narrowest and widened again when the
+    view came back (two redraws per chart for nothing, and a flash of narrow charts)."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "lagging").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        run = page.locator("[data-testid=perf-run][data-name=lagging]")
+        canvas = run.get_by_test_id("telemetry-rss").locator("canvas").first
+        expect(canvas).to_be_visible()
+        page.wait_for_timeout(300)  # settled at its width
+        width = canvas.evaluate("(c) => c.width")
+        assert width > 400
+        page.get_by_test_id("nav-runs").click()
+        expect(page.get_by_test_id("performance")).to_be_hidden()
+        page.wait_for_timeout(400)  # past the resize debounce
+        assert canvas.evaluate("(c) => c.width") == width  # hidden: not redrawn narrow
+        page.get_by_test_id("nav-performance").click()
+        expect(canvas).to_be_visible()
+        assert canvas.evaluate("(c) => c.width") == width
         s.assert_clean()

@@ -4,6 +4,7 @@ Starlette app over real telemetry databases (docs/viewer-api.md; issue 13 items 
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests.conftest import capture_digits, run_traceml
 from tests.diagnose.telemetry_db import RunSpec, write_run
 from traceml_ai.diagnose import write_final_summary
 from traceml_ai.runs.fake import generate
@@ -96,6 +98,9 @@ def test_unknown_uncaptured_and_corrupt_runs_are_answered_without_failing(root: 
     assert client.get(_url("/nope", "performance-page")).status_code == 404
     plain = _get(client, _url(_key(viewer, "small-model"), "performance-page"))
     assert plain["telemetry"]["state"] == "none" and plain["performance"]["heatmap"]["state"] == "none"
+    # the reason is said, not only the state: the page writes it where the panels would be
+    assert "not captured" in plain["performance"]["heatmap"]["detail"]
+    assert plain["performance"]["breakdown"] is None
     corrupt = _get(client, _url(_key(viewer, "high-lr"), "performance-page"))
     assert corrupt["telemetry"]["state"] == "corrupt"
     assert corrupt["performance"]["heatmap"]["state"] == "corrupt" and corrupt["performance"]["heatmap"]["detail"]
@@ -116,3 +121,33 @@ def test_the_answer_is_built_again_when_the_database_changes(tmp_path: Path) -> 
     second = _get(client, _url(key, "performance-page"))
     assert second["stamp"] != first["stamp"]
     assert second["telemetry"] == _get(client, _url(key, "telemetry"))
+
+
+@pytest.mark.timeout(600)  # a real 2-rank training first
+def test_a_real_captured_run_answers_the_numbers_of_the_separate_answers_and_traceml_summary(
+        tmp_path: Path) -> None:
+    """On a run captured by ``traceml run`` (the digits example, 2 ranks, the planted straggler):
+    the page answer equals ``/telemetry`` and ``/performance`` asked one by one, and its numbers
+    are those ``traceml summary --json`` prints."""
+    run = capture_digits(tmp_path, "ddp", ranks=2, plant="straggler")
+    client, viewer = _client(run.parent)
+    key = _key(viewer, "ddp")
+    page = _get(client, _url(key, "performance-page"))
+    assert page["live"] is False
+    assert page["telemetry"] == _get(client, _url(key, "telemetry"))
+    assert page["performance"] == _get(client, _url(key, "performance"))
+    done = run_traceml("summary", str(run), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    heat = page["performance"]["heatmap"]
+    assert heat["ranks"] == [0, 1]
+    assert page["telemetry"]["diagnoses"]["findings"][0]["kind"] == summary["findings"][0]["kind"]
+    assert page["telemetry"]["steps"]["warmup_steps"] == heat["warmup_steps"]
+    # the breakdown is the rank the summary names the slowest, at every step it traced
+    breakdown = page["performance"]["breakdown"]
+    assert breakdown["rank"] == summary["step_time"]["worst_rank"]
+    assert breakdown["x"] and breakdown["series"]
+    # each rank's medians (after warm-up) are the summary's per-rank numbers
+    per_rank = {r["rank"]: r for r in summary["step_time"]["per_rank"]}
+    for rank, medians in zip(heat["ranks"], heat["medians"], strict=True):
+        assert medians["outside_backward_ms"] == pytest.approx(per_rank[rank]["outside_backward_median_ms"], rel=1e-3)

@@ -70,6 +70,7 @@ export function uiToHash(ui: UiState): string {
   if (ui.plotGroups) p.set("pg", "1");
   if (ui.band !== d.band) p.set("band", ui.band);
   if (ui.perfRun !== null) p.set("pr", ui.perfRun);
+  json("pz", ui.perfZoom, d.perfZoom);
   return `#${p.toString()}`;
 }
 
@@ -113,6 +114,7 @@ export function hashToUi(hash: string): UiState | null {
     plotGroups: p.get("pg") === "1",
     band: p.get("band") ?? undefined,
     perfRun: p.get("pr"),
+    perfZoom: obj("pz") ?? undefined,
   };
   return parseUiState(raw);
 }

@@ -17,7 +17,12 @@ interface Kept {
 }
 
 const kept = new Map<string, Kept>();
-const inFlight = new Map<string, Promise<PerformancePage>>();
+/** The request under way per run, with the number of changes the server had said when it was sent. */
+const inFlight = new Map<string, { promise: Promise<PerformancePage>; changes: number }>();
+/** How many times the server said each kept (or asked-for) run changed: a change said while its
+ * request was under way may be newer than the answer that request brings. */
+const changes = new Map<string, number>();
+const changesOf = (key: string): number => changes.get(key) ?? 0;
 /** Runs whose kept answer changed (a fetch brought a new stamp), in order: listeners redraw them. */
 type Listener = (key: string, answer: PerformancePage) => void;
 const listeners: Listener[] = [];
@@ -28,6 +33,7 @@ store.on("runs", (changed) => {
   for (const key of changed as string[]) {
     const k = kept.get(key);
     if (k) k.stale = true;
+    if (k || inFlight.has(key)) changes.set(key, changesOf(key) + 1);
   }
 });
 
@@ -55,17 +61,30 @@ export function perfAnswer(key: string, force = false): Promise<PerformancePage>
   const k = kept.get(key);
   if (k && !k.stale && !force) return Promise.resolve(k.answer);
   const pending = inFlight.get(key);
-  if (pending) return pending;
+  if (pending) {
+    if (pending.changes === changesOf(key)) return pending.promise;
+    // The run changed after that request was sent (e.g. it ended while its answer was built): that
+    // answer may say what was before, so ask again once it is back.
+    const again = () => perfAnswer(key);
+    return pending.promise.then(again, again);
+  }
+  const sent = changesOf(key);
   const p = api.performancePage(key).then(
     (answer) => {
       inFlight.delete(key);
       const before = kept.get(key);
-      // The same stamp: the same files, so the same answer: keep the object (views skip a redraw).
-      const same = before && before.answer.stamp === answer.stamp && !answer.live;
+      // The same stamp and both finished: the same files, so the same answer: keep the object
+      // (views skip a redraw). A run that stopped being live has the same files but a new answer.
+      const same = before && before.answer.stamp === answer.stamp && !answer.live && !before.answer.live;
       const value = same ? before.answer : answer;
       kept.delete(key);
-      kept.set(key, { answer: value, stale: false });
-      while (kept.size > MAX_KEPT) kept.delete(kept.keys().next().value as string);
+      // Still stale when the server said the run changed while this request was under way.
+      kept.set(key, { answer: value, stale: changesOf(key) !== sent });
+      while (kept.size > MAX_KEPT) {
+        const old = kept.keys().next().value as string;
+        kept.delete(old);
+        if (!inFlight.has(old)) changes.delete(old);
+      }
       if (!same) for (const fn of listeners) fn(key, value);
       return value;
     },
@@ -74,6 +93,6 @@ export function perfAnswer(key: string, force = false): Promise<PerformancePage>
       throw err;
     },
   );
-  inFlight.set(key, p);
+  inFlight.set(key, { promise: p, changes: sent });
   return p;
 }

@@ -59,6 +59,9 @@ export interface UiState {
   /** The run the inspector opened the Performance view on (shown when the selection does not hold
    * it); kept in the address so a reload or a shared link opens the same run. */
   perfRun: string | null;
+  /** The step range each run's phase chart (the Performance view's stacked area) is zoomed to, by
+   * run key: in the address, so a reload, Back/Forward or a shared link shows the same steps. */
+  perfZoom: Record<string, [number, number]>;
 }
 
 export function defaultUiState(): UiState {
@@ -87,6 +90,7 @@ export function defaultUiState(): UiState {
     plotGroups: false,
     band: "minmax",
     perfRun: null,
+    perfZoom: {},
   };
 }
 
@@ -96,6 +100,19 @@ const isStr = (v: unknown): v is string => typeof v === "string";
 const strOrNull = (v: unknown, d: string | null): string | null => (v === null ? null : isStr(v) ? v : d);
 const bool = (v: unknown, d: boolean): boolean => (typeof v === "boolean" ? v : d);
 const strList = (v: unknown): string[] | null => (Array.isArray(v) && v.every(isStr) ? v : null);
+/** At most this many runs keep a phase-chart zoom (the most recently zoomed ones). */
+export const MAX_PERF_ZOOMS = 20;
+/** Step ranges by run key: a pair of finite steps, low before high; anything else left out. */
+function stepRanges(v: unknown): Record<string, [number, number]> {
+  const out: Record<string, [number, number]> = {};
+  if (!v || typeof v !== "object" || Array.isArray(v)) return out;
+  const ok = Object.entries(v as Record<string, unknown>).filter(
+    (e): e is [string, [number, number]] =>
+      Array.isArray(e[1]) && e[1].length === 2 && e[1].every((x) => typeof x === "number" && Number.isFinite(x)) && e[1][0] < e[1][1],
+  );
+  for (const [k, r] of ok.slice(-MAX_PERF_ZOOMS)) out[k] = [r[0], r[1]];
+  return out;
+}
 
 export function parseUiState(raw: unknown): UiState {
   const d = defaultUiState();
@@ -142,6 +159,7 @@ export function parseUiState(raw: unknown): UiState {
     plotGroups: bool(r.plotGroups, false),
     band: r.band === "std" ? "std" : "minmax",
     perfRun: strOrNull(r.perfRun, null),
+    perfZoom: stepRanges(r.perfZoom),
   };
 }
 

@@ -1047,7 +1047,7 @@ export class LineCharts {
   private resize(): void {
     for (const p of this.plots) {
       const parent = p.root.parentElement;
-      if (!parent) continue;
+      if (!parent || parent.clientWidth === 0) continue; // a hidden view: the chart keeps its size
       const w = Math.max(280, parent.clientWidth);
       if (Math.abs(w - p.width) > 2) p.setSize({ width: w, height: 240 });
     }

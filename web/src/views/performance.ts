@@ -21,7 +21,7 @@ import { fmtPerf, isCaptured, perfMissingReason } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
 import { fmtNum, ranksText } from "../format";
 import type { ViewModule } from "../shell";
-import { store } from "../store";
+import { MAX_PERF_ZOOMS, store } from "../store";
 import { keptAnswer } from "../perfAnswers";
 import type { CompareResponse, PerformanceResponse, RunRow, TelemetryResponse, ZoomedBreakdown } from "../types";
 import { button, emptyState, paletteColor, segmented, swatch } from "../ui";
@@ -104,14 +104,26 @@ function rollingMedian(values: (number | null)[], window: number): (number | nul
   });
 }
 
+/** The step range run `key`'s stacked area is zoomed to, or null (the address keeps it: UiState.perfZoom). */
+function zoomOf(key: string): [number, number] | null {
+  return store.ui.perfZoom[key] ?? null;
+}
+
+/** Zoom run `key`'s stacked area to `range` (null: every step); the most recently zoomed runs are kept. */
+function setZoom(key: string, range: [number, number] | null): void {
+  const next = Object.fromEntries(Object.entries(store.ui.perfZoom).filter(([k]) => k !== key));
+  if (range) next[key] = range;
+  const keys = Object.keys(next);
+  for (const k of keys.slice(0, Math.max(0, keys.length - MAX_PERF_ZOOMS))) delete next[k];
+  store.set("perfZoom", next);
+}
+
 export class PerformanceView implements ViewModule {
   private host!: HTMLElement;
   private visible = false;
   private panels = new Map<string, TelemetryPanel>();
   /** Each run's "live" badge, kept across redraws and set from every telemetry answer. */
   private liveBadges = new Map<string, HTMLElement>();
-  /** The step range each run's stacked area is zoomed to (kept across live updates; double-click forgets it). */
-  private zooms = new Map<string, [number, number]>();
   /** The finer breakdown fetched for a run's zoomed range, with the answer stamp it was cut from. */
   private zoomed = new Map<string, { range: [number, number]; stamp: string; data: ZoomedBreakdown["breakdown"] | "loading" }>();
   /** What the last full draw showed (the runs, their perf facts, the verdicts): the same on show() → no redraw. */
@@ -133,6 +145,10 @@ export class PerformanceView implements ViewModule {
       if (now !== seen && !store.restoring && store.ui.perfRun !== null) store.set("perfRun", null);
       seen = now;
       if (this.visible) this.render();
+    });
+    // Back/Forward (or an edited address) may zoom a shown run's stacked area elsewhere.
+    store.on("restored", () => {
+      if (this.visible) for (const run of shownRuns()) this.redrawBreakdown(run);
     });
     // Pushed over server-sent events (live.ts): a shown run changed (a live run's telemetry grew, or
     // its final summary arrived). Fetch its answers again; the old ones stay on screen until then.
@@ -421,7 +437,7 @@ export class PerformanceView implements ViewModule {
     const firstStep = whole.x[0]!;
     const lastStep = whole.x[whole.x.length - 1]!;
     // The zoomed range: its finer points once fetched (for this answer), meanwhile the whole run's points in it.
-    const zoom = this.zooms.get(run.key) ?? null;
+    const zoom = zoomOf(run.key);
     let b = whole;
     if (zoom) {
       const stamp = keptAnswer(run.key)?.stamp ?? "";
@@ -549,14 +565,15 @@ export class PerformanceView implements ViewModule {
         const lo = toStep(Math.min(start, end));
         const hi = toStep(Math.max(start, end));
         if (hi - lo < 2) return; // fewer than two steps: nothing to see
-        this.zooms.set(run.key, [Math.floor(lo), Math.ceil(hi)]);
+        setZoom(run.key, [Math.floor(lo), Math.ceil(hi)]);
         this.redrawBreakdown(run);
       };
       window.addEventListener("mousemove", move);
       window.addEventListener("mouseup", up);
     });
     over.addEventListener("dblclick", () => {
-      if (!this.zooms.delete(run.key)) return;
+      if (!zoomOf(run.key)) return;
+      setZoom(run.key, null);
       this.zoomed.delete(run.key);
       this.redrawBreakdown(run);
     });
@@ -572,7 +589,7 @@ export class PerformanceView implements ViewModule {
     api.zoomedBreakdown(run.key, range[0], range[1]).then(
       (res) => {
         const now = this.zoomed.get(run.key);
-        const zoom = this.zooms.get(run.key);
+        const zoom = zoomOf(run.key);
         if (!now || !zoom || zoom[0] !== range[0] || zoom[1] !== range[1]) return; // zoomed elsewhere meanwhile
         this.zoomed.set(run.key, { range, stamp, data: res.breakdown });
         this.redrawBreakdown(run);
@@ -639,10 +656,42 @@ export class PerformanceView implements ViewModule {
     const cols = z[0]?.length ?? 0;
     const labelW = 150;
     const cellW = Math.max(2, Math.min(24, (W - labelW - 90) / Math.max(1, cols)));
-    const cellH = Math.max(14, Math.min(28, 200 / hm.ranks.length));
+    const cellH = Math.round(Math.max(14, Math.min(28, 200 / hm.ranks.length)));
     const heatW = labelW + cols * cellW + 90;
     const heatH = hm.ranks.length * cellH + 24;
     const svg = s("svg", { class: "perf-heat-svg", viewBox: `0 0 ${heatW} ${heatH}`, width: heatW, height: heatH, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
+    // The cells are drawn in one canvas (a pixel column per step bucket, stretched without
+    // smoothing), not one element each: 8 ranks x 400 buckets stay one element to lay out.
+    const colour = (v: number | null) => {
+      const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
+      return `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)`;
+    };
+    const canvas = h("canvas", { class: "perf-heat-cells", testid: "heat-cells" }) as HTMLCanvasElement;
+    canvas.width = Math.max(1, cols);
+    canvas.height = hm.ranks.length * cellH;
+    const ctx = canvas.getContext("2d");
+    z.forEach((row, i) =>
+      row.forEach((v, j) => {
+        if (v === null || !ctx) return;
+        ctx.fillStyle = colour(v);
+        ctx.fillRect(j, i * cellH + 1, 1, cellH - 2);
+      }),
+    );
+    canvas.dataset.cols = String(cols);
+    canvas.dataset.rows = String(hm.ranks.length);
+    // What a cell holds, under the mouse (one title for the canvas, set as the mouse moves).
+    canvas.addEventListener("mousemove", (ev) => {
+      const r = canvas.getBoundingClientRect();
+      const j = Math.floor(((ev.clientX - r.left) / Math.max(1, r.width)) * cols);
+      const i = Math.floor(((ev.clientY - r.top) / Math.max(1, r.height)) * hm.ranks.length);
+      const v = z[i]?.[j];
+      if (v === undefined) return;
+      const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
+      canvas.title = `rank ${String(hm.ranks[i] ?? "?")}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`;
+    });
+    const cells = s("foreignObject", { x: labelW, y: 0, width: cols * cellW, height: hm.ranks.length * cellH });
+    cells.appendChild(canvas);
+    svg.appendChild(cells);
     hm.ranks.forEach((rank, i) => {
       const id = String(rank ?? "?");
       const straggler = stragglers.has(id);
@@ -652,11 +701,6 @@ export class PerformanceView implements ViewModule {
       const slowest = !stragglers.size && worst !== null && worst !== undefined && String(worst) === id;
       const label = `rank ${id}${straggler ? " · straggler" : slowest ? " · slowest" : ""}`;
       g.appendChild(s("text", { x: 0, y: i * cellH + cellH / 2, class: `perf-axis-label${straggler ? " is-straggler" : ""}`, "dominant-baseline": "middle" }, label));
-      z[i]!.forEach((v, j) => {
-        const t = v === null || hi <= lo ? 0 : (v - lo) / (hi - lo);
-        const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
-        g.appendChild(s("rect", { x: labelW + j * cellW, y: i * cellH + 1, width: cellW, height: cellH - 2, fill: v === null ? "transparent" : `hsl(${Math.round(210 - 210 * t)}, 70%, ${Math.round(30 + 25 * t)}%)` }, svgTitle(`rank ${id}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`)));
-      });
       const m = medianOf(i);
       g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
       svg.appendChild(g);

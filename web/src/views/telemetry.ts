@@ -519,8 +519,8 @@ export class TelemetryPanel {
   private resize(): void {
     for (const p of this.plots) {
       const parent = p.root.parentElement;
-      // Hidden (another view is shown, or the section is folded): nothing to fit. Sizing the charts
-      // to the 240 px minimum then would redraw them twice, and again when they are shown.
+      // A hidden view (or a closed section) has no width: its charts keep theirs, not shrunk and
+      // widened again when it is shown.
       if (!parent || !parent.isConnected || parent.clientWidth === 0) continue;
       const w = Math.max(240, parent.clientWidth);
       if (Math.abs(w - p.width) > 2) p.setSize({ width: w, height: PLOT_H });

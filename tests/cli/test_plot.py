@@ -158,3 +158,13 @@ def test_plot_telemetry_errors_are_one_line(captured_root: Path) -> None:
     proc = run_traceml("plot", "lagging", "--telemetry", "heat", "--root", str(captured_root))
     assert proc.returncode == 2  # not a panel: the usage error lists the choices
     assert "step" in proc.stderr and "gpu" in proc.stderr
+
+
+def test_a_mistyped_run_folder_path_is_named_as_such_by_every_command(tmp_path: Path) -> None:
+    """Review 13c: ``traceml plot broken/nonexist --telemetry step`` said "no runs folder found"
+    (the default root), not that the path it was given does not exist."""
+    for args in (("plot", "broken/nonexist", "--telemetry", "step"), ("plot", "broken/nonexist", "--metric", "a"),
+                 ("runs", "show", "broken/nonexist"), ("summary", "broken/nonexist")):
+        proc = run_traceml(*args, cwd=tmp_path)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr.strip() == "error: broken/nonexist is not a folder", (args, proc.stderr)

@@ -463,7 +463,7 @@ def test_a_healthy_run_read_every_kth_step_is_ok_and_says_it_was_sampled(
     # The terminal: said as a note, not a problem.
     text = run_traceml("summary", str(run_dir))
     assert text.returncode == 0, text.stderr
-    assert "every 4th step read" in text.stdout and "problem" not in text.stdout, text.stdout
+    assert "sampled: one step in 4 read" in text.stdout and "problem" not in text.stdout, text.stdout
     # A summary written before the fix held the sampling note among its problems: still ok.
     legacy = {**doc, "telemetry": {**telemetry, "problems": ["800,000 step rows: read every 16th step "
                                                                "(memory peaks from every step)"]}}

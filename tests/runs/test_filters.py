@@ -334,7 +334,9 @@ def test_a_perf_word_no_run_can_have_is_refused_with_the_words() -> None:
                                   f"{words[0]} are {', '.join(words[1])}")
     assert perf_names("perf.verdict=input_bound") == ["stall"]
     assert perf_names("perf.verdict:input") == ["stall"]  # a substring of a verdict
-    assert perf_names("perf.verdict!=healthy") == ["stall", "live", "plain"]
+    assert perf_names("perf.verdict!=healthy") == ["stall", "live", "plain"]  # != keeps a missing value (README)
+    both = [parse_filter_arg("perf.verdict!=healthy"), parse_filter_arg("perf.verdict:/./")]
+    assert [r.name for r in filter_runs(PERF_RUNS, both)] == ["stall"]  # the README's way to keep captured runs
     assert perf_names("perf.severity=critical") == ["stall"]
     assert perf_names("perf.telemetry=pending") == ["live"]
     assert perf_names("perf.telemetry=no_summary") == []  # a word of the set: matches none here, no error
@@ -346,6 +348,19 @@ def test_a_word_on_a_numeric_perf_column_is_refused_like_a_metric() -> None:
         with pytest.raises(FilterError, match="is not a number"):
             parse_filter_arg(arg)
     assert perf_names("perf.share.dataloader>0.3") == ["stall"]
+
+
+def test_a_refused_word_gets_an_example_in_the_columns_unit() -> None:
+    """Review 13c: ``perf.peak_mem.host>1GB`` was answered "write e.g. perf.peak_mem.host>0.8"."""
+    examples = {"perf.peak_mem.host>1GB": "perf.peak_mem.host>1e9 (bytes: 1e9 is 1 GB)",
+                "perf.step_ms.p50<fast": "perf.step_ms.p50<100 (ms)",
+                "perf.share.dataloader>=high": "perf.share.dataloader>=0.3 (a share, 0-1)",
+                "perf.gpu_util_pct<low": "perf.gpu_util_pct<20 (percent)",
+                "run.best.val/auc>=good": "run.best.val/auc>=0.8"}
+    for arg, example in examples.items():
+        with pytest.raises(FilterError) as err:
+            parse_filter_arg(arg)
+        assert str(err.value).endswith(f"write e.g. {example}"), err.value
 
 
 def test_the_rules_are_named_by_the_verdict_words() -> None:

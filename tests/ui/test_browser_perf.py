@@ -294,6 +294,36 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         s.assert_clean()
 
 
+def test_two_runs_sharing_a_name_are_told_apart_in_the_performance_view(browser: Browser, perf_root: Path,
+                                                                        tmp_path: Path) -> None:
+    """Review 13c: two runs named alike were indistinguishable in the paired bars' legend and the
+    verdict table ("stall against stall"); like Compare, each gets its short id (``stall · 0a1b``)."""
+    import shutil
+
+    root = tmp_path / "traceml" / "runs"
+    original = run_dir(perf_root, "stall")
+    base = original.name.rsplit("_", 1)[0]
+    ids = [f"{base}_0a1b", f"{base}_9f8e"]
+    for run_id in ids:
+        shutil.copytree(original, root / run_id)
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        checks = page.get_by_test_id("row-check")
+        expect(checks).to_have_count(2)
+        for i in range(2):
+            checks.nth(i).check()
+        page.get_by_test_id("nav-performance").click()
+        expect(page.get_by_test_id("perf-run")).to_have_count(2)
+        legend = page.get_by_test_id("perf-pairs").get_by_test_id("perf-legend-label")
+        expect(legend).to_have_count(2)
+        assert sorted(legend.all_text_contents()) == ["stall · 0a1b", "stall · 9f8e"]
+        head = page.get_by_test_id("perf-verdicts").get_by_test_id("perf-verdict-head")
+        expect(head).to_have_text(re.compile(r"^stall · (0a1b|9f8e) against stall · (0a1b|9f8e)$"))
+        first, second = head.text_content().split(" against ")  # type: ignore[union-attr]
+        assert first != second
+        s.assert_clean()
+
+
 def median_shown(heat_row: Any) -> float:
     """The median a heatmap row shows on its right (ms)."""
     return float(heat_row.get_by_test_id("heat-median").get_attribute("data-value") or "nan")
@@ -317,6 +347,10 @@ def test_the_heatmap_tells_the_ddp_straggler_by_its_work_outside_backward(browse
             assert value == pytest.approx(per_rank[str(rank)]["outside_backward_median_ms"], rel=1e-3)
         (straggler,) = named
         assert medians[straggler] == max(medians.values())
+        # the step axis runs from the run's first measured step to its last
+        answer = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")["heatmap"]
+        expect(heat.get_by_test_id("heat-first-label")).to_have_text(f"step {answer['first_step']}")
+        expect(heat.get_by_test_id("heat-last-label")).to_have_text(f"step {answer['last_step']}")
         # The cells are painted in one canvas, not one element each; the straggler's row is the
         # reddest (blue is the fastest bucket, red the slowest).
         cells = heat.get_by_test_id("heat-cells")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import io
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,36 @@ def test_a_panel_with_no_data_is_not_exported_and_says_why(tmp_path: Path) -> No
                 export_panel(cache, run, panel, fmt)
     assert not list((tmp_path / "cache").rglob("plot-*"))
     assert rows(export_panel(cache, run, "gpu", "csv"))  # the system samples are there
+
+
+def png_texts(data: bytes) -> dict[str, str]:
+    """The PNG's ``tEXt`` chunks (keyword → text)."""
+    out: dict[str, str] = {}
+    pos = 8
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"tEXt":
+            key, _, text = body.partition(b"\0")
+            out[key.decode("latin-1")] = text.decode("latin-1")
+        elif kind == b"zTXt":
+            key, _, rest = body.partition(b"\0")
+            out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+        elif kind == b"iTXt":
+            key, _, rest = body.partition(b"\0")
+            text = rest[2:].split(b"\0", 2)[-1]
+            out[key.decode("latin-1")] = (zlib.decompress(text) if rest[0] else text).decode("utf-8")
+        pos += 12 + length
+    return out
+
+
+def test_two_runs_sharing_a_name_are_told_apart_by_their_short_id_in_the_picture(tmp_path: Path) -> None:
+    """Review 13c: two ``train_digits`` runs gave two pictures titled alike."""
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    titles = []
+    for run_id in ("20261201-101500_train_digits_e9df", "20261201-111500_train_digits_07aa"):
+        run_dir = tmp_path / "runs" / run_id
+        write_run(run_dir, RunSpec(ranks=1, steps=30))
+        run = RunSummary(key=str(run_dir), id=run_id, root=str(run_dir.parent), name="train_digits")
+        titles.append(png_texts(Path(export_panel(cache, run, "step", "png")).read_bytes()).get("Title"))
+    assert titles == ["train_digits · e9df · Step time by phase", "train_digits · 07aa · Step time by phase"]

@@ -29,6 +29,16 @@ def test_the_heatmap_buckets_each_ranks_steps_and_shows_the_slow_rank(tmp_path: 
     assert whole["bucket_steps"] == 1 and len(whole["z"][0]) == 100
 
 
+def test_the_heatmaps_last_bucket_ends_at_the_runs_last_step(tmp_path: Path) -> None:
+    """1,001 steps in buckets of 5: the 201st bucket holds one step (1000), and the answer says the
+    axis ends there, not at 1004 (review 13c: "step 17279" under a run that ended at 17243)."""
+    db = write_run(tmp_path / "run", RunSpec(ranks=1, steps=1001, noise=0.0, phases=lambda r, s: HEALTHY_CPU))
+    hm = heatmap(str(db), max_buckets=240)
+    assert hm["bucket_steps"] == 5 and len(hm["z"][0]) == 201
+    assert (hm["first_step"], hm["last_step"]) == (0, 1000)
+    assert hm["z"][0][-1] is not None  # the narrow last bucket holds step 1000's time
+
+
 def test_a_missing_or_corrupt_database_says_why(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "aggregator").mkdir(parents=True)

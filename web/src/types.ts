@@ -358,6 +358,8 @@ export interface PerformanceResponse {
     detail: string | null;
     ranks: (number | null)[];
     first_step: number | null;
+    /** The highest step any rank measured: where the last (maybe narrower) bucket ends. */
+    last_step?: number | null;
     bucket_steps: number;
     z: (number | null)[][];
     /** The work outside backward (iteration minus backward), per rank and bucket: what tells a DDP straggler. */

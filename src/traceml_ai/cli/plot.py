@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from traceml_ai.cli.common import CACHE_DIR_HELP, UsageError, UserError, err, one_line_errors, out, printable, settings
-from traceml_ai.cli.runs import find_run, open_store
+from traceml_ai.cli.runs import check_path_ref, find_run, open_store
 from traceml_ai.runs.analysis import MAX_LINE_RUNS, LineSpec, XAxis
 from traceml_ai.runs.metrics_tail import MetricsTail
 from traceml_ai.runs.model import RunSummary
@@ -118,6 +118,8 @@ def plot(
         raise UsageError("--share applies to --telemetry step only (the phases as shares of the step)")
     if telemetry is not None and len(set(run_refs)) != 1:
         raise UsageError(f"--telemetry draws one run; {len(set(run_refs))} given")
+    for ref in run_refs:
+        check_path_ref(ref, roots)
     if roots is None:
         folders = [r for r in run_refs if os.path.isdir(r)]
         if folders and len(folders) == len(run_refs):

@@ -102,6 +102,18 @@ def _open_warm(roots: list[str] | None, stale_after_seconds: float | None = None
     return warm
 
 
+def check_path_ref(ref: str, roots: list[str] | None) -> None:
+    """Refuse a run reference written as a path (it holds a path separator) that is no folder, when
+    no ``--root`` is given: it is a mistyped run folder, not a run name to look up (review 13c:
+    ``plot broken/nonexist`` answered "no runs folder found").
+
+    Raises:
+        UserError: ``<ref> is not a folder``.
+    """
+    if roots is None and (os.sep in ref or "/" in ref) and not os.path.isdir(ref):
+        raise UserError(f"{printable(ref)} is not a folder")
+
+
 def find_run(store: RunStore, ref: str) -> RunSummary:
     """The run ``ref`` names (:meth:`RunStore.resolve`); when several runs have that name, the
     newest is taken and a one-line note on stderr says so and how to name another.
@@ -401,6 +413,7 @@ def show(
 
     Example: traceml runs show failed-run --root traceml/runs
     """
+    check_path_ref(run_ref, roots)
     if roots is None and os.path.isdir(run_ref):
         if not any(os.path.exists(os.path.join(run_ref, name)) for name in CORE_FILES):
             raise UserError(f"{run_ref} is not a run folder (it has none of {', '.join(CORE_FILES)})")

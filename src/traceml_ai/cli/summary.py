@@ -7,7 +7,6 @@ from its ``telemetry.sqlite`` in memory; nothing is written into the run folder.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceml_ai.cli.common import UserError, err, fmt_bytes, fmt_value, one_line_errors, out, printable
-from traceml_ai.cli.runs import find_run, open_store
+from traceml_ai.cli.runs import check_path_ref, find_run, open_store
 from traceml_ai.diagnose import (
     StepTimeSummary,
     Summary,
@@ -53,9 +52,8 @@ def resolve_run(ref: str, roots: list[str] | None) -> Path:
     if path.is_dir():
         if path.name == "aggregator" and not (path / "aggregator").is_dir():
             path = path.parent
-    elif roots is None and os.sep in ref:
-        raise UserError(f"{ref} is not a folder")
     else:
+        check_path_ref(ref, roots)
         path = Path(find_run(open_store(roots), ref).path)
     if not telemetry_path(path).exists() and not final_summary_path(path).exists():
         raise UserError(
@@ -209,7 +207,7 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
                                f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "
                                f"{fmt_value(summary.warmup_steps)} per rank skipped as warm-up"))
     if summary.sampled_every > 1:  # by design, not a loss: said, not counted among the problems
-        info.add_row("", Text(f"sampled: every {summary.sampled_every}th step read (a long run; warm-up steps "
+        info.add_row("", Text(f"sampled: one step in {summary.sampled_every} read (a long run; warm-up steps "
                               "always, memory peaks from every step)", style="dim"))
     left_out = _steps_left_out(summary)
     if left_out:

@@ -438,15 +438,30 @@ def _number_test(flt: ColumnFilter) -> Callable[[Scalar], bool] | None:
     return test
 
 
+def _example_number(column: str) -> str:
+    """A plausible operand for ``column`` in an error's "write e.g.": its unit said where the name
+    tells it (``perf.peak_mem.host`` holds bytes, ``perf.step_ms.p50`` ms, ``perf.share.*`` 0-1)."""
+    name = column.casefold()
+    if "peak_mem" in name or name.endswith("bytes"):
+        return "1e9 (bytes: 1e9 is 1 GB)"
+    if "_ms" in name:
+        return "100 (ms)"
+    if ".share." in name or name.startswith("share."):
+        return "0.3 (a share, 0-1)"
+    if name.endswith("_pct"):
+        return "20 (percent)"
+    return "0.8"
+
+
 def _check_numeric_operand(column: str, flt: ColumnFilter) -> None:
     if flt.op in ("=", "!=") and flt.number is None:
         hint = f" (NaN values: {column}:nan)" if flt.operand.casefold() == "nan" else ""
         raise FilterError(f"filter {column + flt.expr!r}: {flt.operand!r} is not a number, and {column} holds "
                           f"numbers, so it would match {'every' if flt.op == '!=' else 'no'} run; "
-                          f"write e.g. {column}{flt.op}0.8{hint}")
+                          f"write e.g. {column}{flt.op}{_example_number(column)}{hint}")
     if flt.op in ("<", "<=", ">", ">=") and flt.number is None:
         raise FilterError(f"filter {column + flt.expr!r}: {flt.operand!r} is not a number, and {column} holds "
-                          f"numbers; write e.g. {column}{flt.op}0.8")
+                          f"numbers; write e.g. {column}{flt.op}{_example_number(column)}")
     if flt.op == "range" and (flt.number is None or flt.high_number is None):
         raise FilterError(f"filter {column + ':' + flt.expr!r}: the range {flt.operand}..{flt.high} is not numeric, "
                           f"and {column} holds numbers; write e.g. {column}:0.1..0.3")

@@ -57,7 +57,7 @@ from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, style_axes
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, short_id, style_axes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -335,8 +335,9 @@ def smoothing_window(points: int) -> int:
 
 def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Sequence[int | None] = (),
                      share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark") -> bytes:
-    """One panel as PNG bytes at 300 DPI (``pHYs`` set). ``title``: the run's name, put above the
-    panel's; ``stragglers``: the ranks the diagnosis named (the ``ranks`` panel marks them);
+    """One panel as PNG bytes at 300 DPI (``pHYs`` set). ``title``: the run's label (``name · short
+    id``), put above the panel's and kept as the PNG's ``Title`` text; ``stragglers``: the ranks
+    the diagnosis named (the ``ranks`` panel marks them);
     ``share``: the ``step`` panel as shares of the step instead of milliseconds (the page's toggle);
     ``heat``: what the ``ranks`` heatmap colours, ``iteration`` or ``local`` (the work outside
     backward); None: ``local`` when a straggler is named and backward was measured on several ranks.
@@ -354,7 +355,8 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     axes = list(fig.subplots(2 if two else 1, 1, squeeze=False)[:, 0])
     for ax in axes:
         style_axes(ax, colors)
-    fig.suptitle(f"{title} · {PANEL_TITLES[panel]}", color=colors["fg"], fontsize=10, x=0.01, ha="left")
+    heading = f"{title} · {PANEL_TITLES[panel]}"
+    fig.suptitle(heading, color=colors["fg"], fontsize=10, x=0.01, ha="left")
     if tel.status != "ok":
         _note(axes[0], tel.detail or f"telemetry {tel.status}", colors)
     elif panel == "step":
@@ -367,7 +369,8 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
         _draw_gpu(axes, tel, colors)
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"])
+    # The heading is also the PNG's Title (a tEXt chunk image viewers show).
+    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"], metadata={"Title": heading})
     return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
 
 
@@ -424,6 +427,9 @@ def _draw_ranks(fig: Figure, ax: Axes, tel: Telemetry, stragglers: Sequence[int 
     first, width = hm["first_step"] or 0, hm["bucket_steps"]
     extent = (first, first + z.shape[1] * width, len(hm["ranks"]) - 0.5, -0.5)
     image = ax.imshow(z, aspect="auto", interpolation="nearest", cmap="turbo", extent=extent)
+    last = hm.get("last_step")
+    if last is not None:  # the last bucket may be narrower: the axis ends at the run's last step
+        ax.set_xlim(first, last + 1)
     bar = fig.colorbar(image, ax=ax, pad=0.12)
     bar.set_label("outside backward (ms)" if local else "iteration (ms)", color=colors["muted"], fontsize=7)
     bar.ax.tick_params(colors=colors["muted"], labelsize=6)
@@ -530,6 +536,8 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
 
     which = check_panel(panel)
     tel = telemetry_of(run, warnings)
+    # One run's picture: its name and short id (two runs may share a name), as Compare labels them.
+    label = f"{run.name} · {short_id(run.id)}" if run.name and run.name != run.id else run.id
     name = f"{run.name or run.id} telemetry {which}"
     table = panel_table(tel, which, share=share)
     if not table[1] and fmt in ("csv", "png"):  # a header alone or empty axes: say so, write nothing
@@ -538,7 +546,7 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
         data = table_csv(table).encode("utf-8")
     elif fmt == "png":
         cache.prepare_png()
-        data = render_panel_png(tel, which, title=run.name or run.id, share=share, heat=heat,
+        data = render_panel_png(tel, which, title=label, share=share, heat=heat,
                                 stragglers=straggler_ranks(run, tel) if which == "ranks" else ())
     else:
         from traceml_ai.ui.cache import CacheError

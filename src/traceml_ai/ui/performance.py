@@ -195,11 +195,13 @@ def heatmap(db_path: str, max_buckets: int = MAX_BUCKETS) -> dict[str, Any]:
     """The per-rank step times of one telemetry database.
 
     Returns ``{"state": "ok|missing|empty|corrupt|unreadable", "detail": str|None, "ranks": [rank,
-    ...], "first_step": int|None, "bucket_steps": int, "z": [[ms|None per bucket] per rank],
+    ...], "first_step": int|None, "last_step": int|None, "bucket_steps": int, "z": [[ms|None per
+    bucket] per rank],
     "warmup_steps": int, "unit": "ms", "z_local": [[ms|None per bucket] per rank], "medians":
     [{"median_ms": ms|None, "outside_backward_ms": ms|None} per rank]}``: ``z[i][j]`` is the median
     iteration time (ms) of rank ``ranks[i]`` over steps ``first_step + j * bucket_steps`` ..
-    ``+ bucket_steps - 1`` (None: no measured step there), ``z_local`` the same of the work outside
+    ``+ bucket_steps - 1`` (None: no measured step there; the last bucket ends at ``last_step``, the
+    highest step any rank measured, so it may be narrower), ``z_local`` the same of the work outside
     backward (the iteration minus backward: what tells a DDP straggler, see :func:`rank_medians`).
     Warm-up steps are included; ``warmup_steps`` says how many per rank the diagnosis skips (the
     page shades them); ``medians`` are each rank's after warm-up (:func:`rank_medians`). ``ranks``
@@ -231,7 +233,8 @@ def _heatmap(tel: Telemetry, max_buckets: int, table: StepTable | None = None) -
         z.append(_bucket_medians(tl.iteration_ms[order], bounds, width))
         z_local.append(_bucket_medians(local_work(tl)[order], bounds, width))
     medians = _rank_medians(table)
-    out.update(ranks=[tl.rank for tl in ranks], first_step=first, bucket_steps=width, z=z, z_local=z_local,
+    out.update(ranks=[tl.rank for tl in ranks], first_step=first, last_step=last, bucket_steps=width, z=z,
+               z_local=z_local,
                medians=[medians.get(tl.rank, {"median_ms": None, "outside_backward_ms": None}) for tl in ranks])
     return out
 
@@ -262,8 +265,8 @@ def _bucket_medians(values: FloatArray, bounds: npt.NDArray[np.int64], width: in
 
 
 def _empty_heatmap(state: str, detail: str | None) -> dict[str, Any]:
-    return {"state": state, "detail": detail, "ranks": [], "first_step": None, "bucket_steps": 1, "z": [],
-            "z_local": [], "medians": [], "warmup_steps": 0, "unit": "ms"}
+    return {"state": state, "detail": detail, "ranks": [], "first_step": None, "last_step": None, "bucket_steps": 1,
+            "z": [], "z_local": [], "medians": [], "warmup_steps": 0, "unit": "ms"}
 
 
 LIVE_MIN_INTERVAL_S = 1.0

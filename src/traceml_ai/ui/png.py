@@ -404,6 +404,13 @@ def _time_axis(ax: Axes, x_max: float) -> str:
     return unit
 
 
+def short_id(run_id: str) -> str:
+    """The short form of a run id: its random tail (``…_e9df`` → ``e9df``), else its last 6
+    characters (``web/src/columns.ts`` ``shortId``)."""
+    tail = run_id.rsplit("_", 1)[-1]
+    return tail if tail != run_id and 0 < len(tail) <= 8 else run_id[-6:]
+
+
 def run_labels(runs: Sequence[RunSummary]) -> dict[str, str]:
     """Legend labels by run key: the name, with `` · <short id>`` where two runs share a name (the
     page's rule, ``web/src/columns.ts`` ``runLabels``)."""
@@ -417,9 +424,7 @@ def run_labels(runs: Sequence[RunSummary]) -> dict[str, str]:
         if count[name] < 2:
             out[run.key] = name
             continue
-        tail = run.id.rsplit("_", 1)[-1]
-        short = tail if tail != run.id and 0 < len(tail) <= 8 else run.id[-6:]
-        label = f"{name} · {short}"
+        label = f"{name} · {short_id(run.id)}"
         if label in taken:
             label = f"{name} · {run.id}"
         taken.add(label)

@@ -17,7 +17,7 @@
 
 import { runExport } from "../actions";
 import { api } from "../api";
-import { fmtPerf, isCaptured, perfMissingReason } from "../columns";
+import { fmtPerf, isCaptured, perfMissingReason, runLabels } from "../columns";
 import { type Child, h, replace, s, svgTitle } from "../dom";
 import { fmtNum, ranksText } from "../format";
 import type { ViewModule } from "../shell";
@@ -236,6 +236,9 @@ export class PerformanceView implements ViewModule {
 
   private pairedShares(runs: RunRow[]): HTMLElement {
     const base = runs[0]!;
+    // Two runs sharing a name are told apart by their short id, as in Compare (`baseline · e9df`).
+    const labels = runLabels(runs);
+    const nameOf = (r: RunRow): string => labels.get(r.key) ?? (r.name || r.id);
     const rowH = 18 * runs.length + 14;
     const labelW = 110;
     const barW = 420;
@@ -250,9 +253,9 @@ export class PerformanceView implements ViewModule {
         const share = typeof v === "number" ? v : null;
         const y = y0 + j * 18;
         const w = share === null ? 0 : Math.max(1, share * barW);
-        const g = s("g", { "data-testid": "perf-pair-bar", "data-phase": key, "data-run": run.name, "data-share": share === null ? "" : String(share) });
+        const g = s("g", { "data-testid": "perf-pair-bar", "data-phase": key, "data-run": run.name, "data-label": nameOf(run), "data-share": share === null ? "" : String(share) });
         const why = share === null ? (perfMissingReason(run, `perf.share.${key}`) ?? "not measured") : null;
-        g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${run.name}: ${why ?? fmtPerf(`perf.share.${key}`, share!)}`)));
+        g.appendChild(s("rect", { x: labelW, y, width: w, height: 14, rx: 2, fill: paletteColor(store.colorOf(run.key)) }, svgTitle(`${nameOf(run)}: ${why ?? fmtPerf(`perf.share.${key}`, share!)}`)));
         g.appendChild(s("text", { x: labelW + w + 6, y: y + 7, class: "perf-bar-value", "dominant-baseline": "middle", ...(why ? { "data-testid": "perf-pair-missing" } : {}) }, share === null ? "–" : fmtPerf(`perf.share.${key}`, share)));
         // The "–" says why on hover: the group's title covers it (a title inside the text would be read as its text).
         if (why) g.appendChild(svgTitle(why));
@@ -264,12 +267,12 @@ export class PerformanceView implements ViewModule {
         svg.appendChild(g);
       });
     });
-    const legend = h("div", { class: "perf-legend" }, ...runs.map((r) => h("span", { class: "legend-item" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { text: r.name || r.id }))));
+    const legend = h("div", { class: "perf-legend" }, ...runs.map((r) => h("span", { class: "legend-item" }, swatch(paletteColor(store.colorOf(r.key))), h("span", { testid: "perf-legend-label", text: nameOf(r) }))));
     return h(
       "section",
       { class: "perf-card", testid: "perf-pairs" },
       h("h2", { class: "perf-card-title", text: "Phase shares of the step" }),
-      h("div", { class: "perf-card-hint", text: `Share of the iteration in each phase; the difference is against ${base.name || base.id}, in percentage points.` }),
+      h("div", { class: "perf-card-hint", text: `Share of the iteration in each phase; the difference is against ${nameOf(base)}, in percentage points.` }),
       legend,
       svg,
     );
@@ -278,6 +281,8 @@ export class PerformanceView implements ViewModule {
   /** `traceml compare`'s verdict per metric of each run against the first (the baseline). */
   private verdictTable(runs: RunRow[]): HTMLElement {
     const base = runs[0]!;
+    const labels = runLabels(runs);
+    const nameOf = (r: RunRow): string => labels.get(r.key) ?? (r.name || r.id);
     const parts: Child[] = [];
     for (const run of runs.slice(1)) {
       const id = `${base.key}|${run.key}`;
@@ -286,7 +291,7 @@ export class PerformanceView implements ViewModule {
         this.fetchVerdicts(id);
       }
       const res = this.verdicts.get(id);
-      const head = h("div", { class: "perf-card-hint", text: `${run.name || run.id} against ${base.name || base.id}` });
+      const head = h("div", { class: "perf-card-hint", testid: "perf-verdict-head", text: `${nameOf(run)} against ${nameOf(base)}` });
       if (res === "" || res === undefined) {
         parts.push(head, h("div", { class: "muted", text: "Comparing…" }));
         continue;
@@ -313,7 +318,7 @@ export class PerformanceView implements ViewModule {
         h(
           "table",
           { class: "kv-table perf-verdicts-table" },
-          h("thead", {}, h("tr", {}, ...["metric", base.name || base.id, run.name || run.id, "change [95% interval]", "verdict", "why"].map((t) => h("th", { text: t })))),
+          h("thead", {}, h("tr", {}, ...["metric", nameOf(base), nameOf(run), "change [95% interval]", "verdict", "why"].map((t) => h("th", { text: t })))),
           h("tbody", {}, ...rows),
         ),
         ...res.problems.map((p) => h("div", { class: "telem-note", testid: "perf-verdict-problem", text: p })),
@@ -659,7 +664,10 @@ export class PerformanceView implements ViewModule {
     const cellH = Math.round(Math.max(14, Math.min(28, 200 / hm.ranks.length)));
     const heatW = labelW + cols * cellW + 90;
     const heatH = hm.ranks.length * cellH + 24;
-    const svg = s("svg", { class: "perf-heat-svg", viewBox: `0 0 ${heatW} ${heatH}`, width: heatW, height: heatH, "data-testid": "heat-svg", "data-mode": mode, "data-last-step": (hm.first_step ?? 0) + cols * hm.bucket_steps - 1 });
+    const firstStep = hm.first_step ?? 0;
+    // The last bucket may be narrower than the others: it ends at the run's last measured step.
+    const lastStep = hm.last_step ?? firstStep + cols * hm.bucket_steps - 1;
+    const svg = s("svg", { class: "perf-heat-svg", viewBox: `0 0 ${heatW} ${heatH}`, width: heatW, height: heatH, "data-testid": "heat-svg", "data-mode": mode, "data-first-step": firstStep, "data-last-step": lastStep });
     // The cells are drawn in one canvas (a pixel column per step bucket, stretched without
     // smoothing), not one element each: 8 ranks x 400 buckets stay one element to lay out.
     const colour = (v: number | null) => {
@@ -686,8 +694,9 @@ export class PerformanceView implements ViewModule {
       const i = Math.floor(((ev.clientY - r.top) / Math.max(1, r.height)) * hm.ranks.length);
       const v = z[i]?.[j];
       if (v === undefined) return;
-      const first = (hm.first_step ?? 0) + j * hm.bucket_steps;
-      canvas.title = `rank ${String(hm.ranks[i] ?? "?")}, steps ${first}–${first + hm.bucket_steps - 1}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`;
+      const first = firstStep + j * hm.bucket_steps;
+      const end = Math.min(lastStep, first + hm.bucket_steps - 1);
+      canvas.title = `rank ${String(hm.ranks[i] ?? "?")}, ${end > first ? `steps ${first}–${end}` : `step ${first}`}: ${v === null ? "no step" : `${fmtNum(v)} ms`}`;
     });
     const cells = s("foreignObject", { x: labelW, y: 0, width: cols * cellW, height: hm.ranks.length * cellH });
     cells.appendChild(canvas);
@@ -705,8 +714,8 @@ export class PerformanceView implements ViewModule {
       g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
       svg.appendChild(g);
     });
-    svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label" }, `step ${hm.first_step ?? 0}`));
-    svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end" }, `step ${(hm.first_step ?? 0) + cols * hm.bucket_steps - 1}`));
+    svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "data-testid": "heat-first-label" }, `step ${firstStep}`));
+    svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end", "data-testid": "heat-last-label" }, `step ${lastStep}`));
     const what = mode === "local" ? "Work outside backward (the iteration minus backward, where DDP ranks wait for a straggler)" : "Iteration time";
     const hint = h("div", { class: "perf-card-hint", text: `${what} of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${fmtNum(lo)} ms (blue) to ${fmtNum(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
     return block(hint, svg);

@@ -8,13 +8,15 @@ import math
 import os
 import shutil
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.model import BestValue, RunSummary
-from traceml_ai.runs.rundb import SCHEMA_VERSION, load_db, update_db, write_db
+from traceml_ai.runs.rundb import SCHEMA_VERSION, RunDbError, load_db, update_db, update_db_in_place, write_db
 from traceml_ai.runs.store import RunStore
 
 WHEN = "2026-11-30T12:00:00Z"
@@ -233,6 +235,107 @@ def test_update_rewrites_only_the_changed_runs(store: RunStore, tmp_path: Path) 
     assert db.runs[changed.key].summary.notes == "changed"
     assert db.runs[unchanged_but_edited.key].summary.notes != "not rewritten"
     assert removed.key not in db.runs and len(db.runs) == len(runs) - 1
+
+
+def test_an_update_in_place_rewrites_only_the_changed_runs_in_the_same_file(store: RunStore, tmp_path: Path) -> None:
+    """Issue 16: a save of a few changed runs out of 100,000 must not copy a 1.1 GB file."""
+    path = _written(store, tmp_path)
+    inode = os.stat(path).st_ino
+    runs = store.runs()
+    changed, unchanged_but_edited, removed = runs[0], runs[1], runs[2]
+    changed.notes = "changed in place"
+    unchanged_but_edited.notes = "not rewritten"
+    keep = [r for r in runs if r is not removed]
+    update_db_in_place(path, keep, store.stamps(), changed={changed.key}, gone={removed.key}, written_at="later")
+    assert os.stat(path).st_ino == inode and not (tmp_path / "runs.sqlite-journal").exists()
+    db, reason = load_db(path)  # the digest and the change counter were kept right
+    assert reason is None and db is not None and db.written_at == "later"
+    assert db.runs[changed.key].summary.notes == "changed in place"
+    assert db.runs[unchanged_but_edited.key].summary.notes != "not rewritten"
+    assert removed.key not in db.runs and len(db.runs) == len(runs) - 1
+    con = sqlite3.connect(path)  # the SQL tables follow too
+    assert con.execute("SELECT notes FROM runs WHERE key = ?", (changed.key,)).fetchone() == ("changed in place",)
+    assert con.execute("SELECT count(*) FROM config WHERE run_key = ?", (removed.key,)).fetchone() == (0,)
+    con.close()
+    # Many updates in a row: still one valid file.
+    for i in range(5):
+        changed.notes = f"round {i}"
+        update_db_in_place(path, keep, store.stamps(), changed={changed.key}, gone=set(), written_at=f"r{i}")
+    db, reason = load_db(path)
+    assert reason is None and db is not None and db.runs[changed.key].summary.notes == "round 4"
+    for run in (changed, unchanged_but_edited):
+        run.notes = ""
+
+
+def test_an_update_in_place_refuses_a_file_another_program_wrote(store: RunStore, tmp_path: Path) -> None:
+    path = _written(store, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE runs SET notes = 'by hand'")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    runs = store.runs()
+    with pytest.raises(RunDbError, match="another program"):
+        update_db_in_place(path, runs, store.stamps(), changed={runs[0].key}, gone=set(), written_at="later")
+    assert path.read_bytes() == before  # nothing written
+
+
+def test_an_update_in_place_waits_for_a_reader_then_gives_up(store: RunStore, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceml_ai.runs.rundb as rundb
+
+    path = _written(store, tmp_path)
+    monkeypatch.setattr(rundb, "IN_PLACE_BUSY_TIMEOUT_S", 0.2)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM run_cache").fetchone()  # holds the shared lock
+    runs = store.runs()
+    runs[0].notes = "after the reader"
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        update_db_in_place(path, runs, store.stamps(), changed={runs[0].key}, gone=set(), written_at="later")
+    reader.execute("COMMIT")
+    reader.close()
+    update_db_in_place(path, runs, store.stamps(), changed={runs[0].key}, gone=set(), written_at="later")
+    db, reason = load_db(path)
+    assert reason is None and db is not None and db.runs[runs[0].key].summary.notes == "after the reader"
+    runs[0].notes = ""
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_never_sees_half_an_update_in_place(store: RunStore, tmp_path: Path) -> None:
+    """A start reading the file while a viewer saves in place gets the runs before or after a save,
+    never a mix and never a refusal (SQLite's locks; a reader that started just before a save reads
+    again)."""
+    runs = store.runs()
+    for run in runs:
+        run.notes = "before"
+    path = _written(store, tmp_path)
+    seen: list[tuple[str | None, set[str]]] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            db, reason = load_db(path)
+            seen.append((reason, set() if db is None else {c.summary.notes for c in db.runs.values()}))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        i, deadline = 0, time.monotonic() + 60
+        # Until the reader saw at least two saves' runs (and 40 saves were made), or a minute.
+        while (i < 40 or len({frozenset(notes) for _, notes in seen}) < 3) and time.monotonic() < deadline:
+            i += 1
+            for run in runs:
+                run.notes = f"save {i}"
+            update_db_in_place(path, runs, store.stamps(), changed={r.key for r in runs}, gone=set(),
+                               written_at=f"s{i}")
+    finally:
+        done.set()
+        reader.join(60)
+    assert len({frozenset(notes) for _, notes in seen}) >= 3, seen  # reads between saves
+    assert all(reason is None and len(notes) == 1 for reason, notes in seen), seen  # one save's runs, not a mix
+    for run in runs:
+        run.notes = ""
 
 
 # -- start-up from the database ---------------------------------------------------------------------

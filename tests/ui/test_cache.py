@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sqlite3
 import struct
 from pathlib import Path
 
@@ -190,14 +191,32 @@ def test_run_db_is_replaced_atomically_and_throttled(store: RunStore, tmp_path: 
     assert cache.save_run_db(runs, store.stamps()) is None  # within 10 s: later
     mono.t += 8
     assert cache.save_run_db(runs, store.stamps()) == path
-    assert os.stat(path).st_ino != first_inode  # a new file renamed into place, not an in-place write
-    assert _files(tmp_path / ".cache") == ["runs.sqlite"]
+    assert os.stat(path).st_ino == first_inode  # one run changed: rewritten in the file, in one transaction
+    assert _files(tmp_path / ".cache") == ["runs.sqlite"]  # no journal left
     mono.t += 60
     assert cache.save_run_db(runs, store.stamps()) is None  # nothing changed: nothing written
 
     loaded = CacheFolder(tmp_path / ".cache").load_run_db()
     assert loaded is not None and loaded.runs[runs[0].key].summary.notes == "edited after the first save"
-    runs[0].notes = ""
+
+    # Another program wrote the file since: it is not this folder's last write, so the next save
+    # writes a whole new file and renames it into place (what that program wrote is not trusted).
+    con = sqlite3.connect(path)
+    con.execute("UPDATE runs SET notes = 'edited by hand'")
+    con.commit()
+    con.close()
+    for run in runs:
+        run.notes = "all edited"
+    mono.t += 11
+    assert cache.save_run_db(runs, store.stamps()) == path
+    assert os.stat(path).st_ino != first_inode
+    assert _files(tmp_path / ".cache") == ["runs.sqlite"]
+    again = CacheFolder(tmp_path / ".cache")
+    loaded = again.load_run_db()
+    assert loaded is not None and again.warnings == []
+    assert {c.summary.notes for c in loaded.runs.values()} == {"all edited"}
+    for run in runs:
+        run.notes = ""
 
 
 def test_a_restarted_viewer_rewrites_nothing_when_nothing_changed(store: RunStore, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import { openingUi, syncHash } from "./hash";
 import { h, replace } from "./dom";
 import { connectLive } from "./live";
 import { Shell } from "./shell";
+import { prefetchPerformance } from "./perfAnswers";
 import { parseUiState, store } from "./store";
 import { errorText } from "./ui";
 import { ChartsView } from "./views/charts";
@@ -16,7 +17,7 @@ import { CompareView } from "./views/compare";
 import { loadUPlot } from "./views/lineChart";
 import { Inspector } from "./views/inspector";
 import { OverviewView } from "./views/overview";
-import { PerformanceView } from "./views/performance";
+import { MAX_PERF_RUNS, PerformanceView } from "./views/performance";
 import { RunsView } from "./views/runs";
 
 async function boot(): Promise<void> {
@@ -25,6 +26,7 @@ async function boot(): Promise<void> {
   const remembered = await loadUiState();
   // A view in the URL (a bookmark, a shared link) wins over the remembered one; a reload does not.
   store.ui = openingUi() ?? parseUiState(remembered);
+  prefetchPerformance(store.ui, MAX_PERF_RUNS);
   const table = queryFirstTable();
   const runs = loadRuns(true);
   try {

@@ -96,3 +96,16 @@ export function perfAnswer(key: string, force = false): Promise<PerformancePage>
   inFlight.set(key, { promise: p, changes: sent });
   return p;
 }
+
+/**
+ * Ask early for the answers a Performance view opened from its address (or remembered) will draw,
+ * while the page still loads the runs and the table: the server builds them meanwhile, and the view
+ * then finds them in flight or kept. The same runs as the view shows (its focus run, else the
+ * selection, at most `max`); a key that is no captured run just gets its error, unused.
+ */
+export function prefetchPerformance(ui: { view: string; selection: string[]; perfRun: string | null }, max: number): void {
+  if (ui.view !== "performance") return;
+  const focus = ui.perfRun;
+  const keys = ui.selection.length && (!focus || ui.selection.includes(focus)) ? ui.selection.slice(0, max) : focus ? [focus] : [];
+  for (const key of keys) perfAnswer(key).catch(() => undefined);
+}

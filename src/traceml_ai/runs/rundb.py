@@ -24,8 +24,8 @@ Tables (schema version :data:`SCHEMA_VERSION`):
   files the summary was parsed from, plus ``".": [mtime_ns, inode]`` of the run folder itself) and
   ``summary`` (JSON of the :class:`~traceml_ai.runs.model.RunSummary`, all fields but ``run_json``,
   which the inspector reads from the run folder);
-- ``meta`` (bookkeeping): ``schema_version``, ``written_at``, ``cache_digest`` (CRC-32 of the
-  ``run_cache`` rows) and ``change_counter`` (the SQLite file change counter the file has after
+- ``meta`` (bookkeeping): ``schema_version``, ``written_at``, ``cache_digest`` (the sum of the
+  ``run_cache`` rows' checksums) and ``change_counter`` (the SQLite file change counter the file has after
   TraceML's last write of it).
 
 Text that is not valid Unicode (a folder name with undecodable bytes, a lone surrogate from a JSON
@@ -33,7 +33,8 @@ escape) is stored in the SQL tables with ``?`` in place of the bad characters; t
 keeps it exactly.
 
 This module only turns summaries into a database file at a path the caller gives and back. The
-caller writes to a temp path and renames it (``traceml_ai.ui.cache`` does). :func:`load_db` reads
+caller writes a new file at a temp path and renames it, or updates its own last write in place in
+one SQLite transaction (``traceml_ai.ui.cache`` does both: in place when only some runs changed). :func:`load_db` reads
 only the bookkeeping and validates every field of it, so a corrupt, edited or other-version file is
 refused and rebuilt from the run folders. An edit is found without reading the
 SQL tables back (the viewer's start must stay under 0.1 s for 1,000 runs):
@@ -74,13 +75,14 @@ from traceml_ai.runs.layout import CORE_FILES, DISPLAY_STATUSES, RUN_FOLDER_STAM
 from traceml_ai.runs.model import BestValue, RunSummary, Scalar
 from traceml_ai.runs.safeio import open_regular
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """2: ``run_cache.summary`` no longer holds ``run_json``; 3: the ``perf`` table, and ``perf`` in
 ``run_cache.summary``; 4: ``run_cache.stamps`` may hold the run folder's own stamp under
 :data:`RUN_FOLDER_STAMP` (issue 16: a start checks a finished run by that one ``stat``); 5: the
 ``perf`` facts' new meanings (``verdict`` ``not_judged`` for a run with no step timed, ``telemetry``
 ``no_summary`` / ``partial`` for a damaged database, ``worst_rank`` by the straggler rule's measure),
-so a database written before them is rebuilt rather than kept."""
+so a database written before them is rebuilt rather than kept; 6: ``meta.cache_digest`` is a sum of
+per-row checksums (order-free), so a save can update the file in place (:func:`update_db_in_place`)."""
 
 DB_FILE: Final = "runs.sqlite"
 APPLICATION_ID: Final = 0x54524D4C  # "TRML": marks the file as TraceML's (PRAGMA application_id)
@@ -369,27 +371,53 @@ def _fingerprint(stamps_text: bytes, summary_text: bytes) -> Fingerprint:
 
 
 class _CacheDigest:
-    """CRC-32 (8 hex digits) of the ``run_cache`` rows in order, as stored (UTF-8), fields joined by
-    NUL (which neither a path nor the ASCII-escaped JSON texts can hold). A checksum, not a
-    signature: it finds an edit, not a forger, who could recompute any digest the file holds.
+    """The checksum of the ``run_cache`` rows as stored (UTF-8): the sum, modulo 2**64, of one value
+    per row, its fields joined by NUL (which neither a path nor the ASCII-escaped JSON texts can
+    hold): that text's CRC-32 plus its length times 2**32. A checksum, not a signature: it finds an
+    edit, not a forger, who could recompute any digest the file holds.
 
-    Fed row by row (:meth:`update`, any number of times; the same CRC as of the whole joined
-    text), so neither the writer nor the chunked reader holds a copy of the whole table."""
+    A sum does not depend on the rows' order, so a save that rewrites some runs updates it from
+    those rows alone (:meth:`remove` the old, :meth:`update` with the new) instead of reading the
+    whole table again (issue 16: 250 MB at 100,000 runs). Fed row by row, so neither the writer nor
+    the chunked reader holds a copy of the whole table."""
 
-    __slots__ = ("_crc", "_sep")
+    __slots__ = ("_sum",)
 
-    def __init__(self) -> None:
-        self._crc, self._sep = 0, b""
+    PREFIX: Final = "sum64:"
+
+    def __init__(self, start: int = 0) -> None:
+        self._sum = start
+
+    @classmethod
+    def parse(cls, text: str) -> _CacheDigest | None:
+        """The digest ``hexdigest`` wrote, or None for another form."""
+        if not text.startswith(cls.PREFIX) or len(text) != len(cls.PREFIX) + 16:
+            return None
+        try:
+            return cls(int(text[len(cls.PREFIX):], 16))
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _total(rows: Iterable[tuple[bytes, bytes, bytes]]) -> int:
+        total = 0
+        crc32, join = zlib.crc32, b"\x00".join
+        for row in rows:
+            text = join(row)
+            total += crc32(text) + (len(text) << 32)
+        return total
 
     def update(self, rows: Iterable[tuple[bytes, bytes, bytes]]) -> None:
-        crc, sep = self._crc, self._sep
-        for row in rows:
-            crc = zlib.crc32(sep + b"\x00".join(row), crc)
-            sep = b"\x00"
-        self._crc, self._sep = crc, sep
+        self._sum = (self._sum + self._total(rows)) & _MASK64
+
+    def remove(self, rows: Iterable[tuple[bytes, bytes, bytes]]) -> None:
+        self._sum = (self._sum - self._total(rows)) & _MASK64
 
     def hexdigest(self) -> str:
-        return format(self._crc, "08x")
+        return f"{self.PREFIX}{self._sum:016x}"
+
+
+_MASK64: Final = (1 << 64) - 1
 
 
 def _cache_digest(rows: Iterable[tuple[bytes, bytes, bytes]]) -> str:
@@ -504,6 +532,89 @@ def update_db(
         src.close()
 
 
+IN_PLACE_BUSY_TIMEOUT_S: Final = 5.0
+"""How long :func:`update_db_in_place` waits for readers of the file to finish (a start reading
+100,000 runs holds its read lock about 2 s) before it gives up (the caller then writes a copy)."""
+
+
+def update_db_in_place(
+    path: str | os.PathLike[str],
+    runs: Sequence[RunSummary],
+    stamps: Mapping[str, Mapping[str, tuple[int, int]]],
+    *,
+    changed: Collection[str],
+    gone: Collection[str],
+    written_at: str,
+    column_state: bytes | None = None,
+    texts: Mapping[str, RowTexts] | None = None,
+) -> None:
+    """Rewrite in the database at ``path`` only the runs ``changed`` (their keys, found in ``runs``)
+    and delete the runs ``gone``, in one SQLite transaction (rollback journal: a reader sees the
+    file before or after it, never half of it), without copying the file: a save of 10 changed
+    runs out of 100,000 costs what those 10 cost (issue 16; :func:`update_db` copies 1.1 GB).
+
+    ``path`` must be this module's own last write, unchanged since: the file's change counter must
+    still be the one ``meta`` holds (checked under the write lock). The digest is updated from the
+    rows replaced and written alone (:class:`_CacheDigest` is a sum), and ``meta.change_counter``
+    is written in the same transaction as the count its commit leaves.
+
+    Raises:
+        RunDbError: ``path`` is not a run database of this schema version, another program wrote
+            it since, its digest is not of this version, or SQLite did not count the commit (the
+            file may then be left refused by :func:`load_db`: write a new one).
+        sqlite3.Error, OSError: the file could not be read or written, or readers held it longer
+            than :data:`IN_PLACE_BUSY_TIMEOUT_S` (``database is locked``).
+    """
+    con = sqlite3.connect(os.fspath(path), isolation_level=None, timeout=IN_PLACE_BUSY_TIMEOUT_S)
+    try:
+        app_id, version = _ids(con)
+        if app_id != APPLICATION_ID or version != SCHEMA_VERSION:
+            raise RunDbError(f"{os.fspath(path)} is not a run database of schema version {SCHEMA_VERSION}")
+        con.execute("PRAGMA journal_mode = DELETE")
+        con.execute("PRAGMA synchronous = FULL")
+        # The header is read before the lock is taken: closing another descriptor of the file while
+        # SQLite holds a lock would drop that lock (POSIX record locks are per process). A write
+        # between the two is then seen as a count meta does not hold, or after the commit.
+        header = _read_header(path)[0]
+        con.execute("BEGIN EXCLUSIVE")
+        try:
+            meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('change_counter', 'cache_digest')"))
+            if not header.rollback or not header.counter_valid or meta.get("change_counter") != str(header.counter):
+                raise RunDbError(f"{os.fspath(path)} was written by another program since TraceML's last write")
+            digest = _CacheDigest.parse(meta.get("cache_digest") or "")
+            if digest is None:
+                raise RunDbError(f"{os.fspath(path)}: meta.cache_digest is not of this version")
+            rewrite = [r for r in runs if r.key in changed]
+            old_keys = [*dict.fromkeys([*(_text(k) for k in gone), *(_text(r.key) for r in rewrite)])]
+            for start in range(0, len(old_keys), 500):  # (SQLite allows 999 parameters per statement)
+                chunk = old_keys[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                digest.remove(con.execute(f"{_STORED_ROWS} WHERE run_key IN ({marks})", chunk))
+                con.execute(f"DELETE FROM runs WHERE key IN ({marks})", chunk)
+                for table in ("config", "metrics", "perf", "run_cache"):
+                    con.execute(f"DELETE FROM {table} WHERE run_key IN ({marks})", chunk)
+            _insert_runs(con, rewrite, stamps, texts or {})
+            new_keys = [_text(r.key) for r in rewrite]
+            for start in range(0, len(new_keys), 500):  # the rows as stored: what a load will sum
+                chunk = new_keys[start:start + 500]
+                digest.update(con.execute(f"{_STORED_ROWS} WHERE run_key IN ({', '.join('?' * len(chunk))})", chunk))
+            _write_meta(con, written_at, column_state, digest.hexdigest())
+            # The count this commit leaves (SQLite adds one per write transaction; delete, then
+            # insert: a write that leaves a row's bytes as they were is skipped and not counted).
+            sealed = (header.counter + 1) & 0xFFFFFFFF
+            con.execute("DELETE FROM meta WHERE key = 'change_counter'")
+            con.execute("INSERT INTO meta VALUES ('change_counter', ?)", (str(sealed),))
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+        if _read_header(path)[0].counter != sealed:
+            raise RunDbError(f"SQLite {sqlite3.sqlite_version} did not count the write of {os.fspath(path)}")
+    finally:
+        con.close()
+
+
 def _pragmas(con: sqlite3.Connection) -> None:
     # The file is private until renamed: no rollback journal next to it; FULL sync so the rename
     # never publishes a file whose pages are still in flight.
@@ -541,10 +652,15 @@ def _insert_runs(
         con.executemany("INSERT INTO run_cache VALUES (?, ?, ?)", cache)
 
 
-def _write_meta(con: sqlite3.Connection, written_at: str, column_state: bytes | None) -> None:
-    """Inside the write transaction, after the rows: what ``meta`` says besides the change counter."""
-    stored = "SELECT CAST(run_key AS BLOB), CAST(stamps AS BLOB), CAST(summary AS BLOB) FROM run_cache ORDER BY rowid"
-    digest = _cache_digest(con.execute(stored))
+_STORED_ROWS: Final = "SELECT CAST(run_key AS BLOB), CAST(stamps AS BLOB), CAST(summary AS BLOB) FROM run_cache"
+
+
+def _write_meta(con: sqlite3.Connection, written_at: str, column_state: bytes | None,
+                digest: str | None = None) -> None:
+    """Inside the write transaction, after the rows: what ``meta`` says besides the change counter
+    (``digest``: the rows' :class:`_CacheDigest` when known, else read from the table)."""
+    if digest is None:
+        digest = _cache_digest(con.execute(_STORED_ROWS))
     con.executemany(
         "INSERT OR REPLACE INTO meta VALUES (?, ?)",
         [("schema_version", str(SCHEMA_VERSION)), ("written_at", _text(written_at)), ("cache_digest", digest)],
@@ -737,8 +853,12 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
     return LoadedDb(runs, written_at, prints, state if isinstance(state, bytes) else None)
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    # Which file, not which version of it: the read holds SQLite's shared lock, so a write in place
+    # (update_db_in_place) waits for it to end; only a file renamed over the path (a new inode;
+    # the old one is still open here, so its number is not reused) can make the header read by path
+    # describe another file than the rows read.
+    return st.st_dev, st.st_ino
 
 
 def _decode(text: bytes) -> Any:
@@ -987,5 +1107,6 @@ __all__ = [
     "stamps_json",
     "summary_json",
     "update_db",
+    "update_db_in_place",
     "write_db",
 ]

@@ -55,6 +55,7 @@ from traceml_ai.runs.rundb import (
     load_db,
     row_texts,
     update_db,
+    update_db_in_place,
     write_db,
 )
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
@@ -351,9 +352,12 @@ class CacheFolder:
         Call it after every poll that changed something, and with ``force=True`` on shutdown. It
         writes at most every 10 s (:data:`RUN_DB_MIN_INTERVAL_S`; a call within that time returns
         None and the next call catches up, since changes are found by comparing with what was last
-        written), skips writing when nothing changed, leaves out hidden runs, and rewrites only the
-        changed runs in a copy of its previous file. The new file is built as a temp file in the
-        cache folder and renamed over ``runs.sqlite``, so a reader never sees half a file.
+        written), skips writing when nothing changed, and leaves out hidden runs. When the file is
+        still this folder's own last write and few runs changed (:data:`IN_PLACE_MAX_RUNS`), only
+        those are rewritten, in the file, in one SQLite transaction; otherwise a new file is built
+        as a temp file in the cache folder (a copy of the previous one with the changed runs
+        rewritten, or from scratch) and renamed over ``runs.sqlite``. Either way a reader never
+        sees half a file.
 
         Args:
             runs: the runs (``RunStore.runs()``).
@@ -402,11 +406,25 @@ class CacheFolder:
         if base_ok and rows == self._db_rows:
             return None
         changed = {key for key, fp in rows.items() if self._db_rows.get(key) != fp}
+        written_at = iso_utc(self.clock())
+        state = (columns if columns is not None else ColumnIndex()).export_state(shown)
+        gone = self._db_rows.keys() - rows.keys()
+        if base_ok and len(changed) + len(gone) <= max(IN_PLACE_MAX_RUNS, len(rows) // 4):
+            # A few runs changed: rewrite them in the file itself, in one transaction (a copy of a
+            # 100,000-run file is 1.1 GB, issue 16); anything unexpected writes a new file below.
+            try:
+                update_db_in_place(target, shown, stamps, changed=changed, gone=gone, written_at=written_at,
+                                   column_state=state, texts=texts)
+            except (RunDbError, OSError, sqlite3.Error):
+                pass
+            else:
+                self._db_saved_at = now
+                self._db_rows = rows
+                self._db_file = _stat_id(target)
+                return target
         folder = self._folder(None)
         fd, tmp = _temp_file(folder, RUN_DB_FILE)
         os.close(fd)
-        written_at = iso_utc(self.clock())
-        state = (columns if columns is not None else ColumnIndex()).export_state(shown)
         try:
             try:
                 if not base_ok:
@@ -416,6 +434,9 @@ class CacheFolder:
             except (RunDbError, OSError, sqlite3.Error):
                 os.truncate(tmp, 0)
                 write_db(tmp, shown, stamps, written_at=written_at, column_state=state, texts=texts)
+            # A journal an in-place write left (it was interrupted) belongs to the file replaced:
+            # SQLite would roll it back into the new one.
+            _unlink_quietly(target + "-journal")
             os.replace(tmp, target)
         except BaseException:
             _unlink_quietly(tmp)
@@ -666,6 +687,11 @@ def _temp_file(folder: str, name: str) -> tuple[int, str]:
 
 def _file_id(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+IN_PLACE_MAX_RUNS: Final = 1000
+"""A save rewrites the changed runs inside ``runs.sqlite`` when at most this many (or a quarter of
+the runs) changed or left; more write a new file (issue 16)."""
 
 
 def _stat_id(path: str) -> tuple[int, int, int] | None:

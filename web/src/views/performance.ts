@@ -38,7 +38,9 @@ const PHASES: [string, string, string][] = [
   ["other", "other", "other"],
 ];
 const PHASE_COLOR: Record<string, number> = { dataloader: 1, h2d: 5, forward: 0, backward: 4, optimizer: 2, other: 7 };
-const MAX_RUNS = 4;
+/** The most runs the view shows at once. */
+export const MAX_PERF_RUNS = 4;
+const MAX_RUNS = MAX_PERF_RUNS;
 const W = 860;
 type Panel = "step" | "ranks" | "memory" | "gpu";
 const PANEL_LABEL: Record<Panel, string> = { step: "step time by phase", ranks: "step time per rank", memory: "memory", gpu: "host and GPU" };

@@ -71,6 +71,17 @@ def test_output_lines_and_rows_a_rank_dropped_before_sending_are_reported() -> N
     assert "rank 1 dropped 12 stdout/stderr lines (its output buffer was full)" in report["summary"]
 
 
+def test_rows_a_rank_could_not_encode_are_reported_as_such_not_as_a_full_queue() -> None:
+    """Review 11d: an integer beyond 64 bits was reported as "its send queue was full"."""
+    stats = clean_run(1)
+    stats.ranks[0].unencodable_rows = {"process": 2}
+    report = loss_report(stats, StoreStats(), session_id="s", world_size=1)
+    assert report is not None and report["unencodable_rows"] == {"0": {"process": 2}}
+    assert report["summary"] == ["rank 0 left out 2 process rows it could not encode (a value msgpack cannot "
+                                 "hold, e.g. an integer beyond 64 bits)"]
+    assert report["dropped_batches"] == {}
+
+
 def test_rejected_frames_projection_and_sqlite_losses_are_reported() -> None:
     stats = clean_run()
     stats.reject(0, "rank 0: payload of session 'old'", batch=True)

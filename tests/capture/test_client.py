@@ -193,10 +193,18 @@ def test_submit_never_blocks_the_caller_while_the_server_is_stuck() -> None:
         srv.stop()
 
 
-def test_unencodable_payload_is_dropped_not_raised(server: FrameServer) -> None:
+def test_a_row_msgpack_cannot_encode_is_left_out_and_counted_not_its_batch(server: FrameServer) -> None:
+    """Review 11d: an integer beyond 64 bits dropped the whole batch, and the summary blamed a full
+    send queue. Now only the rows that cannot be encoded are left out, counted by stream."""
     client = make_client(server.address)
-    client.submit({"meta": {}, "tables": {"process": [{"bad": object()}]}})
+    client.submit({"meta": {"session_id": "sess-test", "global_rank": 3},
+                   "tables": {"process": [{"seq": 1}, {"bad": object()}, {"seq": 1 << 64}, {"seq": 2}],
+                              "system": [{"seq": 1}]}})
     client.submit(envelope(1))
     client.close(timeout_s=5)
     assert server.wait_for(lambda: len(server.finished) == 1)
-    assert server.finished[0]["sent_batches"] == 1 and server.finished[0]["dropped_batches"] == 1
+    finished = server.finished[0]
+    assert finished["sent_batches"] == 2 and finished["dropped_batches"] == 0
+    assert finished["unencodable_rows"] == {"process": 2}
+    first = server.envelopes[0]["tables"]
+    assert first == {"process": [{"seq": 1}, {"seq": 2}], "system": [{"seq": 1}]}

@@ -83,12 +83,12 @@ print("updates", trainer.global_step)
 
 
 def _launch(tmp_path: Path, script_text: str, *args: str, command: str = "run",
-            extra: tuple[str, ...] = ()) -> tuple[Any, Path]:
+            extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[Any, Path]:
     script = tmp_path / "train.py"
     script.write_text(script_text)
     logs = tmp_path / "runs"
     proc = run_traceml(command, "--mode", "quiet", "--logs-dir", str(logs), "--interval", "0.2", *extra,
-                       str(script), *args, cwd=tmp_path, timeout=240)
+                       str(script), *args, cwd=tmp_path, timeout=360, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, logs
 
@@ -134,7 +134,7 @@ def test_hugging_face_trainer_without_callback_gets_one_step_per_update(tmp_path
                for _, events in steps]
     assert sum(fetches) == 24, fetches
     if accum > 1:
-        assert f"micro-batches per step: {updates} of {accum}" in proc.stderr
+        assert f"{updates} steps, one per optimizer update ({updates} steps of {accum} micro-batches)" in proc.stderr
     (run_dir,) = logs.iterdir()
     doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
     assert doc["step_time"]["micro_batches_per_step"] == accum  # the summary says what a step held
@@ -167,7 +167,7 @@ def test_lightning_with_a_short_last_update_counts_it_in_the_end_of_run_line(tmp
     steps = _steps(logs)
     assert [step for step, _ in steps] == list(range(updates))
     assert [_calls(events, "traceml:step") for _, events in steps] == [4] * 6 + [1]
-    assert "7 steps, one per optimizer update (micro-batches per step: 6 of 4, 1 of 1)" in " ".join(
+    assert "7 steps, one per optimizer update (6 steps of 4 micro-batches, 1 step of 1 micro-batch)" in " ".join(
         proc.stderr.split())
 
 
@@ -295,7 +295,7 @@ def test_a_plain_loop_with_accumulation_gets_one_step_per_update(
         assert opt_stats["cpu_ms"] > 0
     assert "1 incomplete update of 2 micro-batch(es) at the end was dropped" in proc.stderr
     assert "1 step(s) raised and were discarded" in proc.stderr
-    assert "micro-batches per step: 5 of 4" in proc.stderr
+    assert "(5 steps of 4 micro-batches)" in proc.stderr
     # The counts reach the run's summary, not only the rank's stderr.
     (run_dir,) = logs.iterdir()
     final = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
@@ -392,3 +392,41 @@ def test_a_hugging_face_run_waiting_for_its_data_is_reported_input_bound(tmp_pat
     first = doc["findings"][0]
     assert first["kind"] == "input_bound" and first["severity"] in ("warning", "critical"), doc["findings"]
     assert "ms per step" in first["summary"] and "of every hour of training" in first["summary"]
+
+
+def _strategies(logs: Path) -> dict[int, tuple[str, str]]:
+    """The latest runtime_environment row of each rank: (training_strategy, strategy_source)."""
+    (run_dir,) = logs.iterdir()
+    db = sqlite3.connect(f"file:{run_dir / 'aggregator' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT global_rank, training_strategy, strategy_source FROM runtime_environment "
+                          "ORDER BY rowid").fetchall()
+    finally:
+        db.close()
+    return {rank: (strategy, source) for rank, strategy, source in rows}
+
+
+DDP_ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.timeout(400)
+def test_a_lightning_ddp_run_on_two_ranks_is_recorded_as_ddp(tmp_path: Path) -> None:
+    """Review 11d: the callback was handed the LightningModule, never the DDP wrapper around it,
+    so a Lightning DDP run said ``unknown`` on every rank."""
+    pytest.importorskip("lightning")
+    script = LIGHTNING_SCRIPT.replace('accelerator="cpu", devices=1', 'accelerator="cpu", devices=2, strategy="ddp"')
+    assert script != LIGHTNING_SCRIPT
+    proc, logs = _launch(tmp_path, script, "1", "auto", extra=("--nproc-per-node", "2"), env=DDP_ENV)
+    assert _strategies(logs) == {0: ("DDP", "DistributedDataParallel model"),
+                                 1: ("DDP", "DistributedDataParallel model")}, proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(400)
+def test_a_hugging_face_trainer_on_two_ranks_is_recorded_as_ddp(tmp_path: Path) -> None:
+    """Review 11d: the Trainer's callbacks get the unwrapped model; the DDP set-up is read from
+    accelerate's state."""
+    pytest.importorskip("transformers")
+    proc, logs = _launch(tmp_path, HF_SCRIPT, "1", "auto", str(tmp_path / "out"), extra=("--nproc-per-node", "2"),
+                         env=DDP_ENV)
+    assert _strategies(logs) == {0: ("DDP", "accelerate distributed_type"),
+                                 1: ("DDP", "accelerate distributed_type")}, proc.stderr[-2000:]

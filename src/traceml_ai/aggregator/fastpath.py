@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from msgspec.structs import astuple
@@ -27,6 +27,10 @@ from traceml_ai.aggregator.projection import TableRows, identity_columns, in_wri
 from traceml_ai.aggregator.store import RowBlock
 from traceml_ai.telemetry import schema
 from traceml_ai.telemetry.envelope import EnvelopeError, normalise
+
+Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+"""An int an INTEGER column holds; a wider one fails the typed decode, and the reference projection
+then skips its row (msgpack itself decodes up to 2**64 - 1)."""
 
 # Field order of each row struct is the table's column order where the tuple is built with astuple.
 # gc=False: decoded rows never form reference cycles, and untracked structs decode faster.
@@ -37,21 +41,21 @@ class _Stats(msgspec.Struct, gc=False):
     duration_ms: float | None = None
     cpu_ms: float | None = None
     gpu_ms: float | None = None
-    n_calls: int | None = None
+    n_calls: Int64 | None = None
 
 
 class _StepTimeRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
-    seq: int | None = None
-    step: int | None = None
+    timestamp_unix_ns: Int64 | None = None
+    seq: Int64 | None = None
+    step: Int64 | None = None
     events: dict[str, dict[str, _Stats]] | None = None
 
 
 class _StepMemoryRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
-    seq: int | None = None
+    timestamp_unix_ns: Int64 | None = None
+    seq: Int64 | None = None
     device: str | None = None
-    step: int | None = None
+    step: Int64 | None = None
     peak_alloc_bytes: float | None = None
     peak_reserved_bytes: float | None = None
 
@@ -66,34 +70,34 @@ class _Gpu(msgspec.Struct, gc=False):
 
 
 class _SystemRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
-    seq: int | None = None
+    timestamp_unix_ns: Int64 | None = None
+    seq: Int64 | None = None
     cpu_percent: float | None = None
     ram_used_bytes: float | None = None
     ram_total_bytes: float | None = None
     gpu_available: bool | int | None = None
-    gpu_count: int | None = None
+    gpu_count: Int64 | None = None
     gpus: list[_Gpu] | None = None
 
 
 class _ProcessRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
-    seq: int | None = None
+    timestamp_unix_ns: Int64 | None = None
+    seq: Int64 | None = None
     cpu_percent: float | None = None
-    cpu_logical_core_count: int | None = None
+    cpu_logical_core_count: Int64 | None = None
     ram_used_bytes: float | None = None
     ram_total_bytes: float | None = None
     gpu_available: bool | int | None = None
-    gpu_count: int | None = None
-    gpu_device_index: int | None = None
+    gpu_count: Int64 | None = None
+    gpu_device_index: Int64 | None = None
     gpu_mem_used_bytes: float | None = None
     gpu_mem_reserved_bytes: float | None = None
     gpu_mem_total_bytes: float | None = None
 
 
 class _RuntimeRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
-    seq: int | None = None
+    timestamp_unix_ns: Int64 | None = None
+    seq: Int64 | None = None
     topology: str | None = None
     distributed_initialized: bool | int | None = None
     distributed_backend: str | None = None
@@ -103,7 +107,7 @@ class _RuntimeRow(msgspec.Struct, gc=False):
 
 
 class _StdoutRow(msgspec.Struct, gc=False):
-    timestamp_unix_ns: int | None = None
+    timestamp_unix_ns: Int64 | None = None
     line: str | None = None
     stream: Any = None
 
@@ -197,7 +201,7 @@ def _device_decoder(device: str) -> msgspec.msgpack.Decoder[Any] | None:
         if _json.encode(one(probe)) == _json.encode({device: probe}):
             row = msgspec.defstruct(
                 "_StepTimeRowOnDevice",
-                [("timestamp_unix_ns", int | None, None), ("seq", int | None, None), ("step", int | None, None),
+                [("timestamp_unix_ns", Int64 | None, None), ("seq", Int64 | None, None), ("step", Int64 | None, None),
                  ("events", dict[str, one] | None, None)],  # type: ignore[valid-type]
                 gc=False,
             )

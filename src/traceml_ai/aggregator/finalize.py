@@ -21,6 +21,7 @@ connection that never named its rank)::
       "dropped_batches": {rank: int},                # from rank_finished, only ranks with > 0
       "dropped_output_lines": {rank: int},           # from rank_finished, only ranks with > 0
       "lost_rows": {rank: {stream: int}},            # rows a rank's sources dropped before sending
+      "unencodable_rows": {rank: {stream: int}},     # rows a rank left out: values msgpack cannot encode
       "undelivered_batches": {rank: int},            # sent_batches − received, only > 0
       "rejected_frames": {"total": int, "by_rank": {rank: int}, "reasons": [str]},
       "refused_connections": {"total": int, "reasons": [str]},   # before a valid hello
@@ -126,6 +127,7 @@ def loss_report(
     dropped = _per_rank(ranks, lambda s: s.dropped_batches)
     dropped_lines = _per_rank(ranks, lambda s: s.dropped_output_lines)
     lost_rows = _per_rank(ranks, lambda s: dict(sorted(s.lost_rows.items())))
+    unencodable = _per_rank(ranks, lambda s: dict(sorted(s.unencodable_rows.items())))
     undelivered = _per_rank(ranks, lambda s: s.undelivered_batches)
     rejected_by_rank = _per_rank(ranks, lambda s: s.rejected_frames)
     unattributed = ingest.rejected_frames - sum(rejected_by_rank.values())
@@ -143,6 +145,9 @@ def loss_report(
                 for rank, count in dropped_lines.items()]
     summary += [f"rank {rank} dropped {count} {stream} rows before sending (its hand-off queue was full)"
                 for rank, by_stream in lost_rows.items() for stream, count in by_stream.items()]
+    summary += [f"rank {rank} left out {count} {stream} rows it could not encode (a value msgpack cannot hold, "
+                "e.g. an integer beyond 64 bits)"
+                for rank, by_stream in unencodable.items() for stream, count in by_stream.items()]
     summary += [f"rank {rank} sent {count} batches that never arrived" for rank, count in undelivered.items()]
     summary += _job_lines(ingest, store)
     summary += _extra_lines(extra or {})
@@ -162,6 +167,7 @@ def loss_report(
         "dropped_batches": dropped,
         "dropped_output_lines": dropped_lines,
         "lost_rows": lost_rows,
+        "unencodable_rows": unencodable,
         "undelivered_batches": undelivered,
         "rejected_frames": {
             "total": ingest.rejected_frames,

@@ -17,10 +17,12 @@ Value rules (000 seed, "Common fields" and per-record tables):
 - only a missing key or None is None; a measured 0 stays 0 (``0.0`` in a REAL column);
 - INTEGER fields take ints, never bools, except the integer booleans ``gpu_available`` and
   ``distributed_initialized``, which take only True/False (as 1/0) and the ints 1 and 0; REAL fields
-  take ints and floats (as float); TEXT fields take str; ``is_gpu`` takes a bool (or 0/1). A value
+  take ints and floats (as float); TEXT fields take str; ``is_gpu`` takes a bool. A value
   of any other type (an object or list where a number belongs, a number where text belongs), or
-  another int in a boolean field (3, -1), is one the record cannot hold: the row does not fit and
-  is skipped, counted once (never coerced to None);
+  another int in a boolean field (3, -1), or an integer beyond 64 bits (SQLite's INTEGER), is one
+  the record cannot hold: the row does not fit and is skipped, counted once (never coerced to None);
+- keys a record does not have (a newer rank's fields, in a row or in an ``events`` stats map) are
+  not read: ignoring them is forward compatibility, not a loss, and is not counted;
 - the two exceptions the 000 seed names: ``timestamp_unix_ns`` is None unless the row carries an
   integer (a legacy float ``timestamp`` alone gives None), and ``step`` is None unless it is an
   integer;
@@ -88,12 +90,22 @@ class RowMismatch(ValueError):
 # int/float subclasses (IntEnum, numpy.float64) working for in-process callers.
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+"""An INTEGER column (SQLite's, and so the record's) holds a signed 64-bit integer."""
+
+
 def _int(value: Any) -> int | None:
     if type(value) is int:
-        return value
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+        raise _too_wide(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return int(value)
+        return _int(int(value))
     return None
+
+
+def _too_wide(value: int) -> RowMismatch:
+    return RowMismatch(f"the integer {value} is beyond 64 bits, which its record cannot hold")
 
 
 int_or_none = _int
@@ -112,10 +124,14 @@ def _mismatch(column: str, value: Any) -> RowMismatch:
 
 def _int_field(value: Any, column: str) -> int | None:
     """An INTEGER field of a row: None when missing or null, the int, else the row does not fit."""
-    if value is None or type(value) is int:
-        return value
+    if value is None:
+        return None
+    if type(value) is int:
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+        raise _too_wide(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return int(value)
+        return _int_field(int(value), column)
     raise _mismatch(column, value)
 
 
@@ -153,10 +169,10 @@ def _flag_field(value: Any, column: str) -> int | None:
 
 
 def _bool_field(value: Any, column: str) -> bool | None:
+    """A bool field (``is_gpu``): None when missing or null, True/False; anything else (1, "yes")
+    is a value its record cannot hold (upstream's sampler sends ``bool(is_gpu)``)."""
     if value is None or value is True or value is False:
         return value
-    if type(value) is int and value in (0, 1):
-        return bool(value)
     raise _mismatch(column, value)
 
 
@@ -208,7 +224,7 @@ def _in_normal_form(events: dict[Any, Any]) -> bool:
                 if not (value is None or type(value) is float):
                     return False
                 value = stats["n_calls"]
-                if not (value is None or type(value) is int):
+                if not (value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX)):
                     return False
     except KeyError:  # one of the five keys is missing
         return False
@@ -261,7 +277,8 @@ def _rebuild_events(events: Any) -> dict[str, dict[str, dict[str, Any]]]:
                 else _real_field(duration, "duration_ms"),
                 "cpu_ms": cpu if (cpu is None or type(cpu) is float) else _real_field(cpu, "cpu_ms"),
                 "gpu_ms": gpu if (gpu is None or type(gpu) is float) else _real_field(gpu, "gpu_ms"),
-                "n_calls": calls if (calls is None or type(calls) is int) else _int_field(calls, "n_calls"),
+                "n_calls": calls if (calls is None or (type(calls) is int and INT64_MIN <= calls <= INT64_MAX))
+                else _int_field(calls, "n_calls"),
             }
         out[name] = devices
     return out
@@ -314,9 +331,10 @@ def project_step_time(
             step = get("step")
             add((
                 *head,
-                ts if type(ts) is int else _int(ts),
-                seq if (seq is None or type(seq) is int) else _int_field(seq, "seq"),
-                step if type(step) is int else _int(step),
+                ts if (type(ts) is int and INT64_MIN <= ts <= INT64_MAX) else _int(ts),
+                seq if (seq is None or (type(seq) is int and INT64_MIN <= seq <= INT64_MAX))
+                else _int_field(seq, "seq"),
+                step if (type(step) is int and INT64_MIN <= step <= INT64_MAX) else _int(step),
                 events if encode is None else encode(events).decode("utf-8"),
             ))
         except RowMismatch:
@@ -482,7 +500,10 @@ def project_stdout_stderr(meta: Mapping[str, Any], rows: list[Any], observed_ns:
             continue
         if not line:
             continue
-        out.append((observed_ns, rank, _int(get("timestamp_unix_ns")), line))
+        try:
+            out.append((observed_ns, rank, _int(get("timestamp_unix_ns")), line))
+        except RowMismatch:
+            skipped += 1
     return Projected({schema.STDOUT_STDERR_SAMPLES.name: out}, skipped)
 
 

@@ -421,6 +421,9 @@ class Aggregator:
             lost = body.get("lost_rows")
             if isinstance(lost, dict):
                 rank.lost_rows = {str(k): n for k, v in lost.items() if (n := as_int(v))}
+            bad = body.get("unencodable_rows")
+            if isinstance(bad, dict):
+                rank.unencodable_rows = {str(k): n for k, v in bad.items() if (n := as_int(v))}
             counts = body.get("step_counts")
             if isinstance(counts, dict):
                 rank.step_counts = {str(k): n for k, v in counts.items() if (n := as_int(v)) is not None and n >= 0}

@@ -37,7 +37,8 @@ class RankStats:
     stdout/stderr lines its output capture lost; None until then or from an older rank) and
     ``lost_rows`` ({stream: rows} its row sources dropped before sending) and ``step_counts``
     ({counter: n} steps left without a row by design, e.g. ``discarded_steps``; empty when the
-    rank traced no step or is older).
+    rank traced no step or is older) and ``unencodable_rows`` ({stream: rows} it left out of their
+    batches: a value msgpack cannot encode, such as an integer beyond 64 bits).
     """
 
     global_rank: int | None
@@ -53,6 +54,7 @@ class RankStats:
     dropped_output_lines: int | None = None
     lost_rows: dict[str, int] = field(default_factory=dict)
     step_counts: dict[str, int] = field(default_factory=dict)
+    unencodable_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def undelivered_batches(self) -> int:

@@ -128,6 +128,7 @@ class TransportClient:
         self._dropped = 0
         self._dropped_output_lines = 0
         self._lost_rows: dict[str, int] = {}
+        self._unencodable_rows: dict[str, int] = {}  # {stream: rows} msgpack could not encode
         self._step_counts: dict[str, int] = {}
         self._connections = 0
         self._closing = False
@@ -370,6 +371,18 @@ class TransportClient:
             try:
                 return memoryview(frames.encode_frame(payload))
             except (TypeError, ValueError, OverflowError) as exc:
+                # A row holding a value msgpack cannot hold (an integer beyond 64 bits, an object
+                # that is not data): leave out just those rows, counted by stream, not the batch.
+                kept, lost = _encodable_part(payload)
+                if lost:
+                    self._last_error = f"{sum(lost.values())} row(s) could not be encoded ({exc}); left out"
+                    with self._cond:
+                        for stream, n in lost.items():
+                            self._unencodable_rows[stream] = self._unencodable_rows.get(stream, 0) + n
+                    try:
+                        return memoryview(frames.encode_frame(kept))
+                    except (TypeError, ValueError, OverflowError) as again:
+                        exc = again
                 self._last_error = f"a payload could not be encoded: {exc}"
                 with self._cond:
                     self._dropped += 1
@@ -534,7 +547,7 @@ class TransportClient:
     def _send_finished(self, sock: socket.socket) -> None:
         with self._cond:
             body = frames.rank_finished(self.identity, self._sent, self._dropped, self._dropped_output_lines,
-                                        self._lost_rows, self._step_counts)
+                                        self._lost_rows, self._step_counts, self._unencodable_rows)
         try:
             sock.settimeout(max(0.05, self._remaining()))
             sock.sendall(frames.encode_frame(body))
@@ -548,6 +561,38 @@ class TransportClient:
         except (OSError, ValueError) as exc:
             if not self._finished_delivered:
                 self._last_error = f"rank_finished not delivered: {exc}"
+
+
+def _encodable_part(payload: Any) -> tuple[Any, dict[str, int]]:
+    """``payload`` (an envelope or a list of them) without the table rows msgpack cannot encode,
+    and how many rows each stream lost ({} when no single row is to blame: the caller drops the
+    batch). Only called after the whole payload failed to encode, so its cost does not matter."""
+    lost: dict[str, int] = {}
+
+    def fits(value: Any) -> bool:
+        try:
+            frames.encode_body(value)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        return True
+
+    def envelope(item: Any) -> Any:
+        tables = item.get("tables") if isinstance(item, dict) else None
+        if not isinstance(tables, dict):
+            return item
+        kept_tables: dict[Any, Any] = {}
+        for stream, rows in tables.items():
+            if isinstance(rows, list):
+                good = [row for row in rows if fits(row)]
+                if len(good) != len(rows):
+                    lost[str(stream)] = lost.get(str(stream), 0) + len(rows) - len(good)
+                kept_tables[stream] = good
+            else:
+                kept_tables[stream] = rows
+        return {**item, "tables": kept_tables}
+
+    kept = [envelope(item) for item in payload] if isinstance(payload, list) else envelope(payload)
+    return kept, lost
 
 
 def _short(value: Any, limit: int = 200) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 
 from traceml_ai.capture import steps
 from traceml_ai.capture.client import warn
+from traceml_ai.capture.samplers.runtime_environment import note_model
 from traceml_ai.capture.session import current_session
 from traceml_ai.capture.timing import Step
 
@@ -60,12 +61,16 @@ class OpenStep:
             # framework fetches before its first step hook are timed too.
             self._tracer = steps.prepare(session)
 
-    def open(self, model: Any) -> None:
-        """Opens a step of ``model``; a step still open (the framework skipped its end) is closed first."""
+    def open(self, model: Any, wrapped: Any = None) -> None:
+        """Opens a step of ``model``; a step still open (the framework skipped its end) is closed first.
+        ``wrapped``: the framework's DDP/FSDP/DeepSpeed wrapper of ``model`` when it has one (the
+        runtime_environment stream names the strategy from its class)."""
         self.close()
         session = current_session()
         if session is None or not steps.times_steps(session):
             return
+        if wrapped is not None:
+            note_model(wrapped)
         tracer = steps.tracer_for(session)
         self._tracer = tracer
         self._step = tracer.open(model)
@@ -147,7 +152,9 @@ def _make_lightning_class() -> type:
             self._step = OpenStep()
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-            self._step.open(pl_module)
+            # The strategy's model is the DDP/FSDP/DeepSpeed wrapper of pl_module (pl_module itself
+            # under a single-device strategy).
+            self._step.open(pl_module, getattr(getattr(trainer, "strategy", None), "model", None))
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self._step.close()

@@ -737,9 +737,9 @@ class StepTracer:
         parts = []
         grouped = {size: n for size, n in self.micro_batches.items() if size > 1}
         if grouped:
-            sizes = ", ".join(f"{n} of {size}" for size, n in sorted(self.micro_batches.items(), key=lambda kv: -kv[1]))
-            parts.append(f"{sum(self.micro_batches.values())} steps, one per optimizer update (micro-batches per "
-                         f"step: {sizes})")
+            sizes = ", ".join(f"{n} step{'' if n == 1 else 's'} of {size} micro-batch{'' if size == 1 else 'es'}"
+                              for size, n in sorted(self.micro_batches.items(), key=lambda kv: -kv[1]))
+            parts.append(f"{sum(self.micro_batches.values())} steps, one per optimizer update ({sizes})")
         if self.dropped_groups:
             parts.append(f"{self.dropped_groups} incomplete update of {self.dropped_micro_batches} micro-batch(es) at "
                          "the end was dropped (no optimizer step followed)")

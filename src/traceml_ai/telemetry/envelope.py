@@ -86,6 +86,8 @@ def normalise(item: Any) -> Envelope:
         value = out_meta.get(name)
         if value is not None and (type(value) is not int and (not isinstance(value, int) or isinstance(value, bool))):
             raise EnvelopeError(f"envelope meta {name!r} is {type(value).__name__} {value!r}, not an int")
+        if value is not None and not -(1 << 63) <= value < (1 << 63):
+            raise EnvelopeError(f"envelope meta {name!r} is {value}, beyond 64 bits")
     for name in TEXT_IDENTITY:
         value = out_meta.get(name)
         if value is not None and not isinstance(value, str):

@@ -54,6 +54,16 @@ class FrameError(ValueError):
     """A frame is too large or its body is not msgpack; the connection should be closed."""
 
 
+def encode_body(body: Any) -> bytes:
+    """``body`` as msgpack (no frame header).
+
+    Raises:
+        TypeError, OverflowError: ``body`` holds a value msgpack cannot encode (an integer beyond
+            64 bits, an object that is not data).
+    """
+    return _encoder.encode(body)
+
+
 def encode_frame(body: Any) -> bytes:
     """One frame for ``body`` (any msgpack-able value: dicts, lists, str, int, float, bool, None).
 
@@ -178,15 +188,17 @@ def rank_finished(
     dropped_output_lines: int = 0,
     lost_rows: dict[str, int] | None = None,
     step_counts: dict[str, int] | None = None,
+    unencodable_rows: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The last frame of a rank: how many payload batches it sent and how many it dropped, how many
     stdout/stderr lines its output capture dropped, ``lost_rows`` ({stream: rows}) its row sources
     lost before they reached a batch (e.g. a full step hand-off queue), and ``step_counts``
     ({counter: n}: steps left without a row by design, e.g. ``discarded_steps`` for blocks that
-    raised; empty when the rank traced no step)."""
+    raised; empty when the rank traced no step), and ``unencodable_rows`` ({stream: rows}) left out
+    of their batches because msgpack cannot encode a value they hold (an integer beyond 64 bits)."""
     return {"control": RANK_FINISHED, **identity, "sent_batches": sent_batches, "dropped_batches": dropped_batches,
             "dropped_output_lines": dropped_output_lines, "lost_rows": dict(lost_rows or {}),
-            "step_counts": dict(step_counts or {})}
+            "step_counts": dict(step_counts or {}), "unencodable_rows": dict(unencodable_rows or {})}
 
 
 def control_kind(body: Any) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +209,29 @@ def test_the_envelope_example_of_docs_export_gives_the_records_it_says() -> None
     assert step.events["traceml:step"]["cpu"]["cpu_ms"] == 0.599
     assert isinstance(memory, StepMemoryRecord) and memory.device == "cpu"
     assert memory.peak_alloc_bytes is None and memory.peak_reserved_bytes is None
+
+
+def test_the_exporter_example_of_docs_export_writes_json_even_for_nan(tmp_path: Path) -> None:
+    """docs/export.md's "Writing an exporter" example, run as written: every line it writes is
+    JSON, NaN and infinities as null (review 11d: with json.dumps it wrote ``NaN``)."""
+    import json
+    import re
+    import types
+
+    from traceml_ai.aggregator.export.exporter import ExporterContext
+
+    page = (Path(__file__).parents[3] / "docs" / "export.md").read_text()
+    section = page.split("## Writing an exporter", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    module = types.ModuleType("my_exporters")
+    exec(compile(code, "my_exporters.py", "exec"), module.__dict__)
+    context = ExporterContext(session_root=tmp_path, export_dir=tmp_path / "export", include_hostname=False,
+                              streams=("process",))
+    exporter = module.make_exporter(context)
+    exporter.open()
+    payload = make_envelope({"global_rank": 0}, {"process": [{"cpu_percent": math.inf, "ram_used_bytes": math.nan}]})
+    exporter.write(records_from_payload(payload, observed_timestamp_unix_ns=TS).records)
+    exporter.close()
+    (line,) = (tmp_path / "export" / "records.jsonl").read_text().splitlines()
+    data = json.loads(line, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert data["cpu_percent"] is None and data["ram_used_bytes"] is None and "hostname" not in data

@@ -47,7 +47,8 @@ TEXT_FIELDS = {"device", "topology", "distributed_backend", "training_strategy",
 NONE_WHEN_NOT_INTEGER = {"step", "timestamp_unix_ns"}
 
 WRONG_FOR_NUMBER = [{"an": "object"}, [1, 2], "7", True]
-WRONG_FOR_INT = [*WRONG_FOR_NUMBER, 1.5]
+WIDE = [1 << 63, -(1 << 63) - 1, (1 << 64) - 1]  # beyond SQLite's INTEGER (review 11d)
+WRONG_FOR_INT = [*WRONG_FOR_NUMBER, 1.5, *WIDE]
 WRONG_FOR_FLAG = [{"an": "object"}, [1], "1", 1.5, 3, 2, -1]  # an integer boolean is 1 or 0 (000 seed)
 WRONG_FOR_TEXT = [{"an": "object"}, ["x"], 7, 1.5, True]
 
@@ -72,7 +73,7 @@ def _cases() -> list[Any]:
                 cases.append(pytest.param(stream, {**row, field: value}, field, id=f"{stream}.{field}={value!r}"))
     stats = events()[schema.STEP]["cpu"]
     for key in stats:
-        wrong = [{"x": 1}, [1], "1.5", 2] if key == "is_gpu" else WRONG_FOR_INT if key == "n_calls" \
+        wrong = [{"x": 1}, [1], "1.5", 2, 1, 0] if key == "is_gpu" else WRONG_FOR_INT if key == "n_calls" \
             else WRONG_FOR_NUMBER
         for value in wrong:
             bad_events = {**events(), schema.STEP: {"cpu": {**stats, key: value}}}
@@ -105,7 +106,7 @@ def test_a_field_its_record_cannot_hold_skips_the_row_once(stream: str, bad_row:
     good = GOOD[stream]
     payload = make_envelope(META, {stream: [good, bad_row, good]})
     expected_rows = {"system": 2, "system_gpu": 2} if stream == schema.SYSTEM else {stream: 2}
-    if field in NONE_WHEN_NOT_INTEGER:
+    if field in NONE_WHEN_NOT_INTEGER and bad_row[field] not in WIDE:
         # The 000 seed: None means "the row had no integer step / source time"; the row is kept.
         counts, skipped = _records_of(payload)
         assert skipped == 0
@@ -155,14 +156,18 @@ def test_the_loss_reaches_finalization_warning_json(tmp_path: Path) -> None:
                      "system": [{**GOOD[schema.SYSTEM], "gpus": "2 GPUs"}]})
         # A frame well typed but for an integer boolean that is neither 1 nor 0 (the server's fast path).
         client.send({"process": [GOOD[schema.PROCESS], {**GOOD[schema.PROCESS], "gpu_available": 3}]})
+        # msgpack carries integers up to 2**64 - 1, SQLite's INTEGER up to 2**63 - 1: skipped, not an error.
+        wide = step_time_rows(0, 6)[3:]
+        client.send({"step_time": [wide[0], {**wide[1], "seq": 1 << 63}, wide[2]]})
         client.finish()
         client.close()
         code, _, _ = agg.signal_and_wait()
     finally:
         agg.kill()
     assert code == 0
-    assert count(agg.db, "step_time_samples") == 2
+    assert count(agg.db, "step_time_samples") == 4
     assert count(agg.db, "process_samples") == 1
     report = json.loads((tmp_path / "aggregator" / "finalization_warning.json").read_text())
-    assert report["projection"]["skipped"] == 4
-    assert "4 telemetry items or rows did not fit their table" in report["summary"]
+    assert report["projection"]["skipped"] == 5
+    assert report["sqlite"]["errors"] == 0 and report["sqlite"]["lost_rows"] == 0
+    assert "5 telemetry items or rows did not fit their table" in report["summary"]

@@ -22,6 +22,8 @@ what told us (``strategy_source``)                          strategy         con
 a ``DeepSpeedEngine`` model given to ``trace_step``         DeepSpeed        high
 a ``FullyShardedDataParallel`` / ``FSDPModule`` model       FSDP             high
 a ``DistributedDataParallel`` model                         DDP              high
+``accelerate distributed_type`` (the HF Trainer's             DDP / FSDP /     medium
+``MULTI_*`` / ``FSDP`` / ``DEEPSPEED``)                       DeepSpeed
 ``env`` (``ACCELERATE_USE_DEEPSPEED`` / ``_FSDP``)            DeepSpeed / FSDP medium
 ``deepspeed imported`` (no engine yet)                      DeepSpeed        medium
 ``world_size=1``                                            single           high
@@ -30,7 +32,9 @@ a ``DistributedDataParallel`` model                         DDP              hig
 ==========================================================  ===============  ==========
 
 The wrapper is known from the models the training passes to ``trace_step`` (:func:`note_model`,
-called by the step tracer when a model is first seen). An earlier version walked
+called by the step tracer when a model is first seen; the Lightning callback also hands over
+``trainer.strategy.model``, the DDP/FSDP/DeepSpeed wrapper of its module, and the Hugging Face
+Trainer's set-up is read from ``accelerate``'s state, :func:`accelerate_strategy`). An earlier version walked
 ``gc.get_objects()`` from the sampler thread; that hands a tuple the training thread is still
 building to another thread, and CPython then fails the training with ``SystemError: bad argument
 to internal function``: telemetry must never change a training's result, so it never looks at
@@ -119,6 +123,27 @@ def find_wrapper() -> tuple[str, str] | None:
     return None
 
 
+_ACCELERATE_KINDS = {"DEEPSPEED": "DeepSpeed", "FSDP": "FSDP"}
+
+
+def accelerate_strategy() -> str | None:
+    """The strategy Hugging Face ``accelerate`` set up in this process (the Trainer's DDP, FSDP or
+    DeepSpeed: its callbacks are handed the unwrapped model, so the wrapper is never seen), from its
+    process-wide state (``PartialState._shared_state["distributed_type"]``, a dict read, no object
+    walk); None when accelerate is not imported, not set up, or runs one process."""
+    state = sys.modules.get("accelerate.state")
+    shared = getattr(getattr(state, "PartialState", None), "_shared_state", None)
+    if not isinstance(shared, dict):
+        return None
+    kind = shared.get("distributed_type")
+    value = getattr(kind, "value", kind)
+    if not isinstance(value, str):
+        return None
+    if value in _ACCELERATE_KINDS:
+        return _ACCELERATE_KINDS[value]
+    return "DDP" if value.startswith("MULTI_") else None
+
+
 def detect(identity: RankIdentity, *, scan: bool = True) -> dict[str, Any]:
     """The row fields (without seq/timestamp) as this process looks now.
 
@@ -141,9 +166,12 @@ def detect(identity: RankIdentity, *, scan: bool = True) -> dict[str, Any]:
         except Exception:
             initialized, backend = 0, None
     wrapper = find_wrapper() if scan and torch is not None else None
+    accelerated = accelerate_strategy() if torch is not None and (world_size or 0) != 1 else None
     env = os.environ
     if wrapper is not None:
         strategy, source, confidence = wrapper[0], wrapper[1], "high"
+    elif accelerated is not None:
+        strategy, source, confidence = accelerated, "accelerate distributed_type", "medium"
     elif env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in _TRUE:
         strategy, source, confidence = "DeepSpeed", "env", "medium"
     elif env.get("ACCELERATE_USE_FSDP", "").lower() in _TRUE:

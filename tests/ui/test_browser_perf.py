@@ -324,6 +324,32 @@ def test_two_runs_sharing_a_name_are_told_apart_in_the_performance_view(browser:
         s.assert_clean()
 
 
+def test_more_selected_runs_than_the_view_compares_are_said_not_dropped_silently(
+        browser: Browser, perf_root: Path, tmp_path: Path) -> None:
+    """Review 13d: 14 captured runs selected, 4 drawn, no word."""
+    import shutil
+
+    root = tmp_path / "traceml" / "runs"
+    original = run_dir(perf_root, "steady")
+    base = original.name.rsplit("_", 1)[0]
+    for i in range(6):
+        shutil.copytree(original, root / f"{base}_{i:04x}")
+    with serve(root) as v, open_viewer(browser, v) as s:
+        page = s.page
+        checks = page.get_by_test_id("row-check")
+        expect(checks).to_have_count(6)
+        for i in range(5):
+            checks.nth(i).check()
+        page.get_by_test_id("nav-performance").click()
+        expect(page.get_by_test_id("perf-run")).to_have_count(4)
+        expect(page.get_by_test_id("perf-runs-capped")).to_contain_text("Showing 4 of the 5 selected captured runs")
+        page.get_by_test_id("nav-runs").click()
+        checks.nth(5).check()  # one more: the note follows
+        page.get_by_test_id("nav-performance").click()
+        expect(page.get_by_test_id("perf-runs-capped")).to_contain_text("Showing 4 of the 6 selected")
+        s.assert_clean()
+
+
 def median_shown(heat_row: Any) -> float:
     """The median a heatmap row shows on its right (ms)."""
     return float(heat_row.get_by_test_id("heat-median").get_attribute("data-value") or "nan")

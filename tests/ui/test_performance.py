@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
+from tests.diagnose.telemetry_db import HEALTHY_CPU, T0_NS, RunSpec, TelemetryDB, cpu_events, write_run
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.performance import PerformanceViews, heatmap
@@ -37,6 +37,28 @@ def test_the_heatmaps_last_bucket_ends_at_the_runs_last_step(tmp_path: Path) -> 
     assert hm["bucket_steps"] == 5 and len(hm["z"][0]) == 201
     assert (hm["first_step"], hm["last_step"]) == (0, 1000)
     assert hm["z"][0][-1] is not None  # the narrow last bucket holds step 1000's time
+
+
+def test_a_sampled_long_run_still_ends_its_charts_at_its_last_step(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review 13d: a run read one step in 40 ended its heatmap at step 99,960 and its phase chart
+    at 99,920, not at its last step 99,999 (the read keeps the last rows written)."""
+    from traceml_ai.diagnose import thresholds
+    from traceml_ai.ui.performance import breakdown
+
+    monkeypatch.setattr(thresholds, "MAX_STEP_ROWS", 640)
+    db = tmp_path / "run" / "aggregator" / "telemetry.sqlite"
+    out = TelemetryDB(db)
+    for step in range(1999):  # the ranks' rows interleaved, in the order they arrive
+        for rank in (0, 1):
+            out.step(rank, step, cpu_events({**HEALTHY_CPU, "traceml:step": 15.0 + rank}),
+                     ts_ns=T0_NS + step * 10**7, world_size=2, seq=step)
+    out.close()
+    hm = heatmap(str(db), max_buckets=240)
+    assert (hm["first_step"], hm["last_step"]) == (0, 1998)
+    b = breakdown(str(db), max_points=100)
+    assert b is not None and b["bucket_steps"] > 1 and b["last_step"] == 1998
+    assert b["x"][-1] < 1998  # the last bucket starts before it
 
 
 def test_a_missing_or_corrupt_database_says_why(tmp_path: Path) -> None:

@@ -372,6 +372,8 @@ export interface PerformanceResponse {
   breakdown: {
     x: number[];
     bucket_steps: number;
+    /** The last step (where the last bucket ends; x holds each bucket's first step). */
+    last_step?: number | null;
     series: { name: string; y: (number | null)[] }[];
     iteration: (number | null)[];
     /** The one rank shown at every step: the slowest by the straggler measure (the summary's worst_rank). */

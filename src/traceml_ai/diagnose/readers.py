@@ -465,19 +465,25 @@ def damaged_detail(error: str) -> str:
 
 
 _Where = tuple[str, tuple[Any, ...], int]
-STRIDE_WHERE: Final = "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0"
+STRIDE_WHERE: Final = "WHERE step IS NULL OR step < ? OR (step - ?) % ? = 0 OR id > ?"
+TAIL_ROWS: Final = 256
+"""A sampled read also takes the last rows written (the last steps of every rank, up to 256 ranks),
+so the charts of a long run end at its last step, not at the last multiple of k (review 13d)."""
 
 
-def _stride_of(count: Any, first: Any) -> _Where:
-    """The WHERE clause that reads a long run's steps every k-th step (warm-up steps always), its
-    parameters and k (1: every step), for ``count`` step rows whose smallest step is ``first``.
+def _stride_of(count: Any, first: Any, last_id: Any = None) -> _Where:
+    """The WHERE clause that reads a long run's steps every k-th step (warm-up steps and the last
+    :data:`TAIL_ROWS` rows, after ``last_id - TAIL_ROWS``, always), its parameters and k (1: every
+    step), for ``count`` step rows whose smallest step is ``first``.
 
     Sampling is by design, not a loss: it is said by ``sampled_every`` (and the summary's
     ``steps.sampled_every``), never among the ``problems`` (which make the telemetry ``partial``)."""
     if not isinstance(count, int) or count <= th.MAX_STEP_ROWS or not isinstance(first, int):
         return "", (), 1
     k = math.ceil(count / th.MAX_STEP_ROWS)
-    return STRIDE_WHERE, (first + th.WARMUP_STEPS, first, k), k
+    tail = min(TAIL_ROWS, th.MAX_STEP_ROWS // 64)  # a sliver of what is read
+    tail_from = last_id - tail if isinstance(last_id, int) else count  # (ids count from 1)
+    return STRIDE_WHERE, (first + th.WARMUP_STEPS, first, k, tail_from), k
 
 
 def _one(conn: sqlite3.Connection, sql: str) -> tuple[Any, ...] | None:
@@ -493,12 +499,12 @@ def _one(conn: sqlite3.Connection, sql: str) -> tuple[Any, ...] | None:
 
 def _stride(conn: sqlite3.Connection) -> tuple[_Where, StepSpan | None]:
     """:func:`_stride_of` from one pass over the step table that also gives the span of all steps."""
-    row = _one(conn, "SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step) FROM {t}")
+    row = _one(conn, "SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step), MAX(id) FROM {t}")
     if row is None:
         return ("", (), 1), None
-    count, first, last, distinct = row
+    count, first, last, distinct, last_id = row
     span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
-    return _stride_of(count, first), span
+    return _stride_of(count, first, last_id), span
 
 
 def _calls(by_device: Any) -> int | None:
@@ -537,7 +543,9 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
             if type(first) is not int:
                 found = _one(conn, "SELECT MIN(step) FROM {t}")
                 first = found[0] if found is not None else None
-            where = _stride_of(count, first)
+            top = _one(conn, "SELECT MAX(id) FROM {t}")  # the rowid's largest: no scan
+            last_id = top[0] if top is not None else None
+            where = _stride_of(count, first, last_id)
             rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
             if guess and isinstance(first, int) and where[2] > 1 and any(
                 (type(step := r[2]) is int and step < first) or (type(step) is float and step <= first)
@@ -546,7 +554,7 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
                 found = _one(conn, "SELECT MIN(step) FROM {t}")
                 exact = found[0] if found is not None else None
                 if type(exact) is not int or exact != first:
-                    where = _stride_of(count, exact)
+                    where = _stride_of(count, exact, last_id)
                     rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
             return rows, where, span
     return _select(conn, table, STEP_COLS, problems, where[0], where[1]), where, span

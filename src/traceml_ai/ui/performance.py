@@ -103,7 +103,8 @@ def _median(values: FloatArray) -> float | None:
 def breakdown(db_path: str, max_points: int = MAX_BREAKDOWN_POINTS) -> dict[str, Any] | None:
     """The step broken down by phase, per step, on one rank (:func:`shown_rank`): the slowest by the
     straggler rule's measure over the run, so its phases add up to its iteration time at every step
-    (``other`` is the rest). ``{"x": [step, ...], "bucket_steps": int, "series": [{"name": phase,
+    (``other`` is the rest). ``{"x": [step, ...], "bucket_steps": int, "last_step": the last step
+    (where the last bucket ends; ``x`` holds each bucket's first), "series": [{"name": phase,
     "y": [ms|None, ...]}], "iteration": [ms|None, ...], "rank": shown rank, "rank_basis": why that
     rank}``, the steps put into at most ``max_points`` buckets (the mean of each phase over a
     bucket's steps). None without step rows or a readable database."""
@@ -184,7 +185,8 @@ def rank_breakdown(tl: RankTimeline, basis: str, names: list[str], max_points: i
         y = tl.phase(name)
         if np.isfinite(y[keep]).any():
             series.append({"name": name, "y": bucketed(y)})
-    out: dict[str, Any] = {"x": [int(v) for v in steps[::width]], "bucket_steps": width, "series": series,
+    out: dict[str, Any] = {"x": [int(v) for v in steps[::width]], "bucket_steps": width,
+                           "last_step": int(steps[-1]) if n else None, "series": series,
                            "iteration": bucketed(tl.iteration_ms), "rank": tl.rank, "rank_basis": basis}
     if steps_range is not None:
         out["range"] = [steps_range[0], steps_range[1]]

@@ -71,6 +71,14 @@ def test_ls_filter_sort_and_columns(fake_root: Path) -> None:
     assert values == sorted(values, reverse=True)
 
 
+def test_ls_terminal_rows_always_name_their_run(fake_root: Path) -> None:
+    """Review 13d: ``--columns run.best.val/auc`` printed rows nobody could tell apart."""
+    proc = run_traceml("runs", "ls", str(fake_root), "--columns", "run.best.val/auc", "--filter", "name=baseline")
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()[:2]
+    assert header.split() == ["name", "run.best.val/auc"] and row.split()[0] == "baseline"
+
+
 def test_ls_status_and_search(fake_root: Path) -> None:
     rows = _ls_json(str(fake_root), "--status", "failed,killed")
     assert set(rows) == {"failed-run", "nan-loss", "killed-run"}

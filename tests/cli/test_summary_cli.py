@@ -74,6 +74,32 @@ def test_summary_json_reads_final_summary_when_there_is_one(runs: Path, tmp_path
     assert said["kind"] == "findings" and said["text"].endswith(("finding", "findings"))
 
 
+def test_what_the_capture_lost_is_said_by_summary_as_the_table_says_partial(tmp_path: Path) -> None:
+    """Review 13d: with a finalization_warning.json (readable or not) the run table said
+    ``partial`` while ``traceml summary`` said ``telemetry ok``."""
+    run_dir = tmp_path / "runs" / "20261204-101500_lossy_a1b2"
+    write_run(run_dir, RunSpec(steps=60))
+    write_final_summary(run_dir)
+    warning = run_dir / "aggregator" / "finalization_warning.json"
+    warning.write_text(json.dumps({"schema_version": 1, "summary": ["rank 0 dropped 3 batches (its send queue was full)"]}))
+    text = run_traceml("summary", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    assert "partial: the capture lost data" in text.stdout and "rank 0 dropped 3 batches" in text.stdout
+    doc = json.loads(run_traceml("summary", str(run_dir), "--json").stdout)
+    assert doc["lost"] == ["rank 0 dropped 3 batches (its send queue was full)"]
+    listed = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json", "--columns", "name,perf.telemetry")
+    assert [r["values"]["perf.telemetry"] for r in map(json.loads, listed.stdout.splitlines())] == ["partial"]
+    table = run_traceml("runs", "ls", str(tmp_path / "runs"), "--columns", "perf.peak_mem.host")
+    assert re.search(r"lossy\s+\d+(\.\d)? MiB", table.stdout), table.stdout  # bytes read as bytes, the name first
+    warning.write_text("garbage{")  # unreadable: said in both, never passed over
+    text = run_traceml("summary", str(run_dir))
+    assert "finalization_warning.json: not valid JSON" in text.stdout and "what the capture lost is unknown" in text.stdout
+    listed = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json", "--columns", "name,perf.telemetry")
+    (row,) = map(json.loads, listed.stdout.splitlines())
+    assert row["values"]["perf.telemetry"] == "partial"
+    assert any("finalization_warning.json: not valid JSON" in w for w in row["warnings"]), row["warnings"]
+
+
 def test_summary_finds_a_run_by_name_under_a_root(runs: Path) -> None:
     proc = run_traceml("summary", "stalled", "--root", str(runs), "--json")
     assert proc.returncode == 0, proc.stderr

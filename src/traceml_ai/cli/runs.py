@@ -24,6 +24,7 @@ from traceml_ai.cli.common import (
     UsageError,
     UserError,
     err,
+    fmt_bytes,
     fmt_duration,
     fmt_time,
     fmt_value,
@@ -211,6 +212,10 @@ def ls(
         if as_csv:
             write_csv(sys.stdout, shown, cols, group_by=group_by, group_labels=labels, lead=columns is None)
             return
+        if "name" not in cols and "id" not in cols:
+            # A terminal row must say which run it is (review 13d); --json and --csv give exactly the
+            # columns asked for, and each JSON line carries id and name anyway.
+            cols = ["name", *cols]
         _print_table(shown, cols, group_by, groups, total=len(runs))
 
 
@@ -380,6 +385,8 @@ def _cells(run: RunSummary, cols: list[str]) -> list[Cell]:
             cells.append((fmt_time(v if isinstance(v, str) else None), ""))
         elif c == "name":
             cells.append((printable(str(v)), "bold"))
+        elif c.startswith("perf.peak_mem.") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            cells.append((fmt_bytes(v), ""))  # bytes, as the page shows them (--json/--csv keep the number)
         else:
             cells.append((printable(fmt_value(v)), ""))
     return [(strip_control_codes(text), style) for text, style in cells]

@@ -107,6 +107,9 @@ def summary(
     if as_json:  # the document as written (the damage is the warning on stderr), and its verdict
         kind, text = verdict(Summary.from_dict(doc), **_launch_facts(run_dir))
         shown = {**doc, "verdict": {"kind": kind, "text": text}}
+        lost = _losses(run_dir)
+        if lost is not None:  # what the capture lost, as finalization_warning.json says it (not in the summary)
+            shown["lost"] = lost
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     _print_summary(run_dir, Summary.from_dict(doc), origin, damage)
@@ -200,8 +203,15 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
         info.add_row("telemetry", Text(f"partial: {_text(damage)} (it was {_text(status)} when the summary was "
                                        "written)", style="bold red"))
     else:
-        style = "" if status == "ok" else "yellow" if status == "degraded" else "bold red"
-        info.add_row("telemetry", Text(_text(status) + detail, style=style))
+        lost = _losses(run_dir)
+        if lost is not None and status == "ok":  # the capture lost something the summary does not count
+            info.add_row("telemetry", Text("partial: the capture lost data (aggregator/finalization_warning.json)",
+                                           style="bold red"))
+        else:
+            style = "" if status == "ok" else "yellow" if status == "degraded" else "bold red"
+            info.add_row("telemetry", Text(_text(status) + detail, style=style))
+        for line in lost or ():
+            info.add_row("lost", Text(_text(line), style="yellow"))
     span = f" (steps {summary.first_step}..{summary.last_step})" if summary.first_step is not None else ""
     info.add_row("steps", Text(f"{fmt_value(summary.steps_seen)} seen{span}, "
                                f"{fmt_value(summary.steps_analysed)} rank-steps analysed, first "
@@ -220,6 +230,21 @@ def _print_header(run_dir: Path, summary: Summary, origin: str, damage: str | No
     for problem in summary.problems:
         info.add_row("problem", Text(_text(problem), style="yellow"))
     out.print(Panel.fit(info, title=Text(printable(run_dir.name), style="bold"), title_align="left"))
+
+
+def _losses(run_dir: Path) -> list[str] | None:
+    """What ``aggregator/finalization_warning.json`` says the capture lost (its summary lines, read
+    by its reader), one line saying it cannot be read, or None without that file (nothing lost)."""
+    from traceml_ai.runs.aggregator_files import AGGREGATOR_DIR, FINALIZATION_WARNING, read_finalization_warning
+
+    agg = run_dir / AGGREGATOR_DIR
+    if not (agg / FINALIZATION_WARNING).exists():
+        return None
+    problems: list[str] = []
+    found = read_finalization_warning(str(agg), problems)
+    if found is None:
+        return [f"{problems[0] if problems else FINALIZATION_WARNING}; what the capture lost is unknown"]
+    return list(found.summary) or [f"{FINALIZATION_WARNING} lists no loss"]
 
 
 def _launch_facts(run_dir: Path) -> dict[str, Any]:

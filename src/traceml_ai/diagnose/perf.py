@@ -299,8 +299,9 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
     lost = lost_st is not None
     import msgspec
 
-    from traceml_ai.diagnose.perf_summary import DECODER, summary_facts
+    from traceml_ai.diagnose.perf_summary import DECODER, checked_summary_facts
 
+    left_out: list[str] = []
     try:
         facts = DECODER.decode(raw)
     except msgspec.ValidationError:  # a hand edit: read what has the right shape
@@ -310,7 +311,7 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
             return {"telemetry": "partial"}, f"{AGGREGATOR_DIR}/{SUMMARY_DAMAGED}: not valid JSON ({err})", stamps, True
         if not isinstance(doc, dict):
             return {"telemetry": "partial"}, f"{name}: holds {type(doc).__name__}, not an object", stamps, True
-        facts = summary_facts(doc)
+        facts, left_out = checked_summary_facts(doc)
     except msgspec.DecodeError as err:
         return {"telemetry": "partial"}, f"{AGGREGATOR_DIR}/{SUMMARY_DAMAGED}: not valid JSON ({err})", stamps, True
     version = facts.schema_version
@@ -323,6 +324,14 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
     if damage is not None:
         out["telemetry"] = "partial"  # the summary was judged on rows that can no longer be read back
         return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
+    if left_out:  # a hand edit TraceML would never write (a share of 7.5): its cells empty, and said
+        return out, f"{name}: {'; '.join(left_out)} (left out: its perf.* cells are empty)", stamps, True
+    if lost:  # read only when there (a run that lost something): an unreadable one is said, not passed over
+        from traceml_ai.runs.aggregator_files import read_finalization_warning
+
+        unreadable: list[str] = []
+        if read_finalization_warning(agg, unreadable) is None and unreadable:
+            return out, f"{unreadable[0]}; what the capture lost is unknown", stamps, True
     return out, None, stamps, True
 
 

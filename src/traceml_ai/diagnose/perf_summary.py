@@ -11,9 +11,15 @@ instead (:func:`summary_facts`), and a section of the wrong shape is left out (i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
+
+# The values a summary TraceML wrote can hold; a hand edit outside them (a share of 7.5, a negative
+# time) is refused like a wrong type, so its section is left out and said (review 13d).
+Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0.0)]
+Percent = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
 
 
 class _Telemetry(msgspec.Struct):
@@ -32,27 +38,27 @@ class _Ranks(msgspec.Struct):
 
 class _Phase(msgspec.Struct):
     name: str | None = None
-    share: float | None = None
+    share: Share | None = None
 
 
 class _StepTime(msgspec.Struct):
-    iteration_median_ms: float | None = None
-    iteration_p95_ms: float | None = None
-    throughput_steps_per_s: float | None = None
+    iteration_median_ms: NonNegative | None = None
+    iteration_p95_ms: NonNegative | None = None
+    throughput_steps_per_s: NonNegative | None = None
     phases: list[_Phase] = msgspec.field(default_factory=list)
     worst_rank: int | None = None
-    skew: float | None = None
+    skew: NonNegative | None = None
 
 
 class _Memory(msgspec.Struct):
     device: str | None = None
-    peak_alloc_bytes: float | None = None
-    rss_peak_bytes: dict[str, float | None] = msgspec.field(default_factory=dict)
+    peak_alloc_bytes: NonNegative | None = None
+    rss_peak_bytes: dict[str, NonNegative | None] = msgspec.field(default_factory=dict)
 
 
 class _System(msgspec.Struct):
-    gpu_util_median: float | None = None
-    gpu_util_mean: float | None = None
+    gpu_util_median: Percent | None = None
+    gpu_util_mean: Percent | None = None
 
 
 class _Evidence(msgspec.Struct):
@@ -87,16 +93,24 @@ _SECTIONS: Final = {f: t for f, t in zip(SummaryFacts.__struct_fields__, (
 
 def summary_facts(doc: Mapping[str, Any]) -> SummaryFacts:
     """The typed parts of a final summary document already parsed (a dict), section by section: a
-    section of the wrong shape is left out, never an error."""
+    section of the wrong shape is left out, never an error (:func:`checked_summary_facts` also says
+    which)."""
+    return checked_summary_facts(doc)[0]
+
+
+def checked_summary_facts(doc: Mapping[str, Any]) -> tuple[SummaryFacts, list[str]]:
+    """:func:`summary_facts`, and one line per section left out: its name and what msgspec found
+    wrong in it (``step_time: Expected `float` <= 1.0 - at `$.phases[0].share```)."""
     kept: dict[str, Any] = {}
+    problems: list[str] = []
     for name, kind in _SECTIONS.items():
         value = doc.get(name)
         if value is None:
             continue
         try:
             kept[name] = msgspec.convert(value, kind)
-        except msgspec.ValidationError:
-            continue
-    return SummaryFacts(**kept)
+        except msgspec.ValidationError as err:
+            problems.append(f"{name}: {err}")
+    return SummaryFacts(**kept), problems
 
 

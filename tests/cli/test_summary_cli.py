@@ -81,7 +81,8 @@ def test_what_the_capture_lost_is_said_by_summary_as_the_table_says_partial(tmp_
     write_run(run_dir, RunSpec(steps=60))
     write_final_summary(run_dir)
     warning = run_dir / "aggregator" / "finalization_warning.json"
-    warning.write_text(json.dumps({"schema_version": 1, "summary": ["rank 0 dropped 3 batches (its send queue was full)"]}))
+    lost = "rank 0 dropped 3 batches (its send queue was full)"
+    warning.write_text(json.dumps({"schema_version": 1, "summary": [lost]}))
     text = run_traceml("summary", str(run_dir))
     assert text.returncode == 0, text.stderr
     assert "partial: the capture lost data" in text.stdout and "rank 0 dropped 3 batches" in text.stdout
@@ -93,7 +94,8 @@ def test_what_the_capture_lost_is_said_by_summary_as_the_table_says_partial(tmp_
     assert re.search(r"lossy\s+\d+(\.\d)? MiB", table.stdout), table.stdout  # bytes read as bytes, the name first
     warning.write_text("garbage{")  # unreadable: said in both, never passed over
     text = run_traceml("summary", str(run_dir))
-    assert "finalization_warning.json: not valid JSON" in text.stdout and "what the capture lost is unknown" in text.stdout
+    assert "finalization_warning.json: not valid JSON" in text.stdout
+    assert "what the capture lost is unknown" in text.stdout
     listed = run_traceml("runs", "ls", str(tmp_path / "runs"), "--json", "--columns", "name,perf.telemetry")
     (row,) = map(json.loads, listed.stdout.splitlines())
     assert row["values"]["perf.telemetry"] == "partial"

@@ -179,14 +179,27 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     print(f"\ncapture overhead vs {UPSTREAM}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.rounds} "
           f"interleaved rounds × {args.steps} steps; load average {load0:.1f} → {load1:.1f}")
-    print(f"{'size':7} {'arm':9} {'thread CPU/step':>16} {'× plain':>8} {'job CPU':>9} {'× plain':>8}")
+    # Besides the ratio of medians, each round's own ratio to that round's plain run: their spread
+    # shows how much of a difference the machine's noise can make (a shared machine swings ±10 %).
+    print(f"{'size':7} {'arm':9} {'thread CPU/step':>16} {'× plain':>8} {'per round':>15} {'job CPU':>9} "
+          f"{'× plain':>8} {'per round':>15}")
     for size in sizes:
-        plain_step = statistics.median(s for s, _ in results[(size, "plain")])
-        plain_job = statistics.median(j for _, j in results[(size, "plain")])
+        plain = results[(size, "plain")]
+        plain_step = statistics.median(s for s, _ in plain)
+        plain_job = statistics.median(j for _, j in plain)
         for arm in arms:
-            step = statistics.median(s for s, _ in results[(size, arm)])
-            job = statistics.median(j for _, j in results[(size, arm)])
-            print(f"{size:7} {arm:9} {step:13.1f} µs {step / plain_step:8.3f} {job:7.2f} s {job / plain_job:8.3f}")
+            got = results[(size, arm)]
+            step = statistics.median(s for s, _ in got)
+            job = statistics.median(j for _, j in got)
+            step_r = [s / p for (s, _), (p, _) in zip(got, plain, strict=False)]
+            job_r = [j / p for (_, j), (_, p) in zip(got, plain, strict=False)]
+            print(f"{size:7} {arm:9} {step:13.1f} µs {step / plain_step:8.3f} {_spread(step_r):>15} "
+                  f"{job:7.2f} s {job / plain_job:8.3f} {_spread(job_r):>15}")
+
+
+def _spread(ratios: list[float]) -> str:
+    """``min–max`` of per-round ratios (empty without rounds)."""
+    return f"{min(ratios):.3f}–{max(ratios):.3f}" if ratios else ""
 
 
 if __name__ == "__main__":

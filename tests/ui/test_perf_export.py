@@ -83,6 +83,8 @@ def test_the_gpu_panel_gives_each_gpus_power_and_temperature_in_their_own_units(
     assert [line.get_label() for line in power.get_lines()] == ["GPU 0 power", "GPU 0 power limit", "GPU 1 power",
                                                                 "GPU 1 power limit"]
     assert {y for line in temp.get_lines() for y in line.get_ydata()} == {61.5}
+    draw, limit = power.get_lines()[:2]  # a GPU's limit: dashed, in its power line's colour
+    assert limit.get_linestyle() == "--" and draw.get_linestyle() == "-" and limit.get_color() == draw.get_color()
     png = Path(export_panel(cache, run, "gpu", "png")).read_bytes()
     assert png_size(png) == (2700, 3000)  # 9 x 10 inches at 300 DPI: four panels
 

@@ -495,11 +495,20 @@ def _draw_ranks(fig: Figure, ax: Axes, tel: Telemetry, stragglers: Sequence[int 
                  + "; medians after warm-up on the right", color=colors["muted"], fontsize=7, loc="left")
 
 
-def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], colors: Mapping[str, str]) -> None:
-    for j, (label, pts) in enumerate(series):
+def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], colors: Mapping[str, str],
+           *, limits: bool = False) -> None:
+    """One line per series, coloured in turn. ``limits``: a ``<name> power limit`` series is drawn
+    dashed in its ``<name> power`` line's colour, as the page draws it."""
+    groups: list[str] = []
+    for label, pts in series:
+        limit = limits and label.endswith(" power limit")
+        group = label.removesuffix(" power limit" if limit else " power") if limits else label
+        if group not in groups:
+            groups.append(group)
         xs, ys = zip(*pts, strict=True)
-        ax.plot(xs, ys, color=PALETTE[j % len(PALETTE)], linewidth=1.0, label=label,
-                marker="o" if len(pts) <= 60 else None, markersize=2)
+        ax.plot(xs, ys, color=PALETTE[groups.index(group) % len(PALETTE)], linewidth=1.0, label=label,
+                linestyle="--" if limit else "-", marker="o" if len(pts) <= 60 and not limit else None,
+                markersize=2)
     _legend(ax, colors)
 
 
@@ -547,7 +556,7 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
         watts, celsius = axes[2], axes[3]
         watts.set_title("GPU power draw and limit (W)", color=colors["muted"], fontsize=7, loc="left")
         if power:
-            _lines(watts, power, colors)
+            _lines(watts, power, colors, limits=True)
             watts.set_ylabel("W", color=colors["muted"], fontsize=8)
         else:
             _note(watts, "No GPU power readings (NVML did not report them).", colors)

@@ -93,8 +93,8 @@ class TelemetryDB:
         for idx, gpu in enumerate(gpus or []):
             self._insert(schema.SYSTEM_GPU_SAMPLES, **ident, timestamp_unix_ns=ts_ns, seq=seq, gpu_idx=idx,
                          util=gpu.get("util"), mem_used_bytes=gpu.get("mem_used"),
-                         mem_total_bytes=gpu.get("mem_total"), temperature_c=60.0, power_usage_w=200.0,
-                         power_limit_w=400.0)
+                         mem_total_bytes=gpu.get("mem_total"), temperature_c=gpu.get("temp", 60.0),
+                         power_usage_w=gpu.get("power", 200.0), power_limit_w=gpu.get("power_limit", 400.0))
 
     def commit(self) -> None:
         self.conn.commit()
@@ -142,6 +142,11 @@ class RunSpec:
     peak_reserved: Callable[[int, int], float | None] | None = None
     gpu_total: float = 80 * GIB
     gpu_util: Callable[[float], float] | None = None
+    gpu_temp: Callable[[float], float | None] = lambda t: 60.0
+    """Each GPU's temperature (degrees Celsius) at a snapshot; None: not reported."""
+    gpu_power: Callable[[float], float | None] = lambda t: 200.0
+    """Each GPU's power draw (watts) at a snapshot; None: not reported."""
+    gpu_power_limit: float | None = 400.0
     rss: Callable[[int, float], float] | None = lambda rank, t: 900 * MIB
     ram_total: float = 64 * GIB
     host_cpu: Callable[[float], float] | None = lambda t: 55.0
@@ -199,7 +204,9 @@ def write_run(run_dir: Path, spec: RunSpec) -> Path:
             gpus = None
             if spec.gpu:
                 util = spec.gpu_util(secs) if spec.gpu_util else 92.0
-                gpus = [{"util": util, "mem_used": 12 * GIB, "mem_total": spec.gpu_total} for _ in range(spec.ranks)]
+                gpus = [{"util": util, "mem_used": 12 * GIB, "mem_total": spec.gpu_total, "temp": spec.gpu_temp(secs),
+                         "power": spec.gpu_power(secs), "power_limit": spec.gpu_power_limit}
+                        for _ in range(spec.ranks)]
             db.system(seq, ts_ns=ts, cpu=spec.host_cpu(secs) if spec.host_cpu else None,
                       ram_used=spec.host_ram_used(secs) if spec.host_ram_used else None, ram_total=spec.ram_total,
                       gpus=gpus, world_size=spec.ranks)

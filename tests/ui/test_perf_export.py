@@ -15,7 +15,7 @@ import pytest
 from tests.diagnose.telemetry_db import GIB, RunSpec, write_run
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.cache import CacheFolder
-from traceml_ai.ui.perf_export import PANELS, PanelError, export_panel
+from traceml_ai.ui.perf_export import PANELS, PanelError, export_panel, panel_figure, telemetry_of
 from traceml_ai.ui.png import png_dpi
 
 pytest.importorskip("matplotlib")
@@ -48,6 +48,66 @@ def test_a_gpu_run_exports_every_panel_with_its_devices(tmp_path: Path) -> None:
     assert {"CPU", "RAM", "GPU 0 memory", "GPU 1 memory"} <= {r["series"] for r in gpu}
     share = export_panel(cache, run, "step", "png", share=True)
     assert Path(share).read_bytes() != Path(export_panel(cache, run, "step", "png")).read_bytes()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG's IHDR chunk."""
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_the_gpu_panel_gives_each_gpus_power_and_temperature_in_their_own_units(tmp_path: Path) -> None:
+    """Fresh-user review: the issue asks for power and temperature per GPU; the gpu panel had only
+    percentages. The CSV names their units (watts, celsius); the PNG draws them on two more axes,
+    one per unit, never on the percent axis."""
+    run_dir = tmp_path / "runs" / "gpu-run"
+    write_run(run_dir, RunSpec(ranks=2, steps=40, gpu=True, interval_s=0.1, gpu_temp=lambda t: 61.5,
+                               gpu_power=lambda t: 250.0, gpu_power_limit=350.0))
+    cache = CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"])
+    run = run_of(run_dir)
+    got = rows(export_panel(cache, run, "gpu", "csv"))
+    units = {r["series"]: r["unit"] for r in got}
+    assert units["GPU 0 power"] == units["GPU 1 power limit"] == "watts"
+    assert units["GPU 1 temperature"] == "celsius" and units["GPU 0 util"] == "percent"
+    assert {r["value"] for r in got if r["series"] == "GPU 0 power"} == {"250.0"}
+    assert {r["value"] for r in got if r["series"] == "GPU 0 power limit"} == {"350.0"}
+    assert {r["value"] for r in got if r["series"] == "GPU 1 temperature"} == {"61.5"}
+
+    tel = telemetry_of(run)
+    fig = panel_figure(tel, "gpu", title="gpu-run")
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert titles == ["host CPU and RAM (%)", "GPU utilisation and memory (%)", "GPU power draw and limit (W)",
+                      "GPU temperature (°C)"]
+    power, temp = fig.axes[2], fig.axes[3]
+    assert power.get_ylabel() == "W" and temp.get_ylabel() == "°C"
+    assert [line.get_label() for line in power.get_lines()] == ["GPU 0 power", "GPU 0 power limit", "GPU 1 power",
+                                                                "GPU 1 power limit"]
+    assert {y for line in temp.get_lines() for y in line.get_ydata()} == {61.5}
+    draw, limit = power.get_lines()[:2]  # a GPU's limit: dashed, in its power line's colour
+    assert limit.get_linestyle() == "--" and draw.get_linestyle() == "-" and limit.get_color() == draw.get_color()
+    png = Path(export_panel(cache, run, "gpu", "png")).read_bytes()
+    assert png_size(png) == (2700, 3000)  # 9 x 10 inches at 300 DPI: four panels
+
+
+def test_a_cpu_runs_empty_parts_say_why_without_axes(tmp_path: Path) -> None:
+    """Fresh-user review: a CPU run's gpu and memory PNGs drew meaningless 0-1 axes around the words
+    saying why they are empty. Those parts are the words alone; the parts with data keep theirs."""
+    run_dir = tmp_path / "runs" / "cpu-run"
+    write_run(run_dir, RunSpec(ranks=1, steps=30))
+    tel = telemetry_of(run_of(run_dir))
+    gpu = panel_figure(tel, "gpu", title="cpu-run")
+    assert len(gpu.axes) == 2  # no power or temperature parts without a GPU
+    host, device = gpu.axes
+    assert host.axison and host.get_lines()
+    assert not device.axison and not device.get_lines()
+    assert any("No GPU on this host" in t.get_text() for t in device.texts)
+    memory = panel_figure(tel, "memory", title="cpu-run")
+    peaks, rss = memory.axes
+    assert not peaks.axison and any("a CPU run measures host RSS only" in t.get_text() for t in peaks.texts)
+    assert rss.axison and rss.get_lines()
+    png = Path(export_panel(CacheFolder(tmp_path / "cache", roots=[tmp_path / "runs"]), run_of(run_dir), "gpu",
+                            "png")).read_bytes()
+    assert png_size(png) == (2700, 1800)
 
 
 def test_a_corrupt_missing_or_empty_database_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:

@@ -56,7 +56,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     baseline = _run_dir(root, "baseline")
     write_run(baseline, RunSpec(ranks=2, steps=80, gpu=True,
                                 peak_alloc=lambda rank, step: (10 + 0.01 * step) * GIB,
-                                gpu_util=lambda t: 40.0))
+                                gpu_util=lambda t: 40.0, gpu_temp=lambda t: 50.0 + t,
+                                gpu_power=lambda t: 150.0 + 10 * t, gpu_power_limit=300.0))
     write_final_summary(baseline)
     _log(baseline, 0, ["stdout | epoch 0: loss 2.31", f"stderr | {XSS_LINE}", "stdout | epoch 1: loss 1.02"])
     _log(baseline, 1, ["stderr | rank 1 warning: slow disk", "a line without a stream"])
@@ -135,6 +136,16 @@ def test_a_captured_run_answers_phases_ranks_memory_system_diagnoses_and_logs(ro
     assert _series(body["host"], "RAM")[0] == pytest.approx(20 / 64 * 100)
     assert set(_series(body["gpu"], "GPU 0 util")) == {40.0}
     assert _series(body["gpu"], "GPU 1 memory")[0] == pytest.approx(12 / 80 * 100)
+    # Power and temperature each on their own chart and unit, never on the percent axis.
+    power, temp = body["gpu_power"], body["gpu_temperature"]
+    assert power["unit"] == "watts" and temp["unit"] == "celsius"
+    assert [s["name"] for s in power["series"]] == ["GPU 0 power", "GPU 0 power limit", "GPU 1 power",
+                                                    "GPU 1 power limit"]
+    assert set(_series(power, "GPU 1 power limit")) == {300.0}
+    draw = [v for v in _series(power, "GPU 0 power") if v is not None]
+    assert draw[0] == pytest.approx(150.0) and draw[-1] > draw[0]
+    assert [s["name"] for s in temp["series"]] == ["GPU 0", "GPU 1"]
+    assert _series(temp, "GPU 0")[0] == pytest.approx(50.0) and temp["x"][0] == 0.0
 
     logs = {log["rank"]: log for log in body["logs"]}
     assert logs["0"]["lines"] == [
@@ -176,6 +187,7 @@ def test_telemetry_without_a_final_summary_is_diagnosed_live(root: Path) -> None
     assert body["state"] == "ok" and body["diagnoses"]["source"] == "live"
     assert [r["rank"] for r in body["ranks"]["per_rank"]] == [0]
     assert body["gpu"] is None  # a CPU run: no GPU samples
+    assert body["gpu_power"] is None and body["gpu_temperature"] is None
     # Issue 13 review: its per-step memory rows (device cpu, no peak measured) were answered as none at
     # all, and the Performance view said "no per-step memory rows" while the summary counted them.
     memory = body["memory"]
@@ -213,6 +225,20 @@ def test_a_long_run_is_downsampled_keeping_its_spike(tmp_path: Path) -> None:
     iteration = _series(steps, "iteration")
     assert max(v for v in iteration if v is not None) > 400 and 3333 in steps["x"]
     assert steps["x"][0] == 0 and steps["x"][-1] == 5999
+
+
+def test_a_gpu_without_power_or_temperature_readings_has_no_such_chart(tmp_path: Path) -> None:
+    """Some GPUs (NVML on a virtual GPU) report utilisation but no power or temperature: the page
+    gets no empty chart for those, and one reading alone keeps its chart (a limit without a draw)."""
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=1)
+    run_dir = next(root.iterdir())
+    write_run(run_dir, RunSpec(steps=20, gpu=True, gpu_temp=lambda t: None, gpu_power=lambda t: None))
+    store = RunStore([root])
+    store.poll()
+    body = TelemetryViews().payload(store.runs()[0])
+    assert body["gpu"] is not None and body["gpu_temperature"] is None
+    assert [s["name"] for s in body["gpu_power"]["series"]] == ["GPU 0 power limit"]
 
 
 def test_log_tail_and_cache_follow_the_files(tmp_path: Path) -> None:

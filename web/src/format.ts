@@ -107,13 +107,75 @@ export function fmtBytes(n: number | null | undefined): string {
   return `${n < 0 ? "-" : ""}${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
 }
 
-/** Axis label for seconds of wall time. */
-export function fmtSecondsAxis(v: number): string {
-  const a = Math.abs(v);
-  if (a < 60) return `${fmtNum(v)}s`;
-  if (a < 3600) return `${fmtNum(v / 60)}m`;
-  if (a < 86400) return `${fmtNum(v / 3600)}h`;
-  return `${fmtNum(v / 86400)}d`;
+// Clock steps of a wall-time axis in seconds: 1-2-5 below a second, then 1 2 5 10 15 30 s, 1 2 5 10
+// 15 30 min, 1 2 3 6 12 h, 1 2 7 14 d, …
+const CLOCK_STEPS: number[] = [
+  ...[-3, -2, -1].flatMap((k) => [1, 2, 5].map((m) => m * Math.pow(10, k))),
+  1, 2, 5, 10, 15, 30,
+  60, 120, 300, 600, 900, 1800,
+  3600, 7200, 10800, 21600, 43200,
+  86400, 172800, 604800, 1209600, 2592000,
+];
+
+/**
+ * Ticks of a wall-time axis over [min, max] seconds at clock steps, at most about `count` of them:
+ * the positions (seconds) and their labels, each in the units it needs (`0s 15s 30s 45s 1m 1m 15s`,
+ * `0 1m 2m 3m`, `1h 30m`), see {@link fmtClock}.
+ */
+export function clockTicks(min: number, max: number, count = 6): { ticks: number[]; labels: string[]; step: number } {
+  if (!Number.isFinite(min) || !Number.isFinite(max) || max <= min) return { ticks: [], labels: [], step: 0 };
+  const raw = (max - min) / Math.max(1, count);
+  const step = CLOCK_STEPS.find((s) => s >= raw * (1 - 1e-9)) ?? Math.ceil(raw / 2592000) * 2592000;
+  const ticks: number[] = [];
+  for (let i = Math.ceil(min / step - 1e-9); i * step <= max + step * 1e-9; i++) ticks.push(Number((i * step).toPrecision(12)));
+  return { ticks, labels: ticks.map((v) => fmtClock(v, step)), step };
+}
+
+/**
+ * `sec` seconds as a clock axis label for ticks `step` seconds apart: days, hours, minutes and
+ * seconds that are not zero (`1m 15s`, `2h`, `1d 12h`); 0 is `0s` on a seconds axis, else `0`; under
+ * a one-second step, seconds with the decimals the step needs (`1.5s`).
+ */
+export function fmtClock(sec: number, step: number): string {
+  const sign = sec < 0 ? "-" : "";
+  let a = Math.abs(sec);
+  if (step < 1) {
+    const digits = Math.max(0, Math.ceil(-Math.log10(step) - 1e-9));
+    return `${sign}${Number(a.toFixed(digits))}s`;
+  }
+  a = Math.round(a);
+  if (a === 0) return step < 60 ? "0s" : "0";
+  const parts: string[] = [];
+  for (const [size, unit] of [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]] as const) {
+    const n = Math.floor(a / size);
+    a -= n * size;
+    if (n) parts.push(`${n}${unit}`);
+  }
+  return sign + parts.join(" ");
+}
+
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+/**
+ * Ticks of a bytes axis over [min, max] at a power-of-two step of at least one byte (128 MiB,
+ * 256 MiB, 512 MiB, 1 GiB …), at most about `count` of them; labels all in the 1024-based unit of
+ * the largest (`0 128 MiB 256 MiB 384 MiB`, `0 0.5 GiB 1 GiB 1.5 GiB`).
+ */
+export function binaryTicks(min: number, max: number, count = 5): { ticks: number[]; labels: string[] } {
+  if (!Number.isFinite(min) || !Number.isFinite(max) || max <= min) return { ticks: [], labels: [] };
+  const raw = (max - min) / Math.max(1, count);
+  const step = Math.pow(2, Math.max(0, Math.ceil(Math.log2(raw) - 1e-9)));
+  const ticks: number[] = [];
+  for (let i = Math.ceil(min / step - 1e-9); i * step <= max + step * 1e-9; i++) ticks.push(i * step);
+  return { ticks, labels: fmtBinaryTicks(ticks) };
+}
+
+/** Labels of byte ticks, all in the 1024-based unit of the largest (`0 0.5 GiB 1 GiB`); null: no tick there. */
+export function fmtBinaryTicks(ticks: (number | null)[]): string[] {
+  const top = Math.max(1, ...ticks.map((v) => (v === null ? 0 : Math.abs(v))));
+  const u = Math.min(BYTE_UNITS.length - 1, Math.floor(Math.log2(top) / 10));
+  const div = Math.pow(1024, u);
+  return ticks.map((v) => (v === null ? "" : v === 0 ? "0" : `${fmtNum(Number((v / div).toPrecision(12)))} ${BYTE_UNITS[u]}`));
 }
 
 export type TimeUnit = "s" | "min" | "h";

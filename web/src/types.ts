@@ -420,6 +420,10 @@ export interface TelemetryResponse {
   rss: TelemetryChart | null;
   host: TelemetryChart | null;
   gpu: TelemetryChart | null;
+  /** Each GPU's power draw and limit in watts ("GPU 0 power", "GPU 0 power limit"); null without a reading. */
+  gpu_power?: TelemetryChart | null;
+  /** Each GPU's temperature in degrees Celsius ("GPU 0"); null without a reading. */
+  gpu_temperature?: TelemetryChart | null;
   t0_unix_ns: number | null;
   /** A final_summary.json that exists but cannot be used ("aggregator/final_summary.json cannot be
    * read (damaged): ..."): the reason the run has no verdict; null when it was read or is absent. */

@@ -133,7 +133,8 @@ class SystemSample:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU of one host snapshot: utilisation percent and memory (bytes)."""
+    """One GPU of one host snapshot: utilisation percent, memory (bytes), temperature (degrees
+    Celsius) and power draw and limit (watts); None where NVML did not say."""
 
     rank: int | None
     hostname: str | None
@@ -143,6 +144,9 @@ class GpuSample:
     util: float | None
     mem_used_bytes: float | None
     mem_total_bytes: float | None
+    temperature_c: float | None = None
+    power_usage_w: float | None = None
+    power_limit_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,8 @@ PROCESS_COLS = (
     "cpu_logical_core_count"
 )
 SYSTEM_COLS = "global_rank, hostname, seq, timestamp_unix_ns, cpu_percent, ram_used_bytes, ram_total_bytes, gpu_count"
-GPU_COLS = "global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes"
+GPU_COLS = ("global_rank, hostname, seq, timestamp_unix_ns, gpu_idx, util, mem_used_bytes, mem_total_bytes, "
+            "temperature_c, power_usage_w, power_limit_w")
 
 
 # -- one row → one typed sample (the full read here and the live tail in diagnose.live share them) --
@@ -402,12 +407,12 @@ def system_sample(row: tuple[Any, ...]) -> SystemSample:
 def gpu_sample(row: tuple[Any, ...]) -> GpuSample | None:
     """One ``system_gpu_samples`` row (columns :data:`GPU_COLS`) as a :class:`GpuSample`; None
     without an integer ``gpu_idx``."""
-    g, host, seq, ts, idx, util, used, total = row
+    g, host, seq, ts, idx, util, used, total, temp, power, limit = row
     gpu_idx = _int(idx)
     if gpu_idx is None:
         return None
     return GpuSample(_int(g), host if isinstance(host, str) else None, _int(seq), _int(ts), gpu_idx, _num(util),
-                     _num(used), _num(total))
+                     _num(used), _num(total), _num(temp), _num(power), _num(limit))
 
 
 def _select(

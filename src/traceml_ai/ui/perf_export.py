@@ -21,9 +21,12 @@ Four panels, named as ``traceml plot RUN --telemetry PANEL`` names them (:data:`
     RSS over wall time. CSV: ``series, unit, step, time_s, value`` (``step`` for the per-step
     peaks, ``time_s`` (seconds since the run's first sample) for RSS). PNG: two panels.
 ``gpu``
-    Host CPU and RAM (percent) and each GPU's utilisation and memory used (percent of its total)
-    over wall time. CSV: ``series, unit, time_s, value``. PNG: two panels; a host without GPU
-    samples says so on the picture (and in the CSV's absence of GPU rows).
+    Host CPU and RAM (percent), each GPU's utilisation and memory used (percent of its total), its
+    power draw and power limit (watts) and its temperature (degrees Celsius) over wall time. CSV:
+    ``series, unit, time_s, value`` (units ``percent``, ``watts``, ``celsius``; series ``GPU 0
+    power``, ``GPU 0 power limit``, ``GPU 0 temperature``). PNG: the percentages in two panels, and
+    with power or temperature readings two more, one per unit; a host without GPU samples says so
+    on the picture (and in the CSV's absence of GPU rows).
 
 Everything comes from ``aggregator/telemetry.sqlite`` through :func:`traceml_ai.diagnose.read_telemetry`
 (read-only) and the findings of ``aggregator/final_summary.json`` (or the rules run over the rows
@@ -271,12 +274,15 @@ def _pct(fraction: float) -> float:
     return round(fraction * 100.0, CSV_PCT_DECIMALS)
 
 
-def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float]]]],
-                                         list[tuple[str, list[tuple[float, float]]]]]:
-    """(host CPU/RAM percent, GPU util/memory percent): ``(label, [(seconds, percent)])`` each."""
+_Series = list[tuple[str, list[tuple[float, float]]]]
+
+
+def _gpu_series(tel: Telemetry) -> tuple[_Series, _Series, _Series, _Series]:
+    """(host CPU/RAM percent, GPU util/memory percent, GPU power and power limit in watts, GPU
+    temperature in degrees Celsius): ``(label, [(seconds, value)])`` each, the page's series."""
     t0 = _t0(tel)
     if t0 is None:
-        return [], []
+        return [], [], [], []
     hosts = {s.hostname for s in tel.system}
     host: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in tel.system:
@@ -290,6 +296,8 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
             host[f"{prefix}RAM"].append((t, _pct(s.ram_used_bytes / s.ram_total_bytes)))
     gpu_hosts = {g.hostname for g in tel.gpus}
     gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    power: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    temp: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for g in sorted(tel.gpus, key=lambda g: (g.hostname or "", g.gpu_idx)):
         if g.timestamp_ns is None:
             continue
@@ -299,12 +307,20 @@ def _gpu_series(tel: Telemetry) -> tuple[list[tuple[str, list[tuple[float, float
             gpu[f"{name} util"].append((t, float(g.util)))
         if g.mem_used_bytes is not None and g.mem_total_bytes:
             gpu[f"{name} memory"].append((t, _pct(g.mem_used_bytes / g.mem_total_bytes)))
-    return sorted(host.items()), list(gpu.items())
+        if g.power_usage_w is not None:
+            power[f"{name} power"].append((t, float(g.power_usage_w)))
+        if g.power_limit_w is not None:
+            power[f"{name} power limit"].append((t, float(g.power_limit_w)))
+        if g.temperature_c is not None:
+            temp[name].append((t, float(g.temperature_c)))
+    return sorted(host.items()), list(gpu.items()), list(power.items()), list(temp.items())
 
 
 def _gpu_table(tel: Telemetry) -> Table:
-    host, gpu = _gpu_series(tel)
+    host, gpu, power, temp = _gpu_series(tel)
     rows: list[list[Any]] = [[label, "percent", t, v] for label, pts in (*host, *gpu) for t, v in pts]
+    rows += [[label, "watts", t, v] for label, pts in power for t, v in pts]
+    rows += [[f"{label} temperature", "celsius", t, v] for label, pts in temp for t, v in pts]
     return ["series", "unit", "time_s", "value"], rows
 
 
@@ -335,12 +351,29 @@ def smoothing_window(points: int) -> int:
 
 def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Sequence[int | None] = (),
                      share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark") -> bytes:
-    """One panel as PNG bytes at 300 DPI (``pHYs`` set). ``title``: the run's label (``name · short
-    id``), put above the panel's and kept as the PNG's ``Title`` text; ``stragglers``: the ranks
-    the diagnosis named (the ``ranks`` panel marks them);
-    ``share``: the ``step`` panel as shares of the step instead of milliseconds (the page's toggle);
-    ``heat``: what the ``ranks`` heatmap colours, ``iteration`` or ``local`` (the work outside
-    backward); None: ``local`` when a straggler is named and backward was measured on several ranks.
+    """One panel as PNG bytes at 300 DPI (``pHYs`` set): :func:`panel_figure`'s picture, its
+    heading kept as the PNG's ``Title`` text.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    fig = panel_figure(tel, panel, title=title, stragglers=stragglers, share=share, heat=heat, theme=theme)
+    colors = _THEMES[theme]
+    buffer = io.BytesIO()
+    # The heading is also the PNG's Title (a tEXt chunk image viewers show).
+    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"],
+                metadata={"Title": f"{title} · {PANEL_TITLES[panel]}"})
+    return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
+
+
+def panel_figure(tel: Telemetry, panel: Panel, *, title: str, stragglers: Sequence[int | None] = (),
+                 share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark") -> Figure:
+    """One panel drawn on a matplotlib figure (laid out, not yet encoded). ``title``: the run's label
+    (``name · short id``), put above the panel's; ``stragglers``: the ranks the diagnosis named (the
+    ``ranks`` panel marks them); ``share``: the ``step`` panel as shares of the step instead of
+    milliseconds (the page's toggle); ``heat``: what the ``ranks`` heatmap colours, ``iteration``
+    or ``local`` (the work outside backward); None: ``local`` when a straggler is named and
+    backward was measured on several ranks. A part without data says why in words, without axes.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -349,10 +382,16 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     from matplotlib.figure import Figure
 
     colors = _THEMES[theme]
-    two = panel in ("memory", "gpu")
-    fig = Figure(figsize=(9.0, 6.0 if two else 4.5), dpi=PNG_DPI, facecolor=colors["bg"])
+    # The gpu panel adds power (W) and temperature (degrees C) below the percentages when a GPU
+    # measured them: each unit on its own axis.
+    rows = 1 if panel in ("step", "ranks") else 2
+    if panel == "gpu" and tel.status == "ok" and any(
+            g.power_usage_w is not None or g.power_limit_w is not None or g.temperature_c is not None
+            for g in tel.gpus):
+        rows = 4
+    fig = Figure(figsize=(9.0, {1: 4.5, 2: 6.0, 4: 10.0}[rows]), dpi=PNG_DPI, facecolor=colors["bg"])
     FigureCanvasAgg(fig)
-    axes = list(fig.subplots(2 if two else 1, 1, squeeze=False)[:, 0])
+    axes = list(fig.subplots(rows, 1, squeeze=False)[:, 0])
     for ax in axes:
         style_axes(ax, colors)
     heading = f"{title} · {PANEL_TITLES[panel]}"
@@ -368,13 +407,13 @@ def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Se
     else:
         _draw_gpu(axes, tel, colors)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    # The heading is also the PNG's Title (a tEXt chunk image viewers show).
-    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"], metadata={"Title": heading})
-    return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
+    return fig
 
 
 def _note(ax: Axes, text: str, colors: Mapping[str, str]) -> None:
+    """``text`` (why the panel is empty) in the middle of ``ax``, without its axes: no 0-1 ticks
+    around nothing; the panel's title stays."""
+    ax.set_axis_off()
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=colors["muted"], fontsize=9,
             wrap=True)
 
@@ -456,11 +495,20 @@ def _draw_ranks(fig: Figure, ax: Axes, tel: Telemetry, stragglers: Sequence[int 
                  + "; medians after warm-up on the right", color=colors["muted"], fontsize=7, loc="left")
 
 
-def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], colors: Mapping[str, str]) -> None:
-    for j, (label, pts) in enumerate(series):
+def _lines(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], colors: Mapping[str, str],
+           *, limits: bool = False) -> None:
+    """One line per series, coloured in turn. ``limits``: a ``<name> power limit`` series is drawn
+    dashed in its ``<name> power`` line's colour, as the page draws it."""
+    groups: list[str] = []
+    for label, pts in series:
+        limit = limits and label.endswith(" power limit")
+        group = label.removesuffix(" power limit" if limit else " power") if limits else label
+        if group not in groups:
+            groups.append(group)
         xs, ys = zip(*pts, strict=True)
-        ax.plot(xs, ys, color=PALETTE[j % len(PALETTE)], linewidth=1.0, label=label,
-                marker="o" if len(pts) <= 60 else None, markersize=2)
+        ax.plot(xs, ys, color=PALETTE[groups.index(group) % len(PALETTE)], linewidth=1.0, label=label,
+                linestyle="--" if limit else "-", marker="o" if len(pts) <= 60 and not limit else None,
+                markersize=2)
     _legend(ax, colors)
 
 
@@ -492,8 +540,8 @@ def _bytes_of(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]
 
 
 def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -> None:
-    host, gpu = _gpu_series(tel)
-    top, bottom = axes
+    host, gpu, power, temp = _gpu_series(tel)
+    top, bottom = axes[0], axes[1]
     top.set_title("host CPU and RAM (%)", color=colors["muted"], fontsize=7, loc="left")
     if host:
         _lines(top, host, colors)
@@ -504,7 +552,21 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
         _lines(bottom, gpu, colors)
     else:
         _note(bottom, "No GPU on this host (no GPU utilisation samples; NVML unavailable or a CPU-only run).", colors)
-    bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+    if len(axes) == 4:
+        watts, celsius = axes[2], axes[3]
+        watts.set_title("GPU power draw and limit (W)", color=colors["muted"], fontsize=7, loc="left")
+        if power:
+            _lines(watts, power, colors, limits=True)
+            watts.set_ylabel("W", color=colors["muted"], fontsize=8)
+        else:
+            _note(watts, "No GPU power readings (NVML did not report them).", colors)
+        celsius.set_title("GPU temperature (°C)", color=colors["muted"], fontsize=7, loc="left")
+        if temp:
+            _lines(celsius, temp, colors)
+            celsius.set_ylabel("°C", color=colors["muted"], fontsize=8)
+        else:
+            _note(celsius, "No GPU temperature readings (NVML did not report them).", colors)
+    axes[-1].set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
 
 
 # -- saving ----------------------------------------------------------------------------------------
@@ -555,5 +617,5 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
     return cache.save_plot(name, data, "csv" if fmt == "csv" else "png")
 
 
-__all__ = ["PANELS", "Panel", "PanelError", "check_panel", "export_panel", "panel_table", "render_panel_png",
-           "straggler_ranks", "telemetry_of"]
+__all__ = ["PANELS", "Panel", "PanelError", "check_panel", "export_panel", "panel_figure", "panel_table",
+           "render_panel_png", "straggler_ranks", "telemetry_of"]

@@ -35,12 +35,12 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from traceml_ai.diagnose.perf import aggregator_finalizing
-from traceml_ai.diagnose.readers import Telemetry, rank_key
+from traceml_ai.diagnose.readers import GpuSample, Telemetry, rank_key
 from traceml_ai.diagnose.summary import (
     AGGREGATOR_DIR,
     FINAL_SUMMARY,
@@ -149,6 +149,8 @@ class TelemetryViews:
             "rss": None,
             "host": None,
             "gpu": None,
+            "gpu_power": None,
+            "gpu_temperature": None,
             "logs": [],
             "t0_unix_ns": None,
             "final_summary_error": None,
@@ -220,6 +222,8 @@ class TelemetryViews:
             out["rss"] = self._rss(tel, t0)
             out["host"] = self._host(tel, t0)
             out["gpu"] = self._gpu(tel, t0)
+            out["gpu_power"] = self._gpu_readings(tel, t0, "power")
+            out["gpu_temperature"] = self._gpu_readings(tel, t0, "temperature")
 
     def _steps(self, tel: Telemetry) -> dict[str, Any] | None:
         """Phase times per step, the slowest rank's per step (as the job waits for it), warm-up
@@ -325,6 +329,28 @@ class TelemetryViews:
                 if np.isfinite(y).any():
                     series.append((f"{name} {what}", x, y))
         return {**aligned(series, self.max_points), "unit": "percent"} if series else None
+
+    def _gpu_readings(self, tel: Telemetry, t0: int, what: Literal["power", "temperature"]) -> dict[str, Any] | None:
+        """Each GPU's power draw and its limit (``what="power"``, watts: ``GPU 0 power``, ``GPU 0
+        power limit``) or its temperature (``"temperature"``, degrees Celsius: ``GPU 0``) over wall
+        time; None when no sample measured it (a CPU run, or NVML without the reading)."""
+        by: dict[tuple[str | None, int], list[GpuSample]] = defaultdict(list)
+        hosts = {g.hostname for g in tel.gpus}
+        for g in tel.gpus:
+            if g.timestamp_ns is not None:
+                by[(g.hostname, g.gpu_idx)].append(g)
+        fields = ((("power", "power_usage_w"), ("power limit", "power_limit_w")) if what == "power"
+                  else (("", "temperature_c"),))
+        series = []
+        for (host, idx), rows in sorted(by.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+            name = f"{host} GPU {idx}" if len(hosts) > 1 else f"GPU {idx}"
+            x = _seconds([r.timestamp_ns or 0 for r in rows], t0)
+            for label, field in fields:
+                y = np.asarray([math.nan if (v := getattr(r, field)) is None else v for r in rows], dtype=np.float64)
+                if np.isfinite(y).any():
+                    series.append((f"{name} {label}".rstrip(), x, y))
+        unit = "watts" if what == "power" else "celsius"
+        return {**aligned(series, self.max_points), "unit": unit} if series else None
 
 
 # -- series --------------------------------------------------------------------------------------

@@ -739,7 +739,7 @@ export class PerformanceView implements ViewModule {
     svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "data-testid": "heat-first-label" }, `step ${firstStep}`));
     svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end", "data-testid": "heat-last-label" }, `step ${lastStep}`));
     const what = mode === "local" ? "Work outside backward (the iteration minus backward, where DDP ranks wait for a straggler)" : "Iteration time";
-    const hint = h("div", { class: "perf-card-hint", text: `${what} of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${fmtNum(lo)} ms (blue) to ${fmtNum(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
+    const hint = h("div", { class: "perf-card-hint", text: `${what} of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${sig3(lo)} ms (blue) to ${sig3(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
     return block(hint, svg);
   }
 

@@ -9,7 +9,7 @@
 
 import type uPlot from "uplot";
 import { type Child, debounce, h, replace } from "../dom";
-import { fmtBytes, fmtNum, fmtSecondsAxis, ranksText } from "../format";
+import { binaryTicks, clockTicks, fmtBinaryTicks, fmtBytes, fmtClock, fmtNum, fmtWallTime, ranksText } from "../format";
 import { icon } from "../icons";
 import { isFresh, keptAnswer, perfAnswer } from "../perfAnswers";
 import { store } from "../store";
@@ -45,7 +45,30 @@ interface PlotOpts {
   band?: [number, number] | null;
   /** The chart's name: a zoom made on it is kept across live redraws of the same run. */
   id?: string;
+  /** x is wall time (seconds): ticks at clock steps (`0s 15s 30s 45s 1m 1m 15s`). */
+  xTime?: boolean;
+  /** y is bytes: ticks at power-of-two steps (`128 MiB 256 MiB`). */
+  yBytes?: boolean;
 }
+
+/** What a chart of the "Memory and system" block draws. */
+interface TimeChart {
+  title: string;
+  testid: string;
+  chart: TelemetryChart | null | undefined;
+  /** "step" (x = step) or "time" (x = seconds since the run's first sample). */
+  x: "step" | "time";
+  y: "bytes" | "percent" | "watts" | "celsius";
+  /** A line's colour group and dash from its series name (a GPU's power and its limit share a colour). */
+  style?: (name: string) => { group: string; dash?: number[] };
+}
+
+const Y_FMT: Record<TimeChart["y"], (v: number) => string> = {
+  bytes: fmtBytesShort,
+  percent: (v) => `${fmtNum(v)}%`,
+  watts: (v) => `${fmtNum(v)} W`,
+  celsius: (v) => `${fmtNum(v)} °C`,
+};
 
 /** `1.2 GiB` style bytes (1024-based) for axes and tooltips, shorter than format.ts's fmtBytes. */
 function fmtBytesShort(n: number): string {
@@ -361,18 +384,32 @@ export class TelemetryPanel {
 
   private timeCharts(d: TelemetryResponse, mounts: (() => void)[]): HTMLElement | null {
     const cards: HTMLElement[] = [];
-    const add = (title: string, testid: string, c: TelemetryChart | null, xLabel: string, xFmt: (v: number) => string, yFmt: (v: number) => string, spanGaps: boolean) => {
-      if (!c || !c.x.length || !c.series.length) return;
-      const { card, plot, legend } = this.card(title, testid, c);
-      const lines: Line[] = c.series.map((s, i) => ({ label: s.name, color: paletteColor(i), width: 1.5, values: s.y }));
-      mounts.push(() => this.mountPlot(plot, legend, c.x, lines, { xLabel, xFmt, yFmt, spanGaps, id: testid }));
+    // A GPU's power limit is drawn dashed in its power line's colour.
+    const power = (name: string) => (name.endsWith(" power limit") ? { group: name.slice(0, -" power limit".length), dash: [4, 3] } : { group: name.replace(/ power$/, "") });
+    const charts: TimeChart[] = [
+      { title: "Peak memory per step", testid: "telemetry-memory", chart: d.memory, x: "step", y: "bytes" },
+      { title: "Process RSS per rank", testid: "telemetry-rss", chart: d.rss, x: "time", y: "bytes" },
+      { title: "Host CPU and RAM (%)", testid: "telemetry-host", chart: d.host, x: "time", y: "percent" },
+      { title: "GPU utilisation and memory (%)", testid: "telemetry-gpu", chart: d.gpu, x: "time", y: "percent" },
+      { title: "GPU power draw and limit (W)", testid: "telemetry-gpu-power", chart: d.gpu_power, x: "time", y: "watts", style: power },
+      { title: "GPU temperature (°C)", testid: "telemetry-gpu-temperature", chart: d.gpu_temperature, x: "time", y: "celsius" },
+    ];
+    for (const t of charts) {
+      const c = t.chart;
+      if (!c || !c.x.length || !c.series.length) continue;
+      const { card, plot, legend } = this.card(t.title, t.testid, c);
+      const groups: string[] = [];
+      const lines: Line[] = c.series.map((s, i) => {
+        const st = t.style?.(s.name);
+        if (!st) return { label: s.name, color: paletteColor(i), width: 1.5, values: s.y };
+        if (!groups.includes(st.group)) groups.push(st.group);
+        return { label: s.name, color: paletteColor(groups.indexOf(st.group)), width: 1.5, values: s.y, dash: st.dash };
+      });
+      const time = t.x === "time";
+      const opts: PlotOpts = { xLabel: time ? "wall time" : "step", xFmt: time ? fmtWallTime : fmtNum, yFmt: Y_FMT[t.y], spanGaps: time, id: t.testid, xTime: time, yBytes: t.y === "bytes" };
+      mounts.push(() => this.mountPlot(plot, legend, c.x, lines, opts));
       cards.push(card);
-    };
-    const pct = (v: number) => `${fmtNum(v)}%`;
-    add("Peak memory per step", "telemetry-memory", d.memory, "step", fmtNum, fmtBytesShort, false);
-    add("Process RSS per rank", "telemetry-rss", d.rss, "wall time", fmtSecondsAxis, fmtBytesShort, true);
-    add("Host CPU and RAM (%)", "telemetry-host", d.host, "wall time", fmtSecondsAxis, pct, true);
-    add("GPU utilisation and memory (%)", "telemetry-gpu", d.gpu, "wall time", fmtSecondsAxis, pct, true);
+    }
     if (!cards.length) return null;
     return h("div", { class: "telem-block" }, h("div", { class: "telem-sub", text: "Memory and system" }), ...cards);
   }
@@ -391,6 +428,9 @@ export class TelemetryPanel {
     // out to the whole data (double-click) it is forgotten, and the chart follows the run again.
     const id = o.id;
     let armed = false;
+    // The tick labels as drawn, on the chart's element for tests (`|` between them: a label may hold a space).
+    let xTicks: string[] = [];
+    let yTicks: string[] = [];
     const zoomHooks = id
       ? {
           setScale: [
@@ -418,12 +458,23 @@ export class TelemetryPanel {
             grid: { stroke: gridColor, width: 1 },
             ticks: { stroke: gridColor, width: 1 },
             font: "11px system-ui, sans-serif",
-            size: 24,
+            // the tick (10 px), its gap and an 11 px label, clear of the axis title below
+            size: 30,
             label: o.xLabel,
             labelFont: "11px system-ui, sans-serif",
             labelSize: 14,
             labelGap: 0,
-            values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.xFmt(v))),
+            ...(o.xTime
+              ? {
+                  // Clock steps (15 s, 1 min, 5 min …) labelled in the units they need, not uPlot's 1.0833m.
+                  splits: (su: uPlot, _ai: number, lo: number, hi: number) => clockTicks(lo, hi, Math.max(2, Math.floor(su.bbox.width / devicePixelRatio / 80))).ticks,
+                  values: (_u: uPlot, splits: (number | null)[]) => {
+                    const nums = splits.filter((v): v is number => v !== null);
+                    const step = nums.length > 1 ? nums[1]! - nums[0]! : 1;
+                    return (xTicks = splits.map((v) => (v === null ? "" : fmtClock(v, step))));
+                  },
+                }
+              : { values: (_u: uPlot, splits: (number | null)[]) => (xTicks = splits.map((v) => (v === null ? "" : o.xFmt(v)))) }),
           },
           {
             stroke: axisColor,
@@ -432,7 +483,14 @@ export class TelemetryPanel {
             font: "11px system-ui, sans-serif",
             // wide enough for the longest tick label (`381 MiB`, `100%`, `40`)
             size: (_u: uPlot, values: string[] | null) => Math.max(40, 22 + 7 * Math.max(0, ...(values ?? []).map((v) => v.length))),
-            values: (_u: uPlot, splits: (number | null)[]) => splits.map((v) => (v === null ? "" : o.yFmt(v))),
+            ...(o.yBytes
+              ? {
+                  // Power-of-two steps in one unit (128 MiB, 256 MiB), not 191 MiB and 381 MiB.
+                  // (every chart is PLOT_H tall: 3 to 6 ticks)
+                  splits: (_su: uPlot, _ai: number, lo: number, hi: number) => binaryTicks(lo, hi, 6).ticks,
+                  values: (_u: uPlot, splits: (number | null)[]) => (yTicks = fmtBinaryTicks(splits)),
+                }
+              : { values: (_u: uPlot, splits: (number | null)[]) => (yTicks = splits.map((v) => (v === null ? "" : o.yFmt(v)))) }),
           },
         ],
         // A short run has a few samples per line: draw them as points too, or a lone sample is invisible.
@@ -454,6 +512,12 @@ export class TelemetryPanel {
               ]
             : [],
           setCursor: [(pu: uPlot) => this.tip(pu, tooltip, lines, o)],
+          draw: [
+            () => {
+              el.dataset.xTicks = xTicks.filter((t) => t !== "").join("|");
+              el.dataset.yTicks = yTicks.filter((t) => t !== "").join("|");
+            },
+          ],
           ...zoomHooks,
         },
       },

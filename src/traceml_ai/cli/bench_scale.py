@@ -124,6 +124,20 @@ def child_warm(root: str, cache_dir: str, started: float) -> dict[str, Any]:
         "group": _cpu_of(lambda: viewer.table_payload(group="config.model.name")),
         "search": _cpu_of(lambda: viewer.table_payload(search="base")),
     }
+    # A save after 10 runs changed (the viewer saves at most every 10 s while runs change): only
+    # those are rewritten, in the file. Undone by a second save, so the cached runs stay as generated.
+    runs = store.runs()
+    changed = runs[:10]
+    before = [r.notes for r in changed]
+    for r in changed:
+        r.notes += " (bench)"
+    keys = [r.key for r in changed]
+    assert viewer.cache is not None
+    index = viewer._columns  # the viewer's own column index, as its saves pass it
+    save = _cpu_of(lambda: viewer.cache.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index))
+    for r, notes in zip(changed, before, strict=True):
+        r.notes = notes
+    viewer.cache.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "warm_start": start_cpu, "warm_start_wall": start_wall, "seeded": seeded,
@@ -132,7 +146,7 @@ def child_warm(root: str, cache_dir: str, started: float) -> dict[str, Any]:
         "poll_median": statistics.median(polls), "poll_max": max(polls),
         "poll_relist": statistics.median(relists),
         "unfinished": len(store.unfinished()),
-        "table": table, "rss_mb": rss,
+        "table": table, "rss_mb": rss, "save_10": save,
     }
 
 
@@ -180,6 +194,7 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], float], str], ...] = (
     ("first poll after a warm start, CPU s", lambda f: f["warm_first_poll"], "s"),
     ("runs ls --json warm, CPU s", lambda f: f["ls_warm"], "s"),
     ("no-change poll (10 running), CPU ms", lambda f: f["poll_median"] * 1e3, "ms"),
+    ("runs.sqlite save, 10 runs changed, CPU ms", lambda f: f["save_10"] * 1e3, "ms"),
     ("poll that re-lists the root (1 in 12), CPU ms", lambda f: f["poll_relist"] * 1e3, "ms"),
     ("table sort (metric desc, name), CPU ms", lambda f: f["table"]["sort"] * 1e3, "ms"),
     ("table filter (config range), CPU ms", lambda f: f["table"]["filter"] * 1e3, "ms"),

@@ -132,12 +132,13 @@ def child_warm(root: str, cache_dir: str, started: float) -> dict[str, Any]:
     for r in changed:
         r.notes += " (bench)"
     keys = [r.key for r in changed]
-    assert viewer.cache is not None
+    folder = viewer.cache
+    assert folder is not None
     index = viewer._columns  # the viewer's own column index, as its saves pass it
-    save = _cpu_of(lambda: viewer.cache.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index))
+    save = _cpu_of(lambda: folder.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index))
     for r, notes in zip(changed, before, strict=True):
         r.notes = notes
-    viewer.cache.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index)
+    folder.save_run_db(runs, store.stamps(), force=True, changed=keys, columns=index)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "warm_start": start_cpu, "warm_start_wall": start_wall, "seeded": seeded,

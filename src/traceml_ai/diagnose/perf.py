@@ -61,7 +61,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -233,15 +233,17 @@ def _regular(path: str) -> os.stat_result | None:
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def read_perf_facts(run_dir: str | os.PathLike[str]) -> tuple[dict[str, PerfValue], str | None]:
+def read_perf_facts(run_dir: str | os.PathLike[str], *,
+                    losses_problem: LossesProblem | None = None) -> tuple[dict[str, PerfValue], str | None]:
     """The ``perf.*`` facts of one run folder, and a one-line warning when its final summary could
     not be used (None otherwise).
 
     ``{}`` for a run without an ``aggregator/`` folder (not captured), :data:`PENDING` for a
     captured run without a final summary yet. A final summary that is not JSON, not an object, too
-    big or of a newer schema gives ``{"telemetry": "partial"}`` and the warning. Never raises.
+    big or of a newer schema gives ``{"telemetry": "partial"}`` and the warning; so does a
+    ``finalization_warning.json`` that ``losses_problem`` says cannot be read. Never raises.
     """
-    facts, warning, _stamps, _captured = _read(os.fspath(run_dir))
+    facts, warning, _stamps, _captured = _read(os.fspath(run_dir), losses_problem)
     return facts, warning
 
 
@@ -261,7 +263,14 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp | None, Stamp | None], bool]:
+LossesProblem = Callable[[str], str | None]
+"""``check(aggregator folder)``: why its ``finalization_warning.json`` cannot be read, or None. The
+reader of that file lives in the run layer (``traceml_ai.runs.aggregator_files``), which this one
+does not import: the layer above hands it in (:class:`PerfIndex`, :func:`read_perf_facts`)."""
+
+
+def _read(run_dir: str, losses_problem: LossesProblem | None = None
+          ) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp | None, Stamp | None], bool]:
     """(facts, warning, (summary stamp, finalization-warning stamp), aggregator folder present)."""
     agg = os.path.join(run_dir, AGGREGATOR_DIR)
     name = f"{AGGREGATOR_DIR}/{FINAL_SUMMARY}"
@@ -326,12 +335,10 @@ def _read(run_dir: str) -> tuple[dict[str, PerfValue], str | None, tuple[Stamp |
         return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
     if left_out:  # a hand edit TraceML would never write (a share of 7.5): its cells empty, and said
         return out, f"{name}: {'; '.join(left_out)} (left out: its perf.* cells are empty)", stamps, True
-    if lost:  # read only when there (a run that lost something): an unreadable one is said, not passed over
-        from traceml_ai.runs.aggregator_files import read_finalization_warning
-
-        unreadable: list[str] = []
-        if read_finalization_warning(agg, unreadable) is None and unreadable:
-            return out, f"{unreadable[0]}; what the capture lost is unknown", stamps, True
+    if lost and losses_problem is not None:  # read only when there: an unreadable one is said, not passed over
+        problem = losses_problem(agg)
+        if problem is not None:
+            return out, f"{problem}; what the capture lost is unknown", stamps, True
     return out, None, stamps, True
 
 
@@ -464,7 +471,8 @@ class PerfIndex:
     learns when a live run's telemetry grew (issue 13 item 3: the Performance view follows it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, losses_problem: LossesProblem | None = None) -> None:
+        self._losses_problem = losses_problem
         self._entries: dict[str, _Entry] = {}
         self._pending: set[str] = set()  # the folders whose entry is not frozen
         self._lock = threading.Lock()
@@ -542,7 +550,7 @@ class PerfIndex:
                       None if lost is None else (lost.st_mtime_ns, lost.st_size))
             if stamps == entry.stamps:
                 return entry.facts, entry.warning, entry.stamps, True
-        facts, warning, stamps, captured = _read(run_dir)
+        facts, warning, stamps, captured = _read(run_dir, self._losses_problem)
         if stamps[0] is not None:
             self.reads += 1
         return facts, warning, stamps, captured

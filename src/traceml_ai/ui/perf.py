@@ -13,8 +13,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from traceml_ai.diagnose.perf import PENDING, PerfIndex, PerfValue, aggregator_finalizing, ended_facts
+from traceml_ai.runs.aggregator_files import read_finalization_warning
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import RunStore
+
+
+def losses_problem(agg_dir: str) -> str | None:
+    """Why ``<agg_dir>/finalization_warning.json`` cannot be read (its reader's one line), or None:
+    what :class:`~traceml_ai.diagnose.perf.PerfIndex` is given, so a run whose record of losses is
+    damaged says so (review 13d: the table said ``partial`` with no word)."""
+    problems: list[str] = []
+    read_finalization_warning(agg_dir, problems)
+    return problems[0] if problems else None
+
+
+def perf_index() -> PerfIndex:
+    """A :class:`~traceml_ai.diagnose.perf.PerfIndex` that also checks each lossy run's record of losses."""
+    return PerfIndex(losses_problem=losses_problem)
 
 RUNNING_STATUSES = ("running", "running?")
 """Display statuses of a run whose process may still write its final summary."""

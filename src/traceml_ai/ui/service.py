@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.column_index import ColumnIndex, bounded_default
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import TAIL_FIRST_FILES, VIEWABLE_FILES
@@ -40,7 +39,7 @@ from traceml_ai.runs.table import (
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, CatalogView
-from traceml_ai.ui.perf import join_perf
+from traceml_ai.ui.perf import join_perf, perf_index
 from traceml_ai.ui.warm import bulk_load, collector_paused
 
 log = logging.getLogger("traceml.ui")
@@ -115,7 +114,7 @@ class Viewer:
         # The run catalog over the same roots: the catalog_run column and run attachments.
         self.catalog = CatalogView(store.roots, cache.path if cache is not None else None)
         # The perf.* columns of captured runs, read from their final summaries (ui/perf.py).
-        self.perf = PerfIndex()
+        self.perf = perf_index()
         self._joined_membership = -1  # the store's membership at the last full join of perf facts
 
     # -- updating --------------------------------------------------------------------------

@@ -21,14 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from traceml_ai.diagnose.perf import PerfIndex
 from traceml_ai.runs.column_index import ColumnIndex
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.cache_paths import default_cache_dir
 
 if TYPE_CHECKING:
     from traceml_ai.ui.cache import CacheFolder
-from traceml_ai.ui.perf import join_perf
+from traceml_ai.ui.perf import join_perf, perf_index
 
 
 @contextmanager
@@ -144,7 +143,7 @@ def open_warm(
                 result.from_db = store.seed(dict(loaded.runs))
                 result.columns = ColumnIndex.primed([c.summary for c in loaded.runs.values()], loaded.column_state)
         polled = store.poll()
-        perf = PerfIndex()
+        perf = perf_index()
         perf_changed = join_perf(store, perf)
         result.perf_warnings = perf.warnings()
     if use_db and cache is None and not exists and (os.path.isdir(folder) or len(store.runs()) >= DB_MIN_RUNS):

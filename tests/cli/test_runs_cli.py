@@ -513,3 +513,18 @@ def test_the_readmes_duration_filter_lists_the_runs_longer_than_an_hour(fake_roo
     longer = {name for name, r in everyone.items() if (r["values"]["duration_s"] or 0) > 3600}
     assert longer and set(rows) == longer
     assert all(r["values"]["duration_s"] > 3600 for r in rows.values())
+
+
+def test_ls_warnings_of_two_runs_sharing_a_name_say_which_run(tmp_path: Path) -> None:
+    """Review 13e: two runs named ``same`` were warned about as "⚠ same: …" twice."""
+    root = tmp_path / "runs"
+    for run_id in ("20261204-101500_same_20ba", "20261204-111500_same_2814"):
+        run_dir = root / run_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps({"schema_version": 1, "name": "same", "status": "completed",
+                                                      "started_at": "2026-12-04T10:15:00Z"}))
+        (run_dir / "metrics.jsonl").write_text('{"step": 1, "metrics": {"loss": 1.0}}\nnot json\n')
+    proc = run_traceml("runs", "ls", str(root))
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stdout.splitlines() if line.startswith("⚠ same")]
+    assert sorted(line.split(":")[0] for line in warned) == ["⚠ same · 20ba", "⚠ same · 2814"], proc.stdout

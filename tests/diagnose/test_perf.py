@@ -12,7 +12,7 @@ import pytest
 
 from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, MIB, RunSpec, write_run
 from traceml_ai.diagnose.perf import PERF_KEYS, PerfIndex, perf_facts, read_perf_facts
-from traceml_ai.diagnose.summary import write_final_summary
+from traceml_ai.diagnose.summary import SummaryFileError, load_final_summary, write_final_summary
 from traceml_ai.telemetry import schema
 
 
@@ -136,34 +136,37 @@ def test_a_bad_summary_is_a_warning_and_partial_never_a_crash(tmp_path: Path) ->
         facts, warning = read_perf_facts(run_dir)
         assert facts == {"telemetry": "partial"}
         assert warning is not None and says in warning and "\n" not in warning
-    # A hand-edited summary with wrong types shows empty cells, not an error (beside the database
-    # the aggregator writes before its verdict), and says which sections it left out (review 13d:
-    # a median of "fast" or a share of 7.5 became "–" without a word).
+    # A hand-edited summary with values no TraceML writes is not believed, as `traceml summary` and
+    # the page do not believe it (load_final_summary): partial, every cell empty, and said which
+    # (review 13d/13e: a median of "fast" or a share of 1.7 became "–", or a fact, without a word).
     sqlite3.connect(run_dir / "aggregator" / "telemetry.sqlite").execute("CREATE TABLE t (x)").connection.close()
     path.write_text(json.dumps({"schema_version": 1, "telemetry": {"status": "ok"}, "steps": {"seen": "many"},
                                 "step_time": {"iteration_median_ms": "fast", "phases": [{"name": 3}]},
                                 "findings": [{"kind": "input_bound", "severity": "critical"}]}))
     facts, warning = read_perf_facts(run_dir)
-    assert facts["verdict"] == "input_bound" and "steps" not in facts and "step_ms.p50" not in facts
-    assert warning is not None and "\n" not in warning
+    assert facts == {"telemetry": "partial"}
+    assert warning is not None and "\n" not in warning and "holds values TraceML never writes" in warning
     assert "steps: Expected `int | null`, got `str` - at `$.seen`" in warning
     assert "step_time: Expected `float | null`, got `str` - at `$.iteration_median_ms`" in warning
-    # Values no summary TraceML writes can hold: a share outside 0-1, a negative time or size.
+    # Values no summary TraceML writes can hold: a share outside 0-1, a negative time or size, a
+    # utilisation above 100 %, an unknown telemetry status.
     good = {"schema_version": 1, "telemetry": {"status": "ok"}, "findings": [],
             "step_time": {"iteration_median_ms": 12.0, "phases": [{"name": "traceml:forward", "share": 0.5}]}}
     path.write_text(json.dumps(good))
-    assert read_perf_facts(run_dir) == ({"telemetry": "ok", "findings": 0, "verdict": "not_judged", "step_ms.p50": 12.0,
-                                         "share.forward": 0.5}, None)
+    assert read_perf_facts(run_dir) == ({"telemetry": "ok", "findings": 0, "verdict": "not_judged",
+                                         "step_ms.p50": 12.0, "share.forward": 0.5}, None)
     for section, edit, says in (("step_time", {"phases": [{"name": "traceml:forward", "share": 7.5}]}, "<= 1.0"),
                                 ("step_time", {"phases": [{"name": "traceml:forward", "share": -0.5}]}, ">= 0.0"),
                                 ("step_time", {"iteration_median_ms": -3.0}, ">= 0.0"),
                                 ("memory", {"rss_peak_bytes": {"0": -1.0}}, ">= 0.0"),
-                                ("system", {"gpu_util_mean": 250.0}, "<= 100.0")):
+                                ("system", {"gpu_util_mean": 250.0}, "<= 100.0"),
+                                ("telemetry", {"status": "weird"}, "Invalid enum value 'weird'")):
         path.write_text(json.dumps({**good, section: {**good.get(section, {}), **edit}}))  # type: ignore[dict-item]
         facts, warning = read_perf_facts(run_dir)
-        assert warning is not None and says in warning and warning.startswith("aggregator/final_summary.json: "
-                                                                                f"{section}: "), warning
-        assert not any(k.startswith("share.") for k in facts) if section == "step_time" else True
+        assert facts == {"telemetry": "partial"}
+        assert warning is not None and says in warning and f"never writes ({section}: " in warning, warning
+        with pytest.raises(SummaryFileError, match="holds values TraceML never writes"):
+            load_final_summary(run_dir)  # what `traceml summary` and the page read: the same refusal
 
 
 def test_a_symlinked_summary_is_not_followed(tmp_path: Path) -> None:

@@ -194,8 +194,12 @@ def test_the_typed_reader_gives_back_every_field_the_summary_wrote(tmp_path: Pat
 
 
 def test_the_typed_reader_tolerates_a_damaged_summary_and_says_what_it_left_out(tmp_path: Path) -> None:
-    """A hand-edited or damaged summary reads as far as it goes: wrong-typed fields are not given,
-    an unreadable finding is counted in problems (never silently dropped, never a crash)."""
+    """A hand-edited or damaged summary document reads as far as it goes: wrong-typed fields are not
+    given, an unreadable finding is counted in problems (never silently dropped, never a crash).
+    As a run's file it is refused whole (review 13e: the table refused it while `traceml summary`
+    showed its values as facts): every reader then diagnoses telemetry.sqlite and says why."""
+    from traceml_ai.diagnose.summary import Summary, SummaryFileError
+
     run_dir = tmp_path / "run"
     (run_dir / "aggregator").mkdir(parents=True)
     (run_dir / "aggregator" / "final_summary.json").write_text(json.dumps({
@@ -209,8 +213,10 @@ def test_the_typed_reader_tolerates_a_damaged_summary_and_says_what_it_left_out(
                      {"kind": "x", "severity": "apocalyptic"}, "nonsense"],
         "abstained": [{"rule": "straggler", "reason": "one rank"}, {"rule": 1}],
     }))
-    summary = read_final_summary(run_dir)
-    assert summary is not None
+    with pytest.raises(SummaryFileError, match="holds values TraceML never writes") as refused:
+        read_final_summary(run_dir)
+    assert "Invalid enum value 'sideways' - at `$.status`" in refused.value.reason
+    summary = Summary.from_dict(json.loads((run_dir / "aggregator" / "final_summary.json").read_text()))
     assert summary.telemetry_status == "unreadable" and verdict(summary)[0] == "no_verdict"
     assert summary.steps_seen == 0 and (summary.first_step, summary.last_step) == (1, 9)
     assert summary.ranks == (0, None) and summary.missing_ranks == [1]

@@ -227,6 +227,25 @@ def test_a_long_run_is_downsampled_keeping_its_spike(tmp_path: Path) -> None:
     assert steps["x"][0] == 0 and steps["x"][-1] == 5999
 
 
+@pytest.mark.parametrize(("text", "says"), [("garbage{", "not valid JSON"), ("[1]", "not a JSON object"),
+                                           ('{"summary": "3 batches"}', "'summary' is not a list of text lines")])
+def test_a_record_of_losses_that_cannot_be_read_says_what_was_lost_is_unknown(tmp_path: Path, text: str,
+                                                                           says: str) -> None:
+    """Review 13e: with a garbage finalization_warning.json the page listed the problem, then said
+    "Nothing was lost during capture"; a wrong-typed one was taken as no loss at all."""
+    root = tmp_path / "runs"
+    generate(root, runs=1, seed=1)
+    run_dir = next(root.iterdir())
+    write_run(run_dir, RunSpec(steps=30))
+    write_final_summary(run_dir)
+    (run_dir / "aggregator" / "finalization_warning.json").write_text(text)
+    store = RunStore([root])
+    store.poll()
+    body = TelemetryViews().payload(store.runs()[0])
+    assert body["finalization"]["summary"] == []
+    assert says in body["finalization"]["unreadable"] and body["finalization"]["unreadable"] in body["warnings"]
+
+
 def test_a_gpu_without_power_or_temperature_readings_has_no_such_chart(tmp_path: Path) -> None:
     """Some GPUs (NVML on a virtual GPU) report utilisation but no power or temperature: the page
     gets no empty chart for those, and one reading alone keeps its chart (a limit without a draw)."""

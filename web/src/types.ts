@@ -405,7 +405,8 @@ export interface TelemetryResponse {
   finalizing?: boolean;
   manifest: Record<string, string | number | null> | null;
   diagnoses: Diagnoses | null;
-  finalization: { summary: string[] } | null;
+  /** What finalization_warning.json says was lost; `unreadable`: the file is there but cannot be read. */
+  finalization: { summary: string[]; unreadable?: string } | null;
   steps: StepChart | null;
   ranks: {
     per_rank: RankStat[];

@@ -37,7 +37,7 @@ from traceml_ai.cli.common import (
 from traceml_ai.runs.discovery import NoRootError
 from traceml_ai.runs.filters import FilterError, filter_runs, parse_filter_arg, parse_statuses
 from traceml_ai.runs.layout import CORE_FILES
-from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.model import RunSummary, short_id
 from traceml_ai.runs.status import run_duration
 from traceml_ai.runs.store import RunStore, heartbeat_age
 
@@ -279,9 +279,14 @@ def _print_table(
                        f"{', …' if len(hidden) > 4 else ''}); choose with --columns or widen the terminal",
                        style="dim"))
     flagged = [run for run in runs if run.warnings]
+    names: dict[str, int] = {}
+    for run in runs:
+        names[run.name] = names.get(run.name, 0) + 1
     for run in flagged[:_MAX_WARNED_RUNS]:
         more = f" (+{len(run.warnings) - 1} more)" if len(run.warnings) > 1 else ""
-        out.print(Text.assemble(("⚠ ", "yellow"), (printable(run.name), "bold"),
+        # Two runs sharing a name are told apart by their short id, as the viewer does (`same · 20ba`).
+        label = f"{run.name} · {short_id(run.id)}" if names.get(run.name, 0) > 1 else run.name
+        out.print(Text.assemble(("⚠ ", "yellow"), (printable(label), "bold"),
                                 f": {printable(run.warnings[0])}{more}"))
     if len(flagged) > _MAX_WARNED_RUNS:
         out.print(Text(f"⚠ … and {len(flagged) - _MAX_WARNED_RUNS} more runs with file problems", style="yellow"))

@@ -333,8 +333,9 @@ def _read(run_dir: str, losses_problem: LossesProblem | None = None
     if damage is not None:
         out["telemetry"] = "partial"  # the summary was judged on rows that can no longer be read back
         return out, f"{AGGREGATOR_DIR}/{TELEMETRY_DB}: {damage}", stamps, True
-    if left_out:  # a hand edit TraceML would never write (a share of 7.5): its cells empty, and said
-        return out, f"{name}: {'; '.join(left_out)} (left out: its perf.* cells are empty)", stamps, True
+    if left_out:  # values no TraceML writes (a share of 7.5): the file is not believed, as load_final_summary
+        return ({"telemetry": "partial"}, f"{name}: holds values TraceML never writes ({'; '.join(left_out)})",
+                stamps, True)
     if lost and losses_problem is not None:  # read only when there: an unreadable one is said, not passed over
         problem = losses_problem(agg)
         if problem is not None:

@@ -11,7 +11,7 @@ instead (:func:`summary_facts`), and a section of the wrong shape is left out (i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -23,7 +23,8 @@ Percent = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
 
 
 class _Telemetry(msgspec.Struct):
-    status: str | None = None
+    # The statuses a summary is written with (readers.TelemetryStatus); another word is a hand edit.
+    status: Literal["ok", "degraded", "missing", "empty", "corrupt", "unreadable"] | None = None
     problems: list[Any] = msgspec.field(default_factory=list)
 
 

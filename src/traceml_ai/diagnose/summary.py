@@ -702,7 +702,9 @@ def load_final_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None
     or None when the run has none.
 
     Raises:
-        SummaryFileError: the file is not JSON, not an object, or has a newer ``schema_version``.
+        SummaryFileError: the file is not JSON, not an object, has a newer ``schema_version``, or
+            holds a value no TraceML writes (a share outside 0-1, a negative time, a median that is
+            text, an unknown telemetry status: :func:`~traceml_ai.diagnose.perf_summary.checked_summary_facts`).
         OSError: the file exists but cannot be read.
     """
     path = final_summary_path(run_dir)
@@ -721,5 +723,11 @@ def load_final_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None
     version = doc.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         what = f"has schema_version {version!r}; this TraceML reads up to {SCHEMA_VERSION} (upgrade traceml-ai)"
+        raise SummaryFileError(f"{path} {what}", reason=what)
+    from traceml_ai.diagnose.perf_summary import checked_summary_facts
+
+    odd = checked_summary_facts(doc)[1]
+    if odd:  # values no TraceML writes (a share of 1.7, a median of "fast"): the file is not to be believed
+        what = f"holds values TraceML never writes ({'; '.join(odd)})"
         raise SummaryFileError(f"{path} {what}", reason=what)
     return doc

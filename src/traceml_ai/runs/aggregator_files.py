@@ -169,13 +169,17 @@ def read_manifest(agg_dir: str, warnings: list[str]) -> Manifest | None:
 
 def read_finalization_warning(agg_dir: str, warnings: list[str]) -> FinalizationWarning | None:
     """The :class:`FinalizationWarning` of ``<agg_dir>/finalization_warning.json`` (its text
-    ``summary`` lines; other entries are skipped); None (and a warning) as :func:`read_manifest`."""
+    ``summary`` lines; other entries are skipped); None (and a warning) as :func:`read_manifest`,
+    and when ``summary`` is not a list of text lines."""
     doc = _read_json(os.path.join(agg_dir, FINALIZATION_WARNING), FINALIZATION_WARNING, warnings)
     if doc is None:
         return None
     found = doc.get("summary")
-    lines = found if isinstance(found, list) else []
-    return FinalizationWarning(tuple(s for s in lines if isinstance(s, str)))
+    if not isinstance(found, list) or not all(isinstance(s, str) for s in found):
+        # What the aggregator writes is a list of lines; anything else says nothing about the losses.
+        warnings.append(f"{AGGREGATOR_DIR}/{FINALIZATION_WARNING}: 'summary' is not a list of text lines")
+        return None
+    return FinalizationWarning(tuple(found))
 
 
 def read_rank_log_tail(agg_dir: str, name: str, tail_lines: int, warnings: list[str]) -> RankLogTail:

@@ -133,3 +133,11 @@ def join_traceback(value: Any) -> Any:
         return value
     lines = [item if isinstance(item, str) else str(item) for item in value]
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
+
+
+def short_id(run_id: str) -> str:
+    """The short form of a run id: its random tail (``…_e9df`` → ``e9df``), else its last 6
+    characters (the page's ``shortId`` in ``web/src/columns.ts``): how two runs sharing a name are
+    told apart (``baseline · e9df``)."""
+    tail = run_id.rsplit("_", 1)[-1]
+    return tail if tail != run_id and 0 < len(tail) <= 8 else run_id[-6:]

@@ -58,9 +58,9 @@ from traceml_ai.diagnose.summary import (
 from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, build_step_table
 from traceml_ai.runs.analysis import Table
-from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.model import RunSummary, short_id
 from traceml_ai.ui.performance import MAX_BREAKDOWN_POINTS, MAX_BUCKETS, breakdown_of, heatmap_of, rank_medians
-from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, short_id, style_axes
+from traceml_ai.ui.png import PALETTE, PNG_DPI, Theme, bytes_axis, style_axes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

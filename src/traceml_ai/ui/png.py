@@ -35,7 +35,7 @@ from traceml_ai.runs.analysis import (
     time_origin,
 )
 from traceml_ai.runs.metrics_tail import MetricsTail
-from traceml_ai.runs.model import RunSummary
+from traceml_ai.runs.model import RunSummary, short_id
 from traceml_ai.runs.series import DEFAULT_MAX_POINTS
 
 if TYPE_CHECKING:
@@ -402,13 +402,6 @@ def _time_axis(ax: Axes, x_max: float) -> str:
     ax.xaxis.set_major_locator(MultipleLocator(step * div))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / div:g}"))
     return unit
-
-
-def short_id(run_id: str) -> str:
-    """The short form of a run id: its random tail (``…_e9df`` → ``e9df``), else its last 6
-    characters (``web/src/columns.ts`` ``shortId``)."""
-    tail = run_id.rsplit("_", 1)[-1]
-    return tail if tail != run_id and 0 < len(tail) <= 8 else run_id[-6:]
 
 
 def run_labels(runs: Sequence[RunSummary]) -> dict[str, str]:

@@ -164,6 +164,9 @@ class TelemetryViews:
         out["manifest"] = None if manifest is None else manifest.to_dict()
         lost = read_finalization_warning(agg, warnings) if FINALIZATION_WARNING in names else None
         out["finalization"] = None if lost is None else {"summary": list(lost.summary)}
+        if lost is None and FINALIZATION_WARNING in names:  # there, but unreadable: what was lost is unknown
+            out["finalization"] = {"summary": [], "unreadable": next(
+                (w for w in warnings if FINALIZATION_WARNING in w), f"{AGGREGATOR_DIR}/{FINALIZATION_WARNING}")}
         final: Summary | None = None
         if FINAL_SUMMARY in names:
             try:

@@ -458,8 +458,9 @@ export class PerformanceView implements ViewModule {
     if (!whole || !whole.x.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
     const warmupSteps = d.steps?.warmup_steps ?? res.heatmap.warmup_steps;
     const firstStep = whole.x[0]!;
-    // Where the last bucket ends (x holds each bucket's first step): the run's last step.
-    const lastStep = Math.max(whole.last_step ?? 0, whole.x[whole.x.length - 1]!);
+    // Where the last bucket ends (x holds each bucket's first step): the run's last step, as the
+    // heatmap says it (a long run read one step in k may not hold the shown rank's very last one).
+    const lastStep = Math.max(whole.last_step ?? 0, whole.x[whole.x.length - 1]!, res.heatmap.last_step ?? 0);
     // The zoomed range: its finer points once fetched (for this answer), meanwhile the whole run's points in it.
     const zoom = zoomOf(run.key);
     let b = whole;
@@ -521,7 +522,7 @@ export class PerformanceView implements ViewModule {
     }
     const base = new Array<number>(n).fill(0);
     // The last bucket's point at the last step it holds, so the area reaches the end of the axis.
-    const endStep = Math.max(b.last_step ?? 0, st.x[n - 1] ?? 0);
+    const endStep = zoom ? Math.max(b.last_step ?? 0, st.x[n - 1] ?? 0) : lastStep;
     const px = (i: number) => xs(i === n - 1 ? endStep : st.x[i]!).toFixed(1);
     values.forEach((vals, k) => {
       const upper = vals.map((v, i) => base[i]! + v);

@@ -233,7 +233,16 @@ export class TelemetryPanel {
     }
     // The database's own problem is said once, in the callout above, not again in the list below.
     const warnings = d.detail && d.state !== "ok" ? d.warnings.filter((w) => !w.endsWith(d.detail!)) : d.warnings;
-    if (d.finalization && d.finalization.summary.length) {
+    if (d.finalization?.unreadable) {
+      items.push(
+        h(
+          "div",
+          { class: "callout callout-warn telem-callout", testid: "telemetry-partial" },
+          h("div", { class: "callout-head" }, icon("warning"), h("span", { text: "Partial telemetry: what was lost during capture is unknown" })),
+          h("div", { class: "telem-callout-text", text: d.finalization.unreadable }),
+        ),
+      );
+    } else if (d.finalization && d.finalization.summary.length) {
       items.push(
         h(
           "div",

@@ -45,8 +45,10 @@ def test_bad_files_are_one_warning_each(tmp_path: Path) -> None:
 
 def test_the_finalization_summary_keeps_its_text_lines(tmp_path: Path) -> None:
     (tmp_path / "finalization_warning.json").write_text(json.dumps({"summary": ["rank 1 dropped 3 batches", 7]}))
-    found = read_finalization_warning(str(tmp_path), [])
+    warnings: list[str] = []
+    found = read_finalization_warning(str(tmp_path), warnings)
     assert found is not None and found.summary == ("rank 1 dropped 3 batches",)
+    assert warnings == ["aggregator/finalization_warning.json: 1 entries of 'summary' are not text; left out"]
 
 
 def test_a_long_log_gives_its_last_lines_by_stream_without_colours(tmp_path: Path) -> None:

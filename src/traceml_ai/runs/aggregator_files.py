@@ -169,17 +169,21 @@ def read_manifest(agg_dir: str, warnings: list[str]) -> Manifest | None:
 
 def read_finalization_warning(agg_dir: str, warnings: list[str]) -> FinalizationWarning | None:
     """The :class:`FinalizationWarning` of ``<agg_dir>/finalization_warning.json`` (its text
-    ``summary`` lines; other entries are skipped); None (and a warning) as :func:`read_manifest`,
-    and when ``summary`` is not a list of text lines."""
+    ``summary`` lines; other entries are left out with a warning); None (and a warning) as
+    :func:`read_manifest`, and when ``summary`` is not a list."""
     doc = _read_json(os.path.join(agg_dir, FINALIZATION_WARNING), FINALIZATION_WARNING, warnings)
     if doc is None:
         return None
     found = doc.get("summary")
-    if not isinstance(found, list) or not all(isinstance(s, str) for s in found):
+    if not isinstance(found, list):
         # What the aggregator writes is a list of lines; anything else says nothing about the losses.
         warnings.append(f"{AGGREGATOR_DIR}/{FINALIZATION_WARNING}: 'summary' is not a list of text lines")
         return None
-    return FinalizationWarning(tuple(found))
+    lines = tuple(s for s in found if isinstance(s, str))
+    if len(lines) != len(found):
+        warnings.append(f"{AGGREGATOR_DIR}/{FINALIZATION_WARNING}: {len(found) - len(lines)} entries of 'summary' "
+                        "are not text; left out")
+    return FinalizationWarning(lines)
 
 
 def read_rank_log_tail(agg_dir: str, name: str, tail_lines: int, warnings: list[str]) -> RankLogTail:

@@ -7,7 +7,6 @@ two of 4 runs shown together were drawn in the same colour.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,7 +17,7 @@ from tests.ui.test_browser import browser as browser  # the module's chromium (a
 from tests.ui.test_browser_perf_gpu import BYTE_UNITS, _run, card, perf_view, ticks
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser
+    from playwright.sync_api import Browser, Locator
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="the browser tests need /usr/bin/chromium")
 
@@ -58,7 +57,10 @@ def test_four_runs_shown_together_have_four_colours(browser: Browser, workspace:
     """A run selected again after others took its colour is given a free one."""
     with open_viewer(browser, workspace) as s:
         page = s.page
-        check = lambda name: row(page, name).get_by_test_id("row-check")  # noqa: E731
+
+        def check(name: str) -> Locator:
+            return row(page, name).get_by_test_id("row-check")
+
         check("plateau").check()
         check("second").check()
         check("plateau").uncheck()

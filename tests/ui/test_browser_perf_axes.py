@@ -6,6 +6,7 @@ two of 4 runs shown together were drawn in the same colour.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from tests.diagnose.telemetry_db import MIB, RunSpec
 from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, row, serve
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from tests.ui.test_browser_perf_gpu import BYTE_UNITS, _run, card, perf_view, ticks
+from traceml_ai.telemetry import schema
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Locator
@@ -31,6 +33,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
                                      host_cpu=lambda t: 53.0, rss=lambda r, t: 480 * MIB))
     for i, name in enumerate(NAMES[1:], start=1):
         _run(root, i, name, RunSpec(steps=30, interval_s=0.5, seed=i))
+    # the host's first sample 3 s after the run's first step: its chart starts at 0 s all the same
+    late = _run(root, 4, "latehost", RunSpec(steps=60, interval_s=0.5))
+    with sqlite3.connect(late / "aggregator" / "telemetry.sqlite") as conn:
+        conn.execute(f"UPDATE {schema.SYSTEM_SAMPLES.name} SET timestamp_unix_ns = timestamp_unix_ns + 3000000000")
     with serve(root) as v:
         yield v
 
@@ -48,8 +54,16 @@ def test_each_y_axis_ends_on_a_tick_at_or_above_its_plateau(browser: Browser, wo
             labels = ticks(card(run, testid), "y")
             assert all(t.endswith("%") for t in labels), labels
             assert max(float(t[:-1]) for t in labels) >= top, (testid, labels)
-        host_x = ticks(card(run, "telemetry-host"), "x")
-        assert host_x[0] in ("0", "0s"), host_x  # the origin is labelled
+        s.assert_clean()
+
+
+def test_a_host_chart_whose_samples_start_late_still_labels_0s_at_its_origin(browser: Browser,
+                                                                            workspace: Viewer) -> None:
+    with open_viewer(browser, workspace) as s:
+        run = perf_view(s.page, "latehost")
+        labels = ticks(card(run, "telemetry-host"), "x")
+        assert labels[0] in ("0", "0s"), labels
+        assert ticks(card(run, "telemetry-rss"), "x")[0] in ("0", "0s")
         s.assert_clean()
 
 
@@ -72,6 +86,15 @@ def test_four_runs_shown_together_have_four_colours(browser: Browser, workspace:
         expect(page.get_by_test_id("perf-run")).to_have_count(4)
         legend = page.get_by_test_id("perf-pairs").locator(".legend-item")
         expect(legend).to_have_count(4)
-        colours = legend.locator(".swatch").evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
-        assert len(set(colours)) == 4, colours
+        swatches = legend.locator(".swatch")
+        expect(swatches).to_have_count(4)
+        # (read once the view has settled: an element it replaced mid-read has no computed style)
+        read = "els => els.map(e => e.isConnected ? getComputedStyle(e).backgroundColor : '')"
+        colours: list[str] = swatches.evaluate_all(read)
+        for _ in range(50):
+            if all(colours):
+                break
+            page.wait_for_timeout(100)
+            colours = swatches.evaluate_all(read)
+        assert all(colours) and len(set(colours)) == 4, colours
         s.assert_clean()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.diagnose.telemetry_db import GIB, RunSpec, write_run
+from tests.diagnose.telemetry_db import GIB, MIB, RunSpec, write_run
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.perf_export import PANELS, PanelError, export_panel, panel_figure, telemetry_of
@@ -242,3 +242,20 @@ def test_two_runs_sharing_a_name_are_told_apart_by_their_short_id_in_the_picture
         run = RunSummary(key=str(run_dir), id=run_id, root=str(run_dir.parent), name="train_digits")
         titles.append(png_texts(Path(export_panel(cache, run, "step", "png")).read_bytes()).get("Title"))
     assert titles == ["train_digits · e9df · Step time by phase", "train_digits · 07aa · Step time by phase"]
+
+
+def test_every_gpu_chart_names_its_x_unit_and_each_y_axis_ends_on_a_tick_above_its_plateau(tmp_path: Path) -> None:
+    """Fresh-user review: the gpu PNG's utilisation chart had no x unit, and a plateau (RSS at
+    480 MiB, a GPU at 92 %, host CPU at 53 %) had no y tick at or above it."""
+    run_dir = tmp_path / "runs" / "gpu-run"
+    write_run(run_dir, RunSpec(ranks=2, steps=40, gpu=True, interval_s=0.1, gpu_util=lambda t: 92.0,
+                               host_cpu=lambda t: 53.0, rss=lambda r, t: 480 * MIB))
+    tel = telemetry_of(run_of(run_dir))
+    figs = [panel_figure(tel, "gpu", title="gpu-run"), panel_figure(tel, "memory", title="gpu-run")]
+    gpu_axes = figs[0].axes
+    assert [ax.get_xlabel() for ax in gpu_axes] == ["wall time (s)"] * len(gpu_axes)
+    for ax in [*gpu_axes, figs[1].axes[1]]:
+        top = max(float(max(line.get_ydata())) for line in ax.get_lines())
+        lo, hi = ax.get_ylim()
+        shown = [t for t in ax.get_yticks() if lo - 1e-9 <= t <= hi + 1e-9]
+        assert max(shown) >= top, (ax.get_title(loc="left"), shown, top)

@@ -330,7 +330,10 @@ export class Store {
     }
   }
 
-  /** A run's palette slot: given when first selected (the least used among the selected runs), kept after. */
+  /**
+   * A run's palette slot: given when first coloured (the lowest slot no selected run holds), kept
+   * after, unless the run comes back into a selection where another run now holds it.
+   */
   colorOf(key: string): number {
     let slot = this.colorSlots.get(key);
     if (slot === undefined) {
@@ -340,6 +343,7 @@ export class Store {
     return slot;
   }
 
+  /** The lowest slot among the least used by the selected runs (with ≤ PALETTE_SIZE of them: a free one). */
   private leastUsedSlot(): number {
     const use = new Array<number>(PALETTE_SIZE).fill(0);
     for (const k of this.ui.selection) {
@@ -351,8 +355,30 @@ export class Store {
     return best;
   }
 
+  /** The selection as last coloured: its runs keep their slots when a run joins it. */
+  private colored: string[] = [];
+
+  /**
+   * Give every selected run a slot no other selected run holds (while the palette lasts). Runs
+   * that were selected before keep theirs; one joining (a new run, or one selected again whose old
+   * slot another run took meanwhile) gets the lowest free slot.
+   */
   private assignColors(): void {
-    for (const k of this.ui.selection) this.colorOf(k);
+    const before = new Set(this.colored);
+    const order = [...this.ui.selection.filter((k) => before.has(k)), ...this.ui.selection.filter((k) => !before.has(k))];
+    const taken = new Map<number, number>();
+    for (const k of order) {
+      let slot = this.colorSlots.get(k);
+      if (slot === undefined || ((taken.get(slot) ?? 0) > 0 && taken.size < PALETTE_SIZE)) {
+        const use = new Array<number>(PALETTE_SIZE).fill(0);
+        for (const [s, n] of taken) use[s] = n;
+        slot = 0;
+        for (let i = 1; i < PALETTE_SIZE; i++) if ((use[i] ?? 0) < (use[slot] ?? 0)) slot = i;
+        this.colorSlots.set(k, slot);
+      }
+      taken.set(slot, (taken.get(slot) ?? 0) + 1);
+    }
+    this.colored = [...this.ui.selection];
   }
 
   openInspector(key: string | null): void {

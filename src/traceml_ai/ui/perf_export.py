@@ -520,6 +520,7 @@ def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]
         _lines(top, peaks, colors)
         top.set_xlabel("step", color=colors["muted"], fontsize=8)
         top.set_ylabel(_bytes_of(top, peaks), color=colors["muted"], fontsize=8)
+        _top_on_tick(top)
     elif tel.memory:  # rows that measured no peak: a CPU run's
         _note(top, f"No device memory: {len(tel.memory):,} per-step memory rows, none with a measured peak "
                    "(a CPU run measures host RSS only).", colors)
@@ -530,8 +531,23 @@ def _draw_memory(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]
         _lines(bottom, rss, colors)
         bottom.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
         bottom.set_ylabel(_bytes_of(bottom, rss), color=colors["muted"], fontsize=8)
+        _top_on_tick(bottom)
     else:
         _note(bottom, "No process samples.", colors)
+
+
+def _top_on_tick(ax: Axes) -> None:
+    """End ``ax``'s y axis on a major tick at or above its largest value (as the page's charts do),
+    so a plateau at the top of the data reads off a tick: RSS at 480 MiB shows a 512 MiB tick."""
+    ys = [np.asarray(line.get_ydata(), dtype=np.float64) for line in ax.get_lines()]
+    finite = [float(np.nanmax(y)) for y in ys if y.size and np.isfinite(y).any()]
+    if not finite:
+        return
+    top = max(finite)
+    lo, hi = ax.get_ylim()
+    above = [float(t) for t in ax.yaxis.get_major_locator().tick_values(lo, hi) if t >= top - abs(top) * 1e-9]
+    if above and min(above) > hi:
+        ax.set_ylim(lo, min(above))
 
 
 def _bytes_of(ax: Axes, series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> str:
@@ -566,7 +582,12 @@ def _draw_gpu(axes: Sequence[Axes], tel: Telemetry, colors: Mapping[str, str]) -
             celsius.set_ylabel("°C", color=colors["muted"], fontsize=8)
         else:
             _note(celsius, "No GPU temperature readings (NVML did not report them).", colors)
-    axes[-1].set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+    # Every chart with lines says its x unit (the four are stacked, each with its own axis), as the
+    # memory panel's RSS chart does.
+    for ax in axes:
+        if ax.get_lines():
+            ax.set_xlabel("wall time (s)", color=colors["muted"], fontsize=8)
+            _top_on_tick(ax)
 
 
 # -- saving ----------------------------------------------------------------------------------------

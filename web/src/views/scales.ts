@@ -108,3 +108,18 @@ export function jitter(key: string): number {
 export function ellipsize(text: string, n: number): string {
   return text.length > n ? `${text.slice(0, n - 1)}…` : text;
 }
+
+/**
+ * `ticks` (evenly spaced, ascending) grown by whole steps until the last is at or above `hi` and
+ * the first at or below `lo`: an axis drawn over the result ends on a labelled tick on both sides,
+ * so a plateau at the top of the data can be read off a tick.
+ */
+export function ticksCovering(ticks: number[], lo: number, hi: number): number[] {
+  if (ticks.length < 2) return ticks;
+  const out = [...ticks];
+  const step = out[1]! - out[0]!;
+  if (!(step > 0)) return out;
+  while (out[out.length - 1]! < hi - step * 1e-9) out.push(Number((out[out.length - 1]! + step).toPrecision(12)));
+  while (out[0]! > lo + step * 1e-9) out.unshift(Number((out[0]! - step).toPrecision(12)));
+  return out;
+}

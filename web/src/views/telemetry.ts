@@ -16,6 +16,7 @@ import { store } from "../store";
 import type { Diagnoses, Finding, RankLog, TelemetryChart, TelemetryResponse } from "../types";
 import { button, errorText, paletteColor, segmented, select, stickToEnd, swatch, token, withAlpha } from "../ui";
 import { loadUPlot, placePlotTip } from "./lineChart";
+import { niceTicks, ticksCovering } from "./scales";
 
 const PLOT_H = 200;
 const STATE_TEXT: Record<string, string> = {
@@ -440,6 +441,15 @@ export class TelemetryPanel {
     // The tick labels as drawn, on the chart's element for tests (`|` between them: a label may hold a space).
     let xTicks: string[] = [];
     let yTicks: string[] = [];
+    // The y axis ends on a tick at or above the largest value (and starts at 0 or below the
+    // smallest): RSS at 480 MiB shows a 512 MiB tick, a GPU at 92 % a 100 % one.
+    let ySplits: number[] = [];
+    const yRange = (_u: uPlot, min: number | null, max: number | null): uPlot.Range.MinMax => {
+      const lo = Math.min(0, min ?? 0);
+      const hi = max !== null && Number.isFinite(max) && max > lo ? max : lo + 1;
+      ySplits = ticksCovering(o.yBytes ? binaryTicks(lo, hi, 6).ticks : niceTicks(lo, hi, 5), lo, hi);
+      return [Math.min(lo, ySplits[0] ?? lo), Math.max(hi, ySplits[ySplits.length - 1] ?? hi)];
+    };
     const zoomHooks = id
       ? {
           setScale: [
@@ -460,7 +470,12 @@ export class TelemetryPanel {
         height: PLOT_H,
         legend: { show: false },
         cursor: { drag: { x: true, y: false, setScale: true }, points: { size: 5 } },
-        scales: { x: { time: false }, y: o.logY ? { distr: 3, log: 10 } : { auto: true, range: (_u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] } },
+        scales: {
+          // A wall-time axis starts at 0 s (the run's first sample) even when this chart's first
+          // sample came later, so its first tick reads "0s"; a zoom keeps its own start.
+          x: o.xTime ? { time: false, range: (_u, min, max) => [min !== null && min > 0 && x.length && min <= x[0]! ? 0 : min, max] } : { time: false },
+          y: o.logY ? { distr: 3, log: 10 } : { auto: true, range: yRange },
+        },
         axes: [
           {
             stroke: axisColor,
@@ -496,10 +511,13 @@ export class TelemetryPanel {
               ? {
                   // Power-of-two steps in one unit (128 MiB, 256 MiB), not 191 MiB and 381 MiB.
                   // (every chart is PLOT_H tall: 3 to 6 ticks)
-                  splits: (_su: uPlot, _ai: number, lo: number, hi: number) => binaryTicks(lo, hi, 6).ticks,
+                  splits: (_su: uPlot, _ai: number, lo: number, hi: number) => (o.logY ? binaryTicks(lo, hi, 6).ticks : ySplits),
                   values: (_u: uPlot, splits: (number | null)[]) => (yTicks = fmtBinaryTicks(splits)),
                 }
-              : { values: (_u: uPlot, splits: (number | null)[]) => (yTicks = splits.map((v) => (v === null ? "" : o.yFmt(v)))) }),
+              : {
+                  ...(o.logY ? {} : { splits: () => ySplits }),
+                  values: (_u: uPlot, splits: (number | null)[]) => (yTicks = splits.map((v) => (v === null ? "" : o.yFmt(v)))),
+                }),
           },
         ],
         // A short run has a few samples per line: draw them as points too, or a lone sample is invisible.

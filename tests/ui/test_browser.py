@@ -239,6 +239,16 @@ def select_runs(page: Page, *names: str) -> None:
     expect(page.get_by_test_id("selection-count")).to_have_text(str(len(names)))
 
 
+def perf_view(page: Page, name: str) -> Locator:
+    """The Performance view of the run named ``name``, opened from its inspector (one run shown)."""
+    row(page, name).locator(".cell-name").click()
+    page.get_by_test_id("inspector-performance").click()
+    run = page.get_by_test_id("perf-run")
+    expect(run).to_have_count(1)
+    expect(run).to_have_attribute("data-name", name)
+    return run
+
+
 def line_chart(page: Page, metric: str) -> Locator:
     """The line chart card of ``metric`` (look it up again after a redraw: charts are replaced)."""
     return page.get_by_test_id("chart-line").filter(has=page.locator(".chart-card-title", has_text=metric))

@@ -294,24 +294,35 @@ def test_the_performance_view_of_two_runs_shows_which_phase_changed(browser: Bro
         s.assert_clean()
 
 
+def copies_of(original: Path, tmp_path: Path, tails: list[str]) -> Path:
+    """A new runs root holding copies of the run folder ``original``, one per id tail (the same
+    name, different ids, as two runs of one script are); returns the root."""
+    import shutil
+
+    root = tmp_path / "traceml" / "runs"
+    base = original.name.rsplit("_", 1)[0]
+    for tail in tails:
+        shutil.copytree(original, root / f"{base}_{tail}")
+    return root
+
+
+def tick(page: Page, n: int, *, of: int) -> Any:
+    """Tick the first ``n`` of the table's ``of`` rows; returns the row checkboxes."""
+    checks = page.get_by_test_id("row-check")
+    expect(checks).to_have_count(of)
+    for i in range(n):
+        checks.nth(i).check()
+    return checks
+
+
 def test_two_runs_sharing_a_name_are_told_apart_in_the_performance_view(browser: Browser, perf_root: Path,
                                                                         tmp_path: Path) -> None:
     """Review 13c: two runs named alike were indistinguishable in the paired bars' legend and the
     verdict table ("stall against stall"); like Compare, each gets its short id (``stall · 0a1b``)."""
-    import shutil
-
-    root = tmp_path / "traceml" / "runs"
-    original = run_dir(perf_root, "stall")
-    base = original.name.rsplit("_", 1)[0]
-    ids = [f"{base}_0a1b", f"{base}_9f8e"]
-    for run_id in ids:
-        shutil.copytree(original, root / run_id)
+    root = copies_of(run_dir(perf_root, "stall"), tmp_path, ["0a1b", "9f8e"])
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
-        checks = page.get_by_test_id("row-check")
-        expect(checks).to_have_count(2)
-        for i in range(2):
-            checks.nth(i).check()
+        tick(page, 2, of=2)
         page.get_by_test_id("nav-performance").click()
         expect(page.get_by_test_id("perf-run")).to_have_count(2)
         legend = page.get_by_test_id("perf-pairs").get_by_test_id("perf-legend-label")
@@ -327,19 +338,10 @@ def test_two_runs_sharing_a_name_are_told_apart_in_the_performance_view(browser:
 def test_more_selected_runs_than_the_view_compares_are_said_not_dropped_silently(
         browser: Browser, perf_root: Path, tmp_path: Path) -> None:
     """Review 13d: 14 captured runs selected, 4 drawn, no word."""
-    import shutil
-
-    root = tmp_path / "traceml" / "runs"
-    original = run_dir(perf_root, "steady")
-    base = original.name.rsplit("_", 1)[0]
-    for i in range(6):
-        shutil.copytree(original, root / f"{base}_{i:04x}")
+    root = copies_of(run_dir(perf_root, "steady"), tmp_path, [f"{i:04x}" for i in range(6)])
     with serve(root) as v, open_viewer(browser, v) as s:
         page = s.page
-        checks = page.get_by_test_id("row-check")
-        expect(checks).to_have_count(6)
-        for i in range(5):
-            checks.nth(i).check()
+        checks = tick(page, 5, of=6)
         page.get_by_test_id("nav-performance").click()
         expect(page.get_by_test_id("perf-run")).to_have_count(4)
         expect(page.get_by_test_id("perf-runs-capped")).to_contain_text("Showing 4 of the 5 selected captured runs")

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.diagnose.telemetry_db import HEALTHY_CPU, MIB, RunSpec, write_run
-from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, row, serve, shot
+from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, perf_view, serve, shot
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.diagnose.summary import write_final_summary
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Locator, Page
+    from playwright.sync_api import Browser, Locator
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="the browser tests need /usr/bin/chromium")
 
@@ -57,15 +57,6 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
                                     rss=lambda r, t: 300 * MIB + t * 0.5 * MIB))
     with serve(root) as v:
         yield v
-
-
-def perf_view(page: Page, name: str) -> Locator:
-    row(page, name).locator(".cell-name").click()
-    page.get_by_test_id("inspector-performance").click()
-    run = page.get_by_test_id("perf-run")
-    expect(run).to_have_count(1)
-    expect(run).to_have_attribute("data-name", name)
-    return run
 
 
 SETTLED = """el => new Promise((done) => {

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.diagnose.telemetry_db import HEALTHY_CPU, RunSpec, write_run
-from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, row, serve, shot
+from tests.ui.test_browser import CHROMIUM, Viewer, expect, open_viewer, perf_view, row, serve, shot
 from tests.ui.test_browser import browser as browser  # the module's chromium (a fixture)
 from traceml_ai.diagnose.summary import write_final_summary
 from traceml_ai.telemetry import schema
@@ -63,15 +63,6 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Viewer
 
 def cell(page: Page, name: str, column: str) -> Any:
     return row(page, name).locator(f".tabulator-cell[tabulator-field='{column}']")
-
-
-def perf_view(page: Page, name: str) -> Any:
-    row(page, name).locator(".cell-name").click()
-    page.get_by_test_id("inspector-performance").click()
-    run = page.get_by_test_id("perf-run")
-    expect(run).to_have_count(1)
-    expect(run).to_have_attribute("data-name", name)
-    return run
 
 
 def test_one_slowest_rank_in_the_table_the_rank_panels_and_the_phase_breakdown(

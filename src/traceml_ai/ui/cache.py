@@ -418,10 +418,7 @@ class CacheFolder:
             except (RunDbError, OSError, sqlite3.Error):
                 pass
             else:
-                self._db_saved_at = now
-                self._db_rows = rows
-                self._db_file = _stat_id(target)
-                return target
+                return self._saved(now, rows, target)
         folder = self._folder(None)
         fd, tmp = _temp_file(folder, RUN_DB_FILE)
         os.close(fd)
@@ -441,6 +438,10 @@ class CacheFolder:
         except BaseException:
             _unlink_quietly(tmp)
             raise
+        return self._saved(now, rows, target)
+
+    def _saved(self, now: float, rows: dict[str, Fingerprint], target: str) -> str:
+        """Remember a save that wrote ``rows`` to ``target`` (the base of the next one) and return it."""
         self._db_saved_at = now
         self._db_rows = rows
         self._db_file = _stat_id(target)

@@ -482,7 +482,8 @@ def _stride_of(count: Any, first: Any, last_id: Any = None) -> _Where:
     step), for ``count`` step rows whose smallest step is ``first``.
 
     Sampling is by design, not a loss: it is said by ``sampled_every`` (and the summary's
-    ``steps.sampled_every``), never among the ``problems`` (which make the telemetry ``partial``)."""
+    ``steps.sampled_every``), never among the ``problems`` (which make the telemetry ``partial``).
+    ``count`` is the rows written as the rowids say (:func:`_written`), not ``COUNT(*)``."""
     if not isinstance(count, int) or count <= th.MAX_STEP_ROWS or not isinstance(first, int):
         return "", (), 1
     k = math.ceil(count / th.MAX_STEP_ROWS)
@@ -502,12 +503,27 @@ def _one(conn: sqlite3.Connection, sql: str) -> tuple[Any, ...] | None:
         raise
 
 
+def _written(conn: sqlite3.Connection) -> tuple[int | None, int | None]:
+    """The number of step rows written and the last one's id, from the rowid's bounds: two B-tree
+    descents, where ``COUNT(*)`` walks every page of the table (60 ms at 8 ranks x 100,000 steps,
+    a tenth of the Performance view's cold open, issue 13 item 5). The writer only appends
+    (``AUTOINCREMENT`` ids, never a delete), so the span of the ids is the count; a table whose rows
+    were deleted by hand counts as the rows it once held, which only makes the sampling stride
+    larger. (None, None) without a table or a row."""
+    # (one subquery per bound: SQLite answers a lone MIN or MAX from the B-tree, both in one SELECT by a scan)
+    row = _one(conn, "SELECT (SELECT MIN(id) FROM {t}), (SELECT MAX(id) FROM {t})")
+    if row is None or type(row[0]) is not int or type(row[1]) is not int:
+        return None, None
+    return row[1] - row[0] + 1, row[1]
+
+
 def _stride(conn: sqlite3.Connection) -> tuple[_Where, StepSpan | None]:
     """:func:`_stride_of` from one pass over the step table that also gives the span of all steps."""
-    row = _one(conn, "SELECT COUNT(*), MIN(step), MAX(step), COUNT(DISTINCT step), MAX(id) FROM {t}")
+    row = _one(conn, "SELECT MIN(step), MAX(step), COUNT(DISTINCT step) FROM {t}")
     if row is None:
         return ("", (), 1), None
-    count, first, last, distinct, last_id = row
+    first, last, distinct = row
+    count, last_id = _written(conn)
     span = StepSpan(distinct, first, last) if isinstance(first, int) and isinstance(last, int) else None
     return _stride_of(count, first, last_id), span
 
@@ -529,7 +545,7 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
     the span of all steps (None without ``totals``).
 
     With ``totals`` one aggregate pass gives the count, the first step and the span. Without, the
-    count is SQLite's cheap ``COUNT(*)`` and, with ``guess``, the first step is taken to be the
+    count is the rowids' span (:func:`_written`, no scan) and, with ``guess``, the first step is taken to be the
     first row's: the rows read then hold every row below that guess plus the warm-up steps (``step
     < first + WARMUP_STEPS``), so a guess that was not the smallest step (or a non-integer step at or
     below it) shows in them, and only then is ``MIN(step)`` asked and the rows read again with it."""
@@ -538,8 +554,7 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
     if totals:
         where, span = _stride(conn)
     else:
-        row = _one(conn, "SELECT COUNT(*) FROM {t}")
-        count = row[0] if row is not None else None
+        count, last_id = _written(conn)
         if not isinstance(count, int) or count <= th.MAX_STEP_ROWS:
             where = _stride_of(count, None)
         else:
@@ -548,8 +563,6 @@ def _step_rows(conn: sqlite3.Connection, problems: list[str], *, totals: bool,
             if type(first) is not int:
                 found = _one(conn, "SELECT MIN(step) FROM {t}")
                 first = found[0] if found is not None else None
-            top = _one(conn, "SELECT MAX(id) FROM {t}")  # the rowid's largest: no scan
-            last_id = top[0] if top is not None else None
             where = _stride_of(count, first, last_id)
             rows = _select(conn, table, STEP_COLS, problems, where[0], where[1])
             if guess and isinstance(first, int) and where[2] > 1 and any(

@@ -1,5 +1,5 @@
-// Builds the viewer bundle into ../src/traceml_ai/ui/static/ (app.js, app.css, index.html,
-// favicon.svg). Minified, no source maps: the wheel ships exactly these four files. NOMIN=1 leaves
+// Builds the viewer bundle into ../src/traceml_ai/ui/static/ (app.js, early.js, app.css, index.html,
+// favicon.svg). Minified, no source maps: the wheel ships exactly these five files. NOMIN=1 leaves
 // the names readable, for a browser profile.
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -41,7 +41,7 @@ const uplotLazyIntl = {
 
 await build({
   plugins: [uplotLazyIntl],
-  entryPoints: { app: join(here, "src", "main.ts") },
+  entryPoints: { app: join(here, "src", "main.ts"), early: join(here, "src", "early.ts") },
   outdir,
   bundle: true,
   minify: process.env.NOMIN ? false : true,

@@ -603,6 +603,39 @@ def test_reopening_a_runs_performance_view_or_inspector_makes_no_request(browser
         s.assert_clean()
 
 
+def test_a_page_opened_on_the_views_address_asks_for_its_run_once(browser: Browser, viewer: Viewer) -> None:
+    """Issue 13 item 5 (cold, from a link or a reload): the run's answer is asked for as the page's
+    HTML is read (early.js), and the app takes that request over: one request for the run, the
+    panels drawn; the page's first listing of the runs does not count as the run having changed (it
+    sent the answer's request a second time). An address naming no captured run still says so."""
+    with open_viewer(browser, viewer) as s:
+        key = viewer.key_of("lagging")
+        base = viewer.url.split("/?")[0]
+        other = s.page.context.new_page()  # the token cookie is set: a bare address works
+        asked: list[str] = []
+        other.on("request", lambda r: asked.append(r.url))
+        other.goto(base + "/#" + urllib.parse.urlencode({"v": "performance", "pr": key}))
+        run = other.locator("[data-testid=perf-run][data-name=lagging]")
+        expect(run.get_by_test_id("perf-area")).to_be_visible()
+        expect(run.get_by_test_id("heat-row")).to_have_count(2)
+        other.wait_for_timeout(800)  # a second request would show by now
+        answers = [u for u in asked if "/performance-page" in u]
+        assert len(answers) == 1, answers
+        assert urllib.parse.unquote(answers[0]).endswith(f"/api/runs/{key}/performance-page")
+        order = [u.rsplit("/", 1)[-1] for u in asked]
+        assert order.index("early.js") < order.index("app.js")  # sent before the app's script ran
+
+        errors: list[str] = []
+        other.on("pageerror", lambda e: errors.append(str(e)))
+        other.goto(base + "/#" + urllib.parse.urlencode({"v": "performance", "pr": "/no/such/run"}))
+        other.reload()
+        expect(other.get_by_test_id("view-performance")).to_be_visible()
+        expect(other.get_by_test_id("table-info")).to_be_attached()
+        assert not errors, errors
+        other.close()
+        s.assert_clean()
+
+
 def _hash_zoom(page: Page) -> Any:
     """The phase-chart zooms the address holds (``pz`` in its hash), or None."""
     got = urllib.parse.parse_qs(urllib.parse.urlsplit(page.url).fragment).get("pz")

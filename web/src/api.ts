@@ -14,6 +14,14 @@ export class ApiError extends Error {
   }
 }
 
+/** The request early.ts sent for `path` before the app loaded (taken once), or undefined. */
+function takeEarly(path: string): Promise<Response> | undefined {
+  const early = (window as unknown as { __tracemlEarly?: Record<string, Promise<Response>> }).__tracemlEarly;
+  const sent = early?.[path];
+  if (early && sent) delete early[path];
+  return sent;
+}
+
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method, credentials: "same-origin", headers: {} };
   if (body !== undefined) {
@@ -22,7 +30,7 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
   }
   let res: Response;
   try {
-    res = await fetch(path, init);
+    res = await ((method === "GET" && body === undefined ? takeEarly(path) : undefined) ?? fetch(path, init));
   } catch {
     throw new ApiError("cannot reach the TraceML server (is `traceml ui` still running?)", 0);
   }

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import random
+import re
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from traceml_ai.runs.table import (
     rows_json,
     sort_runs,
     to_csv,
+    validate_column,
 )
 
 NAN = math.nan
@@ -99,6 +101,18 @@ def test_unknown_column_is_a_one_line_error_with_a_hint() -> None:
         cell(make_run("r"), "startd")
     with pytest.raises(ColumnError, match="names no key"):
         cell(make_run("r"), "run.best.")
+
+
+@pytest.mark.parametrize(("asked", "meant"), [
+    ("perf.peak_mem.cpu", "perf.peak_mem.host"),  # not the spelling-nearest .gpu (review 13e)
+    ("perf.peak_mem.RAM", "perf.peak_mem.host"),
+    ("perf.peak_mem.cuda", "perf.peak_mem.gpu"),
+    ("perf.peak_mem.gpus", "perf.peak_mem.gpu"),
+    ("perf.step_ms.p90", "perf.step_ms.p95"),
+])
+def test_a_mistyped_perf_column_suggests_the_column_meant(asked: str, meant: str) -> None:
+    with pytest.raises(ColumnError, match=re.escape(f"did you mean '{meant}'?")):
+        validate_column(asked)
 
 
 def test_available_and_default_columns() -> None:

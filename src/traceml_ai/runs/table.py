@@ -98,8 +98,16 @@ class ColumnError(ValueError):
 _PERF_SET: Final = frozenset(PERF_COLUMNS)
 
 
+_PERF_DEVICE_WORDS: Final = {"cpu": "host", "ram": "host", "rss": "host", "system": "host", "cuda": "gpu",
+                              "device": "gpu", "vram": "gpu"}
+"""Other words for the two device kinds of ``perf.peak_mem.*``: ``perf.peak_mem.cpu`` means the
+host's memory, not the spelling-nearest ``.gpu`` (review 13e)."""
+
+
 def _unknown_perf(column: str, key: str) -> str:
-    hint = difflib.get_close_matches(key, PERF_COLUMNS, n=1)
+    head, _, tail = key.rpartition(".")
+    kind = _PERF_DEVICE_WORDS.get(tail.lower()) if head == "peak_mem" else None
+    hint = [f"peak_mem.{kind}"] if kind else difflib.get_close_matches(key, PERF_COLUMNS, n=1)
     fix = f"did you mean 'perf.{hint[0]}'? " if hint else ""
     return f"unknown column {column!r}; {fix}the perf.* columns are: {', '.join('perf.' + k for k in PERF_COLUMNS)}"
 

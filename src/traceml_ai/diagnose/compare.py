@@ -418,8 +418,9 @@ def _host_load_inconclusive(m: MetricComparison, note: str) -> MetricComparison:
         return m
     f = HOST_LOAD_MAX_FACTOR
     if m.ci_low is not None and m.ci_high is not None and (m.ci_low >= f or m.ci_high <= 1 / f):
-        return dataclasses.replace(m, reason=f"{m.reason}; kept although the {note}: a change of "
-                                             f"{_times(m)} is beyond what host load explains (up to {f:g}x)")
+        # (said as a verdict that stands, beside the rows the same load made "inconclusive", review 13e)
+        return dataclasses.replace(m, reason=f"{m.reason}; the {note}, but a change of {_times(m)} is "
+                                             f"more than host load explains (up to {f:g}x): the verdict stands")
     return dataclasses.replace(m, verdict="inconclusive", reason=f"inconclusive: {note}; {m.reason}")
 
 

@@ -621,6 +621,29 @@ def test_multi_key_sort_with_many_ties_matches_the_documented_order(seed: int) -
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_key_of_plain_numbers_sorted_with_numpy_gives_the_documented_order(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From _NUMPY_MIN_RUNS runs a first key whose values are all numbers is sorted with numpy
+    (issue 16): ties (0.0 and -0.0, 1 and 1.0), NaN, infinities, ints among floats, both directions,
+    ties broken by mixed later keys: the plain order. A huge int or a missing value keeps the
+    plain path; either way the order is the same."""
+    from traceml_ai.runs import table
+
+    monkeypatch.setattr(table, "_NUMPY_MIN_RUNS", 2)
+    rng = random.Random(seed)
+    firsts: list[list[Any]] = [[0.5, 0.5, 1, 1.0, -0.0, 0.0, NAN, math.inf, -math.inf, 3, 2.25],
+                               [0.1, 0.2, 0.3], [NAN], [2**60, 1, 0.5], [1.0, None, 2.0]]
+    for _ in range(60):
+        pool = rng.choice(firsts)
+        runs = [RunSummary(key=f"k{i}", id=f"id{i}", root="r", name=rng.choice(["x", "y", "run-1", "Run-3", "run-10"]),
+                           params={"a": rng.choice(pool), "b": rng.choice([1, "b", None, NAN, True, 0.5])})
+                for i in range(rng.randint(0, 80))]
+        keys = [SortKey("config.a", rng.random() < 0.5)] + [
+            SortKey(rng.choice(["config.b", "name"]), rng.random() < 0.5) for _ in range(rng.randint(0, 2))]
+        assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
+
+
 def test_rows_json_of_many_runs_is_row_json_of_each() -> None:
     """``runs ls --json`` builds its rows column by column: the same rows as one at a time, NaN and
     infinity as null, tags as a list, a missing value as None, no columns at all too."""

@@ -553,6 +553,10 @@ def _sorted_by(
     if not getters or len(items) < 2:
         return items
     (get, entry_of, descending), rest = getters[0], getters[1:]
+    if entry_of is _sort_entry and len(items) >= _NUMPY_MIN_RUNS:
+        values = list(map(get, items))
+        if _all_plain_numbers(values):
+            return _sorted_numbers(items, values, descending, rest)
     buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
     if entry_of is _sort_entry:
         _classify(items, get, buckets)
@@ -571,6 +575,47 @@ def _sorted_by(
             out.extend(_sorted_by([run for _, run in bucket], rest))
         else:
             _extend_ties(out, bucket, rest)
+    return out
+
+
+_NUMPY_MIN_RUNS: Final = 2_000
+"""A key whose values are all plain numbers is sorted with numpy from this many runs on."""
+_EXACT_FLOAT_INT: Final = 2**53
+
+
+def _all_plain_numbers(values: list[Scalar]) -> bool:
+    """Every value a float, or an int a float holds exactly (no bool, text or missing value)."""
+    kinds = set(map(type, values))
+    if not kinds <= {float, int}:
+        return False
+    return int not in kinds or all(-_EXACT_FLOAT_INT < v < _EXACT_FLOAT_INT for v in values if type(v) is int)
+
+
+def _sorted_numbers(
+    items: list[RunSummary], values: list[Scalar], descending: bool,
+    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> list[RunSummary]:
+    """:func:`_sorted_by` of runs whose values of the first key are all numbers (``values``), with
+    numpy: the same order (a stable sort, NaN last in both directions, ties ordered by ``rest``)
+    without a tuple per run (sorting 100,000 runs by a metric, issue 16)."""
+    import numpy as np  # (here: listing a few runs imports no numpy)
+
+    array = np.array(values, dtype=np.float64)
+    nan = np.isnan(array)
+    numbers = np.flatnonzero(~nan)
+    keys = array[numbers]
+    # A stable sort of the negated values is Python's stable reverse=True sort.
+    order = numbers[np.argsort(-keys if descending else keys, kind="stable")]
+    ranked = [items[i] for i in order.tolist()]
+    nans = [items[i] for i in np.flatnonzero(nan).tolist()]
+    out: list[RunSummary] = []
+    if rest:
+        in_order = array[order]
+        _extend_tied(out, ranked, in_order[1:] == in_order[:-1], rest)
+        out.extend(_sorted_by(nans, rest))  # NaN is one tie: the later keys order it
+    else:
+        out.extend(ranked)
+        out.extend(nans)
     return out
 
 
@@ -608,29 +653,40 @@ def _extend_ties(
     The tied runs of all the runs of equal values are ordered by ``rest`` in one sort, and each
     run of ties then takes its members in that order: restricted to one run of ties, the one
     stable order is that run's own (100,000 runs sorted by a metric rounded to six digits held
-    19,000 runs of ties; one sort each took most of the time, issue 16)."""
+    19,000 runs of ties; one sort each took most of the time, issue 16). Where the ties are and
+    which run of ties each belongs to is found with numpy, not a Python loop per run (0.4 of
+    0.6 CPU-s sorting 100,000 runs by a metric then by name)."""
+    import numpy as np  # (here: listing runs imports no numpy unless a sort meets ties)
+
     values = list(map(_FIRST, bucket))
-    same = list(map(operator.eq, values, islice(values, 1, None)))  # same[i]: i ties i + 1
-    if not any(same):
-        out.extend(map(_SECOND, bucket))
+    same = np.fromiter(map(operator.eq, values, islice(values, 1, None)), dtype=bool, count=len(values) - 1)
+    _extend_tied(out, list(map(_SECOND, bucket)), same, rest)
+
+
+def _extend_tied(
+    out: list[RunSummary], ranked: list[RunSummary], same: Any,
+    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> None:
+    """Append ``ranked`` to ``out`` with each run of ties ordered by ``rest``; ``same`` is a numpy
+    bool array, ``same[i]``: run i ties run i + 1 (:func:`_extend_ties`)."""
+    import numpy as np
+
+    if not same.any():
+        out.extend(ranked)
         return
-    positions: list[int] = []  # of the tied runs in the bucket, a run of ties after another
-    groups: list[int] = []
-    group, tied = -1, False
-    for i, s in enumerate(same):
-        if s:
-            if not tied:
-                group += 1
-                positions.append(i)
-                groups.append(group)
-            positions.append(i + 1)
-            groups.append(group)
-        tied = s
-    runs = [bucket[i][1] for i in positions]
+    tied = np.zeros(len(ranked), dtype=bool)  # ties a neighbour
+    tied[:-1] = same
+    tied[1:] |= same
+    positions = np.flatnonzero(tied)  # of the tied runs in the bucket, a run of ties after another
+    starts = np.ones(len(positions), dtype=bool)  # the first of its run of ties
+    starts[1:] = ~same[positions[1:] - 1]
+    groups = np.cumsum(starts)
+    runs = [ranked[i] for i in positions.tolist()]
     rank = {id(run): k for k, run in enumerate(_sorted_by(runs, rest))}
-    order = sorted(range(len(runs)), key=lambda k: (groups[k], rank[id(runs[k])]))
-    result = list(map(_SECOND, bucket))
-    for position, k in zip(positions, order, strict=True):
+    ranks = np.fromiter((rank[id(run)] for run in runs), dtype=np.int64, count=len(runs))
+    order = np.lexsort((ranks, groups))  # by run of ties, then by the later keys' order
+    result = list(ranked)
+    for position, k in zip(positions.tolist(), order.tolist(), strict=True):
         result[position] = runs[k]
     out.extend(result)
 

@@ -578,6 +578,8 @@ def _reference_order(runs: list[RunSummary], keys: list[SortKey]) -> list[str]:
             return 3, None
         if isinstance(value, float) and math.isnan(value):
             return 2, None
+        if key.column in ("started", "ended", "heartbeat"):
+            return 1, format_cell(value)  # a time sorts as its ISO-8601 text (time order)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return 0, value
         return 1, natural_key(format_cell(value))
@@ -641,6 +643,22 @@ def test_a_key_of_plain_numbers_sorted_with_numpy_gives_the_documented_order(
                 for i in range(rng.randint(0, 80))]
         keys = [SortKey("config.a", rng.random() < 0.5)] + [
             SortKey(rng.choice(["config.b", "name"]), rng.random() < 0.5) for _ in range(rng.randint(0, 2))]
+        assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_time_column_every_run_has_sorts_in_one_pass_with_the_documented_order(seed: int) -> None:
+    """``-started`` (the viewer's first table, issue 16): when every run has the time it is sorted
+    in one pass; with equal times, later keys and a run without the time, the order is the plain one."""
+    rng = random.Random(seed)
+    stamps = ["2026-11-30T10:15:00Z", "2026-11-30T10:15:00.5Z", "2026-11-30T10:15:00.25Z", "2026-12-01T00:00:00Z"]
+    for _ in range(60):
+        runs = [make_run(rng.choice(["x", "y", "run-1", "Run-3", "run-10"]) + f"-{i}",
+                         started_at=rng.choice(stamps), ended_at=rng.choice([*stamps, None]),
+                         params={"b": rng.choice([1, "b", None, NAN, 0.5])})
+                for i in range(rng.randint(0, 40))]
+        keys = [SortKey(rng.choice(["started", "ended"]), rng.random() < 0.5)] + [
+            SortKey(rng.choice(["config.b", "name", "started"]), rng.random() < 0.5) for _ in range(rng.randint(0, 2))]
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
 
 

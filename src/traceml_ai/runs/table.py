@@ -557,6 +557,10 @@ def _sorted_by(
         values = list(map(get, items))
         if _all_plain_numbers(values):
             return _sorted_numbers(items, values, descending, rest)
+    elif entry_of is _time_entry:
+        times = list(map(get, items))
+        if all(type(t) is str and t for t in times):  # every run has the time: one class, one sort
+            return _sorted_times(items, times, descending, rest)
     buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
     if entry_of is _sort_entry:
         _classify(items, get, buckets)
@@ -616,6 +620,26 @@ def _sorted_numbers(
     else:
         out.extend(ranked)
         out.extend(nans)
+    return out
+
+
+def _sorted_times(
+    items: list[RunSummary], times: list[Any], descending: bool,
+    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> list[RunSummary]:
+    """:func:`_sorted_by` of runs that all have a time (``times``, ISO-8601 text) on the first key:
+    one stable sort of positions by the text, no tuple per run (the viewer's first table is sorted
+    by ``-started``: a tenth of its warm start at 100,000 runs, issue 16)."""
+    order = sorted(range(len(items)), key=times.__getitem__, reverse=descending)
+    ranked = [items[i] for i in order]
+    if not rest:
+        return ranked
+    import numpy as np
+
+    in_order = [times[i] for i in order]
+    same = np.fromiter(map(operator.eq, in_order, islice(in_order, 1, None)), dtype=bool, count=len(order) - 1)
+    out: list[RunSummary] = []
+    _extend_tied(out, ranked, same, rest)
     return out
 
 

@@ -26,6 +26,7 @@ from traceml_ai.runs.table import (
     differing_config_keys,
     format_cell,
     group_runs,
+    json_lines,
     natural_key,
     parse_sort_arg,
     row_json,
@@ -660,6 +661,37 @@ def test_a_time_column_every_run_has_sorts_in_one_pass_with_the_documented_order
         keys = [SortKey(rng.choice(["started", "ended"]), rng.random() < 0.5)] + [
             SortKey(rng.choice(["config.b", "name", "started"]), rng.random() < 0.5) for _ in range(rng.randint(0, 2))]
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
+
+
+def test_json_lines_are_the_bytes_of_each_row_json_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runs ls --json`` writes :func:`json_lines` (issue 16): byte for byte what orjson writes for
+    each row_json (NaN and infinity null, tags a list, unicode, quotes and % in column names and
+    values, bools, None, warnings), with the group label last, across several chunks."""
+    import orjson
+
+    from traceml_ai.runs import table
+
+    monkeypatch.setattr(table, "JSON_LINES_CHUNK", 3)
+    runs = [make_run("a", tags=["x", "y"], params={"lr": NAN, "n%d": "50%", "q\"": True}, summary={"acc": math.inf},
+                     warnings=["run.json: bad"]),
+            make_run("b\u00e9\u2603", params={"lr": 0.1, "opt": "adam"}, best={"val/auc": 0.9}, status="failed"),
+            make_run("c", summary={"acc": 1}, params={"lr": -math.inf}),
+            make_run("d", params={"n%d": None, "big": 2**62}),
+            make_run("e\nline")]
+    columns = ["name", "tags", "config.lr", "config.opt", "config.n%d", 'config.q"', "config.big", "summary.acc",
+               "run.best.val/auc", "status", "started"]
+    for cols in (columns, [], ["tags"]):
+        expected = b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows_json(runs, cols))
+        assert b"".join(json_lines(runs, cols)) == expected
+        labels = {r.key: f"g{i % 2}" for i, r in enumerate(runs)}
+        grouped = []
+        for run, row in zip(runs, rows_json(runs, cols), strict=True):
+            row["group_by"] = {"column": "config.lr", "label": labels[run.key]}
+            grouped.append(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+        assert b"".join(json_lines(runs, cols, group_by="config.lr", labels=labels)) == b"".join(grouped)
+    assert list(json_lines([], ["name"])) == []
+    with pytest.raises(ColumnError):
+        json_lines(runs, ["bogus"])  # at the call, before any line
 
 
 def test_rows_json_of_many_runs_is_row_json_of_each() -> None:

@@ -1023,6 +1023,69 @@ def rows_json(runs: Iterable[RunSummary], columns: Sequence[str]) -> Iterator[di
     return _rows_json(list(runs), list(columns), getters)
 
 
+JSON_LINES_CHUNK: Final = 4096
+
+
+def json_lines(runs: Sequence[RunSummary], columns: Sequence[str], *, group_by: str | None = None,
+               labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+    """:func:`rows_json` encoded: one JSON object per run, each ending in a newline, the same bytes
+    as ``orjson.dumps(row, option=OPT_APPEND_NEWLINE)`` of each row (with ``"group_by": {"column":
+    group_by, "label": labels[run.key]}`` last when ``group_by`` is given), yielded a few thousand
+    runs at a time (each item holds many lines).
+
+    Built column by column without a dict per run: every cell encoded by orjson, the lines put
+    together from one template (``runs ls --json`` of 100,000 runs spent 1.9 s building and encoding
+    dicts, issue 16). orjson writes NaN and infinity as null, as :func:`rows_json` does.
+
+    Raises:
+        ColumnError: a column name is invalid (raised before the first line).
+    """
+    import orjson
+
+    getters = [cell_getter(c) for c in columns]
+    dumps = orjson.dumps
+    fields = [b'"values":{' + b",".join(dumps(c).replace(b"%", b"%%") + b":%b" for c in columns) + b"}"]
+    if group_by is not None:
+        fields.append(b'"group_by":%b')
+    template = b'{"id":%b,"name":%b,"status":%b,"display_status":%b,"warnings":%b,' + b",".join(fields) + b"}\n"
+    return _json_lines(list(runs), list(columns), getters, template, group_by, labels or {})
+
+
+_NO_COMMA_TYPES: Final = frozenset({float, int, bool, type(None)})
+
+
+def _encoded(values: list[Any], dumps: Callable[[Any], bytes]) -> list[bytes]:
+    """Each value as orjson writes it. Numbers, booleans and nulls hold no comma: a column of only
+    those is encoded in one call and split (a call per cell was half of the encoding)."""
+    if len(values) > 1 and set(map(type, values)) <= _NO_COMMA_TYPES:
+        return dumps(values)[1:-1].split(b",")
+    return list(map(dumps, values))
+
+
+def _json_lines(runs: list[RunSummary], columns: list[str], getters: list[Callable[[RunSummary], Scalar]],
+                template: bytes, group_by: str | None, labels: Mapping[str, str]) -> Iterator[bytes]:
+    import orjson
+
+    dumps = orjson.dumps
+    for start in range(0, len(runs), JSON_LINES_CHUNK):
+        part = runs[start : start + JSON_LINES_CHUNK]
+        cells = [
+            [dumps(run.id) for run in part],
+            [dumps(run.name) for run in part],
+            [dumps(run.status) for run in part],
+            [dumps(run.display_status) for run in part],
+            [dumps(list(run.warnings)) for run in part],
+        ]
+        for column, get in zip(columns, getters, strict=True):
+            if column == "tags":
+                cells.append([dumps(list(run.tags)) for run in part])
+            else:
+                cells.append(_encoded(list(map(get, part)), dumps))
+        if group_by is not None:
+            cells.append([dumps({"column": group_by, "label": labels[run.key]}) for run in part])
+        yield b"".join([template % line for line in zip(*cells, strict=True)])
+
+
 def _rows_json(runs: list[RunSummary], columns: list[str],
                getters: list[Callable[[RunSummary], Scalar]]) -> Iterator[dict[str, Any]]:
     # Column by column (one map per column, NaN cleared only where a float is), then one dict per

@@ -598,10 +598,16 @@ def _reference_order(runs: list[RunSummary], keys: list[SortKey]) -> list[str]:
     return [r.key for _, r in sorted(enumerate(runs), key=functools.cmp_to_key(compare))]
 
 
+@pytest.mark.parametrize("numpy_from", [2, 2_000])
 @pytest.mark.parametrize("seed", range(4))
-def test_multi_key_sort_with_many_ties_matches_the_documented_order(seed: int) -> None:
+def test_multi_key_sort_with_many_ties_matches_the_documented_order(
+        seed: int, numpy_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many ties on the first key (a rounded metric of a sweep), later keys mixing numbers, text,
-    bools, NaN and missing, ascending and descending: the fast tie handling gives the plain order."""
+    bools, NaN and missing, ascending and descending: the fast tie handling gives the plain order,
+    with numpy (as from 2,000 runs) and without."""
+    from traceml_ai.runs import table
+
+    monkeypatch.setattr(table, "_NUMPY_MIN_RUNS", numpy_from)
     rng = random.Random(seed)
 
     def value() -> Any:
@@ -647,10 +653,15 @@ def test_a_key_of_plain_numbers_sorted_with_numpy_gives_the_documented_order(
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
 
 
+@pytest.mark.parametrize("numpy_from", [2, 2_000])
 @pytest.mark.parametrize("seed", range(4))
-def test_a_time_column_every_run_has_sorts_in_one_pass_with_the_documented_order(seed: int) -> None:
+def test_a_time_column_every_run_has_sorts_in_one_pass_with_the_documented_order(
+        seed: int, numpy_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """``-started`` (the viewer's first table, issue 16): when every run has the time it is sorted
     in one pass; with equal times, later keys and a run without the time, the order is the plain one."""
+    from traceml_ai.runs import table
+
+    monkeypatch.setattr(table, "_NUMPY_MIN_RUNS", numpy_from)
     rng = random.Random(seed)
     stamps = ["2026-11-30T10:15:00Z", "2026-11-30T10:15:00.5Z", "2026-11-30T10:15:00.25Z", "2026-12-01T00:00:00Z"]
     for _ in range(60):

@@ -634,12 +634,9 @@ def _sorted_times(
     ranked = [items[i] for i in order]
     if not rest:
         return ranked
-    import numpy as np
-
     in_order = [times[i] for i in order]
-    same = np.fromiter(map(operator.eq, in_order, islice(in_order, 1, None)), dtype=bool, count=len(order) - 1)
     out: list[RunSummary] = []
-    _extend_tied(out, ranked, same, rest)
+    _extend_tied(out, ranked, list(map(operator.eq, in_order, islice(in_order, 1, None))), rest)
     return out
 
 
@@ -680,24 +677,26 @@ def _extend_ties(
     19,000 runs of ties; one sort each took most of the time, issue 16). Where the ties are and
     which run of ties each belongs to is found with numpy, not a Python loop per run (0.4 of
     0.6 CPU-s sorting 100,000 runs by a metric then by name)."""
-    import numpy as np  # (here: listing runs imports no numpy unless a sort meets ties)
-
     values = list(map(_FIRST, bucket))
-    same = np.fromiter(map(operator.eq, values, islice(values, 1, None)), dtype=bool, count=len(values) - 1)
-    _extend_tied(out, list(map(_SECOND, bucket)), same, rest)
+    _extend_tied(out, list(map(_SECOND, bucket)), list(map(operator.eq, values, islice(values, 1, None))), rest)
 
 
 def _extend_tied(
     out: list[RunSummary], ranked: list[RunSummary], same: Any,
     rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
 ) -> None:
-    """Append ``ranked`` to ``out`` with each run of ties ordered by ``rest``; ``same`` is a numpy
-    bool array, ``same[i]``: run i ties run i + 1 (:func:`_extend_ties`)."""
-    import numpy as np
-
-    if not same.any():
+    """Append ``ranked`` to ``out`` with each run of ties ordered by ``rest``; ``same`` (a list or a
+    numpy array of bools): ``same[i]``, run i ties run i + 1 (:func:`_extend_ties`). Below
+    :data:`_NUMPY_MIN_RUNS` runs in plain Python (a small listing imports no numpy)."""
+    if not (any(same) if isinstance(same, list) else same.any()):
         out.extend(ranked)
         return
+    if len(ranked) < _NUMPY_MIN_RUNS:
+        _extend_tied_small(out, ranked, list(same), rest)
+        return
+    import numpy as np
+
+    same = np.asarray(same, dtype=bool)
     tied = np.zeros(len(ranked), dtype=bool)  # ties a neighbour
     tied[:-1] = same
     tied[1:] |= same
@@ -711,6 +710,32 @@ def _extend_tied(
     order = np.lexsort((ranks, groups))  # by run of ties, then by the later keys' order
     result = list(ranked)
     for position, k in zip(positions.tolist(), order.tolist(), strict=True):
+        result[position] = runs[k]
+    out.extend(result)
+
+
+def _extend_tied_small(
+    out: list[RunSummary], ranked: list[RunSummary], same: list[bool],
+    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
+) -> None:
+    """:func:`_extend_tied` in plain Python (the same steps, a loop per run)."""
+    positions: list[int] = []  # of the tied runs, a run of ties after another
+    groups: list[int] = []
+    group, tied = -1, False
+    for i, s in enumerate(same):
+        if s:
+            if not tied:
+                group += 1
+                positions.append(i)
+                groups.append(group)
+            positions.append(i + 1)
+            groups.append(group)
+        tied = s
+    runs = [ranked[i] for i in positions]
+    rank = {id(run): k for k, run in enumerate(_sorted_by(runs, rest))}
+    order = sorted(range(len(runs)), key=lambda k: (groups[k], rank[id(runs[k])]))
+    result = list(ranked)
+    for position, k in zip(positions, order, strict=True):
         result[position] = runs[k]
     out.extend(result)
 

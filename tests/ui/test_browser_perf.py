@@ -636,6 +636,39 @@ def test_a_page_opened_on_the_views_address_asks_for_its_run_once(browser: Brows
         s.assert_clean()
 
 
+def test_a_link_to_a_run_not_listed_yet_says_so_and_draws_it_once_listed(browser: Browser, tmp_path: Path) -> None:
+    """Review 13f: a Performance link to a run that just started (not yet listed, then without
+    telemetry) showed "Select captured runs" for good. Now the view says why it waits and draws the
+    run once a poll brings it."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=1)
+    staging = tmp_path / "staging"
+    generate(staging, runs=1, seed=3)
+    (made,) = staging.iterdir()
+    meta = json.loads((made / "run.json").read_text())  # a run that just started: running
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta.update(status="running", started_at=now, heartbeat_at=now, ended_at=None, exit=None, duration_s=None)
+    atomic_write(made / "run.json", dump_json(meta))
+    future = root / made.name  # the run's folder once it is moved in: its key
+    with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+        page = s.page
+        base = v.url.split("/?")[0]
+        link = base + "/#" + urllib.parse.urlencode({"v": "performance", "pr": str(future.resolve())})
+        other = page.context.new_page()
+        other.goto(link)
+        waiting = other.get_by_test_id("performance-waiting")
+        expect(waiting).to_contain_text(f"Run {made.name} is not listed yet")
+        made.rename(future)  # the run appears, not captured yet
+        expect(waiting).to_contain_text(f"{future.name.split('_')[1]} has no telemetry yet")
+        write_run(future, RunSpec(ranks=2, steps=120))  # its aggregator writes
+        run = other.locator("[data-testid=perf-run]")
+        expect(run.get_by_test_id("perf-area")).to_be_visible()
+        expect(run.get_by_test_id("heat-row")).to_have_count(2)
+        expect(waiting).to_have_count(0)
+        other.close()
+        s.assert_clean()
+
+
 def _hash_zoom(page: Page) -> Any:
     """The phase-chart zooms the address holds (``pz`` in its hash), or None."""
     got = urllib.parse.parse_qs(urllib.parse.urlsplit(page.url).fragment).get("pz")

@@ -69,6 +69,14 @@ function shownRuns(): RunRow[] {
   return selected.slice(0, MAX_RUNS);
 }
 
+/** What the view shows, in short: the shown runs, or the run it waits for and whether it is listed. */
+function shownState(): string {
+  const runs = shownRuns();
+  const focus = store.ui.perfRun;
+  if (runs.length || !focus) return runs.map((r) => r.key).join("\n");
+  return `waiting\n${focus}\n${store.runs.has(focus) ? "listed" : ""}`;
+}
+
 /** `v` to 3 significant digits, never in exponent form (`1,234`, `12.3`, `0.0123`): the precision
  * of `traceml compare`'s reason lines, so a row's numbers and its reason agree. */
 export function sig3(v: number): string {
@@ -135,6 +143,8 @@ export class PerformanceView implements ViewModule {
   private zoomed = new Map<string, { range: [number, number]; stamp: string; data: ZoomedBreakdown["breakdown"] | "loading" }>();
   /** What the last full draw showed (the runs, their perf facts, the verdicts): the same on show() → no redraw. */
   private drawn = "";
+  /** {@link shownState} when the view last rendered. */
+  private drawnState = "";
   /** `traceml compare` answers by "baseline|run". */
   private verdicts = new Map<string, CompareResponse | string>();
   private mode: "ms" | "share" = "ms";
@@ -162,6 +172,12 @@ export class PerformanceView implements ViewModule {
     store.on("runs", (changed) => {
       if (!this.visible || !Array.isArray(changed)) return;
       const shown = shownRuns().map((r) => r.key);
+      // A run the view was asked for but cannot show yet (a link to a run that just started: not
+      // listed, or no telemetry yet) is drawn as soon as a poll brings it (review 13f).
+      if (shownState() !== this.drawnState) {
+        this.render();
+        return;
+      }
       const hit = shown.filter((k) => changed.includes(k));
       if (!hit.length) return;
       for (const key of hit) {
@@ -220,6 +236,26 @@ export class PerformanceView implements ViewModule {
   private render(): void {
     const runs = shownRuns();
     this.drawn = "";
+    this.drawnState = shownState();
+    const focus = store.ui.perfRun;
+    if (!runs.length && focus) {
+      // Asked for one run (its address, a bookmark) that cannot be shown yet: say which and why,
+      // and draw it once a poll brings it (the "runs" listener above).
+      const run = store.runs.get(focus);
+      const name = run ? run.name || run.id : focus.split(/[\\/]/).filter(Boolean).pop() ?? focus;
+      replace(
+        this.host,
+        emptyState(
+          run ? `${name} has no telemetry yet` : `Run ${name} is not listed yet`,
+          run
+            ? "A run started with traceml run shows here once its aggregator writes telemetry (a few seconds after the start); a run not captured by traceml run never has any. This view draws it as soon as it does."
+            : "The server lists a new run folder within a poll or two, and this view draws the run as soon as it is listed. If the folder is elsewhere, start traceml ui on its runs root.",
+          button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
+          "performance-waiting",
+        ),
+      );
+      return;
+    }
     if (!runs.length) {
       replace(
         this.host,

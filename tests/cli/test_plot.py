@@ -168,3 +168,38 @@ def test_a_mistyped_run_folder_path_is_named_as_such_by_every_command(tmp_path: 
         proc = run_traceml(*args, cwd=tmp_path)
         assert proc.returncode == 1, (args, proc.stderr)
         assert proc.stderr.strip() == "error: broken/nonexist is not a folder", (args, proc.stderr)
+
+
+def _renamed_copy(run_folder: Path, root: Path, name: str) -> Path:
+    """A copy of ``run_folder`` in ``root`` whose run.json names it ``name``."""
+    import json
+    import shutil
+
+    copy = root / run_folder.name
+    shutil.copytree(run_folder, copy)
+    meta = json.loads((copy / "run.json").read_text())
+    meta["name"] = name
+    (copy / "run.json").write_text(json.dumps(meta))
+    return copy
+
+
+@pytest.mark.parametrize("kind", ["telemetry", "metric"])
+def test_a_run_name_the_font_cannot_draw_is_one_line_not_a_warning_per_glyph(
+        captured_root: Path, fake_root: Path, tmp_path: Path, kind: str) -> None:
+    """Review 13f: ``plot 'ddp-日本語 ✓' --telemetry ranks`` printed three matplotlib UserWarnings
+    (one per missing glyph, with a source line each); a command's problem is one line."""
+    pytest.importorskip("matplotlib")
+    root = tmp_path / "traceml" / "runs"
+    if kind == "telemetry":
+        source = next(p for p in captured_root.iterdir() if "_lagging_" in p.name)
+        copy = _renamed_copy(source, root, "ddp-日本語")
+        proc = run_traceml("plot", str(copy), "--telemetry", "ranks")
+    else:
+        source = next(p for p in fake_root.iterdir() if "_baseline_" in p.name)
+        copy = _renamed_copy(source, root, "ddp-日本語")
+        proc = run_traceml("plot", str(copy), "--metric", "val/auc")
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).suffix == ".png"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "UserWarning" not in proc.stderr and "Glyph" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and "the font has no glyph for 日, 本, 語: drawn as boxes" in lines[0], proc.stderr

@@ -415,6 +415,7 @@ export interface TelemetryResponse {
     /** Which median the skew compares: the iteration, or the work outside backward (the straggler rule's two measures). */
     skew_measure?: "iteration" | "outside_backward" | null;
     iteration_median_ms: number | null;
+    iteration_p95_ms?: number | null;
     throughput_steps_per_s: number | null;
   } | null;
   memory: TelemetryChart | null;

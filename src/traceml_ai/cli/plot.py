@@ -149,8 +149,11 @@ def plot(
     st = settings(cache_dir=cache_dir)
     axis = cast(XAxis, x)  # checked against X_AXES above
     spec = LineSpec(keys=tuple(r.key for r in runs), metrics=tuple(metrics), x=axis, ema=ema, log_y=log_y)
+    notes: list[str] = []
     path = folder.export_chart(spec, runs, histories, fmt="csv" if fmt == "csv" else "png",
-                               max_points=st.max_points_per_series)
+                               max_points=st.max_points_per_series, notes=notes)
+    for line in notes:
+        err.print(f"[yellow]note:[/] {escape(printable(line))}")
     out.print(path, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -533,6 +533,7 @@ class CacheFolder:
         now: float | None = None,
         max_points: int = DEFAULT_MAX_POINTS,
         theme: Theme = "dark",
+        notes: list[str] | None = None,
     ) -> str:
         """Save a chart as data (CSV, the columns of the 003 seed's "Exporting chart data") or as a
         300-DPI PNG drawn from the same data, in ``plots/plot-<slug>-YYYYMMDD-HHMMSS.<ext>``. The
@@ -547,6 +548,7 @@ class CacheFolder:
             max_points: points per drawn series (``max_points_per_series``); the CSV is never
                 downsampled.
             theme: PNG colours (the viewer is dark).
+            notes: a line for characters the PNG's font cannot draw is appended.
 
         Returns:
             The absolute path written.
@@ -562,7 +564,7 @@ class CacheFolder:
             data = table_csv(chart_csv_rows(spec, runs, histories)).encode("utf-8")
         elif fmt == "png":
             self.prepare_png()
-            data = render_chart_png(spec, runs, histories, max_points=max_points, theme=theme)
+            data = render_chart_png(spec, runs, histories, max_points=max_points, theme=theme, notes=notes)
         else:
             raise CacheError(f"format must be png or csv, got {fmt!r}")
         return self.save_plot(chart_slug_source(spec), data, fmt, now=now)

@@ -350,19 +350,24 @@ def smoothing_window(points: int) -> int:
 
 
 def render_panel_png(tel: Telemetry, panel: Panel, *, title: str, stragglers: Sequence[int | None] = (),
-                     share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark") -> bytes:
+                     share: bool = False, heat: HeatMode | None = None, theme: Theme = "dark",
+                     notes: list[str] | None = None) -> bytes:
     """One panel as PNG bytes at 300 DPI (``pHYs`` set): :func:`panel_figure`'s picture, its
-    heading kept as the PNG's ``Title`` text.
+    heading kept as the PNG's ``Title`` text. ``notes``: a line for characters the font cannot
+    draw is appended (:func:`traceml_ai.ui.png.missing_glyphs`).
 
     Raises:
         ImportError: matplotlib is not installed.
     """
-    fig = panel_figure(tel, panel, title=title, stragglers=stragglers, share=share, heat=heat, theme=theme)
-    colors = _THEMES[theme]
-    buffer = io.BytesIO()
-    # The heading is also the PNG's Title (a tEXt chunk image viewers show).
-    fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"],
-                metadata={"Title": f"{title} · {PANEL_TITLES[panel]}"})
+    from traceml_ai.ui.png import missing_glyphs
+
+    with missing_glyphs(notes):
+        fig = panel_figure(tel, panel, title=title, stragglers=stragglers, share=share, heat=heat, theme=theme)
+        colors = _THEMES[theme]
+        buffer = io.BytesIO()
+        # The heading is also the PNG's Title (a tEXt chunk image viewers show).
+        fig.savefig(buffer, format="png", dpi=PNG_DPI, facecolor=colors["bg"],
+                    metadata={"Title": f"{title} · {PANEL_TITLES[panel]}"})
     return buffer.getvalue()  # savefig writes the pHYs (DPI) chunk itself
 
 
@@ -630,7 +635,7 @@ def export_panel(cache: CacheFolder, run: RunSummary, panel: str, fmt: str, *, s
     elif fmt == "png":
         cache.prepare_png()
         data = render_panel_png(tel, which, title=label, share=share, heat=heat,
-                                stragglers=straggler_ranks(run, tel) if which == "ranks" else ())
+                                stragglers=straggler_ranks(run, tel) if which == "ranks" else (), notes=warnings)
     else:
         from traceml_ai.ui.cache import CacheError
 

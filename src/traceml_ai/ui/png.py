@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import struct
 import textwrap
 import threading
+import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from traceml_ai.runs.analysis import (
@@ -105,6 +108,29 @@ BAND_TEXT: Final[dict[str, str]] = {"minmax": "min–max band", "std": "± popul
 """How the legend names the band around a group's mean (the page's band picker says the same)."""
 
 
+_MISSING_GLYPH: Final = re.compile(r"Glyph (\d+) \(.*?\) missing from (?:current )?font")
+
+
+@contextmanager
+def missing_glyphs(notes: list[str] | None = None) -> Iterator[None]:
+    """Gather matplotlib's ``Glyph N (X) missing from font(s) ...`` warnings of the block (one per
+    character and draw: a run named ``ddp-日本語`` printed three, review 13f) into one line appended
+    to ``notes`` (``the font has no glyph for 日, 本, 語: drawn as boxes``); other warnings are
+    shown as usual. Without ``notes`` they are dropped (the viewer's PNGs)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    missing: list[str] = []
+    for w in caught:
+        m = _MISSING_GLYPH.search(str(w.message))
+        if m is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif (char := chr(int(m.group(1)))) not in missing:  # (the warning spells it \N{...})
+            missing.append(char)
+    if missing and notes is not None:
+        notes.append(f"the font has no glyph for {', '.join(missing)}: drawn as boxes")
+
+
 def render_chart_png(
     spec: ChartSpec,
     runs: Sequence[RunSummary],
@@ -112,6 +138,7 @@ def render_chart_png(
     *,
     max_points: int = DEFAULT_MAX_POINTS,
     theme: Theme = "dark",
+    notes: list[str] | None = None,
 ) -> bytes:
     """Draw a chart as PNG bytes at 300 DPI (``pHYs`` written by matplotlib's ``savefig``; DESIGN §4:
     the PNG is rendered server-side from the data the chart shows).
@@ -127,10 +154,13 @@ def render_chart_png(
       group's mean ± std in x and y over the points (:func:`~traceml_ai.runs.analysis.scatter_groups`);
     - box: :func:`~traceml_ai.runs.analysis.box_data`, whiskers and outliers exactly as computed.
 
+    ``notes``: a line for characters the font cannot draw is appended (:func:`missing_glyphs`).
+
     Raises:
         ImportError: matplotlib is not installed.
     """
-    return _encode(chart_figure(spec, runs, histories, max_points=max_points, theme=theme))
+    with missing_glyphs(notes):
+        return _encode(chart_figure(spec, runs, histories, max_points=max_points, theme=theme))
 
 
 def chart_figure(

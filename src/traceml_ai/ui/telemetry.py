@@ -452,7 +452,7 @@ def _ranks(final: Summary | None, live: Summary | None) -> dict[str, Any] | None
         return None
     return {"per_rank": st["per_rank"], "worst_rank": st["worst_rank"], "skew": st["skew"],
             "skew_measure": st["skew_measure"],
-            "iteration_median_ms": st["iteration_median_ms"],
+            "iteration_median_ms": st["iteration_median_ms"], "iteration_p95_ms": st["iteration_p95_ms"],
             "throughput_steps_per_s": st["throughput_steps_per_s"], "phases": st["phases"]}
 
 

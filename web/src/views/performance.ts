@@ -447,7 +447,7 @@ export class PerformanceView implements ViewModule {
     const facts: [string, string][] = [
       ["verdict", verdict],
       ["median step", live ? ms(live.ranks?.iteration_median_ms) : ms(p["step_ms.p50"])],
-      ["p95 step", ms(p["step_ms.p95"])],
+      ["p95 step", live ? ms(live.ranks?.iteration_p95_ms) : ms(p["step_ms.p95"])],
       ["steps per second", live ? (typeof live.ranks?.throughput_steps_per_s === "number" ? fmtPerf("perf.steps_per_s", live.ranks.throughput_steps_per_s) : "–") : typeof p.steps_per_s === "number" ? fmtPerf("perf.steps_per_s", p.steps_per_s) : "–"],
       // From the same answer as the charts below: while a run is live the count and the chart's last step agree.
       ["steps", typeof d?.diagnoses?.steps?.seen === "number" ? String(d.diagnoses.steps.seen) : typeof p.steps === "number" ? String(p.steps) : "–"],
@@ -469,12 +469,17 @@ export class PerformanceView implements ViewModule {
     const section = this.host.querySelector<HTMLElement>(`[data-testid=perf-run][data-key="${CSS.escape(run.key)}"] .perf-facts`);
     if (section) replace(section, ...this.facts(store.runs.get(run.key) ?? run, d));
     this.liveBadge(run.key, d);
-    const exports = h(
-      "div",
-      { class: "telem-block perf-block perf-exports", testid: "perf-exports" },
-      h("span", { class: "telem-note", text: "Save a panel:" }),
-      ...(["memory", "gpu"] as Panel[]).map((p) => h("span", { class: "perf-export-item" }, h("span", { text: PANEL_LABEL[p] }), this.exportButtons(run, p))),
-    );
+    // Only the panels that have something to draw offer a file (a damaged database: none, review 13f).
+    const savable = (["memory", "gpu"] as Panel[]).filter((p) =>
+      p === "memory" ? !!(d.memory || d.rss) : !!(d.host || d.gpu || d.gpu_power || d.gpu_temperature));
+    const exports = savable.length
+      ? h(
+          "div",
+          { class: "telem-block perf-block perf-exports", testid: "perf-exports" },
+          h("span", { class: "telem-note", text: "Save a panel:" }),
+          ...savable.map((p) => h("span", { class: "perf-export-item" }, h("span", { text: PANEL_LABEL[p] }), this.exportButtons(run, p))),
+        )
+      : null;
     return [this.breakdown(run, d), this.heatmap(run, d), exports, this.missing(d)];
   }
 
@@ -682,7 +687,9 @@ export class PerformanceView implements ViewModule {
   /** Ranks × steps heatmap of step time, with each rank's median and the straggler marked. */
   private heatmap(run: RunRow, d: TelemetryResponse): HTMLElement {
     const tools: Child[] = [];
-    const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" }), ...tools, this.exportButtons(run, "ranks")), ...body);
+    // (the export buttons only over a drawn heatmap: without one an export can only fail, review 13f)
+    let drawn = false;
+    const block = (...body: Child[]) => h("div", { class: "telem-block perf-block", testid: "perf-heatmap" }, h("div", { class: "telem-block-head" }, h("span", { class: "telem-block-title", text: "Step time per rank" }), ...tools, drawn ? this.exportButtons(run, "ranks") : null), ...body);
     const res = this.perfOf(run.key);
     if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
     const hm = res.heatmap;
@@ -777,6 +784,7 @@ export class PerformanceView implements ViewModule {
     svg.appendChild(s("text", { x: labelW + cols * cellW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "text-anchor": "end", "data-testid": "heat-last-label" }, `step ${lastStep}`));
     const what = mode === "local" ? "Work outside backward (the iteration minus backward, where DDP ranks wait for a straggler)" : "Iteration time";
     const hint = h("div", { class: "perf-card-hint", text: `${what} of each rank per step${hm.bucket_steps > 1 ? ` (median of ${hm.bucket_steps} steps per column)` : ""}, from ${sig3(lo)} ms (blue) to ${sig3(hi)} ms (red); the median after warm-up on the right.${hm.ranks.length < 2 ? " One rank: no skew to show." : ""}` });
+    drawn = true;
     return block(hint, svg);
   }
 

@@ -203,3 +203,28 @@ def test_a_run_name_the_font_cannot_draw_is_one_line_not_a_warning_per_glyph(
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "UserWarning" not in proc.stderr and "Glyph" not in proc.stderr, proc.stderr
     assert len(lines) == 1 and "the font has no glyph for 日, 本, 語: drawn as boxes" in lines[0], proc.stderr
+
+
+def test_plot_output_writes_the_file_where_asked(fake_root: Path, captured_root: Path, tmp_path: Path) -> None:
+    """Review 13f: ``plot -o`` was "No such option"; the file could only go to the cache folder."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "auc.png"
+    proc = run_traceml("plot", "baseline", "--metric", "val/auc", "--root", str(fake_root), "-o", str(target))
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == target and target.read_bytes().startswith(b"\x89PNG")
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    proc = run_traceml("plot", "lagging", "--telemetry", "ranks", "--format", "csv", "--root", str(captured_root),
+                       "--output", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    written = Path(proc.stdout.strip())
+    assert written.parent == folder and written.name.startswith("plot-lagging-telemetry-ranks-")
+    assert written.read_text().startswith("step,rank_0_ms,rank_1_ms")
+    proc = run_traceml("plot", "baseline", "--metric", "val/auc", "--root", str(fake_root),
+                       "-o", str(tmp_path / "x.png"), "--format", "csv")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: --output {tmp_path / 'x.png'} ends in .png but --format csv writes .csv"), proc.stderr
+    proc = run_traceml("plot", "baseline", "--metric", "val/auc", "--root", str(fake_root),
+                       "-o", str(tmp_path / "nowhere" / "a.png"))
+    assert proc.returncode == 1 and "the folder" in proc.stderr and "does not exist" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

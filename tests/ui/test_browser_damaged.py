@@ -70,7 +70,8 @@ def test_a_truncated_final_summary_is_named_as_the_reason_there_is_no_verdict(br
         # The median and p95 of the rows written, as `traceml summary --json` computes them from the
         # database (review 13f: the p95 read "–" beside a computed median).
         cli = json.loads(run_traceml("summary", str(run_dir), "--json").stdout)["step_time"]
-        for fact, field in (("perf-fact-median-step", "iteration_median_ms"), ("perf-fact-p95-step", "iteration_p95_ms")):
+        facts = (("perf-fact-median-step", "iteration_median_ms"), ("perf-fact-p95-step", "iteration_p95_ms"))
+        for fact, field in facts:
             shown = run.get_by_test_id(fact)
             expect(shown).not_to_have_text("–")
             value = float(re.sub(r"[^0-9.]", "", shown.inner_text()))

@@ -90,8 +90,12 @@ def plot(
     cache_dir: Annotated[
         str | None, typer.Option("--cache-dir", help=CACHE_DIR_HELP.replace("Cache folder", "Where to save"))
     ] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", metavar="PATH",
+                                 help="Write the file here instead (a file name, or a folder to put it in).")
+    ] = None,
 ) -> None:
-    """Save a chart of metric histories into the cache folder and print its path.
+    """Save a chart of metric histories into the cache folder (or --output) and print its path.
 
     --x, --ema and --log-y shape a --metric chart only. A --telemetry panel is the picture the
     Performance view draws (step: the phases stacked over steps as rolling medians, --share for
@@ -100,7 +104,7 @@ def plot(
 
     Example: traceml plot baseline high-lr --metric val/auc --ema 0.6 --root traceml/runs
 
-    Example: traceml plot lagging --telemetry ranks --root traceml/runs
+    Example: traceml plot lagging --telemetry ranks --root traceml/runs -o ranks.png
     """
     # Usage first (exit 2, one line), before any run is looked up.
     _choice("--telemetry", telemetry, PANELS)
@@ -114,6 +118,8 @@ def plot(
             raise UsageError(f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} a --metric chart only; "
                              f"--telemetry {telemetry} draws the Performance view's panel as the page does "
                              "(see traceml plot --help)")
+    if output is not None:
+        _check_output(output, fmt)
     if share and telemetry != "step":
         raise UsageError("--share applies to --telemetry step only (the phases as shares of the step)")
     if telemetry is not None and len(set(run_refs)) != 1:
@@ -132,7 +138,7 @@ def plot(
         if run.key not in {r.key for r in runs}:
             runs.append(run)
     if telemetry is not None:
-        _plot_telemetry(store.roots, runs[0], telemetry, fmt, share, cache_dir)
+        _plot_telemetry(store.roots, runs[0], telemetry, fmt, share, cache_dir, output)
         return
     if len(runs) > MAX_LINE_RUNS:
         raise UsageError(f"{len(runs)} runs given; a chart shows at most {MAX_LINE_RUNS}")
@@ -154,7 +160,36 @@ def plot(
                                max_points=st.max_points_per_series, notes=notes)
     for line in notes:
         err.print(f"[yellow]note:[/] {escape(printable(line))}")
-    out.print(path, markup=False, highlight=False, soft_wrap=True)
+    out.print(_deliver(path, output), markup=False, highlight=False, soft_wrap=True)
+
+
+def _check_output(output: str, fmt: str) -> None:
+    """Refuse an ``--output`` that cannot take the file, before anything is drawn.
+
+    Raises:
+        UsageError: a file name ending in another format's suffix.
+        UserError: its folder does not exist.
+    """
+    if os.path.isdir(output):
+        return
+    suffix = os.path.splitext(output)[1].lower()
+    if suffix in (".png", ".csv") and suffix != f".{fmt}":
+        raise UsageError(f"--output {printable(output)} ends in {suffix} but --format {fmt} writes .{fmt}")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UserError(f"cannot write {printable(output)}: the folder {printable(parent)} does not exist")
+
+
+def _deliver(path: str, output: str | None) -> str:
+    """The file written (``path``, in the cache folder), moved to ``output`` when given (into it
+    when it is a folder, keeping the file's name); the path to print."""
+    if output is None:
+        return path
+    import shutil
+
+    dest = os.path.join(output, os.path.basename(path)) if os.path.isdir(output) else output
+    shutil.move(path, dest)
+    return os.path.abspath(dest)
 
 
 def _cache_folder(roots: list[str], cache_dir: str | None) -> CacheFolder:
@@ -166,7 +201,7 @@ def _cache_folder(roots: list[str], cache_dir: str | None) -> CacheFolder:
 
 
 def _plot_telemetry(roots: list[str], run: RunSummary, panel: str, fmt: str, share: bool,
-                    cache_dir: str | None) -> None:
+                    cache_dir: str | None, output: str | None = None) -> None:
     from traceml_ai.ui.perf_export import PanelError, export_panel
 
     folder = _cache_folder(roots, cache_dir)
@@ -177,4 +212,4 @@ def _plot_telemetry(roots: list[str], run: RunSummary, panel: str, fmt: str, sha
         raise UserError(printable(str(error))) from None
     for line in warnings:
         err.print(f"[yellow]warning:[/] {escape(printable(line))}")
-    out.print(path, markup=False, highlight=False, soft_wrap=True)
+    out.print(_deliver(path, output), markup=False, highlight=False, soft_wrap=True)

@@ -22,6 +22,12 @@ function takeEarly(path: string): Promise<Response> | undefined {
   return sent;
 }
 
+/** Forget the early requests the page's start did not take over: a later question about the same
+ * run must get a fresh answer, not one sent before the app loaded. */
+export function discardEarly(): void {
+  delete (window as unknown as { __tracemlEarly?: Record<string, Promise<Response>> }).__tracemlEarly;
+}
+
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method, credentials: "same-origin", headers: {} };
   if (body !== undefined) {

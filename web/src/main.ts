@@ -5,6 +5,7 @@
 
 import "./styles/app.css";
 import { enableSaving, loadRuns, loadUiState, queryFirstTable, restoreUi } from "./actions";
+import { discardEarly } from "./api";
 import { openingUi, syncHash } from "./hash";
 import { h, replace } from "./dom";
 import { connectLive } from "./live";
@@ -27,6 +28,7 @@ async function boot(): Promise<void> {
   // A view in the URL (a bookmark, a shared link) wins over the remembered one; a reload does not.
   store.ui = openingUi() ?? parseUiState(remembered);
   prefetchPerformance(store.ui, MAX_PERF_RUNS);
+  discardEarly(); // (what the prefetch did not take was sent for another view than this one opens)
   const table = queryFirstTable();
   const runs = loadRuns(true);
   try {

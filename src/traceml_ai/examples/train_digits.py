@@ -15,7 +15,15 @@ metrics and TraceML's telemetry.
 - ``straggler``: rank 1 computes slower than the others (a throttled or shared machine);
 - ``memory_creep``: every step keeps a tensor alive in a growing list (a classic leak);
 - ``optimizer_heavy``: an optimizer whose step costs far more than the model's forward/backward;
+- ``h2d_bound``: every step also copies a 64 MB tensor from pageable host memory to the device (an
+  oversized input); with ``--device cuda`` only (on the CPU there is no copy, and nothing to find);
+- ``low_gpu_util``: every step also waits 20 ms on host-side work while the GPU has nothing to do
+  (with ``--device cuda``; on the CPU it is a slower step);
 - ``none`` (default): a healthy run.
+
+``--device cuda`` trains on the GPU (the batches are moved there inside the step, so TraceML times
+the copies as ``traceml:h2d``); ``--workers N`` loads batches in N worker processes.
+``benchmarks/gpu_check.py`` runs these on a GPU machine and prints what TraceML measured.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 import traceml_ai
 
-PLANTS = ("none", "input_stall", "straggler", "memory_creep", "optimizer_heavy")
+PLANTS = ("none", "input_stall", "straggler", "memory_creep", "optimizer_heavy", "h2d_bound", "low_gpu_util")
 
 
 class Digits(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -102,7 +110,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--plant", choices=PLANTS, default="none")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: this machine has no CUDA device")
     if args.hidden is None:
         # Wide enough that a healthy step's compute dwarfs its batch fetch (data loading a few percent
         # of the step, as in real pipelines); the optimizer plant keeps a small model, whose update
@@ -126,16 +138,25 @@ def main() -> None:
     sampler: DistributedSampler[tuple[torch.Tensor, torch.Tensor]] | None = None
     if world_size > 1:
         sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, seed=args.seed)
-    loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler)
+    loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
+                        num_workers=args.workers, persistent_workers=args.workers > 0,
+                        pin_memory=args.device == "cuda")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # planted: an oversized input in pageable memory, copied to the device every step
+    side_input = torch.ones(16 * 2**20) if args.plant == "h2d_bound" and device.type == "cuda" else None
 
     model: nn.Module = nn.Sequential(
         nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
         nn.Linear(args.hidden, 10),
     )
+    model = model.to(device)
     if args.plant == "straggler" and rank == 1:
         model = SlowOnOneRank(model, delay_s=0.03)
     if world_size > 1:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer: torch.optim.Optimizer
     if args.plant == "optimizer_heavy":
         optimizer = OrthogonalisingSGD(list(model.parameters()), lr=args.lr)
@@ -155,20 +176,27 @@ def main() -> None:
             total, seen = 0.0, 0
             for x, y in loader:
                 with traceml_ai.trace_step(model):
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    if side_input is not None:
+                        side_input.to(device)  # planted: a blocking copy from pageable memory
                     optimizer.zero_grad()
                     loss = loss_fn(model(x), y)
                     loss.backward()
                     optimizer.step()
+                    if args.plant == "low_gpu_util":
+                        loss.item()  # the GPU's work is done ...
+                        time.sleep(0.02)  # planted: ... and it idles while the host works
                 if args.plant == "memory_creep":
-                    kept.append(torch.ones(512, 1024))  # planted leak: 2 MB kept every step
+                    kept.append(torch.ones(512, 1024, device=device))  # planted leak: 2 MB kept every step
                 total += loss.item() * len(y)
                 seen += len(y)
                 step += 1
             model.eval()
             with torch.no_grad():
-                logits = model(images[val_idx])
-                val_loss = float(loss_fn(logits, labels[val_idx]))
-                val_acc = float((logits.argmax(1) == labels[val_idx]).float().mean())
+                val_x, val_y = images[val_idx].to(device), labels[val_idx].to(device)
+                logits = model(val_x)
+                val_loss = float(loss_fn(logits, val_y))
+                val_acc = float((logits.argmax(1) == val_y).float().mean())
             if run is not None:
                 print(f"epoch {epoch}: train/loss {total / seen:.4f} val/loss {val_loss:.4f} val/acc {val_acc:.4f}")
                 run.log(epoch, {"train/loss": total / seen, "val/loss": val_loss, "val/acc": val_acc})

@@ -352,6 +352,58 @@ def test_more_selected_runs_than_the_view_compares_are_said_not_dropped_silently
         s.assert_clean()
 
 
+def test_selected_runs_without_telemetry_are_named_not_dropped_silently(browser: Browser, viewer: Viewer) -> None:
+    """Review 13h: a selected run that has no telemetry (not captured by traceml run) vanished from
+    the Performance view without a word; alone, it got the generic "Select captured runs" hint."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        plain = [r for r in viewer.api("/api/runs")["runs"] if not r.get("perf")]
+        name = plain[0]["name"]
+        row(page, "steady").get_by_test_id("row-check").check()
+        row(page, name).get_by_test_id("row-check").check()
+        page.get_by_test_id("nav-performance").click()
+        expect(page.get_by_test_id("perf-run")).to_have_count(1)
+        expect(page.get_by_test_id("perf-runs-left-out")).to_have_text(
+            f"Left out of this view: {name} (not captured by traceml run).")
+        page.get_by_test_id("nav-runs").click()
+        row(page, "steady").get_by_test_id("row-check").uncheck()
+        page.get_by_test_id("nav-performance").click()
+        empty = page.get_by_test_id("performance-empty")
+        expect(empty).to_contain_text(f"{name} has no telemetry to show")
+        expect(empty).to_contain_text(f"Left out: {name} (not captured by traceml run)")
+        expect(empty).not_to_contain_text("Select captured runs")
+        s.assert_clean()
+
+
+def test_the_phase_charts_scale_is_kept_in_the_address(browser: Browser, viewer: Viewer) -> None:
+    """Review 13h: the ms / Share choice was lost on a reload (the zoom was kept)."""
+    with open_viewer(browser, viewer) as s:
+        page = s.page
+        row(page, "stall").locator(".cell-name").click()
+        page.get_by_test_id("inspector-performance").click()
+        area = page.locator("[data-testid=perf-run][data-name=stall] [data-testid=perf-area]")
+        expect(area).to_have_attribute("data-mode", "ms")
+        page.get_by_test_id("perf-mode-share").click()
+        expect(area).to_have_attribute("data-mode", "share")
+        page.wait_for_function("() => location.hash.includes('pm=share')")
+        # a reload opens the remembered view (saved a moment after each change: wait for it)
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while viewer.api("/api/ui-state").get("perfMode") != "share":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        page.reload()
+        expect(page.locator("[data-testid=perf-run][data-name=stall] [data-testid=perf-area]")).to_have_attribute(
+            "data-mode", "share")
+        page.get_by_test_id("perf-mode-ms").click()
+        page.wait_for_function("() => !location.hash.includes('pm=')")
+        other = page.context.new_page()  # a link with pm=share opens the chart in shares
+        other.goto(page.url.replace("#", "#pm=share&", 1))
+        expect(other.locator("[data-testid=perf-run][data-name=stall] [data-testid=perf-area]")).to_have_attribute(
+            "data-mode", "share")
+        other.close()
+        s.assert_clean()
+
+
 def median_shown(heat_row: Any) -> float:
     """The median a heatmap row shows on its right (ms)."""
     return float(heat_row.get_by_test_id("heat-median").get_attribute("data-value") or "nan")
@@ -375,6 +427,9 @@ def test_the_heatmap_tells_the_ddp_straggler_by_its_work_outside_backward(browse
             assert value == pytest.approx(per_rank[str(rank)]["outside_backward_median_ms"], rel=1e-3)
         (straggler,) = named
         assert medians[straggler] == max(medians.values())
+        # printed as every other step time on the page is (review 13h: "106.62 ms" here, "107 ms" there)
+        for text in heat.get_by_test_id("heat-median").all_text_contents():
+            assert re.fullmatch(r"(\d{3,}|\d{2}\.\d|\d\.\d\d) ms", text), text
         # the step axis runs from the run's first measured step to its last
         answer = viewer.api(f"/api/runs/{urllib.parse.quote(viewer.key_of('lagging'), safe='')}/performance")["heatmap"]
         expect(heat.get_by_test_id("heat-first-label")).to_have_text(f"step {answer['first_step']}")

@@ -207,7 +207,13 @@ def test_the_compare_answer_is_traceml_compares_and_says_why_for_an_uncaptured_r
     assert views.payload(a, b) is got and views.reads == 1  # cached until a database changes
     none = views.payload(a, plain)
     assert {m["verdict"] for m in none["metrics"]} == {"inconclusive"}
-    assert any("not captured" in p for p in none["problems"])
+    assert any("plain: no aggregator/telemetry.sqlite (not captured by TraceML)" in p for p in none["problems"])
+    # a captured run whose database was removed since is not called "not captured" (review 13h)
+    (root / "b" / "aggregator" / "telemetry.sqlite").unlink()
+    gone = views.payload(a, b)
+    assert any("b: no aggregator/telemetry.sqlite (the capture wrote none, or it was removed since)" in p
+               for p in gone["problems"]), gone["problems"]
+    assert not any("not captured" in p for p in gone["problems"])
 
 
 def test_a_finished_run_is_read_once_without_totals_and_a_run_without_summary_with_them(tmp_path: Path) -> None:

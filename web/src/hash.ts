@@ -71,6 +71,7 @@ export function uiToHash(ui: UiState): string {
   if (ui.band !== d.band) p.set("band", ui.band);
   if (ui.perfRun !== null) p.set("pr", ui.perfRun);
   json("pz", ui.perfZoom, d.perfZoom);
+  if (ui.perfMode !== d.perfMode) p.set("pm", ui.perfMode);
   return `#${p.toString()}`;
 }
 
@@ -115,6 +116,7 @@ export function hashToUi(hash: string): UiState | null {
     band: p.get("band") ?? undefined,
     perfRun: p.get("pr"),
     perfZoom: obj("pz") ?? undefined,
+    perfMode: p.get("pm") ?? undefined,
   };
   return parseUiState(raw);
 }

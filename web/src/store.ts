@@ -62,6 +62,8 @@ export interface UiState {
   /** The step range each run's phase chart (the Performance view's stacked area) is zoomed to, by
    * run key: in the address, so a reload, Back/Forward or a shared link shows the same steps. */
   perfZoom: Record<string, [number, number]>;
+  /** The phase chart's scale: milliseconds per step or share of the step (in the address too). */
+  perfMode: "ms" | "share";
 }
 
 export function defaultUiState(): UiState {
@@ -91,6 +93,7 @@ export function defaultUiState(): UiState {
     band: "minmax",
     perfRun: null,
     perfZoom: {},
+    perfMode: "ms",
   };
 }
 
@@ -160,6 +163,7 @@ export function parseUiState(raw: unknown): UiState {
     band: r.band === "std" ? "std" : "minmax",
     perfRun: strOrNull(r.perfRun, null),
     perfZoom: stepRanges(r.perfZoom),
+    perfMode: r.perfMode === "share" ? "share" : "ms",
   };
 }
 

@@ -451,9 +451,8 @@ def _draw_step(ax: Axes, tel: Telemetry, share: bool, colors: Mapping[str, str])
     ax.set_xlabel("step", color=colors["muted"], fontsize=8)
     ax.set_ylabel("share of the step" if share else "ms", color=colors["muted"], fontsize=8)
     ax.set_title(f"phases of rank {_rank_text(b['rank'])} ({_basis_text(b['rank_basis'])}), "
-                 f"rolling median over {window} point"
-                 f"{'' if window == 1 else 's'}" + (f" (buckets of {b['bucket_steps']} steps)"
-                                                   if b["bucket_steps"] > 1 else ""),
+                 + ("each step as measured" if window == 1 else f"rolling median over {window} points")
+                 + (f" (buckets of {b['bucket_steps']} steps)" if b["bucket_steps"] > 1 else ""),
                  color=colors["muted"], fontsize=7, loc="left")
     _legend(ax, colors)
 
@@ -462,7 +461,7 @@ def _draw_ranks(fig: Figure, ax: Axes, tel: Telemetry, stragglers: Sequence[int 
                 colors: Mapping[str, str]) -> None:
     hm = heatmap_of(tel, MAX_BUCKETS)
     if not hm["ranks"]:
-        _note(ax, "No step times: this run was not traced with trace_step.", colors)
+        _note(ax, "No step times: this run was not traced with trace_step (or sent no step yet).", colors)
         return
     has_local = len(hm["ranks"]) > 1 and hm["z_local"] != hm["z"]
     local = has_local and (heat == "local" or (heat is None and bool(stragglers)))

@@ -365,9 +365,7 @@ class CompareViews:
             if old == tuple(stamps) or (live and time.monotonic() - done_at < wait):
                 return cached
         t = time.monotonic()
-        tels = [shared_read(p) if p is not None else
-                Telemetry(path=os.path.join(r.key, AGGREGATOR_DIR, TELEMETRY_DB), status="missing",
-                          detail=f"{r.name or r.id}: no {AGGREGATOR_DIR}/{TELEMETRY_DB} (not captured by TraceML)")
+        tels = [shared_read(p) if p is not None else _no_database(r)
                 for p, r in zip(paths, (baseline, run), strict=True)]
         result = compare_telemetry(tels[0], tels[1], run_a=baseline.name or baseline.id, run_b=run.name or run.id)
         answer = {**result.to_dict(), "live": not (baseline.finished and run.finished)}
@@ -378,3 +376,15 @@ class CompareViews:
             while len(self._cache) > CACHE_RUNS:
                 self._cache.popitem(last=False)
         return answer
+
+
+def _no_database(run: RunSummary) -> Telemetry:
+    """The telemetry of a run without ``aggregator/telemetry.sqlite``: not captured at all (no
+    ``aggregator/`` folder), or captured and the database removed since (review 13h: such a run was
+    called "not captured" beside its own PERF badge and verdict)."""
+    name = run.name or run.id
+    folder = os.path.join(run.key, AGGREGATOR_DIR)
+    why = ("the capture wrote none, or it was removed since" if os.path.isdir(folder)
+           else "not captured by TraceML")
+    return Telemetry(path=os.path.join(folder, TELEMETRY_DB), status="missing",
+                     detail=f"{name}: no {AGGREGATOR_DIR}/{TELEMETRY_DB} ({why})")

@@ -69,11 +69,29 @@ function shownRuns(): RunRow[] {
   return selected.slice(0, MAX_RUNS);
 }
 
+/** The selected runs the view leaves out, each with why: not captured by traceml run (no telemetry
+ * to show), or not listed (a key from the address that no poll has brought). Empty while the view
+ * shows the inspector's run instead of the selection. */
+function leftOut(): { name: string; why: string }[] {
+  const focusKey = store.ui.perfRun;
+  if (focusKey && !store.ui.selection.includes(focusKey)) return [];
+  return store.ui.selection.flatMap((k) => {
+    const r = store.runs.get(k);
+    if (r && isCaptured(r)) return [];
+    const name = r ? r.name || r.id : k.split(/[\\/]/).filter(Boolean).pop() ?? k;
+    return [{ name, why: r ? "not captured by traceml run" : "not listed by the server" }];
+  });
+}
+
+function leftOutText(left: { name: string; why: string }[]): string {
+  return left.map((l) => `${l.name} (${l.why})`).join(", ");
+}
+
 /** What the view shows, in short: the shown runs, or the run it waits for and whether it is listed. */
 function shownState(): string {
   const runs = shownRuns();
   const focus = store.ui.perfRun;
-  if (runs.length || !focus) return runs.map((r) => r.key).join("\n");
+  if (runs.length || !focus) return [...runs.map((r) => r.key), `left: ${leftOutText(leftOut())}`].join("\n");
   return `waiting\n${focus}\n${store.runs.has(focus) ? "listed" : ""}`;
 }
 
@@ -147,7 +165,10 @@ export class PerformanceView implements ViewModule {
   private drawnState = "";
   /** `traceml compare` answers by "baseline|run". */
   private verdicts = new Map<string, CompareResponse | string>();
-  private mode: "ms" | "share" = "ms";
+  /** The phase chart's scale, kept in the address (review 13h: a reload lost it). */
+  private get mode(): "ms" | "share" {
+    return store.ui.perfMode;
+  }
   /** What the heatmap colours: each rank's iteration, or its work outside backward (tells a DDP straggler). */
   private heatMode: "iteration" | "local" | null = null;
 
@@ -226,7 +247,7 @@ export class PerformanceView implements ViewModule {
 
   private drawSignature(): string {
     const runs = shownRuns();
-    return JSON.stringify([runs.map((r) => [r.key, r.name, r.perf, store.colorOf(r.key)]), [...this.verdicts.entries()].map(([k, v]) => [k, typeof v === "string" ? v : 1]), selectedCaptured().length]);
+    return JSON.stringify([runs.map((r) => [r.key, r.name, r.perf, store.colorOf(r.key)]), [...this.verdicts.entries()].map(([k, v]) => [k, typeof v === "string" ? v : 1]), selectedCaptured().length, leftOutText(leftOut())]);
   }
 
   hide(): void {
@@ -256,6 +277,20 @@ export class PerformanceView implements ViewModule {
       );
       return;
     }
+    const left = leftOut();
+    if (!runs.length && left.length) {
+      // Selected runs that have nothing to show: say which and why (review 13h), not the generic hint.
+      replace(
+        this.host,
+        emptyState(
+          left.length === 1 ? `${left[0]!.name} has no telemetry to show` : "None of the selected runs has telemetry to show",
+          `Left out: ${leftOutText(left)}. Tick runs with the PERF badge (captured by traceml run) in the Runs table.`,
+          button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
+          "performance-empty",
+        ),
+      );
+      return;
+    }
     if (!runs.length) {
       replace(
         this.host,
@@ -279,6 +314,9 @@ export class PerformanceView implements ViewModule {
           text: `Showing ${MAX_RUNS} of the ${captured.length} selected captured runs (the first ${MAX_RUNS} in selection order): the view compares at most ${MAX_RUNS}. Untick runs in the Runs table to choose which.`,
         }),
       );
+    }
+    if (left.length) {
+      sections.push(h("div", { class: "callout", testid: "perf-runs-left-out", text: `Left out of this view: ${leftOutText(left)}.` }));
     }
     if (runs.length >= 2) sections.push(this.pairedShares(runs), this.verdictTable(runs));
     for (const run of runs) sections.push(this.runSection(run));
@@ -586,7 +624,7 @@ export class PerformanceView implements ViewModule {
       ],
       this.mode,
       (m) => {
-        this.mode = m;
+        store.set("perfMode", m);
         this.redrawRuns();
       },
       (m) => `perf-mode-${m}`,
@@ -599,7 +637,7 @@ export class PerformanceView implements ViewModule {
           ? `The phases of rank ${rankId}, the slowest rank by the straggler measure over the run (the rank the per-rank panel marks), at each step`
           : `The phases of rank ${rankId}, the rank with the highest median step (too few steps for the straggler measure), at each step`;
     const zoomText = zoom ? ` Steps ${fmtNum(Math.round(x0))}–${fmtNum(Math.round(x1))} shown: double-click for every step.` : " Drag across the chart to zoom into steps.";
-    const hint = h("div", { class: "perf-card-hint", text: `${whose}, rolling median over ${window} point${window === 1 ? "" : "s"}${st.downsampled ? ` (means of ${b.bucket_steps} steps)` : ""}; the shaded steps are the warm-up.${zoomText}` });
+    const hint = h("div", { class: "perf-card-hint", text: `${whose}, ${window === 1 ? "each step as measured" : `rolling median over ${window} points`}${st.downsampled ? ` (means of ${b.bucket_steps} steps)` : ""}; the shaded steps are the warm-up.${zoomText}` });
     return block(h("div", {}, hint, svg, legend), toggleMode, this.exportButtons(run, "step"));
   }
 
@@ -694,7 +732,7 @@ export class PerformanceView implements ViewModule {
     if (res === undefined) return block(h("div", { class: "muted", text: "Loading…" }));
     const hm = res.heatmap;
     if (hm.state !== "ok") return block(h("div", { class: "muted", testid: "perf-why", text: hm.detail ?? `telemetry ${hm.state}` }));
-    if (!hm.ranks.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step." }));
+    if (!hm.ranks.length) return block(h("div", { class: "muted", testid: "perf-why", text: "No step times: this run was not traced with trace_step (or sent no step yet)." }));
     const stragglers = new Set((d.diagnoses?.findings ?? []).filter((f) => f.kind === "straggler").flatMap((f) => f.evidence?.ranks ?? []).map(String));
     // Under DDP the fast ranks wait for a straggler inside backward, so every iteration is alike (and
     // the straggler's can read lowest); its work outside backward is what stands out. With a
@@ -777,7 +815,7 @@ export class PerformanceView implements ViewModule {
       const label = `rank ${id}${straggler ? " · straggler" : slowest ? " · slowest" : ""}`;
       g.appendChild(s("text", { x: 0, y: i * cellH + cellH / 2, class: `perf-axis-label${straggler ? " is-straggler" : ""}`, "dominant-baseline": "middle" }, label));
       const m = medianOf(i);
-      g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : `${fmtNum(m)} ms`));
+      g.appendChild(s("text", { x: labelW + cols * cellW + 8, y: i * cellH + cellH / 2, class: "perf-bar-value", "dominant-baseline": "middle", "data-testid": "heat-median", "data-value": m ?? "" }, m === null || m === undefined ? "–" : fmtPerf("perf.step_ms.p50", m)));
       svg.appendChild(g);
     });
     svg.appendChild(s("text", { x: labelW, y: hm.ranks.length * cellH + 16, class: "perf-axis-label", "data-testid": "heat-first-label" }, `step ${firstStep}`));

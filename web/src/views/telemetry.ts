@@ -8,6 +8,7 @@
 // other value from the run's files go in as text (textContent), never as HTML.
 
 import type uPlot from "uplot";
+import { fmtPerf } from "../columns";
 import { type Child, debounce, h, replace } from "../dom";
 import { binaryTicks, clockTicks, fmtBinaryTicks, fmtBytes, fmtClock, fmtNum, fmtWallTime, ranksText } from "../format";
 import { icon } from "../icons";
@@ -81,10 +82,6 @@ function fmtBytesShort(n: number): string {
     i++;
   }
   return `${n < 0 ? "-" : ""}${v >= 100 || i === 0 ? Math.round(v) : Number(v.toFixed(1))} ${units[i]}`;
-}
-
-function fmtMs(v: number | null | undefined): string {
-  return v === null || v === undefined ? "–" : `${fmtNum(v)} ms`;
 }
 
 export class TelemetryPanel {
@@ -288,8 +285,10 @@ export class TelemetryPanel {
     if (this.page) {
       // The page's facts above say these once.
     } else if (d.ranks) {
-      stats.push(["median step", fmtMs(d.ranks.iteration_median_ms)]);
-      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtNum(d.ranks.throughput_steps_per_s)]);
+      // As the table and the Performance view print them (review 13h: "47.311 ms", "21.137" here)
+      const median = d.ranks.iteration_median_ms;
+      stats.push(["median step", median === null || median === undefined ? "–" : fmtPerf("perf.step_ms.p50", median)]);
+      if (d.ranks.throughput_steps_per_s !== null) stats.push(["steps per second", fmtPerf("perf.steps_per_s", d.ranks.throughput_steps_per_s)]);
     }
     if (!this.page && diag.steps?.seen !== undefined && diag.steps.seen !== null) stats.push(["steps", String(diag.steps.seen)]);
     const seen = diag.ranks?.seen;

@@ -33,7 +33,8 @@ def test_summary_document_has_the_breakdown_ranks_and_findings(straggler_run: Pa
     assert doc["generated_at"].endswith("Z") and "T" in doc["generated_at"]
     assert doc["telemetry"]["status"] == "ok"
     assert doc["steps"] == {"seen": 100, "first": 0, "last": 99, "analysed": 190, "sampled_every": 1,
-                           "discarded": None, "dropped_updates": None, "dropped_micro_batches": None}
+                           "discarded": None, "dropped_updates": None, "dropped_micro_batches": None,
+                           "failed": None}
     assert doc["ranks"] == {"seen": [0, 1], "world_size": 2, "missing": []}
     st = doc["step_time"]
     phases = {p["name"]: p for p in st["phases"]}

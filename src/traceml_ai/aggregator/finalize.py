@@ -129,6 +129,7 @@ def loss_report(
     lost_rows = _per_rank(ranks, lambda s: dict(sorted(s.lost_rows.items())))
     unencodable = _per_rank(ranks, lambda s: dict(sorted(s.unencodable_rows.items())))
     undelivered = _per_rank(ranks, lambda s: s.undelivered_batches)
+    failed_steps = _per_rank(ranks, lambda s: s.step_counts.get("failed_steps", 0))
     rejected_by_rank = _per_rank(ranks, lambda s: s.rejected_frames)
     unattributed = ingest.rejected_frames - sum(rejected_by_rank.values())
     if unattributed > 0:
@@ -149,6 +150,8 @@ def loss_report(
                 "e.g. an integer beyond 64 bits)"
                 for rank, by_stream in unencodable.items() for stream, count in by_stream.items()]
     summary += [f"rank {rank} sent {count} batches that never arrived" for rank, count in undelivered.items()]
+    summary += [f"rank {rank} lost the timing of {count} steps (its step timing failed, a TraceML fault; "
+                "the training was not affected)" for rank, count in failed_steps.items()]
     summary += _job_lines(ingest, store)
     summary += _extra_lines(extra or {})
     if not summary and not extra_lost:
@@ -169,6 +172,7 @@ def loss_report(
         "lost_rows": lost_rows,
         "unencodable_rows": unencodable,
         "undelivered_batches": undelivered,
+        "failed_steps": failed_steps,
         "rejected_frames": {
             "total": ingest.rejected_frames,
             "by_rank": rejected_by_rank,

@@ -365,6 +365,7 @@ class StepTracer:
         self.memory_source = StepMemorySource(max_rows=max_steps, notes=self.notes)
         self.steps_closed = 0
         self.discarded_steps = 0
+        self.failed_steps = 0  # steps whose timing failed (TraceML's fault): no row, counted as a loss
         self.dropped_groups = 0
         self.dropped_micro_batches = 0
         self.micro_batches: dict[int, int] = {}  # micro-batches per update -> updates
@@ -453,7 +454,7 @@ class StepTracer:
             return st
         except Exception as exc:
             T.OPEN = None
-            self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
+            self._failed(exc)
             return None
 
     def close(self, st: Step, raised: bool = False) -> None:
@@ -514,7 +515,16 @@ class StepTracer:
                 self._faults_noted = T.FAULTS
                 self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
         except Exception as exc:
-            self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r}")
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """A step whose timing failed (a fault of TraceML's, never the training's): no row; counted
+        in :attr:`failed_steps` (the ``rank_finished`` frame's ``failed_steps``, a loss in
+        finalization_warning.json) and said once per kind of error, then in the note at the end."""
+        with self._lock:
+            self.failed_steps += 1
+        self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r} "
+                  "(further failures are counted and said at the end)")
 
     # -- one step per optimizer update --------------------------------------------------------------
 
@@ -745,6 +755,9 @@ class StepTracer:
                          "the end was dropped (no optimizer step followed)")
         if self.discarded_steps:
             parts.append(f"{self.discarded_steps} step(s) raised and were discarded (no row)")
+        if self.failed_steps:
+            parts.append(f"the timing of {self.failed_steps} step(s) failed and they were left out (a TraceML fault; "
+                         "counted in finalization_warning.json)")
         if parts:
             self.note("finish", "; ".join(parts))
 
@@ -752,9 +765,10 @@ class StepTracer:
         """Steps that left no row by design, for the ``rank_finished`` frame and the run's summary
         (docs/diagnoses.md, ``steps.discarded``): ``{"discarded_steps": blocks that raised (an update
         with a raising micro-batch counts once), "dropped_updates": incomplete updates dropped at the
-        end, "dropped_micro_batches": the micro-batches they held}``. Final after :meth:`finish`."""
+        end, "dropped_micro_batches": the micro-batches they held, "failed_steps": steps whose timing
+        failed (a loss, unlike the others)}``. Final after :meth:`finish`."""
         return {"discarded_steps": self.discarded_steps, "dropped_updates": self.dropped_groups,
-                "dropped_micro_batches": self.dropped_micro_batches}
+                "dropped_micro_batches": self.dropped_micro_batches, "failed_steps": self.failed_steps}
 
     def _refuse(self) -> None:
         open_step = T.OPEN

@@ -176,6 +176,8 @@ def _steps_left_out(summary: Summary) -> str:
         held = f" of {counts.dropped_micro_batches} micro-batch(es)"
         parts.append(f"{counts.dropped_updates} incomplete update(s){held} at the end dropped "
                      "(no optimizer step followed)")
+    if counts.failed > 0:
+        parts.append(f"the timing of {counts.failed} step(s) failed and they were left out (a TraceML fault)")
     return "; ".join(parts)
 
 

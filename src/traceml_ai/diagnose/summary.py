@@ -156,23 +156,26 @@ class StepCounts:
     ``discarded``: ``trace_step`` blocks that raised (caught by the training loop, e.g. an OOM
     retry), each discarded whole; an update with a raising micro-batch counts once.
     ``dropped_updates``: incomplete gradient-accumulation updates at the end (no optimizer step
-    followed), ``dropped_micro_batches`` the micro-batches they held.
+    followed), ``dropped_micro_batches`` the micro-batches they held. ``failed``: steps whose timing
+    failed (a fault of TraceML's, not by design: a loss, also in finalization_warning.json).
     """
 
     discarded: int = 0
     dropped_updates: int = 0
     dropped_micro_batches: int = 0
+    failed: int = 0
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int] | None) -> StepCounts | None:
         """From the summed ``rank_finished`` ``step_counts`` (keys ``discarded_steps``,
-        ``dropped_updates``, ``dropped_micro_batches``; others ignored); None when ``counts`` is
+        ``dropped_updates``, ``dropped_micro_batches``, ``failed_steps``; others ignored); None when ``counts`` is
         None or empty (no rank reported)."""
         if not counts:
             return None
         return cls(discarded=int(counts.get("discarded_steps", 0)),
                    dropped_updates=int(counts.get("dropped_updates", 0)),
-                   dropped_micro_batches=int(counts.get("dropped_micro_batches", 0)))
+                   dropped_micro_batches=int(counts.get("dropped_micro_batches", 0)),
+                   failed=int(counts.get("failed_steps", 0)))
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ class Summary:
                 "discarded": None if self.step_counts is None else self.step_counts.discarded,
                 "dropped_updates": None if self.step_counts is None else self.step_counts.dropped_updates,
                 "dropped_micro_batches": None if self.step_counts is None else self.step_counts.dropped_micro_batches,
+                "failed": None if self.step_counts is None else self.step_counts.failed,
             },
             "ranks": {"seen": list(self.ranks), "world_size": self.world_size, "missing": missing},
             "warmup": {"steps_skipped_per_rank": self.warmup_steps},
@@ -405,10 +409,11 @@ def _system_from(s: dict[str, Any]) -> SystemSummary:
 
 
 def _step_counts_from(steps: dict[str, Any]) -> StepCounts | None:
-    counts = {k: _int(steps.get(k)) for k in ("discarded", "dropped_updates", "dropped_micro_batches")}
+    counts = {k: _int(steps.get(k)) for k in ("discarded", "dropped_updates", "dropped_micro_batches", "failed")}
     if all(v is None for v in counts.values()):
         return None
-    return StepCounts(counts["discarded"] or 0, counts["dropped_updates"] or 0, counts["dropped_micro_batches"] or 0)
+    return StepCounts(counts["discarded"] or 0, counts["dropped_updates"] or 0, counts["dropped_micro_batches"] or 0,
+                      counts["failed"] or 0)
 
 
 def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None) -> tuple[str, str]:
@@ -439,6 +444,10 @@ def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = No
         why = f"the script was stopped by a signal (exit code {exit_code}) before its first step"
     elif not seen and exit_code not in (None, 0):
         why = f"the script failed (exit code {exit_code}) before its first step"
+    elif not seen and summary.step_counts is not None and summary.step_counts.failed:
+        # (review 11e: every step's timing failed, and the verdict blamed a missing trace_step)
+        why = (f"no training step was timed: the timing of all {summary.step_counts.failed} traced step(s) failed "
+               "(a TraceML fault; see finalization_warning.json and the [TraceML] notes)")
     elif not seen:
         why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
                "or it ended before its first step)")

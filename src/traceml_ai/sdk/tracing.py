@@ -28,6 +28,7 @@ imported.
 
 from __future__ import annotations
 
+import operator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -77,7 +78,14 @@ def trace_step(model: Any = None, *, step: int | None = None) -> AbstractContext
         A context manager (no value). A ``trace_step`` inside an open step, or on a second thread
         while one is open, is ignored with a note. Without a capture session, and under
         ``traceml watch`` (which times no steps; a note says so once): a no-op.
+
+    Raises:
+        TypeError: ``step`` is neither None nor an integer (a bool, a float, a str: review 11e,
+            ``step="s0"`` lost every step's timing with one note).
+        ValueError: ``step`` is negative or does not fit in 64 bits (the export records' range).
     """
+    if step is not None:
+        step = _step_number(step)
     session = current_session()
     if session is None:
         _timing.TRACING = False
@@ -88,6 +96,22 @@ def trace_step(model: Any = None, *, step: int | None = None) -> AbstractContext
     if not _steps.times_steps(session):
         return _NOOP  # traceml watch: no step timing (a one-line note says so once)
     return _steps.StepScope(_steps.tracer_for(session), model, step)
+
+
+def _step_number(step: Any) -> int:
+    """``step`` as a plain int (anything with ``__index__``: numpy and torch integers too)."""
+    if isinstance(step, bool):
+        raise TypeError("trace_step step must be an integer or None, got bool")
+    try:
+        number = operator.index(step)
+    except TypeError:
+        raise TypeError(f"trace_step step must be an integer or None, got {type(step).__name__} {step!r:.50}") from None
+    if not 0 <= number <= _INT64_MAX:
+        raise ValueError(f"trace_step step must be from 0 to 2**63 - 1, got {number}")
+    return number
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def trace_region(name: str) -> AbstractContextManager[None]:

@@ -123,8 +123,46 @@ def test_a_method_that_raises_is_logged_once_and_the_exporter_is_no_longer_used(
     assert f"exporter broke in {method}" in logged[0]
     report = worker.report()
     assert report["exporter_failed"] is True and method in report["failure"] and worker.lost
-    # failed_records equals the records admitted, also those that came after the failure
-    assert report["failed_records"] == report["admitted_records"] == 2 * PER_ENVELOPE
+    # every record admitted is written (delivery confirmed by a flush) or failed, also those that
+    # came after the failure, never both (review 11e: 3 written + 76 failed of 76 admitted)
+    assert report["admitted_records"] == 2 * PER_ENVELOPE
+    assert report["written_records"] + report["failed_records"] == report["admitted_records"]
+    if method == "close":  # the periodic flushes had confirmed every record before close raised
+        assert report["written_records"] == 2 * PER_ENVELOPE and report["failed_records"] == 0
+    else:
+        assert report["written_records"] == 0 and report["failed_records"] == 2 * PER_ENVELOPE
+
+
+class FailsOnSecondWrite(RecordingExporter):
+    """Delivers one batch (its flush returns), then fails in the next write, as a full disk would."""
+
+    def write(self, records: Sequence[ExportRecord]) -> None:
+        if self.calls.count("write") == 1 and "flush" in self.calls:
+            self.fail_in = "write"
+        super().write(records)
+
+
+def test_records_delivered_before_a_failure_are_written_and_only_the_rest_failed() -> None:
+    """Review 11e: 3 records delivered, then write failed: the report said written 3, failed 76 of 76
+    admitted, and the summary '76 records were not exported'."""
+    import time
+
+    exporter = FailsOnSecondWrite()
+    logged: list[str] = []
+    worker = ExportWorker(exporter, name="tests:recording", streams=ALL, log=logged.append, flush_interval_s=0.01)
+    worker.start()
+    worker.submit(full_envelope(0))
+    deadline = time.monotonic() + 30
+    while worker.written_records < PER_ENVELOPE:  # delivered: its flush returned
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    worker.submit(full_envelope(1))
+    worker.submit(full_envelope(2))
+    worker.close()
+    report = worker.report()
+    assert report["exporter_failed"] is True and "write" in report["failure"] and len(logged) == 1
+    assert report["admitted_records"] == 3 * PER_ENVELOPE
+    assert report["written_records"] == PER_ENVELOPE and report["failed_records"] == 2 * PER_ENVELOPE
 
 
 def test_close_is_not_called_when_open_raised() -> None:
@@ -149,7 +187,9 @@ def test_a_keyboard_interrupt_from_an_exporter_method_is_a_failure_like_any_othe
     assert logged == [f"[TraceML] exporter 'tests:recording' failed in {method}: KeyboardInterrupt; export stopped, "
                       "the run goes on (see aggregator/finalization_warning.json)"]
     assert worker.report()["failure"] == f"{method}: KeyboardInterrupt"
-    assert worker.report()["failed_records"] == PER_ENVELOPE
+    report = worker.report()
+    assert report["written_records"] + report["failed_records"] == report["admitted_records"] == PER_ENVELOPE
+    assert report["failed_records"] == (0 if method == "close" else PER_ENVELOPE)
 
 
 class NoFlush:

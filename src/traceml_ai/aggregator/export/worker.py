@@ -25,8 +25,10 @@ Losses:
 - A method that raises (or a factory that failed, given as ``failure``): the failure is logged
   once on stderr with the ``[TraceML]`` prefix, the exporter is no longer called (no ``close``
   either), and :meth:`ExportWorker.report` says ``exporter_failed: true`` with
-  ``failed_records`` equal to every record admitted. The worker keeps counting the records it
-  admits so that figure is whole; the aggregator and the training go on.
+  ``failed_records`` equal to the records admitted and not written (every record admitted when
+  the exporter failed before any delivery, as a factory failure, the 000 document's case). The
+  worker keeps counting the records it admits so that figure is whole; the aggregator and the
+  training go on.
 """
 
 from __future__ import annotations
@@ -205,7 +207,9 @@ class ExportWorker:
         "failed_records", "dropped_batches", "skipped"}``: ``written_records`` counts the records
         handed to ``write`` whose delivery a later ``flush`` (or ``close``) confirmed by returning,
         so records an exporter only queued (otlp) and then failed to deliver are not written;
-        ``failed_records`` is every admitted record when the exporter failed, else 0; ``skipped``
+        ``failed_records`` is the admitted records not written when the exporter failed (so
+        ``written_records + failed_records == admitted_records``; review 11e: it counted the
+        written ones twice), else 0; ``skipped``
         the records_from_payload units lost.
         """
         return {
@@ -215,7 +219,7 @@ class ExportWorker:
             "failure": self.failure,
             "admitted_records": self.admitted_records,
             "written_records": self.written_records,
-            "failed_records": self.admitted_records if self.failed else 0,
+            "failed_records": max(0, self.admitted_records - self.written_records) if self.failed else 0,
             "dropped_batches": self.dropped_batches,
             "skipped": self.skipped,
         }

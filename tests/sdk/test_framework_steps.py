@@ -172,6 +172,22 @@ def test_lightning_with_a_short_last_update_counts_it_in_the_end_of_run_line(tmp
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["auto", "manual"])
+def test_the_standalone_pytorch_lightning_package_gets_one_step_per_update(tmp_path: Path, how: str) -> None:
+    """Review 11e: a script importing ``pytorch_lightning`` (a copy of Lightning with classes of its
+    own) got no callback, no note and "no trace_step"; a callback passed by hand is not doubled."""
+    pytest.importorskip("pytorch_lightning")
+    script = LIGHTNING_SCRIPT.replace("import lightning\n", "import pytorch_lightning as lightning\n")
+    proc, logs = _launch(tmp_path, script, "4", how)
+    assert _updates(proc.stdout) == 6
+    assert ("attached TraceML's Lightning callback" in proc.stderr) == (how == "auto")
+    assert "nested" not in proc.stderr
+    steps = _steps(logs)
+    assert [step for step, _ in steps] == list(range(6))
+    assert [_calls(events, "traceml:step") for _, events in steps] == [4] * 6
+
+
+@pytest.mark.timeout(120)
 def test_a_manual_callback_is_reused_not_doubled(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     proc, logs = _launch(tmp_path, LIGHTNING_SCRIPT, "4", "manual")

@@ -14,11 +14,12 @@ framework's callback base; ``traceml_ai.sdk.integrations`` re-exports them under
 
 Under ``traceml run`` (capture mode ``run``) :func:`install_auto_attach` makes this automatic, as
 upstream traceml-ai 0.5 does: when the script imports ``transformers.trainer`` or
-``lightning.pytorch.trainer.trainer``, their ``Trainer.__init__`` is wrapped so that a Trainer
+``lightning.pytorch.trainer.trainer`` (or ``pytorch_lightning.trainer.trainer``, the standalone
+package many scripts still import: a copy of Lightning with its own classes, so its Trainers get a
+callback built on its own ``Callback``), their ``Trainer.__init__`` is wrapped so that a Trainer
 built without TraceML's callback gets one, with a one-line ``[TraceML]`` note saying so. A Trainer
 already given TraceML's callback keeps it (nothing added). ``traceml watch`` and
-``--disable-traceml`` never call it. The standalone ``pytorch_lightning`` package is not patched
-(its callbacks subclass another base class).
+``--disable-traceml`` never call it.
 
 Never raises into the training: a failure to attach is one ``[TraceML]`` line and the Trainer
 runs without step timing.
@@ -43,6 +44,7 @@ from traceml_ai.capture.timing import Step
 
 HF_MODULE = "transformers.trainer"
 LIGHTNING_MODULE = "lightning.pytorch.trainer.trainer"
+PTL_MODULE = "pytorch_lightning.trainer.trainer"
 
 
 class OpenStep:
@@ -96,12 +98,13 @@ def huggingface_callback_class() -> type:
         return cls
 
 
-def lightning_callback_class() -> type:
-    """``TraceMLCallback``, a ``lightning.pytorch.Callback`` (imports lightning)."""
+def lightning_callback_class(package: str = "lightning.pytorch") -> type:
+    """``TraceMLCallback``, a ``Callback`` of ``package``: ``lightning.pytorch`` (imports lightning) or
+    ``pytorch_lightning`` (the standalone package, whose classes are its own)."""
     with _classes_lock:
-        cls = _classes.get("lightning")
+        cls = _classes.get(package)
         if cls is None:
-            cls = _classes["lightning"] = _make_lightning_class()
+            cls = _classes[package] = _make_lightning_class(package)
         return cls
 
 
@@ -136,10 +139,12 @@ def _make_hf_class() -> type:
     return TraceMLTrainerCallback
 
 
-def _make_lightning_class() -> type:
-    from lightning.pytorch.callbacks import Callback
+def _make_lightning_class(package: str) -> type:
+    import importlib
 
-    class TraceMLCallback(Callback):
+    Callback: Any = importlib.import_module(f"{package}.callbacks").Callback
+
+    class TraceMLCallback(Callback):  # type: ignore[misc]
         """Times each training batch of a Lightning ``Trainer`` as one TraceML step (the batches of one
         accumulated update merged into one step).
 
@@ -203,11 +208,12 @@ def _attach_hf(trainer: Any) -> None:
                      "pass callbacks=[TraceMLTrainerCallback()] to attach it yourself")
 
 
-def _attach_lightning(trainer: Any) -> None:
-    cls = lightning_callback_class()
+def _attach_lightning(trainer: Any, package: str = "lightning.pytorch") -> None:
+    cls = lightning_callback_class(package)
     present = getattr(trainer, "callbacks", [])
-    if any(isinstance(cb, cls) for cb in present):
-        return
+    ours = tuple(c for key, c in _classes.items() if key != "hf")
+    if any(isinstance(cb, ours) for cb in present):
+        return  # TraceML's callback, of either package
     # Lightning reads trainer.callbacks when it calls hooks, so appending is enough.
     trainer.callbacks.append(cls())
     _note_once("lightning", "attached TraceML's Lightning callback (one step per optimizer update); pass "
@@ -222,7 +228,13 @@ def _patch_lightning(module: ModuleType) -> None:
     _wrap_trainer_init(module, _attach_lightning, "Lightning")
 
 
-_PATCHES: dict[str, Callable[[ModuleType], None]] = {HF_MODULE: _patch_hf, LIGHTNING_MODULE: _patch_lightning}
+def _patch_pytorch_lightning(module: ModuleType) -> None:
+    _wrap_trainer_init(module, functools.partial(_attach_lightning, package="pytorch_lightning"), "Lightning")
+
+
+_PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    HF_MODULE: _patch_hf, LIGHTNING_MODULE: _patch_lightning, PTL_MODULE: _patch_pytorch_lightning,
+}
 _noted: set[str] = set()
 
 

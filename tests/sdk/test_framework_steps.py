@@ -51,6 +51,9 @@ args = TrainingArguments(output_dir=sys.argv[3], num_train_epochs=1, per_device_
                          gradient_accumulation_steps=ACCUM, report_to=[], save_strategy="no", use_cpu=True,
                          logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
 trainer = Trainer(model=Model(), args=args, train_dataset=Digits(), callbacks=callbacks)
+if sys.argv[2] == "late":  # added after the Trainer was built
+    from traceml_ai.sdk.integrations.huggingface import TraceMLTrainerCallback
+    trainer.add_callback(TraceMLTrainerCallback())
 trainer.train()
 print("updates", trainer.state.global_step)
 '''
@@ -138,6 +141,20 @@ def test_hugging_face_trainer_without_callback_gets_one_step_per_update(tmp_path
     (run_dir,) = logs.iterdir()
     doc = json.loads((run_dir / "aggregator" / "final_summary.json").read_text())
     assert doc["step_time"]["micro_batches_per_step"] == accum  # the summary says what a step held
+
+
+@pytest.mark.timeout(120)
+def test_a_hugging_face_callback_added_after_the_trainer_was_built_takes_the_automatic_ones_place(
+        tmp_path: Path) -> None:
+    """Review 11e: ``trainer.add_callback(TraceMLTrainerCallback())`` ran beside the automatic one,
+    which said "trace_step nested inside an open step is ignored" to a user who wrote no trace_step."""
+    pytest.importorskip("transformers")
+    proc, logs = _launch(tmp_path, HF_SCRIPT, "4", "late", str(tmp_path / "out"))
+    assert _updates(proc.stdout) == 6
+    assert "nested" not in proc.stderr
+    steps = _steps(logs)
+    assert [step for step, _ in steps] == list(range(6))
+    assert [_calls(events, "traceml:step") for _, events in steps] == [4] * 6
 
 
 @pytest.mark.timeout(120)

@@ -203,7 +203,18 @@ def _attach_hf(trainer: Any) -> None:
     present = getattr(handler, "callbacks", [])
     if any(isinstance(cb, cls) or cb is cls for cb in present):
         return
-    trainer.add_callback(cls())
+    auto = cls()
+    trainer.add_callback(auto)
+    add = trainer.add_callback
+
+    def add_callback(callback: Any) -> None:
+        # One the user adds after the Trainer was built takes the automatic one's place (review
+        # 11e: both ran, and the second's steps were "nested" inside the first's).
+        if (callback is cls or isinstance(callback, cls)) and auto in trainer.callback_handler.callbacks:
+            trainer.remove_callback(auto)
+        add(callback)
+
+    trainer.add_callback = add_callback
     _note_once("hf", "attached TraceML's Hugging Face Trainer callback (one step per optimizer update); "
                      "pass callbacks=[TraceMLTrainerCallback()] to attach it yourself")
 

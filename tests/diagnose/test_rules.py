@@ -84,6 +84,16 @@ def test_a_small_input_wait_is_info_and_a_few_percent_is_nothing(tmp_path: Path)
     assert "input_bound" not in kinds(healthy)
 
 
+@pytest.mark.parametrize(("wait_ms", "severity", "shown"), [(3.3, "info", "19.6%"), (3.4, "warning", "20%")])
+def test_a_share_just_under_a_threshold_is_not_printed_as_the_threshold(tmp_path: Path, wait_ms: float,
+                                                                        severity: str, shown: str) -> None:
+    """Review 11e: a 19.7 % wait, graded info, was printed "20 %", the warning's threshold."""
+    summary = run(tmp_path, RunSpec(steps=60, phases=lambda r, s: {**HEALTHY_CPU, schema.DATALOADER_NEXT: wait_ms}))
+    (finding,) = [f for f in summary.findings if f.kind == "input_bound"]
+    assert finding.severity == severity
+    assert finding.summary.startswith(f"{shown} of each training step is spent waiting for the next batch")
+
+
 TINY_STEP: dict[str, float] = {schema.H2D: 0.01, schema.FORWARD: 0.3, schema.BACKWARD: 0.5, schema.OPTIMIZER_STEP: 0.2}
 """A step of about 1 ms plus the dataloader wait (a tiny model on the CPU)."""
 

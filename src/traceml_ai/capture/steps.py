@@ -754,7 +754,9 @@ class StepTracer:
             parts.append(f"{self.dropped_groups} incomplete update of {self.dropped_micro_batches} micro-batch(es) at "
                          "the end was dropped (no optimizer step followed)")
         if self.discarded_steps:
-            parts.append(f"{self.discarded_steps} step(s) raised and were discarded (no row)")
+            whole = (" (with gradient accumulation an update whose micro-batch raised is discarded whole, "
+                     "its optimizer step included)" if grouped else "")
+            parts.append(f"{self.discarded_steps} step(s) raised and were discarded (no row){whole}")
         if self.failed_steps:
             parts.append(f"the timing of {self.failed_steps} step(s) failed and they were left out (a TraceML fault; "
                          "counted in finalization_warning.json)")

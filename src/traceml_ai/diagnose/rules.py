@@ -8,6 +8,7 @@ means "checked, nothing wrong".
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,7 +122,16 @@ def _ranks_text(ranks: Sequence[int | None]) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:.0f}%"
+    """``x`` (a fraction) in whole percent, except just below a multiple of 5 % (where every
+    threshold lies), which is floored to one decimal: 0.197 is "19.7%", never the "20%" of a warning
+    it is not (review 11e)."""
+    v = x * 100
+    whole = round(v)
+    if whole > v and whole % 5 == 0 and v < whole - 0.05:
+        return f"{math.floor(v * 10) / 10:.1f}%"
+    if whole > v and whole % 5 == 0:
+        return f"{math.floor(v * 100) / 100:.2f}%"
+    return f"{v:.0f}%"
 
 
 def _mib(x: float) -> str:

@@ -107,7 +107,7 @@ def child_cold(root: str, cache_dir: str) -> dict[str, Any]:
 
 def child_warm(root: str, cache_dir: str, started: float) -> dict[str, Any]:
     """A viewer started from runs.sqlite: first table answer, first poll, no-change polls, table."""
-    import traceml_ai.ui.api  # noqa: F401  (what `traceml ui` imports, numpy among it: the same start)
+    import traceml_ai.ui.api  # noqa: F401  (what `traceml ui` imports: the same start)
     from traceml_ai.runs.store import RunStore
     from traceml_ai.ui.cache import CacheFolder
     from traceml_ai.ui.service import Viewer

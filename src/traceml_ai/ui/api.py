@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,8 +22,6 @@ from traceml_ai.runs.table import ColumnError
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
-from traceml_ai.ui.perf_page import PerformancePageViews
-from traceml_ai.ui.performance import CompareViews, PerformanceViews
 from traceml_ai.ui.requests import (
     ExportPerformanceRequest,
     ExportTableRequest,
@@ -32,7 +31,6 @@ from traceml_ai.ui.requests import (
     parse,
 )
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
-from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
 log = logging.getLogger("traceml.ui")
@@ -47,6 +45,31 @@ class JSONResponse(Response):
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
 
+
+class _TelemetryViews:
+    """The answer builders of the telemetry side (inspector, Performance view, compare), made at the
+    first request that needs them, on its worker thread: their modules (the diagnosis, numpy, the
+    step tables) are ~0.15 s of imports that the run table's start does without (issue 16)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: Any = None
+
+    def get(self) -> Any:
+        """The builders: ``.telemetry``, ``.performance``, ``.comparisons``, ``.pages`` (one set per app)."""
+        with self._lock:
+            if self._made is None:
+                from types import SimpleNamespace
+
+                from traceml_ai.ui.perf_page import PerformancePageViews
+                from traceml_ai.ui.performance import CompareViews, PerformanceViews
+                from traceml_ai.ui.telemetry import TelemetryViews
+
+                telemetry, performance = TelemetryViews(), PerformanceViews()
+                self._made = SimpleNamespace(telemetry=telemetry, performance=performance,
+                                             comparisons=CompareViews(),
+                                             pages=PerformancePageViews(telemetry, performance))
+            return self._made
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
@@ -159,10 +182,7 @@ def routes(viewer: Viewer) -> list[Route]:
         key = request.query_params.get("key", "")
         return JSONResponse(await asyncio.to_thread(viewer.details_payload, key))
 
-    telemetry = TelemetryViews()
-    performance = PerformanceViews()
-    comparisons = CompareViews()
-    pages = PerformancePageViews(telemetry, performance)
+    views = _TelemetryViews()
 
     async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.
@@ -173,23 +193,23 @@ def routes(viewer: Viewer) -> list[Route]:
         return JSONResponse(await asyncio.to_thread(build, run), headers={"cache-control": "no-store"})
 
     async def get_telemetry(request: Request) -> Response:
-        return await run_view(request, telemetry.payload)
+        return await run_view(request, lambda run: views.get().telemetry.payload(run))
 
     async def get_performance(request: Request) -> Response:
-        return await run_view(request, performance.payload)
+        return await run_view(request, lambda run: views.get().performance.payload(run))
 
     async def get_performance_page(request: Request) -> Response:
         lo, hi = request.query_params.get("from"), request.query_params.get("to")
         if lo is None and hi is None:
-            return await run_view(request, pages.payload)
+            return await run_view(request, lambda run: views.get().pages.payload(run))
         steps = (_float(lo or "", "from"), _float(hi or "", "to"))
-        return await run_view(request, lambda run: pages.zoomed(run, *steps))
+        return await run_view(request, lambda run: views.get().pages.zoomed(run, *steps))
 
     async def get_compare(request: Request) -> Response:
         base = viewer.store.get(request.query_params.get("baseline", ""))
         if base is None:
             raise NotFoundError(f"no run {request.query_params.get('baseline', '')!r}")
-        return await run_view(request, lambda run: comparisons.payload(base, run))
+        return await run_view(request, lambda run: views.get().comparisons.payload(base, run))
 
     async def export_performance(request: Request) -> Response:
         from traceml_ai.ui.perf_export import PanelError, export_panel

@@ -144,6 +144,11 @@ def test_damaged_or_missing_databases_read_the_same_every_way(tmp_path: Path, da
     else:
         assert tel.status == "corrupt" and tel.steps == ()
         assert (tel.detail or "").startswith("telemetry database is damaged: ")
+        if damage == "truncated":  # in the run table's and traceml summary's words (review 13h)
+            from traceml_ai.diagnose.perf import telemetry_damage
+
+            assert tel.detail == telemetry_damage(tmp_path / "run", summarised=True)
+            assert "truncated: " in tel.detail and "malformed" not in tel.detail
 
 
 def test_the_inline_phase_times_are_event_ms() -> None:

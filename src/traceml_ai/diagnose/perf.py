@@ -420,13 +420,14 @@ def telemetry_damage(run_dir: str | os.PathLike[str], *, summarised: bool = Fals
         return None
     finally:
         os.close(fd)
-    why = _header_problem(head, st.st_size)
+    why = header_problem(head, st.st_size)
     return None if why is None else f"telemetry database is damaged: {why}"
 
 
-def _header_problem(head: bytes, size: int) -> str | None:
-    """What the SQLite file header (its first 100 bytes; sqlite.org/fileformat.html §1.3) and the
-    file's size say is wrong, or None."""
+def header_problem(head: bytes, size: int) -> str | None:
+    """What the SQLite file header (its first 100 bytes, ``head``; sqlite.org/fileformat.html §1.3)
+    and the file's ``size`` (bytes) say is wrong, e.g. ``truncated: 20,000 of 294,912 bytes``, or
+    None."""
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         return "file is not a database (no SQLite header)"
     page_size = int.from_bytes(head[16:18], "big")

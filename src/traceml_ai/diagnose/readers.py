@@ -458,9 +458,24 @@ def read_telemetry(db_path: str | os.PathLike[str], *, totals: bool = True, fast
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("unable to open" in text or "locked" in text):
             return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {text}")
-        return Telemetry(path=path, status="corrupt", detail=damaged_detail(text))
+        return Telemetry(path=path, status="corrupt", detail=damaged_detail(_header_said(path) or text))
     except OSError as e:
         return Telemetry(path=path, status="unreadable", detail=f"cannot read {path}: {e}")
+
+
+def _header_said(path: str) -> str | None:
+    """What the file's SQLite header and size say is wrong (``truncated: 20,000 of 294,912 bytes``),
+    where SQLite only said "database disk image is malformed": the words the run table and
+    ``traceml summary`` use for the same file (review 13h), or None."""
+    from traceml_ai.diagnose.perf import header_problem
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    return header_problem(head, size)
 
 
 def damaged_detail(error: str) -> str:

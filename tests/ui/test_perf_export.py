@@ -126,6 +126,11 @@ def test_a_corrupt_missing_or_empty_database_is_a_clear_error_and_writes_nothing
             for fmt in ("png", "csv"):
                 with pytest.raises(PanelError, match=f"broken: aggregator/telemetry.sqlite: {words}.*nothing to draw"):
                     export_panel(cache, run_of(run_dir), panel, fmt)
+    # with a final summary the capture had written one: removed since, in the run table's words (review 13h)
+    (run_dir / "aggregator" / "final_summary.json").write_text("{}")
+    with pytest.raises(PanelError, match="broken: aggregator/telemetry.sqlite: telemetry database is missing "
+                                         r"\(removed after the final summary was written\); nothing to draw"):
+        export_panel(cache, run_of(run_dir), "step", "png")
     assert not (tmp_path / "cache" / "plots").exists() or not list((tmp_path / "cache" / "plots").iterdir())
 
 

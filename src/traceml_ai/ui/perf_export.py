@@ -124,7 +124,9 @@ def telemetry_of(run: RunSummary, warnings: list[str] | None = None) -> Telemetr
     if tel.status in NOTHING_TO_DRAW:
         detail = tel.detail or f"telemetry {tel.status}"
         if tel.status == "missing":
-            detail = f"no {TELEMETRY_DB} in this run"
+            # the run table's words when a final summary says the capture wrote one (review 13h)
+            detail = (telemetry_damage(run.key, summarised=True) if os.path.isfile(os.path.join(agg, FINAL_SUMMARY))
+                      else None) or f"no {TELEMETRY_DB} in this run"
         elif tel.status == "empty":
             detail = "the telemetry database has no rows yet"
         raise PanelError(f"{name}: {AGGREGATOR_DIR}/{TELEMETRY_DB}: {detail}; nothing to draw")

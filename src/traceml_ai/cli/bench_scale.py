@@ -10,7 +10,9 @@ was written on is a loaded 2-core one, so wall time says little):
 - **writing runs.sqlite** after that scan (the first ``traceml runs ls`` or viewer poll does it);
 - **warm start**: a fresh process (imports included) with ``runs.sqlite`` present and nothing
   changed, up to the viewer's first table answer; then the first poll after it (the check by
-  folder stamps, which the viewer runs in the background);
+  folder stamps, which the viewer runs in the background). The telemetry side's modules (the
+  diagnosis, numpy), which ``traceml ui`` imports on a background thread once it serves
+  (``traceml_ai.ui.api.TelemetrySide``), are not counted;
 - **runs ls --json warm**: the command as a user runs it, CPU of the child;
 - **no-change poll** (10 running): median of 20 viewer polls, and a poll that re-lists the root
   (every :data:`~traceml_ai.runs.watch.RELIST_EVERY_POLLS`-th);

@@ -46,14 +46,20 @@ class JSONResponse(Response):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
 
 
-class _TelemetryViews:
-    """The answer builders of the telemetry side (inspector, Performance view, compare), made at the
-    first request that needs them, on its worker thread: their modules (the diagnosis, numpy, the
-    step tables) are ~0.15 s of imports that the run table's start does without (issue 16)."""
+class TelemetrySide:
+    """The answer builders of the telemetry side (inspector, Performance view, compare), made when
+    first needed: their modules (the diagnosis, numpy, the step tables) are ~0.15 s of imports that
+    the run table's first answer does without (issue 16). The app makes them in the background
+    once it serves (:meth:`prepare`), so the first Performance view does not wait for them either
+    (issue 13); a request that comes first makes them on its worker thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._made: Any = None
+
+    def prepare(self) -> None:
+        """Make the builders on a daemon thread (returns at once)."""
+        threading.Thread(target=self.get, name="traceml-telemetry-side", daemon=True).start()
 
     def get(self) -> Any:
         """The builders: ``.telemetry``, ``.performance``, ``.comparisons``, ``.pages`` (one set per app)."""
@@ -109,8 +115,8 @@ async def _body(request: Request) -> dict[str, Any]:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def routes(viewer: Viewer) -> list[Route]:
-    """The API routes bound to ``viewer``."""
+def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
+    """The API routes bound to ``viewer``; ``side``: the telemetry side's builders (a new set when None)."""
 
     def guarded(fn: Callable[[Request], Awaitable[Response]]) -> Handler:
         async def handler(request: Request) -> Response:
@@ -182,7 +188,7 @@ def routes(viewer: Viewer) -> list[Route]:
         key = request.query_params.get("key", "")
         return JSONResponse(await asyncio.to_thread(viewer.details_payload, key))
 
-    views = _TelemetryViews()
+    views = side if side is not None else TelemetrySide()
 
     async def run_view(request: Request, build: Callable[[Any], dict[str, Any]]) -> Response:
         # The key is a known run's key, looked up in the store; nothing the client sends becomes a path.

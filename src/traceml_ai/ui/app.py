@@ -15,7 +15,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from traceml_ai.ui.api import routes
+from traceml_ai.ui.api import TelemetrySide, routes
 from traceml_ai.ui.auth import GuardMiddleware, guard
 from traceml_ai.ui.service import Viewer
 
@@ -41,8 +41,11 @@ def create_app(
             return HTMLResponse(_NOT_BUILT)
         return FileResponse(page, headers={"cache-control": "no-store"})
 
+    side = TelemetrySide()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        side.prepare()
         task = asyncio.create_task(viewer.poll_loop())
         try:
             yield
@@ -52,7 +55,7 @@ def create_app(
                 await task
             await asyncio.to_thread(viewer.close)
 
-    app_routes: list[BaseRoute] = [Route("/", index), *routes(viewer)]
+    app_routes: list[BaseRoute] = [Route("/", index), *routes(viewer, side)]
     if static_dir.is_dir():
         app_routes.append(Mount("/static", StaticFiles(directory=static_dir), name="static"))
     app = Starlette(routes=app_routes, lifespan=lifespan)

@@ -94,6 +94,14 @@ def test_a_share_just_under_a_threshold_is_not_printed_as_the_threshold(tmp_path
     assert finding.summary.startswith(f"{shown} of each training step is spent waiting for the next batch")
 
 
+@pytest.mark.parametrize(("share", "shown"), [(0.197, "19.7%"), (0.1999, "19.99%"), (0.346, "34.6%"),
+                                              (0.204, "20%"), (0.2, "20%"), (0.123, "12%"), (0.0497, "4.97%")])
+def test_the_printed_share_never_reaches_a_threshold_it_is_below(share: float, shown: str) -> None:
+    from traceml_ai.diagnose.rules import _pct
+
+    assert _pct(share) == shown
+
+
 TINY_STEP: dict[str, float] = {schema.H2D: 0.01, schema.FORWARD: 0.3, schema.BACKWARD: 0.5, schema.OPTIMIZER_STEP: 0.2}
 """A step of about 1 ms plus the dataloader wait (a tiny model on the CPU)."""
 

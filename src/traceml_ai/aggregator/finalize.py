@@ -99,8 +99,10 @@ def _extra_lines(extra: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if isinstance(block.get("summary_line"), str):
             lines.append(str(block["summary_line"]))
         if block.get("exporter_failed"):  # the 000 seed's export block: say it in a line too
-            lines.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); "
-                         f"{block.get('failed_records')} records were not exported")
+            failed = block.get("failed_records")
+            lost = (f"{failed} records were not exported" if failed
+                    else "every record had been delivered before")  # (review 11f: "0 records were not exported")
+            lines.append(f"{name}: exporter {block.get('exporter')!r} failed ({block.get('failure')}); {lost}")
     return lines
 
 

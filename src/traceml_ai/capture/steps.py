@@ -454,7 +454,7 @@ class StepTracer:
             return st
         except Exception as exc:
             T.OPEN = None
-            self._failed(exc)
+            self._failed(exc, step)
             return None
 
     def close(self, st: Step, raised: bool = False) -> None:
@@ -466,6 +466,7 @@ class StepTracer:
         t_end = perf_ns()
         if T.OPEN is st:
             T.OPEN = None
+        numbered = self._next_step
         # The training thread's hot path (once per step): kept to plain statements on a CPU step.
         try:
             pool = st.pool
@@ -515,14 +516,20 @@ class StepTracer:
                 self._faults_noted = T.FAULTS
                 self.note("faults", "some phase timings failed and were left out (TraceML bookkeeping fault)")
         except Exception as exc:
-            self._failed(exc)
+            self._failed(exc, st.requested, numbered=self._next_step != numbered)
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: Exception, requested: int | None, *, numbered: bool = False) -> None:
         """A step whose timing failed (a fault of TraceML's, never the training's): no row; counted
         in :attr:`failed_steps` (the ``rank_finished`` frame's ``failed_steps``, a loss in
-        finalization_warning.json) and said once per kind of error, then in the note at the end."""
+        finalization_warning.json) and said once per kind of error, then in the note at the end.
+        Like a step that raised, it keeps its number (``requested``, or the next one; not when it
+        was ``numbered`` already): the rows after it keep the numbers of their iterations, in step
+        with the other ranks (review 11f). With gradient accumulation the update's number is taken
+        when the update completes."""
         with self._lock:
             self.failed_steps += 1
+            if not numbered and not self._group and not any(size > 1 for size in self.micro_batches):
+                self._next_step = (self._next_step if requested is None else requested) + 1
         self.note(f"fault:{type(exc).__name__}", f"step timing failed and was skipped for a step: {exc!r} "
                   "(further failures are counted and said at the end)")
 
@@ -532,6 +539,11 @@ class StepTracer:
         """Numbers ``st`` and hands it to both sources (their common case, room in the queue, inline)."""
         requested = st.requested
         number = self._next_step if requested is None else requested
+        if requested is not None and requested < self._next_step:
+            # (review 11f: step=0 on every step gave rows all numbered 0, without a word)
+            self.note("step-order", f"trace_step(step={requested}) repeats or goes back from step "
+                      f"{self._next_step - 1}: the diagnosis and the viewer keep one row per rank and step "
+                      "number (the last written)")
         self._next_step = number + 1
         st.step = number
         source = self.time_source

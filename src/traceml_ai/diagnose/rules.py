@@ -127,10 +127,11 @@ def _pct(x: float) -> str:
     it is not (review 11e)."""
     v = x * 100
     whole = round(v)
+    # (the 1e-6: 0.346 * 100 is 34.599999999999994, which must floor to 34.6, review 11f)
     if whole > v and whole % 5 == 0 and v < whole - 0.05:
-        return f"{math.floor(v * 10) / 10:.1f}%"
+        return f"{math.floor(v * 10 + 1e-6) / 10:.1f}%"
     if whole > v and whole % 5 == 0:
-        return f"{math.floor(v * 100) / 100:.2f}%"
+        return f"{min(math.floor(v * 100 + 1e-6) / 100, whole - 0.01):.2f}%"
     return f"{v:.0f}%"
 
 

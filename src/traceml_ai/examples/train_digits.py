@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import time
 
 import torch
@@ -115,6 +116,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: this machine has no CUDA device")
+    if args.device == "cpu" and args.plant in ("h2d_bound", "low_gpu_util"):
+        # (review 11f: planted nothing without a word)
+        print(f"note: --plant {args.plant} needs --device cuda to plant a GPU bottleneck; on the CPU "
+              + ("there is no copy to the device: nothing is planted" if args.plant == "h2d_bound"
+                 else "it only makes every step 20 ms slower"), file=sys.stderr)
     if args.hidden is None:
         # Wide enough that a healthy step's compute dwarfs its batch fetch (data loading a few percent
         # of the step, as in real pipelines); the optimizer plant keeps a small model, whose update

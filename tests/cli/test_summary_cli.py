@@ -174,9 +174,13 @@ def test_compare_of_a_planted_input_stall_calls_no_unchanged_phase_a_regression(
         # input-pipeline rule judged it first.
         assert not by[name]["reason"].startswith("inconclusive: host load differed"), by[name]
     if any("host load differed" in p for p in doc["problems"]):
-        # A shared test machine got busier or quieter between the two runs: every time verdict is
-        # inconclusive by the host-load rule, and nothing is called a regression.
-        assert proc.returncode == 0 and "regression:" not in proc.stderr, proc.stderr
+        # A shared test machine got busier or quieter between the two runs: a time verdict whose
+        # change host load could explain is inconclusive by the host-load rule, and one far beyond
+        # it (the planted stall makes the input wait many times longer) stands. Only the metrics
+        # the stall changes can then be regressions (CI on a loaded machine, 2026-12-07: exit 1).
+        regressed = {name for name, m in by.items() if m["verdict"] == "regression"}
+        assert regressed <= {"step_time_ms", "throughput_steps_per_s", "dataloader_next_ms"}, regressed
+        assert proc.returncode == (1 if regressed else 0), proc.stderr
         return
     assert proc.returncode == 1, proc.stderr  # the step really is slower
     for name in ("step_time_ms", "throughput_steps_per_s", "dataloader_next_ms"):

@@ -385,6 +385,9 @@ def test_the_phase_charts_scale_is_kept_in_the_address(browser: Browser, viewer:
         expect(area).to_have_attribute("data-mode", "ms")
         page.get_by_test_id("perf-mode-share").click()
         expect(area).to_have_attribute("data-mode", "share")
+        expect(area.get_by_test_id("perf-warmup")).to_be_visible()  # over the areas, not hidden under them
+        area.scroll_into_view_if_needed()
+        shot(page, "perf-share-mode")
         page.wait_for_function("() => location.hash.includes('pm=share')")
         # a reload opens the remembered view (saved a moment after each change: wait for it)
         deadline = time.monotonic() + WAIT_MS / 1000
@@ -720,6 +723,34 @@ def test_a_link_to_a_run_not_listed_yet_says_so_and_draws_it_once_listed(browser
         expect(run.get_by_test_id("perf-area")).to_be_visible()
         expect(run.get_by_test_id("heat-row")).to_have_count(2)
         expect(waiting).to_have_count(0)
+        other.close()
+        s.assert_clean()
+
+
+def test_a_selection_in_the_address_waits_for_runs_not_listed_yet(browser: Browser, tmp_path: Path) -> None:
+    """Review 13i: ``#v=performance&s=<run>`` for a run the server had not listed yet dropped it from
+    the selection (and the address) at the first listing: the view never showed it."""
+    root = tmp_path / "traceml" / "runs"
+    generate(root, runs=2, seed=1)
+    staging = tmp_path / "staging"
+    generate(staging, runs=1, seed=3)
+    (made,) = staging.iterdir()
+    write_run(made, RunSpec(ranks=1, steps=60))  # captured already; it is moved in while the page looks
+    future = root / made.name
+    with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:
+        page = s.page
+        base = v.url.split("/?")[0]
+        link = base + "/#" + urllib.parse.urlencode({"v": "performance", "s": str(future.resolve())})
+        other = page.context.new_page()
+        other.goto(link)
+        empty = other.get_by_test_id("performance-empty")
+        expect(empty).to_contain_text(f"Run {made.name} is not listed yet")
+        expect(empty).to_contain_text("not listed by the server")
+        assert "s=" in urllib.parse.urlsplit(other.url).fragment  # still selected
+        made.rename(future)
+        run = other.locator("[data-testid=perf-run]")
+        expect(run.get_by_test_id("perf-area")).to_be_visible()
+        expect(empty).to_have_count(0)
         other.close()
         s.assert_clean()
 

@@ -89,6 +89,23 @@ def test_the_gpu_panel_gives_each_gpus_power_and_temperature_in_their_own_units(
     assert png_size(png) == (2700, 3000)  # 9 x 10 inches at 300 DPI: four panels
 
 
+def test_the_step_panels_png_says_what_the_page_says(tmp_path: Path) -> None:
+    """Review 13i: the exported Share picture had a 0-1 axis and the raw phase names
+    (``dataloader_next``) where the page shows percent and "dataloader"."""
+    run_dir = tmp_path / "runs" / "cpu-run"
+    write_run(run_dir, RunSpec(ranks=1, steps=40))
+    tel = telemetry_of(run_of(run_dir))
+    for share in (False, True):
+        fig = panel_figure(tel, "step", title="cpu-run", share=share)
+        ax = fig.axes[0]
+        labels = ax.get_legend_handles_labels()[1]
+        assert "dataloader" in labels and "optimizer" in labels and "forward" in labels
+        assert not any(label.startswith("traceml:") or label.endswith(("_next", "_step")) for label in labels)
+        fig.canvas.draw()
+        ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert all(t.endswith("%") for t in ticks) == share, ticks
+
+
 def test_a_cpu_runs_empty_parts_say_why_without_axes(tmp_path: Path) -> None:
     """Fresh-user review: a CPU run's gpu and memory PNGs drew meaningless 0-1 axes around the words
     saying why they are empty. Those parts are the words alone; the parts with data keep theirs."""

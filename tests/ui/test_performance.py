@@ -208,12 +208,18 @@ def test_the_compare_answer_is_traceml_compares_and_says_why_for_an_uncaptured_r
     none = views.payload(a, plain)
     assert {m["verdict"] for m in none["metrics"]} == {"inconclusive"}
     assert any("plain: no aggregator/telemetry.sqlite (not captured by TraceML)" in p for p in none["problems"])
-    # a captured run whose database was removed since is not called "not captured" (review 13h)
+    # a captured run whose database was removed since is not called "not captured" (review 13h), and
+    # it is said in the words of the run table and the CLI (review 13i)
+    from traceml_ai.diagnose import write_final_summary
+
+    write_final_summary(root / "b")
     (root / "b" / "aggregator" / "telemetry.sqlite").unlink()
     gone = views.payload(a, b)
-    assert any("b: no aggregator/telemetry.sqlite (the capture wrote none, or it was removed since)" in p
+    assert any("b: telemetry database is missing (removed after the final summary was written)" in p
                for p in gone["problems"]), gone["problems"]
     assert not any("not captured" in p for p in gone["problems"])
+    card = PerformanceViews().payload(b)["heatmap"]
+    assert card["detail"] == "telemetry database is missing (removed after the final summary was written)"
 
 
 def test_a_finished_run_is_read_once_without_totals_and_a_run_without_summary_with_them(tmp_path: Path) -> None:

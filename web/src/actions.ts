@@ -221,7 +221,7 @@ export function restoreUi(next: UiState): void {
   if (JSON.stringify(next.selection) !== JSON.stringify(before.selection)) {
     store.restoring = true;
     try {
-      store.setSelection(next.selection.filter((k) => store.runs.has(k)));
+      store.setSelection(store.selectable(next.selection));
     } finally {
       store.restoring = false;
     }

@@ -45,7 +45,7 @@ async function boot(): Promise<void> {
     );
     return;
   }
-  store.setSelection(store.ui.selection.filter((k) => store.runs.has(k)));
+  store.setSelection(store.selectable(store.ui.selection));
   const shell = new Shell(host, {
     overview: new OverviewView(),
     runs: new RunsView(),

@@ -169,6 +169,10 @@ export function parseUiState(raw: unknown): UiState {
 
 // -- the store --------------------------------------------------------------------------------------
 
+/** How many run listings a selected key that was never listed (from an address) waits in the
+ * selection for its run before it is dropped: the server lists a new run folder within a poll or two. */
+const UNLISTED_LISTINGS = 4;
+
 export type Topic =
   | "runs" // run data changed (payload: changed keys)
   | "table" // a new table answer
@@ -254,11 +258,34 @@ export class Store {
     this.notePolled(res.refreshed_at);
     this.refreshInterval = res.refresh_interval_seconds;
     this.staleAfter = res.stale_after_seconds;
-    // Runs that disappeared leave the selection.
-    const sel = this.ui.selection.filter((k) => this.runs.has(k));
+    // Runs that disappeared leave the selection. A key never listed (from an address, for a run
+    // the server has not found yet) stays for a few listings, so the run is shown once it is
+    // listed (review 13i: it was dropped at once, and the address with it).
+    const sel = this.ui.selection.filter((k) => {
+      if (this.runs.has(k)) {
+        this.unlisted.delete(k);
+        return true;
+      }
+      if (this.listedOnce.has(k)) return false;
+      const seen = (this.unlisted.get(k) ?? 0) + 1;
+      this.unlisted.set(k, seen);
+      return seen <= UNLISTED_LISTINGS;
+    });
+    for (const k of this.runs.keys()) this.listedOnce.add(k);
     if (sel.length !== this.ui.selection.length) this.setSelection(sel);
     return changed;
   }
+
+  /** ``keys`` less those of runs that went: a key never listed (from an address) is kept while it
+   * waits for its run (see applyRuns). */
+  selectable(keys: string[]): string[] {
+    return keys.filter((k) => this.runs.has(k) || (!this.listedOnce.has(k) && (this.unlisted.get(k) ?? 0) <= UNLISTED_LISTINGS));
+  }
+
+  /** Selected keys not listed yet, with the listings that came without them. */
+  private unlisted = new Map<string, number>();
+  /** Every key a listing held: such a key missing from a later listing is a run that went. */
+  private listedOnce = new Set<string>();
 
   /** The server's last poll time (ISO-8601 UTC); never moves back (an older answer can come late). */
   notePolled(iso: string | null): void {

@@ -79,6 +79,8 @@ PANEL_TITLES: Final[dict[str, str]] = {
 }
 PHASE_LABELS: Final[dict[str, str]] = {name: name.removeprefix("traceml:") for name in (*INNER_PHASES, OTHER)}
 """Phase name in the telemetry → the label the page shows (``dataloader_next``, ..., ``other``)."""
+# The page's legend words for the phases (web/src/views/performance.ts, PHASES): the PNG says the same.
+_LEGEND: Final[dict[str, str]] = {"dataloader_next": "dataloader", "optimizer_step": "optimizer"}
 # The page's fixed phase colours (web/src/views/performance.ts, PHASE_COLOR): palette indices.
 _PHASE_COLOR: Final[dict[str, int]] = {"dataloader_next": 1, "h2d": 5, "forward": 0, "backward": 4,
                                        "optimizer_step": 2, "other": 7}
@@ -443,8 +445,12 @@ def _draw_step(ax: Axes, tel: Telemetry, share: bool, colors: Mapping[str, str])
         totals = stack.sum(axis=0)
         stack = np.divide(stack, totals, out=np.zeros_like(stack), where=totals > 0)
     labels = [PHASE_LABELS.get(s["name"], s["name"]) for s in b["series"]]
-    ax.stackplot(x, stack, labels=labels, alpha=0.85,
+    ax.stackplot(x, stack, labels=[_LEGEND.get(label, label) for label in labels], alpha=0.85,
                  colors=[PALETTE[_PHASE_COLOR.get(label, 7) % len(PALETTE)] for label in labels])
+    if share:  # in percent, as the page shows it (review 13i: a 0-1 axis)
+        from matplotlib.ticker import PercentFormatter
+
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
     first = x[0]
     if WARMUP_STEPS > 0:
         ax.axvspan(first, min(first + WARMUP_STEPS, x[-1]), color=colors["warm"], alpha=0.12, linewidth=0,

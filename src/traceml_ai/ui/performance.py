@@ -39,7 +39,7 @@ from traceml_ai.diagnose.thresholds import WARMUP_STEPS
 from traceml_ai.diagnose.timeline import INNER_PHASES, OTHER, RankTimeline, StepTable, build_step_table
 from traceml_ai.runs.discovery import stat_confined
 from traceml_ai.runs.model import RunSummary
-from traceml_ai.ui.reads import shared_read, shared_step_table
+from traceml_ai.ui.reads import missing_database_detail, shared_read, shared_step_table
 
 MAX_BUCKETS = 240
 """Columns of the heatmap at most (steps are bucketed beyond that)."""
@@ -301,7 +301,7 @@ class PerformanceViews:
         if st is None:
             state = "missing" if os.path.isdir(agg) and not os.path.islink(agg) else "none"
             detail = reason or ("this run was not captured by TraceML (no aggregator/ folder)" if state == "none"
-                                else f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run")
+                                else missing_database_detail(run.key))
             return {"heatmap": _empty_heatmap(state, detail), "breakdown": None}
         wal, _ = stat_confined(db + "-wal", run.root)
         stamps = (st.st_mtime_ns, st.st_size, None if wal is None else (wal.st_mtime_ns, wal.st_size))
@@ -384,7 +384,6 @@ def _no_database(run: RunSummary) -> Telemetry:
     called "not captured" beside its own PERF badge and verdict)."""
     name = run.name or run.id
     folder = os.path.join(run.key, AGGREGATOR_DIR)
-    why = ("the capture wrote none, or it was removed since" if os.path.isdir(folder)
-           else "not captured by TraceML")
-    return Telemetry(path=os.path.join(folder, TELEMETRY_DB), status="missing",
-                     detail=f"{name}: no {AGGREGATOR_DIR}/{TELEMETRY_DB} ({why})")
+    why = (missing_database_detail(run.key) if os.path.isdir(folder)
+           else f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} (not captured by TraceML)")
+    return Telemetry(path=os.path.join(folder, TELEMETRY_DB), status="missing", detail=f"{name}: {why}")

@@ -144,3 +144,17 @@ def pinned_read(db_path: str | os.PathLike[str], *, totals: bool = True) -> Abst
 def shared_step_table(tel: Telemetry) -> StepTable:
     """:meth:`SharedReads.step_table` on the process's one :class:`SharedReads`."""
     return SHARED.step_table(tel)
+
+
+def missing_database_detail(run_dir: str) -> str:
+    """Why a run with an ``aggregator/`` folder has no ``telemetry.sqlite``, in the words of the run
+    table and the CLI (review 13i: one removed database was said three ways): with a final summary
+    the capture had written one, removed since; without, the run has none (yet)."""
+    from traceml_ai.diagnose.perf import telemetry_damage
+    from traceml_ai.diagnose.summary import AGGREGATOR_DIR, FINAL_SUMMARY, TELEMETRY_DB
+
+    if os.path.isfile(os.path.join(run_dir, AGGREGATOR_DIR, FINAL_SUMMARY)):
+        said = telemetry_damage(run_dir, summarised=True)
+        if said is not None:
+            return said
+    return f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run"

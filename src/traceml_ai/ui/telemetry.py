@@ -66,7 +66,7 @@ from traceml_ai.runs.aggregator_files import (
 )
 from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.series import downsample_indices
-from traceml_ai.ui.reads import shared_read, shared_step_table
+from traceml_ai.ui.reads import missing_database_detail, shared_read, shared_step_table
 
 MAX_POINTS = 2000
 """Points per chart (steps or snapshots), after min/max downsampling."""
@@ -203,7 +203,7 @@ class TelemetryViews:
                     warnings.append(f"telemetry could not be charted ({type(err).__name__}: {err})")
         elif final is not None or out["logs"] or out["manifest"] is not None:
             out["state"] = "missing"
-            out["detail"] = f"no {AGGREGATOR_DIR}/{TELEMETRY_DB} in this run"
+            out["detail"] = missing_database_detail(run_dir)
         elif out["state"] == "none":  # an aggregator/ folder with nothing readable in it
             out["state"] = "missing"
             out["detail"] = f"no readable telemetry in {AGGREGATOR_DIR}/"

@@ -283,8 +283,8 @@ export class PerformanceView implements ViewModule {
       replace(
         this.host,
         emptyState(
-          left.length === 1 ? `${left[0]!.name} has no telemetry to show` : "None of the selected runs has telemetry to show",
-          `Left out: ${leftOutText(left)}. Tick runs with the PERF badge (captured by traceml run) in the Runs table.`,
+          left.length === 1 && left[0]!.why === "not listed by the server" ? `Run ${left[0]!.name} is not listed yet` : left.length === 1 ? `${left[0]!.name} has no telemetry to show` : "None of the selected runs has telemetry to show",
+          `Left out: ${leftOutText(left)}. ${left.some((l) => l.why === "not listed by the server") ? "The server lists a new run folder within a poll or two, and this view draws it as soon as it is listed. " : ""}Tick runs with the PERF badge (captured by traceml run) in the Runs table.`,
           button("Go to Runs", { kind: "primary", onClick: () => store.setView("runs") }),
           "performance-empty",
         ),
@@ -596,9 +596,6 @@ export class PerformanceView implements ViewModule {
     const plot = s("g", { "clip-path": `url(#${clip})` });
     svg.appendChild(plot);
     const warmEnd = firstStep + st.warmup_steps;
-    if (st.warmup_steps > 0 && warmEnd > x0) {
-      plot.appendChild(s("rect", { x: xs(Math.max(x0, firstStep)), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(Math.max(x0, firstStep))), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
-    }
     const base = new Array<number>(n).fill(0);
     // The last bucket's point at the last step it holds, so the area reaches the end of the axis.
     const endStep = zoom ? Math.max(b.last_step ?? 0, st.x[n - 1] ?? 0) : lastStep;
@@ -609,6 +606,11 @@ export class PerformanceView implements ViewModule {
       plot.appendChild(s("polygon", { points: pts.join(" "), fill: paletteColor(PHASE_COLOR[phases[k]!.key] ?? 7), "fill-opacity": 0.8, "data-testid": "perf-area-phase", "data-phase": phases[k]!.key }, svgTitle(phases[k]!.label)));
       for (let i = 0; i < n; i++) base[i] = upper[i]!;
     });
+    if (st.warmup_steps > 0 && warmEnd > x0) {
+      // Over the areas (translucent): under them it was hidden wherever they fill the chart, as
+      // shares always do (review 13i).
+      plot.appendChild(s("rect", { x: xs(Math.max(x0, firstStep)), y: pad.t, width: Math.max(0, xs(Math.min(warmEnd, x1)) - xs(Math.max(x0, firstStep))), height: H - pad.t - pad.b, class: "perf-warmup", "data-testid": "perf-warmup" }, svgTitle(`warm-up: the first ${st.warmup_steps} steps (left out of the diagnosis)`)));
+    }
     for (const v of ticks) {
       svg.insertBefore(s("line", { x1: pad.l, x2: W - pad.r, y1: ys(v), y2: ys(v), class: "perf-grid" }), svg.firstChild); // under the areas
       svg.appendChild(s("text", { x: pad.l - 6, y: ys(v), class: "perf-axis-label", "data-testid": "perf-area-ytick", "text-anchor": "end", "dominant-baseline": "middle" }, this.mode === "share" ? `${Math.round(v * 100)}%` : `${fmtNum(v)} ms`));

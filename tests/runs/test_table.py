@@ -635,14 +635,16 @@ def test_a_key_of_plain_numbers_sorted_with_numpy_gives_the_documented_order(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """From _NUMPY_MIN_RUNS runs a first key whose values are all numbers is sorted with numpy
     (issue 16): ties (0.0 and -0.0, 1 and 1.0), NaN, infinities, ints among floats, both directions,
-    ties broken by mixed later keys: the plain order. A huge int or a missing value keeps the
-    plain path; either way the order is the same."""
+    ties broken by mixed later keys: the plain order. Numbers with missing values are sorted with
+    numpy too, the runs without a value last; a huge int keeps the plain path; either way the order
+    is the same."""
     from traceml_ai.runs import table
 
     monkeypatch.setattr(table, "_NUMPY_MIN_RUNS", 2)
     rng = random.Random(seed)
     firsts: list[list[Any]] = [[0.5, 0.5, 1, 1.0, -0.0, 0.0, NAN, math.inf, -math.inf, 3, 2.25],
-                               [0.1, 0.2, 0.3], [NAN], [2**60, 1, 0.5], [1.0, None, 2.0]]
+                               [0.1, 0.2, 0.3], [NAN], [2**60, 1, 0.5], [1.0, None, 2.0],
+                               [None, 0.5, 0.5, NAN, 1, None, -0.0, 0.0], [None, 2**60, 1.0], [None]]
     for _ in range(60):
         pool = rng.choice(firsts)
         runs = [RunSummary(key=f"k{i}", id=f"id{i}", root="r", name=rng.choice(["x", "y", "run-1", "Run-3", "run-10"]),

@@ -694,15 +694,22 @@ def test_a_page_opened_on_the_views_address_asks_for_its_run_once(browser: Brows
         s.assert_clean()
 
 
-def test_a_link_to_a_run_not_listed_yet_says_so_and_draws_it_once_listed(browser: Browser, tmp_path: Path) -> None:
-    """Review 13f: a Performance link to a run that just started (not yet listed, then without
-    telemetry) showed "Select captured runs" for good. Now the view says why it waits and draws the
-    run once a poll brings it."""
+def _root_and_staged_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A runs root of two fake runs, and one more run folder outside it, to be moved in while a
+    page looks (a run the server has not listed yet): ``(root, that folder)``."""
     root = tmp_path / "traceml" / "runs"
     generate(root, runs=2, seed=1)
     staging = tmp_path / "staging"
     generate(staging, runs=1, seed=3)
     (made,) = staging.iterdir()
+    return root, made
+
+
+def test_a_link_to_a_run_not_listed_yet_says_so_and_draws_it_once_listed(browser: Browser, tmp_path: Path) -> None:
+    """Review 13f: a Performance link to a run that just started (not yet listed, then without
+    telemetry) showed "Select captured runs" for good. Now the view says why it waits and draws the
+    run once a poll brings it."""
+    root, made = _root_and_staged_run(tmp_path)
     meta = json.loads((made / "run.json").read_text())  # a run that just started: running
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta.update(status="running", started_at=now, heartbeat_at=now, ended_at=None, exit=None, duration_s=None)
@@ -730,11 +737,7 @@ def test_a_link_to_a_run_not_listed_yet_says_so_and_draws_it_once_listed(browser
 def test_a_selection_in_the_address_waits_for_runs_not_listed_yet(browser: Browser, tmp_path: Path) -> None:
     """Review 13i: ``#v=performance&s=<run>`` for a run the server had not listed yet dropped it from
     the selection (and the address) at the first listing: the view never showed it."""
-    root = tmp_path / "traceml" / "runs"
-    generate(root, runs=2, seed=1)
-    staging = tmp_path / "staging"
-    generate(staging, runs=1, seed=3)
-    (made,) = staging.iterdir()
+    root, made = _root_and_staged_run(tmp_path)
     write_run(made, RunSpec(ranks=1, steps=60))  # captured already; it is moved in while the page looks
     future = root / made.name
     with serve(root, TRACEML_REFRESH_INTERVAL_SECONDS="1") as v, open_viewer(browser, v) as s:

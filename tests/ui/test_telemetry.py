@@ -21,6 +21,7 @@ from tests.conftest import run_traceml
 from tests.diagnose.telemetry_db import GIB, HEALTHY_CPU, T0_NS, RunSpec, TelemetryDB, cpu_events, write_run
 from traceml_ai.diagnose import write_final_summary
 from traceml_ai.runs.fake import generate
+from traceml_ai.runs.model import RunSummary
 from traceml_ai.runs.store import RunStore
 from traceml_ai.telemetry import schema
 from traceml_ai.telemetry.sqlite import read_only_uri
@@ -408,3 +409,22 @@ def test_a_cpu_runs_memory_rows_are_counted_as_the_summary_counts_them(tmp_path:
     assert body["memory"] is not None, "a run with per-step memory rows answered none"
     assert body["memory"]["rows"] == counted and body["memory"]["devices"] == ["cpu"]
     assert not any("alloc" in s["name"] or "reserved" in s["name"] for s in body["memory"]["series"])
+
+
+def test_a_live_run_before_its_first_step_is_told_so_not_blamed_for_a_missing_trace_step(tmp_path: Path) -> None:
+    """Review 13i: while a live run had sent no step yet, its provisional verdict said the script has
+    no trace_step or ended before its first step. The same answer, once the run is no longer live,
+    says what an ended run's does (the cached answer is not reused across that change)."""
+    run_dir = tmp_path / "runs" / "starting"
+    write_run(run_dir, RunSpec(steps=0))  # host and process samples, no step yet
+    views = TelemetryViews()
+    running = RunSummary(key=str(run_dir), id="starting", root=str(run_dir.parent), name="starting",
+                         status="running", display_status="running")
+    diag = views.payload(running)["diagnoses"]
+    assert diag["source"] == "live" and diag["verdict"]["kind"] == "not_judged"
+    assert diag["verdict"]["text"] == ("not judged: no training step timed yet (the run has not reached its first "
+                                       "`trace_step`, or the script has none)")
+    ended = RunSummary(key=str(run_dir), id="starting", root=str(run_dir.parent), name="starting",
+                       status="completed", display_status="completed")
+    text = views.payload(ended)["diagnoses"]["verdict"]["text"]
+    assert text.startswith("not judged: no training step was timed (0 steps: the script has no")

@@ -416,7 +416,8 @@ def _step_counts_from(steps: dict[str, Any]) -> StepCounts | None:
                       counts["failed"] or 0)
 
 
-def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None) -> tuple[str, str]:
+def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = None,
+            running: bool = False) -> tuple[str, str]:
     """The one-line verdict of a run's summary (e.g. :func:`read_final_summary`).
 
     Returns ``(kind, text)``: ``findings`` (a warning or critical finding; the text says how
@@ -424,7 +425,8 @@ def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = No
     ``not_judged`` ("not judged: <why>": no step-time rule could judge, e.g. 0 steps, a watch run,
     a script without ``trace_step``; never shown as a green verdict) or ``no_verdict`` (the
     telemetry could not be read). ``watch`` names a ``traceml watch`` run in the reason;
-    ``exit_code`` (the script's, when known) says a script that failed before its first step did.
+    ``exit_code`` (the script's, when known) says a script that failed before its first step did;
+    ``running``: the run is still going (a provisional verdict), so 0 steps may only mean not yet.
     A partial (degraded) telemetry still gets one of the first three; the caller says it is partial.
     """
     if summary.telemetry_status not in ("ok", "degraded"):
@@ -448,6 +450,10 @@ def verdict(summary: Summary, *, watch: bool = False, exit_code: int | None = No
         # (review 11e: every step's timing failed, and the verdict blamed a missing trace_step)
         why = (f"no training step was timed: the timing of all {summary.step_counts.failed} traced step(s) failed "
                "(a TraceML fault; see finalization_warning.json and the [TraceML] notes)")
+    elif not seen and running:
+        # (review 13i: a live run before its first step was told it has no trace_step)
+        why = ("no training step timed yet (the run has not reached its first `trace_step`, or the script "
+               "has none)")
     elif not seen:
         why = ("no training step was timed (0 steps: the script has no `with traceml_ai.trace_step(model):`, "
                "or it ended before its first step)")

@@ -83,6 +83,7 @@ class _Cached:
     payload: dict[str, Any]
     read_at: float
     build_s: float
+    running: bool = False  # the run was live when built (its verdict's words depend on it)
 
 
 class TelemetryViews:
@@ -118,15 +119,15 @@ class TelemetryViews:
                 hit = self._cache.get(run.key)
             wait = max(self.live_min_interval_s, self.live_cost_factor * hit.build_s) if hit is not None else 0.0
             recent = live and time.monotonic() - hit.read_at < wait if hit is not None else False
-            if hit is not None and not fresh and (hit.stamps == stamps or recent):
+            if hit is not None and not fresh and hit.running == live and (hit.stamps == stamps or recent):
                 return {**hit.payload, "live": live, "finalizing": finalizing}
             started = time.monotonic()
-            answer = self._build(run.key, agg, stamps)
+            answer = self._build(run.key, agg, stamps, running=live)
             if refused:
                 answer["warnings"].append(refused)
             self.reads += 1
             with self._lock:
-                self._cache[run.key] = _Cached(stamps, answer, time.monotonic(), time.monotonic() - started)
+                self._cache[run.key] = _Cached(stamps, answer, time.monotonic(), time.monotonic() - started, live)
                 self._cache.move_to_end(run.key)
                 while len(self._cache) > CACHE_RUNS:
                     old, _ = self._cache.popitem(last=False)
@@ -135,7 +136,8 @@ class TelemetryViews:
 
     # -- building --------------------------------------------------------------------------------
 
-    def _build(self, run_dir: str, agg: str | None, stamps: tuple[Stamp, ...]) -> dict[str, Any]:
+    def _build(self, run_dir: str, agg: str | None, stamps: tuple[Stamp, ...], *,
+               running: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
             "state": "none",
             "detail": None,
@@ -208,7 +210,8 @@ class TelemetryViews:
             out["state"] = "missing"
             out["detail"] = f"no readable telemetry in {AGGREGATOR_DIR}/"
         code = None if manifest is None else manifest.exit_code
-        out["diagnoses"] = _diagnoses(final, live, watch=manifest is not None and manifest.mode == "watch",
+        out["diagnoses"] = _diagnoses(final, live, running=running,
+                                      watch=manifest is not None and manifest.mode == "watch",
                                       exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
         out["ranks"] = _ranks(final, live)
         return out
@@ -413,7 +416,7 @@ def _rank_text(rank: int | None) -> str:
 
 
 def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = False,
-               exit_code: int | None = None) -> dict[str, Any] | None:
+               exit_code: int | None = None, running: bool = False) -> dict[str, Any] | None:
     """The findings of final_summary.json, or (a live run, or no summary written) the rules run
     over the telemetry read now, marked ``source: "live"``. ``watch``: ``traceml watch`` made the
     run (its manifest says so), whose verdict is "not judged"; ``exit_code``: the training's, from the
@@ -425,7 +428,7 @@ def _diagnoses(final: Summary | None, live: Summary | None, *, watch: bool = Fal
     else:
         return None
     doc = summary.to_dict()
-    kind, text = verdict(summary, watch=watch, exit_code=exit_code)
+    kind, text = verdict(summary, watch=watch, exit_code=exit_code, running=running and final is None)
     return {
         "source": source,
         "generated_at": summary.generated_at,

@@ -10,7 +10,8 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -23,6 +24,11 @@ from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
 from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
+
+if TYPE_CHECKING:  # (imported when first needed: TelemetrySide)
+    from traceml_ai.ui.perf_page import PerformancePageViews
+    from traceml_ai.ui.performance import CompareViews, PerformanceViews
+    from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
 log = logging.getLogger("traceml.ui")
@@ -47,7 +53,7 @@ class TelemetrySide:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._made: Any = None
+        self._made: TelemetryBuilders | None = None
 
     def prepare(self) -> None:
         """Make the builders on a daemon thread (returns at once), and import the request models
@@ -60,21 +66,30 @@ class TelemetrySide:
 
         self.get()
 
-    def get(self) -> Any:
-        """The builders: ``.telemetry``, ``.performance``, ``.comparisons``, ``.pages`` (one set per app)."""
+    def get(self) -> TelemetryBuilders:
+        """The builders (one set per app), made at the first call."""
         with self._lock:
             if self._made is None:
-                from types import SimpleNamespace
-
                 from traceml_ai.ui.perf_page import PerformancePageViews
                 from traceml_ai.ui.performance import CompareViews, PerformanceViews
                 from traceml_ai.ui.telemetry import TelemetryViews
 
                 telemetry, performance = TelemetryViews(), PerformanceViews()
-                self._made = SimpleNamespace(telemetry=telemetry, performance=performance,
-                                             comparisons=CompareViews(),
-                                             pages=PerformancePageViews(telemetry, performance))
+                self._made = TelemetryBuilders(telemetry, performance, CompareViews(),
+                                               PerformancePageViews(telemetry, performance))
             return self._made
+
+
+@dataclass(frozen=True)
+class TelemetryBuilders:
+    """What :meth:`TelemetrySide.get` makes: the answers of the inspector's telemetry, the per-rank
+    view, compare, and the Performance page (which shares the first two)."""
+
+    telemetry: TelemetryViews
+    performance: PerformanceViews
+    comparisons: CompareViews
+    pages: PerformancePageViews
+
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)

@@ -60,7 +60,8 @@ def _make_running(run_dirs: list[Path], count: int) -> None:
 def bench(
     runs: Annotated[int, typer.Option(min=1, help="Fake runs in the scanned root.")] = 1000,
     lines: Annotated[int, typer.Option(min=1, help="Lines of the big metrics.jsonl.")] = 200_000,
-    repeat: Annotated[int, typer.Option(min=1, help="Repeats per figure (median reported).")] = 5,
+    repeat: Annotated[int | None, typer.Option(
+        min=1, help="Repeats per figure (median reported); default 5, with --scale 3 (the warm figures).")] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Where to write the fake runs (default: a temporary folder).")
     ] = None,
@@ -82,8 +83,9 @@ def bench(
     Example: traceml bench --scale --sizes 1000,10000
     """
     if scale:
-        _bench_scale(sizes, cache)
+        _bench_scale(sizes, cache, 3 if repeat is None else repeat)
         return
+    repeat = 5 if repeat is None else repeat
     with tempfile.TemporaryDirectory(prefix="traceml-bench-", dir=workdir) as tmp:
         root = Path(tmp) / "runs"
         t = time.perf_counter()
@@ -125,7 +127,7 @@ def bench(
     out.print(table)
 
 
-def _bench_scale(sizes: str, cache: Path | None) -> None:
+def _bench_scale(sizes: str, cache: Path | None, repeat: int) -> None:
     from traceml_ai.cli import bench_scale
     from traceml_ai.cli.common import UsageError
 
@@ -136,7 +138,7 @@ def _bench_scale(sizes: str, cache: Path | None) -> None:
     if not counts or min(counts) < 1:
         raise UsageError("--sizes needs at least one run count of 1 or more")
     folder = cache or bench_scale.default_cache()
-    shown, rows = bench_scale.run(counts, folder, lambda line: out.print(line, style="dim"))
+    shown, rows = bench_scale.run(counts, folder, lambda line: out.print(line, style="dim"), repeat=repeat)
     table = Table(title=f"scale on {os.cpu_count()} cores (CPU time)", title_justify="left", header_style="bold")
     table.add_column("figure")
     for n in shown:

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from tests.conftest import run_traceml
 from traceml_ai.runs.fake import generate
 from traceml_ai.runs.readers import load_json, parse_params_yaml
-from traceml_ai.runs.safeio import NotRegularFile, read_regular
+from traceml_ai.runs.safeio import NotRegularFile, read_regular, read_stated
 from traceml_ai.runs.store import RunStore
 from traceml_ai.ui.app import create_app
 from traceml_ai.ui.service import Viewer
@@ -112,6 +112,31 @@ def test_the_one_reader_refuses_fifos_devices_and_folders_without_blocking(tmp_p
     regular.write_bytes(b"{}")
     (tmp_path / "link.json").symlink_to(regular)
     assert read_regular(tmp_path / "link.json") == b"{}"
+
+
+def test_reading_a_stated_file_refuses_a_fifo_swapped_in_after_the_stat(tmp_path: Path) -> None:
+    # The run store stats a run file, then reads it without a second stat (issue 16): a FIFO put in
+    # its place between the two is refused at once, never waited on.
+    path = tmp_path / "run.json"
+    path.write_bytes(b'{"status": "running"}')
+    before = os.stat(path)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(NotRegularFile, match="FIFO"):
+        read_stated(path, before)
+    with pytest.raises(NotRegularFile, match="folder"):
+        read_stated(tmp_path, os.stat(tmp_path))
+
+
+def test_reading_a_stated_file_reads_what_was_appended_since_the_stat(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.json"
+    path.write_bytes(b"x" * 10)
+    before = os.stat(path)
+    path.write_bytes(b"y" * 200_000)  # rewritten larger between the stat and the read
+    assert read_stated(path, before) == b"y" * 200_000
+    empty = tmp_path / "params.yaml"
+    empty.write_bytes(b"")
+    assert read_stated(empty, os.stat(empty)) == b""
 
 
 def plant_fifos(root: Path, run: Path) -> None:

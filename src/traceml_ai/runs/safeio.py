@@ -66,6 +66,36 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+def read_stated(path: str | os.PathLike[str], before: os.stat_result) -> bytes:
+    """The bytes of ``path``, which the caller's ``stat`` (``before``, links followed) found to be a
+    regular file: :func:`read_regular` without its first ``stat``. The open is still non-blocking and
+    the opened file is still checked (``fstat``), so a FIFO swapped in since ``before`` is refused,
+    never waited on. The file is read with one ``read`` of its size plus one byte (a file that grew
+    meanwhile is read to its end): no buffered reader for a file of a few KB (a cold scan of 100,000
+    runs reads 400,000 of them, issue 16).
+
+    Raises:
+        NotRegularFile: ``before`` or the opened file is not a regular file.
+        OSError: it cannot be opened or read.
+    """
+    if not stat.S_ISREG(before.st_mode):
+        raise _refuse(path, before.st_mode)
+    fd = os.open(path, _FLAGS)
+    try:
+        after = os.fstat(fd)
+        if not stat.S_ISREG(after.st_mode):
+            raise _refuse(path, after.st_mode)
+        data = os.read(fd, after.st_size + 1)
+        if len(data) <= after.st_size:
+            return data
+        parts = [data]
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def read_regular(path: str | os.PathLike[str], max_bytes: int = -1) -> bytes:
     """The bytes of the regular file ``path`` (at most ``max_bytes`` when given).
 

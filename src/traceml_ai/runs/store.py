@@ -65,7 +65,7 @@ from traceml_ai.runs.readers import (
     parse_params_yaml,
     parse_run_json,
 )
-from traceml_ai.runs.safeio import NotRegularFile, open_regular
+from traceml_ai.runs.safeio import NotRegularFile, open_regular, read_stated
 from traceml_ai.runs.status import display_status
 from traceml_ai.runs.watch import RootWatch
 
@@ -660,8 +660,7 @@ class RunStore:
         fs.present = True
         try:
             check_size(name, st.st_size)
-            with open_regular(path) as f:
-                data = f.read()
+            data = read_stated(path, st)
             value, warnings = _PARSERS[name](data, name)
         except RunFileError as err:
             kept = "; showing the last good version" if fs.value is not None else ""

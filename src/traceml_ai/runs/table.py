@@ -553,8 +553,8 @@ def _sorted_by(
     if not getters or len(items) < 2:
         return items
     (get, entry_of, descending), rest = getters[0], getters[1:]
+    values: list[Scalar] = list(map(get, items)) if entry_of is _sort_entry else []  # (each read once)
     if entry_of is _sort_entry and len(items) >= _NUMPY_MIN_RUNS:
-        values = list(map(get, items))
         if _all_plain_numbers(values):
             return _sorted_numbers(items, values, descending, rest)
         if _numbers_or_missing(values):
@@ -571,7 +571,7 @@ def _sorted_by(
             return _sorted_times(items, times, descending, rest)
     buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
     if entry_of is _sort_entry:
-        _classify(items, get, buckets)
+        _classify(items, values, buckets)
     else:
         for run, (kind, value) in zip(items, map(entry_of, map(get, items)), strict=True):
             buckets[kind].append((value, run))
@@ -626,8 +626,9 @@ def _sorted_numbers(
     keys = array[numbers]
     # A stable sort of the negated values is Python's stable reverse=True sort.
     order = numbers[np.argsort(-keys if descending else keys, kind="stable")]
-    ranked = [items[i] for i in order.tolist()]
-    nans = [items[i] for i in np.flatnonzero(nan).tolist()]
+    runs = _objects(items)
+    ranked = runs[order].tolist()
+    nans = runs[nan].tolist()
     out: list[RunSummary] = []
     if rest:
         in_order = array[order]
@@ -656,14 +657,13 @@ def _sorted_times(
     return out
 
 
-def _classify(items: list[RunSummary], get: Callable[[RunSummary], Scalar],
+def _classify(items: list[RunSummary], values: list[Scalar],
               buckets: tuple[list[tuple[Any, RunSummary]], ...]) -> None:
-    """:func:`_sort_entry` of every run's value into ``buckets``, inline (a call per value was a
-    third of sorting 100,000 runs by a metric, issue 16)."""
+    """:func:`_sort_entry` of every run's value (``values[i]`` of ``items[i]``) into ``buckets``,
+    inline (a call per value was a third of sorting 100,000 runs by a metric, issue 16)."""
     numbers, texts, nans, missing = buckets
     add_number, add_text = numbers.append, texts.append
-    for run in items:
-        value = get(run)
+    for run, value in zip(items, values, strict=True):
         kind = type(value)
         if kind is float:
             if value == value:
@@ -720,14 +720,32 @@ def _extend_tied(
     starts = np.ones(len(positions), dtype=bool)  # the first of its run of ties
     starts[1:] = ~same[positions[1:] - 1]
     groups = np.cumsum(starts)
-    runs = [ranked[i] for i in positions.tolist()]
-    rank = {id(run): k for k, run in enumerate(_sorted_by(runs, rest))}
-    ranks = np.fromiter((rank[id(run)] for run in runs), dtype=np.int64, count=len(runs))
-    order = np.lexsort((ranks, groups))  # by run of ties, then by the later keys' order
-    result = list(ranked)
-    for position, k in zip(positions.tolist(), order.tolist(), strict=True):
-        result[position] = runs[k]
-    out.extend(result)
+    result = _objects(ranked)
+    runs = result[positions]
+    # The tied runs' positions (0..n-1) in the later keys' order: the positions are sorted with
+    # getters that look the run up, so no run → rank mapping is built (at 100,000 runs a dict by
+    # id() and a pass over it cost a fifth of the sort, issue 16).
+    picked = runs.tolist()
+    by_position = [(_at(get, picked), entry_of, descending) for get, entry_of, descending in rest]
+    in_rest_order = np.fromiter(_sorted_by(list(range(len(picked))), by_position),  # type: ignore[arg-type]
+                                dtype=np.int64, count=len(picked))
+    # Stable by run of ties: each run of ties takes its members in the later keys' order.
+    order = in_rest_order[np.argsort(groups[in_rest_order], kind="stable")]
+    result[positions] = runs[order]
+    out.extend(result.tolist())
+
+
+def _at(get: Callable[[RunSummary], Scalar], runs: list[RunSummary]) -> Callable[[int], Scalar]:
+    """``get`` of the run at a position of ``runs`` (sorting positions in place of runs)."""
+    return lambda i: get(runs[i])
+
+
+def _objects(items: list[Any]) -> Any:
+    """``items`` as a numpy array of objects (from an iterator: a run is never unpacked as a sequence,
+    and five times faster than filling an empty array)."""
+    import numpy as np
+
+    return np.fromiter(items, dtype=object, count=len(items))
 
 
 def _extend_tied_small(

@@ -47,6 +47,12 @@ DEFAULT_SIZES = (1_000, 10_000, 100_000)
 RUNNING = 10
 
 
+def loaded_above(cores: int) -> float:
+    """The 1-minute load average above which a size's figures are reported as measured on a shared
+    machine: the benchmark keeps about one core busy, so 1 + a quarter of the cores (1.5 on 2)."""
+    return 1 + cores / 4
+
+
 def default_cache() -> Path:
     """``$XDG_CACHE_HOME/traceml-bench-scale`` (``~/.cache`` when unset)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -218,11 +224,21 @@ def measure(size: int, cache: Path, log: Callable[[str], None], *, repeat: int =
     root = str(ensure_runs(cache, size, log))
     cache_dir = str(cache / str(size) / "cache")
     log(f"measuring {size:,} runs" + (f" (warm figures: median of {repeat})" if repeat > 1 else ""))
+    loads = [os.getloadavg()[0]]
     figures = _child("cold", root, cache_dir)
+    loads.append(os.getloadavg()[0])
     figures.update(median_figures([_child("warm", root, cache_dir) for _ in range(repeat)]))
+    loads.append(os.getloadavg()[0])
     ls = [_ls_warm(root, cache_dir) for _ in range(repeat)]
+    loads.append(os.getloadavg()[0])
     figures["ls_warm"] = statistics.median(cpu for cpu, _ in ls)
     figures["ls_warm_wall"] = statistics.median(wall for _, wall in ls)
+    # The benchmark itself keeps about one core busy: a higher load means other work shared the
+    # machine (its caches, its memory bandwidth) and the figures above are not this one's alone.
+    figures["load_max"] = max(loads)
+    if max(loads) > loaded_above(os.cpu_count() or 1):
+        log(f"  note: load average reached {max(loads):.1f} while measuring {size:,} runs: other work "
+            "shared the machine; measure again on a quiet one")
     return figures
 
 
@@ -259,6 +275,7 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], float], str], ...] = (
     ("table group (config value), CPU ms", lambda f: f["table"]["group"] * 1e3, "ms"),
     ("table search (text), CPU ms", lambda f: f["table"]["search"] * 1e3, "ms"),
     ("viewer RSS, MB", lambda f: f["rss_mb"], "MB"),
+    ("load average (1 min), highest while measured", lambda f: f["load_max"], ""),
     ("runs.sqlite size, MB", lambda f: f["db_mb"], "MB"),
 )
 
@@ -267,11 +284,11 @@ def report(results: dict[int, dict[str, Any]]) -> list[list[str]]:
     """The table: one row per figure, one column per size, then the ratio of the two largest."""
     sizes = sorted(results)
     out = []
-    for label, get, _unit in ROWS:
+    for label, get, unit in ROWS:
         values = [get(results[n]) for n in sizes]
         row = [label, *(f"{v:.3g}" if v < 100 else f"{v:.0f}" for v in values)]
-        if len(values) >= 2:
-            row.append(f"{values[-1] / values[-2]:.1f}×" if values[-2] > 0 else "")
+        if len(values) >= 2:  # (a figure without a unit, the load, has no meaningful ratio)
+            row.append(f"{values[-1] / values[-2]:.1f}×" if values[-2] > 0 and unit else "")
         out.append(row)
     return out
 

@@ -4,6 +4,7 @@ redirect, other pages on other 127.0.0.1 ports, and request lines a parser canno
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -234,6 +235,28 @@ def test_a_body_that_runs_past_the_limit_is_refused(viewer: Viewer) -> None:
     answer = client.post("/api/refresh", content=big, headers={
         "x-traceml-token": TOKEN, "origin": ORIGIN, "content-type": "application/json"})
     assert answer.status_code == 400 and "too large" in answer.json()["error"]
+
+
+def test_the_csv_export_of_a_table_whose_keys_pass_one_mib_is_written(viewer: Viewer) -> None:
+    """Review 16a: the page's Export CSV of all rows sends every run's key (its folder path); past
+    about 13,000 rows that was over the 1 MiB body limit and the export was refused. A request that
+    lists run keys may be up to MAX_KEYS_BODY_BYTES; other requests keep the 1 MiB limit."""
+    from traceml_ai.ui.api import MAX_BODY_BYTES, MAX_KEYS_BODY_BYTES
+
+    client = client_for(viewer)
+    headers = {"x-traceml-token": TOKEN, "origin": ORIGIN, "content-type": "application/json"}
+    runs = [r.key for r in viewer.store.runs()]
+    keys = (runs * (MAX_BODY_BYTES // sum(len(k) + 3 for k in runs) + 2))[:20_000]
+    body = json.dumps({"keys": keys, "columns": ["name"]}).encode()
+    assert len(body) > MAX_BODY_BYTES
+    answer = client.post("/api/export/table", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rows"] == len(keys)
+    written = Path(answer.json()["path"]).read_text().splitlines()
+    assert len(written) == len(keys) + 1  # the header, then a row per key
+    too_big = client.post("/api/export/table", content=b"{}", headers={
+        **headers, "content-length": str(MAX_KEYS_BODY_BYTES + 1)})
+    assert too_big.status_code == 400 and f"at most {MAX_KEYS_BODY_BYTES} bytes" in too_big.json()["error"]
 
 
 def test_a_wrong_token_beside_a_right_one_is_refused(viewer: Viewer) -> None:

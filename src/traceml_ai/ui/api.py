@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # (imported when first needed: TelemetrySide)
     from traceml_ai.ui.telemetry import TelemetryViews
 
 MAX_BODY_BYTES = 1024 * 1024
+"""The largest body of a request that names no runs (Refresh, the remembered view, a panel export)."""
+MAX_KEYS_BODY_BYTES = 64 * 1024 * 1024
+"""The largest body of a request that lists run keys (series, charts, hide, the table's CSV export):
+every run of the table may be in it, and a key is the run folder's full path (the CSV export of
+100,000 runs sends about 10 MB; it was refused above 13,000 rows, review 16a)."""
 log = logging.getLogger("traceml.ui")
 PING_EVERY_S = 15.0
 
@@ -95,24 +100,25 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body, read no further than :data:`MAX_BODY_BYTES`: a larger
-    ``Content-Length`` is refused before anything is read, and a body that runs past the limit is
-    refused as soon as it does (the viewer never holds more than the limit of one request).
+async def _body(request: Request, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The request's JSON object body, read no further than ``limit`` bytes (:data:`MAX_BODY_BYTES`,
+    or :data:`MAX_KEYS_BODY_BYTES` for a request listing run keys): a larger ``Content-Length`` is
+    refused before anything is read, and a body that runs past the limit is refused as soon as it
+    does (the viewer never holds more than the limit of one request).
 
     Raises:
         RequestError: the body is too large, ends early, is not JSON, or not an object.
     """
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
-        raise RequestError(f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise RequestError(f"request body too large (at most {limit} bytes)")
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise RequestError(f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+            if size > limit:
+                raise RequestError(f"request body too large (at most {limit} bytes)")
             chunks.append(chunk)
     except ClientDisconnect:
         raise RequestError("the client went away before its request body ended") from None
@@ -177,7 +183,7 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
     async def post_series(request: Request) -> Response:
         from traceml_ai.ui.requests import SeriesRequest, parse  # (pydantic: at the first POST, issue 16)
 
-        body = parse(SeriesRequest, await _body(request))
+        body = parse(SeriesRequest, await _body(request, MAX_KEYS_BODY_BYTES))
         x_range = None if body.x_range is None else (body.x_range[0], body.x_range[1])
         payload = await asyncio.to_thread(viewer.series_payload, body.keys, body.metrics, body.x, body.ema, x_range,
                                           body.group_by)
@@ -190,7 +196,7 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
     async def post_chart(request: Request) -> Response:
         from traceml_ai.runs.analysis import ChartSpecError, chart_data, parse_chart_spec
 
-        body = await _body(request)
+        body = await _body(request, MAX_KEYS_BODY_BYTES)
         try:
             spec = parse_chart_spec(body)
         except ChartSpecError as err:
@@ -286,7 +292,7 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
     async def post_hide(request: Request) -> Response:
         from traceml_ai.ui.requests import HideRequest, parse  # (pydantic: at the first POST, issue 16)
 
-        body = parse(HideRequest, await _body(request))
+        body = parse(HideRequest, await _body(request, MAX_KEYS_BODY_BYTES))
         return JSONResponse({"hidden": await asyncio.to_thread(viewer.set_hidden, body.keys, body.hidden)})
 
     async def ui_state(request: Request) -> Response:
@@ -301,7 +307,7 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
     async def export_table(request: Request) -> Response:
         from traceml_ai.ui.requests import ExportTableRequest, parse  # (pydantic: at the first POST, issue 16)
 
-        body = parse(ExportTableRequest, await _body(request))
+        body = parse(ExportTableRequest, await _body(request, MAX_KEYS_BODY_BYTES))
         if viewer.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
         runs = viewer.runs_by_keys(body.keys)
@@ -312,7 +318,7 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
     async def export_chart(request: Request) -> Response:
         from traceml_ai.runs.analysis import ChartSpecError, parse_chart_spec
 
-        body = await _body(request)
+        body = await _body(request, MAX_KEYS_BODY_BYTES)
         if viewer.cache is None:
             raise RequestError("this viewer has no cache folder to write exports into")
         fmt = body.get("format", "png")

@@ -311,3 +311,45 @@ def test_a_folder_holding_only_an_envelope_is_not_a_broken_run_row(tmp_path: Pat
     rows = _rows(client)
     assert set(rows) == {"rank0"}
     assert client.get(f"/api/runs/{rows['rank0']['key']}/attachments").json()["catalog_run"] == "exp-1"
+
+
+def test_polls_go_on_updating_live_runs_while_the_catalog_is_opened(tmp_path: Path) -> None:
+    """Review 16a: at 100,000 runs on a cold disk the first poll's catalog walk took minutes, and
+    every later poll waited for it, so live runs did not update. A poll (or a Refresh) now goes on
+    without the catalog while another opening is under way; a Refresh that came meanwhile opens it
+    again afterwards. The walk is made slow here by holding it at its start (a slow disk)."""
+    import threading
+
+    root = tmp_path / "runs"
+    _run_folder(root, "done", None)
+    live = Run(root, name="live", params={"lr": 0.1})
+    live.log(0, {"train/loss": 1.0})
+    viewer = Viewer(RunStore([root]), CacheFolder(tmp_path / "cache", roots=[root]), refresh_interval_seconds=0.2)
+    walking, go_on = threading.Event(), threading.Event()
+    real_open = viewer.catalog._open
+
+    def slow_open(real_roots: list[str]) -> Any:
+        walking.set()
+        go_on.wait(60)
+        return real_open(real_roots)
+
+    viewer.catalog._open = slow_open  # type: ignore[method-assign]
+    first = threading.Thread(target=viewer.poll, name="first-poll", daemon=True)
+    first.start()
+    try:
+        assert walking.wait(60), "the first poll never opened the catalog"
+        assert next(r for r in viewer.store.runs() if r.name == "live").display_status == "running"
+        live.log(1, {"train/loss": 0.5})
+        live.finish()  # the live run ends during the walk: the next poll must show it
+        later = threading.Thread(target=lambda: (viewer.poll(), viewer.poll(refresh=True)), daemon=True)
+        later.start()
+        later.join(60)
+        assert not later.is_alive(), "a poll waited for the catalog opening under way"
+        run = next(r for r in viewer.store.runs() if r.name == "live")
+        assert run.display_status == "completed" and run.last["train/loss"] == 0.5
+    finally:
+        go_on.set()
+        first.join(60)
+    assert not first.is_alive()
+    # The Refresh that came during the walk was not lost: the catalog is due again.
+    assert viewer.catalog.due([r.key for r in viewer.store.runs()], force=False)

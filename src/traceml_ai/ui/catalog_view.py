@@ -111,6 +111,7 @@ class CatalogView:
         self._opened_at: float | None = None
         self._opened_keys: frozenset[str] = frozenset()
         self._lock = threading.Lock()  # one opening at a time (poll thread and Refresh)
+        self._missed_force = False  # a Refresh came while another opening was under way
         self.last_open_s: float | None = None
         """Seconds the last opening took (discovery + build), for the benchmark."""
 
@@ -119,7 +120,7 @@ class CatalogView:
     def due(self, keys: Iterable[str], *, force: bool) -> bool:
         """Whether a poll should open the catalog again: on Refresh, at the first poll, when run
         folders appeared or went, or :data:`CATALOG_EVERY_S` after the last opening."""
-        if force or self._opened_at is None:
+        if force or self._opened_at is None or self._missed_force:
             return True
         if frozenset(keys) != self._opened_keys:
             return True
@@ -138,12 +139,23 @@ class CatalogView:
         """Open the catalog again when :meth:`due`; return the keys of the viewer's runs whose
         ``catalog_run`` or catalog warnings changed (so the viewer sends those rows again).
 
+        Never waits for another opening: while one is under way (the first poll's walk of every
+        folder takes minutes on a cold disk at 100,000 runs) the call returns ``[]`` at once, so the
+        poll that made it goes on updating the live runs (review 16a: every poll waited for the
+        walk, the page froze for 4 minutes). The opening under way reports its own changes; a
+        Refresh that came meanwhile makes the next call open the catalog again.
+
         Never raises: a catalog that cannot be opened becomes one global warning.
         """
         keys = [r.key for r in runs]
         if not self.due(keys, force=force):
             return []
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            if force:
+                self._missed_force = True
+            return []
+        try:
+            self._missed_force = False
             started = time.perf_counter()
             real_roots = resolve_roots(self._roots)[0]
             try:
@@ -158,6 +170,8 @@ class CatalogView:
             self._snap = snap
             self._opened_at = self._clock()
             self._opened_keys = frozenset(keys)
+        finally:
+            self._lock.release()
         return [k for k in keys if old.run_of.get(k) != snap.run_of.get(k)
                 or old.run_warnings.get(k) != snap.run_warnings.get(k)]
 

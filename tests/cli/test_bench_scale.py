@@ -16,7 +16,8 @@ def test_bench_scale_prints_every_figure_and_reuses_the_generated_runs(tmp_path:
     assert "measuring 60 runs (warm figures: median of 2)" in proc.stdout
     for figure in ("cold scan", "writing runs.sqlite", "warm start to first table answer", "runs ls --json warm",
                    "no-change poll (10 running)", "re-lists the root", "table sort", "table filter",
-                   "table group", "table search", "viewer RSS", "runs.sqlite size", "load average"):
+                   "table group", "table search", "viewer RSS", "runs.sqlite size", "load average", "cold scan, wall s",
+                   "runs ls --json warm, wall s"):
         assert figure in proc.stdout, figure
     assert "30 runs" in proc.stdout and "60 runs" in proc.stdout and "ratio" in proc.stdout
     assert proc.stdout.count("generating") == 2

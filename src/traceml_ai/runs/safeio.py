@@ -52,7 +52,17 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
             unreadable files report this one the same way, ``strerror`` naming the kind).
         OSError: it cannot be opened (missing, permissions).
     """
-    before = os.stat(path)
+    fd, _ = _open_checked(path, os.stat(path))
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_checked(path: str | os.PathLike[str], before: os.stat_result) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` opened non-blocking, and its ``fstat``, when both ``before`` (the
+    caller's ``stat``) and the opened file are regular files (the module docstring)."""
     if not stat.S_ISREG(before.st_mode):
         raise _refuse(path, before.st_mode)
     fd = os.open(path, _FLAGS)
@@ -60,10 +70,10 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         after = os.fstat(fd)
         if not stat.S_ISREG(after.st_mode):
             raise _refuse(path, after.st_mode)
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd, after
 
 
 def read_stated(path: str | os.PathLike[str], before: os.stat_result) -> bytes:
@@ -78,13 +88,8 @@ def read_stated(path: str | os.PathLike[str], before: os.stat_result) -> bytes:
         NotRegularFile: ``before`` or the opened file is not a regular file.
         OSError: it cannot be opened or read.
     """
-    if not stat.S_ISREG(before.st_mode):
-        raise _refuse(path, before.st_mode)
-    fd = os.open(path, _FLAGS)
+    fd, after = _open_checked(path, before)
     try:
-        after = os.fstat(fd)
-        if not stat.S_ISREG(after.st_mode):
-            raise _refuse(path, after.st_mode)
         data = os.read(fd, after.st_size + 1)
         if len(data) <= after.st_size:
             return data

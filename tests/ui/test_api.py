@@ -103,6 +103,67 @@ def test_runs_then_only_changed_runs(workspace: Path) -> None:
     assert later["runs"][0]["display_status"] == "running"
 
 
+def _lines(response: Any) -> list[dict[str, Any]]:
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/x-ndjson"
+    return [json.loads(line) for line in response.content.splitlines()]
+
+
+def test_the_streamed_listing_is_the_listing_a_chunk_of_rows_a_line(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("traceml_ai.ui.service.RUNS_CHUNK", 5)
+    client = _client(workspace)[0]
+    _auth(client)
+    plain = client.get("/api/runs?since=0").json()
+    lines = _lines(client.get("/api/runs?since=0&stream=1"))
+    header, chunks, end = lines[0], lines[1:-1], lines[-1]
+    assert header == {**{k: v for k, v in plain.items() if k != "runs"}, "count": 24}
+    assert [len(c["runs"]) for c in chunks] == [5, 5, 5, 5, 4]
+    assert [r for c in chunks for r in c["runs"]] == plain["runs"]
+    assert end == {"end": True, "count": 24}
+    # A delta streams the same way: a header and the changed runs.
+    assert _lines(client.get(f"/api/runs?since={plain['version']}&stream=1")) == [
+        {**{k: v for k, v in client.get(f"/api/runs?since={plain['version']}").json().items() if k != "runs"},
+         "count": 0},
+        {"end": True, "count": 0},
+    ]
+
+
+def test_a_run_that_changes_while_the_listing_streams_comes_with_the_next_delta(workspace: Path) -> None:
+    client, viewer = _client(workspace)
+    chunks = viewer.runs_chunks(0, size=4)
+    header = next(chunks)
+    first = next(chunks)["runs"]
+    changed = first[0]
+    run_json = Path(changed.path) / "run.json"
+    meta = json.loads(run_json.read_text())
+    meta["notes"] = "changed while the page's listing streamed"
+    run_json.write_text(json.dumps(meta))
+    viewer.poll(refresh=True)  # (a Refresh: finished runs are re-read too)
+    rest = [r for c in chunks if "runs" in c for r in c["runs"]]
+    assert len(first) + len(rest) == header["count"] == 24
+    later = _auth(client).get(f"/api/runs?since={header['version']}").json()
+    notes = [r["notes"] for r in later["runs"] if r["key"] == changed.key]
+    assert notes == ["changed while the page's listing streamed"]
+
+
+def test_a_table_answer_brings_the_rows_of_its_first_runs(workspace: Path) -> None:
+    client = _auth(_client(workspace)[0])
+    by_key = {r["key"]: r for r in client.get("/api/runs").json()["runs"]}
+    answer = client.get("/api/table", params={"sort": "-run.best.val/auc", "rows": 7}).json()
+    assert [r["key"] for r in answer["rows"]] == answer["keys"][:7]
+    assert answer["rows"] == [by_key[k] for k in answer["keys"][:7]]
+    grouped = client.get("/api/table", params={"group": "config.data.dataset", "rows": 500}).json()
+    assert [r["key"] for r in grouped["rows"]] == [k for g in grouped["groups"] for k in g["keys"]]
+    assert "rows" not in client.get("/api/table").json()
+    remembered = client.get("/api/table?remembered=1&rows=3").json()
+    assert [r["key"] for r in remembered["rows"]] == remembered["keys"][:3] and "query" in remembered
+    for bad in ("501", "-1", "many"):
+        response = client.get(f"/api/table?rows={bad}")
+        assert response.status_code == 400 and "rows" in response.json()["error"]
+
+
 def test_table_applies_the_python_table_model(workspace: Path) -> None:
     client = _auth(_client(workspace)[0])
     body = client.get("/api/table", params=[("filter", "run.best.val/auc>=0.9"), ("sort", "-run.best.val/auc")]).json()

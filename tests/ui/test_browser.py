@@ -399,6 +399,106 @@ def test_the_table_shows_the_24_fake_runs_with_their_statuses(browser: Browser, 
         s.assert_clean()
 
 
+def _first_screen_rows(route: Any) -> None:
+    """The first table answer with the rows of its first 3 runs only (the page asks for 200)."""
+    route.continue_(url=route.request.url.replace("rows=200", "rows=3"))
+
+
+def test_the_table_draws_from_its_first_rows_while_the_listing_streams(browser: Browser, viewer: Viewer) -> None:
+    # The page draws the Runs view from the first table answer's rows (here 3 of them), before the
+    # listing has brought the other runs; those rows are drawn empty, then filled as it arrives.
+    listing = re.compile(r"/api/runs\?since=0&stream=1$")
+    first_table = re.compile(r"/api/table\?remembered=1&rows=200$")
+    order = viewer.table()["keys"]
+    names = {r["key"]: r["name"] for r in viewer.api("/api/runs")["runs"]}
+    viewer.forget_view()
+
+    # 1. A listing cut off after its header and 5 rows: the first screen is there, with the rows it
+    #    brought, and the page says the listing did not all load.
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    partial = order[-5:]
+    held: list[Any] = []
+    try:
+        page.route(first_table, _first_screen_rows)
+        page.route(listing, lambda route: held.append(route))
+        page.goto(viewer.url)
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
+        expect(page.get_by_test_id("run-row")).to_have_count(24)
+        assert len(held) == 1
+        header, chunk, _end = held[0].fetch().body().splitlines()
+        rows = [r for r in json.loads(chunk)["runs"] if r["key"] in partial]
+        held[0].fulfill(status=200, content_type="application/x-ndjson",
+                        body=header + b"\n" + json.dumps({"runs": rows}).encode() + b"\n")
+        expect(page.get_by_test_id("toast")).to_contain_text("The runs did not all load")
+        expect(page.get_by_test_id("toast")).to_contain_text("cut off")
+        for key in [*order[:3], *partial]:
+            expect(page.locator(f"[data-testid=run-row][data-key='{key}'] .cell-name")).to_have_text(names[key])
+        # A run the page never got is not drawn once the listing has ended (it holds nothing of it).
+        expect(page.locator(f"[data-testid=run-row][data-key='{order[3]}']")).to_have_count(0)
+        assert errors == []
+    finally:
+        context.close()
+
+    # 2. The listing held back until the table is drawn: 3 rows with their runs, 21 drawn empty while
+    #    the header says it is loading; then the listing comes and every row drawn empty is filled in.
+    viewer.forget_view()
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    held.clear()
+    try:
+        page.route(first_table, _first_screen_rows)
+        page.route(listing, lambda route: held.append(route))
+        page.goto(viewer.url)
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
+        expect(page.get_by_test_id("run-row")).to_have_count(24)
+        expect(page.locator("[data-testid=run-row] .cell-name")).to_have_text([names[k] for k in order[:3]])
+        expect(page.locator(f"[data-testid=run-row][data-key='{order[3]}']")).to_contain_text("–")
+        expect(page.get_by_test_id("last-refreshed")).to_have_text("Loading runs… 3")
+        assert len(held) == 1
+        held[0].continue_()
+        expect(page.get_by_test_id("last-refreshed")).to_have_text(re.compile(r"^(Refreshed|Not refreshed)"))
+        drawn = page.locator("[data-testid=run-row] .cell-name")
+        expect(drawn).to_have_count(24)
+        assert sorted(drawn.all_inner_texts()) == sorted(names.values())
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_the_column_chooser_lists_a_bounded_number_of_options_and_its_search_finds_every_column(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # 600 logged keys: the chooser lists 200 of them (and says how many more), a search finds any.
+    root = tmp_path / "traceml" / "runs"
+    folder = root / "20261130-100000_wide_ab12"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({
+        "schema_version": 1, "id": folder.name, "name": "wide", "status": "completed",
+        "started_at": "2026-11-30T10:00:00Z", "ended_at": "2026-11-30T10:30:00Z"}))
+    (folder / "metrics.json").write_text(json.dumps({"summary": {f"probe/k{i:03d}": i / 1000 for i in range(600)}}))
+    with serve(root) as viewer, open_viewer(browser, viewer) as s:
+        page = s.page
+        page.get_by_test_id("column-chooser").click()
+        chooser = page.get_by_test_id("column-popover")
+        summary = chooser.locator("[data-testid=column-option][data-column^='summary.probe/']")
+        expect(summary).to_have_count(200)
+        expect(chooser.get_by_test_id("column-more")).to_have_text("400 more: type to find them")
+        chooser.get_by_test_id("column-search").fill("k599")
+        expect(summary).to_have_count(1)
+        summary.check()
+        chooser.get_by_test_id("column-search").fill("")
+        # The chosen column stays listed (checked) beyond the first 200.
+        expect(chooser.locator("[data-testid=column-option][data-column='summary.probe/k599']")).to_be_checked()
+        expect(summary).to_have_count(201)
+        page.keyboard.press("Escape")
+        expect(page.locator(".tabulator-col[tabulator-field='summary.probe/k599']")).to_have_count(1)
+        s.assert_clean()
+
+
 # -- 2. filter, search, group, sort ----------------------------------------------------------------
 
 
@@ -511,7 +611,8 @@ def test_a_reload_opens_the_remembered_view_with_the_table_it_asks_for(browser: 
         expect(page.get_by_test_id("table-info")).to_have_text(f"{expected['shown']} of 24 runs")
         shown_keys_are(page, expected["keys"])
         expect(page.get_by_test_id("filter-chip")).to_contain_text(">=0.9")
-        assert any(u.endswith("/api/table?remembered=1") for u in s.requests)
+        assert any(u.endswith("/api/table?remembered=1&rows=200") for u in s.requests)
+        assert any(u.endswith("/api/runs?since=0&stream=1") for u in s.requests)
         s.assert_clean()
 
 

@@ -1,7 +1,7 @@
 // Actions that call the server and update the store: loading run deltas, querying the table model,
 // hiding runs, exports, and remembering the view.
 
-import { api, sameQuestion, type TableQuery, tableQuestion } from "./api";
+import { api, FIRST_ROWS, sameQuestion, type TableQuery, tableQuestion } from "./api";
 import { debounce } from "./dom";
 import { type StatusSegment, store, type UiState } from "./store";
 import type { ExportResponse, TableResponse } from "./types";
@@ -10,7 +10,8 @@ import { errorText, toast } from "./ui";
 let runsInFlight: Promise<void> | null = null;
 let runsAgain = false;
 
-/** Fetch what changed since the version the page holds, and tell the views. */
+/** Fetch what changed since the version the page holds, and tell the views. `full`: every run, as a
+ *  streamed listing. */
 export function loadRuns(full = false): Promise<void> {
   if (runsInFlight) {
     runsAgain = true;
@@ -18,18 +19,42 @@ export function loadRuns(full = false): Promise<void> {
   }
   runsInFlight = (async () => {
     try {
-      do {
+      if (full) await streamListing();
+      else runsAgain = true;
+      while (runsAgain) {
         runsAgain = false;
-        const res = await api.runs(full ? 0 : store.version);
-        full = false;
+        const res = await api.runs(store.version);
         const changed = store.applyRuns(res);
         store.emit("runs", changed);
-      } while (runsAgain);
+      }
     } finally {
       runsInFlight = null;
     }
   })();
   return runsInFlight;
+}
+
+/** Every run, a chunk at a time: each chunk's rows are drawn as they come ("rows"), and the runs the
+ *  listing left out go at its end. Changes made meanwhile come with the next delta (since=version). */
+async function streamListing(): Promise<void> {
+  let complete = false;
+  store.startListing();
+  try {
+    await api.listing({
+      header: (res) => {
+        store.emit("runs", store.listingHeader(res)); // (also when empty: the roots, the refresh settings)
+        store.emit("rows", []);
+      },
+      rows: (rows) => store.emit("rows", store.addListed(rows)),
+    });
+    complete = true;
+  } finally {
+    if (store.listing) {
+      const gone = store.endListing(complete);
+      store.emit("listed");
+      if (gone.length) store.emit("runs", gone);
+    }
+  }
 }
 
 /** POST /api/refresh: re-check finished runs too, then re-query the table. */
@@ -66,11 +91,14 @@ export function currentTableQuery(): TableQuery {
 
 let tableSeq = 0;
 
-/** GET /api/table with the current view; only the newest answer is applied. */
-export async function queryTable(): Promise<TableResponse | null> {
+/** GET /api/table with the current view; only the newest answer is applied. `rows`: also the rows of
+ *  its first runs (the first table, while the listing streams). */
+export async function queryTable(rows = 0): Promise<TableResponse | null> {
   const seq = ++tableSeq;
   try {
-    const res = await api.table(currentTableQuery());
+    const res = await api.table(currentTableQuery(), rows || (store.listing ? FIRST_ROWS : 0));
+    const added = store.addRows(res.rows);
+    if (added.length) store.emit("rows", added);
     if (seq !== tableSeq) return null;
     store.table = res;
     store.emit("table");
@@ -89,6 +117,8 @@ export async function queryFirstTable(): Promise<TableResponse | null> {
   const seq = ++tableSeq;
   try {
     const res = await api.rememberedTable();
+    const added = store.addRows(res.rows);
+    if (added.length) store.emit("rows", added);
     if (seq === tableSeq && sameQuestion(res.query, tableQuestion(currentTableQuery()))) {
       store.table = res;
       store.emit("table");
@@ -97,7 +127,7 @@ export async function queryFirstTable(): Promise<TableResponse | null> {
   } catch {
     // ask the usual way below
   }
-  return seq === tableSeq ? queryTable() : null;
+  return seq === tableSeq ? queryTable(FIRST_ROWS) : null;
 }
 
 export const queryTableSoon = debounce(() => void queryTable(), 180);

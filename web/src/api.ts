@@ -1,7 +1,7 @@
 // The only module that talks to the server (docs/viewer-api.md). The token lives in an HttpOnly
 // cookie set by the first visit, so requests are plain same-origin fetches.
 
-import type { AttachmentsResponse, BarResponse, BarSpec, BoxResponse, BoxSpec, CompareResponse, ExportResponse, LineSpec, PerformancePage, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis, ZoomedBreakdown } from "./types";
+import type { AttachmentsResponse, RunRow, RunsHeader, BarResponse, BarSpec, BoxResponse, BoxSpec, CompareResponse, ExportResponse, LineSpec, PerformancePage, PerformanceResponse, RememberedTableResponse, RunDetail, RunsResponse, ScatterResponse, ScatterSpec, SeriesResponse, TableQuestion, TableResponse, TelemetryResponse, XAxis, ZoomedBreakdown } from "./types";
 import type { ExportPerformanceRequest, ExportTableRequest, HideRequest, RefreshRequest, SeriesRequest } from "./requests";
 
 /** A failed API call; `message` is the server's one-line `error` when it sent one. */
@@ -28,6 +28,26 @@ export function discardEarly(): void {
   delete (window as unknown as { __tracemlEarly?: Record<string, Promise<Response>> }).__tracemlEarly;
 }
 
+/** The error of a failed answer: the server's one-line `error` when it sent one. */
+async function failure(method: string, path: string, res: Response): Promise<ApiError> {
+  const type = res.headers.get("Content-Type") ?? "";
+  let message = `${method} ${path.split("?")[0]}: HTTP ${res.status}`;
+  if (type.includes("json")) {
+    try {
+      const data = (await res.json()) as { error?: unknown };
+      if (typeof data.error === "string") message = data.error;
+    } catch {
+      // keep the generic message
+    }
+  }
+  if (res.status === 403 && !type.includes("json")) {
+    message = "access refused: open the URL with ?token=… that `traceml ui` printed";
+  }
+  return new ApiError(message, res.status);
+}
+
+const UNREACHABLE = "cannot reach the TraceML server (is `traceml ui` still running?)";
+
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method, credentials: "same-origin", headers: {} };
   if (body !== undefined) {
@@ -38,27 +58,68 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
   try {
     res = await ((method === "GET" && body === undefined ? takeEarly(path) : undefined) ?? fetch(path, init));
   } catch {
-    throw new ApiError("cannot reach the TraceML server (is `traceml ui` still running?)", 0);
+    throw new ApiError(UNREACHABLE, 0);
   }
+  if (!res.ok) throw await failure(method, path, res);
   const type = res.headers.get("Content-Type") ?? "";
-  if (!res.ok) {
-    let message = `${method} ${path.split("?")[0]}: HTTP ${res.status}`;
-    if (type.includes("json")) {
-      try {
-        const data = (await res.json()) as { error?: unknown };
-        if (typeof data.error === "string") message = data.error;
-      } catch {
-        // keep the generic message
-      }
-    }
-    if (res.status === 403 && !type.includes("json")) {
-      message = "access refused: open the URL with ?token=… that `traceml ui` printed";
-    }
-    throw new ApiError(message, res.status);
-  }
   if (type.includes("json")) return (await res.json()) as T;
   return (await res.text()) as unknown as T;
 }
+
+/** The rows of the whole page, as a streamed listing: the header, then the rows a chunk at a time. */
+export interface ListingSink {
+  header(res: RunsHeader): void;
+  rows(rows: RunRow[]): void;
+}
+
+/**
+ * GET /api/runs?since=0&stream=1 (docs/viewer-api.md, "Streamed listing"): one JSON object per line,
+ * each handed on as soon as its line has arrived, so 100,000 runs come as ~50 parses of a few MB
+ * (one parse of 165 MB froze the tab for seconds) and the table draws before the last of them.
+ * Resolves with the number of rows once the end line has come; a listing cut off before it fails.
+ */
+async function streamRuns(sink: ListingSink): Promise<number> {
+  const path = "/api/runs?since=0&stream=1";
+  let res: Response;
+  try {
+    res = await fetch(path, { method: "GET", credentials: "same-origin" });
+  } catch {
+    throw new ApiError(UNREACHABLE, 0);
+  }
+  if (!res.ok) throw await failure("GET", path, res);
+  if (!res.body) throw new ApiError("GET /api/runs: the answer has no body", res.status);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  let lines = 0;
+  let end: number | null = null;
+  const take = (line: string) => {
+    const obj = JSON.parse(line) as { runs?: RunRow[]; end?: boolean; count?: number };
+    if (lines++ === 0) sink.header(obj as unknown as RunsHeader);
+    else if (obj.end) end = obj.count ?? 0;
+    else if (obj.runs) sink.rows(obj.runs);
+  };
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += value;
+      let nl = pending.indexOf("\n");
+      while (nl >= 0) {
+        take(pending.slice(0, nl));
+        pending = pending.slice(nl + 1);
+        nl = pending.indexOf("\n");
+      }
+    }
+  } catch (err) {
+    if (err instanceof SyntaxError) throw new ApiError(`GET /api/runs: a line of the listing is not JSON (${err.message})`, 200);
+    throw new ApiError(UNREACHABLE, 0);
+  }
+  if (end === null) throw new ApiError("GET /api/runs: the listing was cut off before its end (the server stopped?)", 200);
+  return end;
+}
+
+/** Rows the first table answer brings (`rows=`): more than a tall screen draws, with its buffer. */
+export const FIRST_ROWS = 200;
 
 export interface TableQuery {
   filters: string[];
@@ -107,10 +168,16 @@ export function tableParams(q: TableQuery): URLSearchParams {
 
 export const api = {
   runs: (since: number) => request<RunsResponse>("GET", `/api/runs?since=${since}`),
+  /** Every run, streamed (index.html preloads exactly this URL). */
+  listing: streamRuns,
   refresh: (since: number) => request<RunsResponse>("POST", "/api/refresh", { since } satisfies RefreshRequest),
-  table: (q: TableQuery) => request<TableResponse>("GET", `/api/table?${tableParams(q).toString()}`),
+  table: (q: TableQuery, rows = 0) => {
+    const p = tableParams(q);
+    if (rows) p.set("rows", String(rows));
+    return request<TableResponse>("GET", `/api/table?${p.toString()}`);
+  },
   /** The table as the remembered view asks for it (index.html preloads exactly this URL). */
-  rememberedTable: () => request<RememberedTableResponse>("GET", "/api/table?remembered=1"),
+  rememberedTable: () => request<RememberedTableResponse>("GET", `/api/table?remembered=1&rows=${FIRST_ROWS}`),
   /** `xRange`: a zoomed chart's visible x range; the buckets then cover only it (finer points).
    *  `groupBy` (Plot by groups): the answer also holds each group's mean and band (`groups`). */
   series: (keys: string[], metrics: string[], x: XAxis, ema: number, xRange?: [number, number], groupBy?: string | null) =>

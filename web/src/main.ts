@@ -12,7 +12,7 @@ import { connectLive } from "./live";
 import { Shell } from "./shell";
 import { prefetchPerformance } from "./perfAnswers";
 import { parseUiState, store } from "./store";
-import { errorText } from "./ui";
+import { errorText, toast } from "./ui";
 import { ChartsView } from "./views/charts";
 import { CompareView } from "./views/compare";
 import { loadUPlot } from "./views/lineChart";
@@ -31,8 +31,13 @@ async function boot(): Promise<void> {
   discardEarly(); // (what the prefetch did not take was sent for another view than this one opens)
   const table = queryFirstTable();
   const runs = loadRuns(true);
+  // The Runs view is drawn once the first table answer (which brings the rows of its first screen)
+  // is here, while the runs stream in; the other views draw from every run, so a page opening on
+  // one waits for the whole listing (issue 16: 100,000 runs). A listing that fails first is the
+  // page's error.
+  const early = store.ui.view === "runs";
   try {
-    await runs;
+    await Promise.race([early ? table : runs, runs]);
   } catch (err) {
     replace(
       host,
@@ -58,6 +63,7 @@ async function boot(): Promise<void> {
   shell.renderCounts();
   shell.showView(store.ui.view);
   enableSaving();
+  if (early) runs.catch((err: unknown) => toast(`The runs did not all load: ${errorText(err)}`, "error"));
   const onUiChange = syncHash(() => store.ui, restoreUi);
   store.on("ui", onUiChange);
   connectLive();

@@ -61,6 +61,14 @@ export class Shell {
       else this.renderCounts();
     });
     store.on("table", () => this.renderCounts());
+    // A streamed listing: the counts grow with its chunks (at most one redraw a frame); at its
+    // end a view other than Runs, shown while it came, is drawn again with every run.
+    store.on("rows", () => this.countsSoon());
+    store.on("listed", () => {
+      this.renderCounts();
+      const v = this.active;
+      if (v && v !== "runs") this.views[v].show();
+    });
     store.on("selection", () => {
       this.renderSelectionCounts();
       this.renderSelection();
@@ -171,6 +179,16 @@ export class Shell {
     this.viewHosts.get(v)!.hidden = false;
     this.titleEl.textContent = VIEW_META[v].title;
     this.views[v].show();
+  }
+
+  private countsFrame = 0;
+
+  private countsSoon(): void {
+    if (this.countsFrame) return;
+    this.countsFrame = requestAnimationFrame(() => {
+      this.countsFrame = 0;
+      this.renderCounts();
+    });
   }
 
   renderCounts(): void {
@@ -321,6 +339,12 @@ export class Shell {
       const last = store.refreshedAt ? ` (last refreshed ${fmtAgo(store.refreshedAt)})` : "";
       this.refreshedEl.textContent = `Disconnected from the viewer server — retrying${last}`;
       this.refreshedEl.title = "The page lost its connection to traceml ui: what it shows is not updated until it answers again";
+      return;
+    }
+    if (store.listing) {
+      const total = store.listingCount;
+      this.refreshedEl.textContent = `Loading runs… ${store.runs.size.toLocaleString("en-US")}${total === null ? "" : ` of ${total.toLocaleString("en-US")}`}`;
+      this.refreshedEl.title = "The page draws the table's first rows while the others arrive";
       return;
     }
     this.refreshedEl.textContent = store.refreshedAt ? `Refreshed ${fmtAgo(store.refreshedAt)}` : "Not refreshed yet";

@@ -1,7 +1,7 @@
 // Page state: the runs the page holds (merged from GET /api/runs deltas), the last table answer,
 // and the remembered view (GET/PUT /api/ui-state). A tiny event bus tells views what changed.
 
-import type { ChartKind, RunRow, RootInfo, RunsResponse, TableResponse, XAxis } from "./types";
+import type { ChartKind, RunRow, RootInfo, RunsHeader, RunsResponse, TableResponse, XAxis } from "./types";
 
 export type View = "overview" | "runs" | "charts" | "compare" | "performance";
 export const VIEWS: View[] = ["overview", "runs", "charts", "compare", "performance"];
@@ -175,6 +175,8 @@ const UNLISTED_LISTINGS = 4;
 
 export type Topic =
   | "runs" // run data changed (payload: changed keys)
+  | "rows" // rows of a streamed listing arrived; nothing changed on the server (payload: their keys)
+  | "listed" // a streamed listing ended
   | "table" // a new table answer
   | "selection"
   | "view"
@@ -244,6 +246,75 @@ export class Store {
       this.runs.set(r.key, r);
       changed.push(r.key);
     }
+    changed.push(...this.applyHeader(res));
+    this.settleSelection();
+    return changed;
+  }
+
+  /**
+   * A streamed full listing begins (GET /api/runs?stream=1): the runs the page holds stay until the
+   * listing has ended (the first table's rows among them), its header applies when it comes
+   * (listingHeader), and the table draws rows whose run has not arrived yet with empty cells
+   * (`listing` is true until the end).
+   */
+  startListing(): void {
+    this.listing = true;
+    this.listingCount = null;
+    this.listed = new Set();
+  }
+
+  /** The header of the streamed listing under way came; returns the removed, hidden or shown-again keys. */
+  listingHeader(res: RunsHeader): string[] {
+    this.listingCount = res.count ?? null;
+    return this.applyHeader(res);
+  }
+
+  /** A chunk of a streamed listing arrived; returns its keys (for the "rows" topic). */
+  addListed(rows: RunRow[]): string[] {
+    const keys = new Array<string>(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i]!;
+      this.runs.set(r.key, r);
+      this.listed?.add(r.key);
+      keys[i] = r.key;
+    }
+    return keys;
+  }
+
+  /** The streamed listing ended: when `complete`, the runs it did not list went (returns their
+   *  keys); a listing cut off removes nothing. */
+  endListing(complete: boolean): string[] {
+    const listed = this.listed;
+    const gone: string[] = [];
+    if (listed && complete) for (const k of this.runs.keys()) if (!listed.has(k)) gone.push(k);
+    for (const k of gone) this.runs.delete(k);
+    this.listing = false;
+    this.listed = null;
+    this.settleSelection();
+    return gone;
+  }
+
+  /** Rows that came with a table answer (its first screen) for runs the page does not hold yet. */
+  addRows(rows: RunRow[] | undefined): string[] {
+    const added: string[] = [];
+    for (const r of rows ?? []) {
+      if (this.runs.has(r.key)) continue;
+      this.runs.set(r.key, r);
+      added.push(r.key);
+    }
+    return added;
+  }
+
+  /** Whether a streamed full listing is still arriving (see beginListing). */
+  listing = false;
+  /** How many rows the listing under way brings (its header's `count`). */
+  listingCount: number | null = null;
+  /** The keys the streamed listing under way brought so far. */
+  private listed: Set<string> | null = null;
+
+  /** What a listing's header says besides its rows; returns the removed, hidden or shown-again keys. */
+  private applyHeader(res: RunsHeader): string[] {
+    const changed: string[] = [];
     for (const k of res.removed) {
       if (this.runs.delete(k)) changed.push(k);
     }
@@ -258,6 +329,12 @@ export class Store {
     this.notePolled(res.refreshed_at);
     this.refreshInterval = res.refresh_interval_seconds;
     this.staleAfter = res.stale_after_seconds;
+    return changed;
+  }
+
+  /** After a listing: the selection without the runs that went. */
+  private settleSelection(): void {
+    if (this.listing) return; // (a streamed listing settles it at its end)
     // Runs that disappeared leave the selection. A key never listed (from an address, for a run
     // the server has not found yet) stays for a few listings, so the run is shown once it is
     // listed (review 13i: it was dropped at once, and the address with it).
@@ -273,7 +350,6 @@ export class Store {
     });
     for (const k of this.runs.keys()) this.listedOnce.add(k);
     if (sel.length !== this.ui.selection.length) this.setSelection(sel);
-    return changed;
   }
 
   /** ``keys`` less those of runs that went: a key never listed (from an address) is kept while it

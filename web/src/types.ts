@@ -89,10 +89,11 @@ export interface RootInfo {
   missing: boolean;
 }
 
-export interface RunsResponse {
+/** A GET /api/runs answer without its rows: the first line of a streamed listing (with `count`,
+ *  the number of rows that follow) and what applies to the page with any listing. */
+export interface RunsHeader {
   version: number;
   full: boolean;
-  runs: RunRow[];
   removed: string[];
   hidden: string[];
   roots: RootInfo[];
@@ -100,6 +101,11 @@ export interface RunsResponse {
   refreshed_at: string | null;
   refresh_interval_seconds: number;
   stale_after_seconds: number;
+  count?: number;
+}
+
+export interface RunsResponse extends RunsHeader {
+  runs: RunRow[];
 }
 
 export interface TableGroup {
@@ -124,6 +130,8 @@ export interface TableResponse {
   columns: TableColumns;
   differing: string[];
   error: string | null;
+  /** With `rows=N`: the rows of the first N runs as drawn, for the first screen before the listing. */
+  rows?: RunRow[];
 }
 
 /** The question a table answer answers, as GET /api/table?remembered=1 echoes it. */

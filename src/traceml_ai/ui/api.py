@@ -23,7 +23,7 @@ from traceml_ai.runs.table import ColumnError
 from traceml_ai.runs.writer import iso_utc
 from traceml_ai.ui.cache import CacheError
 from traceml_ai.ui.catalog_view import CATALOG_COLUMN, AttachmentRefused
-from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, RequestError, Viewer
+from traceml_ai.ui.service import END_OF_STREAM, MAX_FILE_BYTES, MAX_FIRST_ROWS, RequestError, Viewer
 
 if TYPE_CHECKING:  # (imported when first needed: TelemetrySide)
     from traceml_ai.ui.perf_page import PerformancePageViews
@@ -46,7 +46,11 @@ class JSONResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+        return _dumps(content)
+
+
+def _dumps(content: Any) -> bytes:
+    return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
 
 
 class TelemetrySide:
@@ -161,12 +165,21 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
 
     async def get_runs(request: Request) -> Response:
         since = _int(request.query_params.get("since", "0"), "since")
+        if request.query_params.get("stream") in ("1", "true"):
+            # One JSON object per line, made and sent a chunk of rows at a time (in a worker thread:
+            # Starlette iterates a plain iterator there). docs/viewer-api.md, "Streamed listing".
+            lines = (_dumps(obj) + b"\n" for obj in viewer.runs_chunks(since))
+            return StreamingResponse(lines, media_type="application/x-ndjson", headers={"cache-control": "no-store"})
         return JSONResponse(await asyncio.to_thread(viewer.runs_payload, since))
 
     async def get_table(request: Request) -> Response:
         q = request.query_params
+        rows = _int(q.get("rows", "0"), "rows")
+        if not 0 <= rows <= MAX_FIRST_ROWS:
+            raise RequestError(f"rows must be 0 to {MAX_FIRST_ROWS}, got {rows}")
         if q.get("remembered") in ("1", "true"):
-            return JSONResponse(await asyncio.to_thread(viewer.remembered_table_payload))
+            answer = await asyncio.to_thread(viewer.remembered_table_payload)
+            return JSONResponse(await _with_rows(answer, rows))
         columns = q.get("columns")
         payload = await asyncio.to_thread(
             viewer.table_payload,
@@ -178,7 +191,16 @@ def routes(viewer: Viewer, side: TelemetrySide | None = None) -> list[Route]:
             columns=[c for c in columns.split(",") if c] if columns else None,
             show_hidden=q.get("show_hidden") in ("1", "true"),
         )
-        return JSONResponse(payload)
+        return JSONResponse(await _with_rows(payload, rows))
+
+    async def _with_rows(answer: dict[str, Any], n: int) -> dict[str, Any]:
+        """A table answer with ``rows``, the rows of its first ``n`` runs as drawn (group by group):
+        what the page needs to draw its first screen before its listing has arrived."""
+        if not n:
+            return answer
+        groups = answer.get("groups")
+        order = [k for g in groups for k in g["keys"]] if groups else answer["keys"]
+        return {**answer, "rows": await asyncio.to_thread(viewer.rows_of, order[:n])}
 
     async def post_series(request: Request) -> Response:
         from traceml_ai.ui.requests import SeriesRequest, parse  # (pydantic: at the first POST, issue 16)

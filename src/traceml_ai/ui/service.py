@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,11 @@ FREEZE_AFTER_ROWS = 50_000
 """A history load that adds this many rows or more is followed by ``gc.freeze()`` (:meth:`Viewer.history`)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 DB_SAVE_EVERY_S = 10.0
+RUNS_CHUNK = 2000
+"""Rows per line of a streamed listing (``GET /api/runs?stream=1``): ~3 MB of JSON, which the page
+parses in a few tens of milliseconds, so the tab never freezes while 100,000 runs arrive."""
+MAX_FIRST_ROWS = 500
+"""At most this many rows come with a table answer (``GET /api/table?rows=N``)."""
 
 
 class RequestError(ValueError):
@@ -263,32 +268,67 @@ class Viewer:
     def runs_payload(self, since: int = 0) -> dict[str, Any]:
         """``GET /api/runs`` (docs/viewer-api.md)."""
         with self._lock:
-            runs = self.store.runs()
-            full = since <= 0 or since > self.version
-            if full:
-                changed = runs
-                removed: list[str] = []
-            else:
-                changed = [r for r in runs if self.changed_at.get(r.key, 0) > since]
-                removed = [k for k, v in self.removed_at.items() if v > since]
-            counts: dict[str, int] = {}
-            for run in runs:
-                counts[run.root] = counts.get(run.root, 0) + 1
-            roots = [{"path": r, "count": counts.get(r, 0), "missing": False} for r in self._real_roots()]
-            roots += [{"path": r, "count": 0, "missing": True} for r in self._missing_roots()]
-            return {
-                "version": self.version,
-                "full": full,
-                "runs": [self._row(r) for r in changed],
-                "removed": removed,
-                "hidden": sorted(self.hidden),
-                "roots": roots,
-                "warnings": list(self.store.warnings) + (list(self.cache.warnings) if self.cache else [])
-                + self.catalog.global_warnings,
-                "refreshed_at": iso_utc(self.refreshed_at) if self.refreshed_at else None,
-                "refresh_interval_seconds": self.refresh_interval_seconds,
-                "stale_after_seconds": self.store.stale_after_seconds,
-            }
+            header, changed = self._runs_header(since)
+            return {**header, "runs": [self._row(r) for r in changed]}
+
+    def runs_chunks(self, since: int = 0, size: int | None = None) -> Iterator[dict[str, Any]]:
+        """``GET /api/runs?stream=1`` (docs/viewer-api.md, "Streamed listing"): the answer of
+        :meth:`runs_payload` as objects to send one per line: first the header (every field but
+        ``runs``, plus ``count``, the number of rows that follow), then ``{"runs": [...]}`` with at
+        most ``size`` rows each (default :data:`RUNS_CHUNK`), then ``{"end": true, "count": n}``.
+
+        The runs are those of the version the header names, taken when the first object is made;
+        each chunk's rows are made from the runs as they are when it is made, so a run that
+        changed in between comes newer than that version (the next ``since=version`` lists it
+        again). The viewer's lock is held one chunk at a time: a poll or a table answer never waits
+        for a whole listing (100,000 runs: ~1.2 s of rows, 165 MB of JSON). Nothing holds more than
+        a chunk of rows, which is what keeps the server's memory flat while a page opens.
+        """
+        with self._lock:
+            header, changed = self._runs_header(since)
+        yield {**header, "count": len(changed)}
+        size = size or RUNS_CHUNK
+        for start in range(0, len(changed), size):
+            with self._lock:
+                rows = [self._row(r) for r in changed[start : start + size]]
+            yield {"runs": rows}
+        yield {"end": True, "count": len(changed)}
+
+    def rows_of(self, keys: Sequence[str]) -> list[RunRow]:
+        """The rows (as ``GET /api/runs`` lists them) of the runs of ``keys`` the store holds, in
+        that order; unknown keys are left out."""
+        with self._lock:
+            found = (self.store.get(k) for k in keys)
+            return [self._row(r) for r in found if r is not None]
+
+    def _runs_header(self, since: int) -> tuple[dict[str, Any], list[RunSummary]]:
+        """Everything of a ``GET /api/runs`` answer but its rows, and the runs to list (under the lock)."""
+        runs = self.store.runs()
+        full = since <= 0 or since > self.version
+        if full:
+            changed = runs
+            removed: list[str] = []
+        else:
+            changed = [r for r in runs if self.changed_at.get(r.key, 0) > since]
+            removed = [k for k, v in self.removed_at.items() if v > since]
+        counts: dict[str, int] = {}
+        for run in runs:
+            counts[run.root] = counts.get(run.root, 0) + 1
+        roots = [{"path": r, "count": counts.get(r, 0), "missing": False} for r in self._real_roots()]
+        roots += [{"path": r, "count": 0, "missing": True} for r in self._missing_roots()]
+        header = {
+            "version": self.version,
+            "full": full,
+            "removed": removed,
+            "hidden": sorted(self.hidden),
+            "roots": roots,
+            "warnings": list(self.store.warnings) + (list(self.cache.warnings) if self.cache else [])
+            + self.catalog.global_warnings,
+            "refreshed_at": iso_utc(self.refreshed_at) if self.refreshed_at else None,
+            "refresh_interval_seconds": self.refresh_interval_seconds,
+            "stale_after_seconds": self.store.stale_after_seconds,
+        }
+        return header, changed
 
     def _row(self, run: RunSummary) -> RunRow:
         """``run_row`` with the catalog run and the catalog's warnings about the run folder."""

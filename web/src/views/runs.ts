@@ -10,6 +10,8 @@ import { type FilterChip, STATUS_SEGMENTS, type StatusSegment, store } from "../
 import { button, chip, closePopover, popover, segmented, select, type SelectOption, toggle } from "../ui";
 import { RunTable } from "./table";
 
+/** Options the column chooser lists per kind before its search is used (every chosen one besides). */
+const MAX_OPTIONS = 200;
 const KIND_ORDER: Kind[] = ["fixed", "config", "run.best", "run.last", "run.start", "summary", "perf"];
 const KIND_HEADING: Record<Kind, string> = {
   fixed: "Run",
@@ -130,6 +132,7 @@ export class RunsView implements ViewModule {
       this.renderSegments();
       queryTableSoon();
     });
+    store.on("listed", () => this.renderSegments()); // (the status counts of every run)
     store.on("selection", () => this.renderSelectionActions());
     store.on("inspector", () => this.table.syncInspected());
     store.on("restored", () => {
@@ -411,16 +414,21 @@ export class RunsView implements ViewModule {
       store.set("columns", chosen);
       void queryTable();
     };
+    const defaults = new Set(t.columns.default);
     const draw = () => {
       const q = filter.value.trim().toLowerCase();
+      const picked = new Set(chosen);
       const items: HTMLElement[] = [];
       for (const kind of KIND_ORDER) {
         const cols = t.columns.available.filter((c) => splitColumn(c)[0] === kind && (!q || c.toLowerCase().includes(q)));
         if (!cols.length) continue;
         items.push(h("div", { class: "col-list-head", text: `${KIND_HEADING[kind]} · ${cols.length}` }));
-        for (const c of cols) {
+        // At most MAX_OPTIONS a kind (and every chosen one): 8,000 logged keys as options froze the
+        // page for 1.5 s each time it opened (review 16a); the search finds the others.
+        const shown = cols.length > MAX_OPTIONS ? cols.filter((c, i) => i < MAX_OPTIONS || picked.has(c)) : cols;
+        for (const c of shown) {
           const cb = h("input", { type: "checkbox", testid: "column-option", data: { column: c } });
-          cb.checked = chosen.includes(c);
+          cb.checked = picked.has(c);
           cb.addEventListener("change", () => {
             chosen = cb.checked ? [...chosen, c] : chosen.filter((x) => x !== c);
             commit();
@@ -432,9 +440,13 @@ export class RunsView implements ViewModule {
               cb,
               kind !== "fixed" ? h("span", { class: `col-kind kind-${kind.replace(".", "-")}`, text: KIND_LABEL[kind] }) : null,
               h("span", { text: columnTitle(c) }),
-              t.columns.default.includes(c) ? h("span", { class: "col-default", text: "default" }) : null,
+              defaults.has(c) ? h("span", { class: "col-default", text: "default" }) : null,
             ),
           );
+        }
+        if (shown.length < cols.length) {
+          const more = (cols.length - shown.length).toLocaleString("en-US");
+          items.push(h("div", { class: "col-list-more", testid: "column-more", text: `${more} more: type to find them` }));
         }
       }
       replace(list, ...items);

@@ -134,6 +134,41 @@ export class RunTable {
     store.on("runs", (changed) => {
       if (Array.isArray(changed)) for (const k of changed as string[]) this.dirty.add(k);
     });
+    store.on("rows", (keys) => this.drawArrived(keys as string[]));
+    store.on("listed", () => {
+      this.drawArrived(this.arrivedBlanks());
+      // Rows still empty are of runs the listing did not bring (gone, or a listing cut off): the
+      // page holds nothing of them, so they are not drawn.
+      const missing = this.blank.size > 0;
+      this.blank.clear();
+      if (missing && this.tab) this.render();
+    });
+  }
+
+  /** Rows drawn with empty cells, their run not arrived yet (while the listing streams). */
+  private blank = new Set<string>();
+
+  /** The rows drawn empty whose run has arrived since (while the rows were not ready to redraw). */
+  private arrivedBlanks(): string[] {
+    return [...this.blank].filter((k) => store.runs.has(k));
+  }
+
+  /** Runs of a streamed listing arrived: redraw the rows drawn empty among them, in place. */
+  private drawArrived(keys: string[]): void {
+    const tab = this.tab;
+    if (!tab || !this.built || !this.rowsReady || !this.blank.size) return;
+    const byKey = this.rowComponents(tab);
+    const comps: RowComponent[] = [];
+    for (const k of keys) {
+      if (!this.blank.delete(k)) continue;
+      const comp = byKey.get(k);
+      if (comp) comps.push(comp);
+    }
+    if (!comps.length) return;
+    const p = this.plan();
+    const grown = p ? this.growWidths(p.columns, p.numeric, comps.map((c) => c.getData() as Row), false) : false;
+    for (const comp of comps) comp.reformat();
+    if (grown) tab.redraw();
   }
 
   /** Draw the latest table answer (call when visible). */
@@ -168,7 +203,8 @@ export class RunTable {
     const gids: number[] = [];
     const max = store.ui.maxRows ?? Infinity;
     const push = (k: string, g: number) => {
-      if (keys.length < max && store.runs.has(k)) {
+      // (while the listing streams, a run not arrived yet is drawn with empty cells: drawArrived)
+      if (keys.length < max && (store.listing || store.runs.has(k))) {
         keys.push(k);
         gids.push(g);
       }
@@ -238,6 +274,7 @@ export class RunTable {
     tab.on("tableBuilt", () => {
       this.built = true;
       this.rowsReady = true;
+      this.drawArrived(this.arrivedBlanks());
       this.updateSortMarks();
       this.syncHeadChecks();
       // A newer answer (or changed runs) arrived while the table was being built.
@@ -349,6 +386,7 @@ export class RunTable {
     void replaced.then(() => {
       if (this.drawnKeys !== drawn) return; // a newer answer is being drawn
       this.rowsReady = true;
+      this.drawArrived(this.arrivedBlanks());
       this.syncHeadChecks();
     });
     this.updateSortMarks();
@@ -599,6 +637,7 @@ export class RunTable {
   private cellNode(host: HTMLElement, key: string, column: string, isNum: boolean, value: unknown, measuring = false): Node | string {
     const v = value as RunRow["params"][string] | undefined;
     const run = store.runs.get(key);
+    if (!run && store.listing && !measuring) this.blank.add(key);
     host.classList.remove("cell-num", "cell-text", "cell-null");
     host.removeAttribute("title");
     if (column === "status" && run) {

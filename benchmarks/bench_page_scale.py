@@ -1,0 +1,98 @@
+"""The page at scale (issue 16 item 3), printed (never asserted): ``traceml ui`` on the runs that
+``traceml bench --scale`` generates, opened in headless chromium (Playwright, Debian's
+/usr/bin/chromium) twice, as a user opens it and again on the warm server. Per open it prints:
+
+- **first rows**: from the page's address to the first table row drawn (target ≤ 3 s at 100,000);
+- **longest frame**: the longest gap between two animation frames in the first 3 s after that (the
+  tab is frozen while it lasts), and how many frames took over 200 ms;
+- **server RSS**: the viewer's peak resident memory (``VmHWM``) so far (target ≤ 1 GB).
+
+Also the time from the launch of ``traceml ui`` to its printed URL (the warm start, wall).
+
+Run: ``.venv/bin/python benchmarks/bench_page_scale.py --size 100000`` (the runs are generated
+once into the scale benchmark's cache folder, ``--cache``; 100,000 take minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from traceml_ai.cli.bench_scale import default_cache, ensure_runs
+
+FRAMES = """
+window.__gaps = [];
+(() => {
+  let last = performance.now();
+  const tick = (t) => { window.__gaps.push(t - last); last = t; requestAnimationFrame(tick); };
+  requestAnimationFrame(tick);
+})();
+"""
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=10_000, help="runs (default 10,000)")
+    parser.add_argument("--cache", type=Path, default=None, help="the scale benchmark's cache folder")
+    args = parser.parse_args()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sys.exit("needs playwright (pip install -e '.[test]')")
+    if not Path("/usr/bin/chromium").exists():
+        sys.exit("needs Debian's chromium at /usr/bin/chromium (apt install chromium)")
+    cache = args.cache or default_cache()
+    root = ensure_runs(cache, args.size, lambda m: print(m, flush=True))
+    cache_dir = cache / str(args.size) / "cache"
+    launched = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceml_ai", "ui", str(root), "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "TRACEML_CACHE_DIR": str(cache_dir), "COLUMNS": "200"},
+    )
+    assert proc.stdout is not None
+    match = re.search(r"(http://127\.0\.0\.1:\d+/\?token=[\w-]+)", proc.stdout.readline())
+    if not match:
+        proc.kill()
+        sys.exit("traceml ui did not print its URL")
+    url = match.group(1)
+    print(f"{args.size:,} runs: traceml ui printed its URL after {time.perf_counter() - launched:.2f} s (wall)")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            context = browser.new_context(viewport={"width": 1400, "height": 900})  # keeps the token cookie
+            for i, label in enumerate(("first open", "second open")):
+                page = context.new_page()
+                page.add_init_script(FRAMES)
+                t = time.perf_counter()
+                page.goto(url if i == 0 else url.split("/?")[0] + "/", wait_until="commit")
+                page.wait_for_selector("[data-testid=run-row]", timeout=300_000)
+                first = time.perf_counter() - t
+                page.wait_for_timeout(3000)
+                gaps = page.evaluate("window.__gaps")
+                info = page.inner_text("[data-testid=table-info]")
+                print(f"  {label}: first rows {first:.2f} s (target 3 s); longest frame {max(gaps):.0f} ms, "
+                      f"{sum(g > 200 for g in gaps)} over 200 ms; server peak RSS {peak_rss_mb(proc.pid):.0f} MB "
+                      f"(target 1,000); table: {info}", flush=True)
+                page.close()
+            browser.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+
+
+if __name__ == "__main__":
+    main()

@@ -67,7 +67,10 @@ export class Shell {
     store.on("listed", () => {
       this.renderCounts();
       const v = this.active;
-      if (v && v !== "runs") this.views[v].show();
+      if (v && v !== "runs") {
+        this.views[v].hide?.(); // (show() starts what hide() stops: the Overview's timer)
+        this.views[v].show();
+      }
     });
     store.on("selection", () => {
       this.renderSelectionCounts();

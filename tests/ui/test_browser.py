@@ -399,38 +399,46 @@ def test_the_table_shows_the_24_fake_runs_with_their_statuses(browser: Browser, 
         s.assert_clean()
 
 
-def _first_screen_rows(route: Any) -> None:
-    """The first table answer with the rows of its first 3 runs only (the page asks for 200)."""
-    route.continue_(url=route.request.url.replace("rows=200", "rows=3"))
+LISTING = re.compile(r"/api/runs\?since=0&stream=1$")
+FIRST_TABLE = re.compile(r"/api/table\?remembered=1&rows=200$")
+
+
+@contextmanager
+def listing_held(browser: Browser, viewer: Viewer, errors: list[str]) -> Iterator[tuple[Page, Any]]:
+    """A tab on the viewer whose first table answer brings the rows of its first 3 runs only (the page
+    asks for 200), and whose listing is held back until the table is drawn: the tab and the held
+    request (for the test to answer). Page errors go into ``errors``."""
+    viewer.forget_view()
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    held: list[Any] = []
+    try:
+        page.route(FIRST_TABLE, lambda route: route.continue_(url=route.request.url.replace("rows=200", "rows=3")))
+        page.route(LISTING, lambda route: held.append(route))
+        page.goto(viewer.url)
+        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
+        expect(page.get_by_test_id("run-row")).to_have_count(24)
+        assert len(held) == 1
+        yield page, held[0]
+    finally:
+        context.close()
 
 
 def test_the_table_draws_from_its_first_rows_while_the_listing_streams(browser: Browser, viewer: Viewer) -> None:
     # The page draws the Runs view from the first table answer's rows (here 3 of them), before the
     # listing has brought the other runs; those rows are drawn empty, then filled as it arrives.
-    listing = re.compile(r"/api/runs\?since=0&stream=1$")
-    first_table = re.compile(r"/api/table\?remembered=1&rows=200$")
     order = viewer.table()["keys"]
     names = {r["key"]: r["name"] for r in viewer.api("/api/runs")["runs"]}
-    viewer.forget_view()
+    errors: list[str] = []
 
     # 1. A listing cut off after its header and 5 rows: the first screen is there, with the rows it
     #    brought, and the page says the listing did not all load.
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
     partial = order[-5:]
-    held: list[Any] = []
-    try:
-        page.route(first_table, _first_screen_rows)
-        page.route(listing, lambda route: held.append(route))
-        page.goto(viewer.url)
-        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
-        expect(page.get_by_test_id("run-row")).to_have_count(24)
-        assert len(held) == 1
-        header, chunk, _end = held[0].fetch().body().splitlines()
+    with listing_held(browser, viewer, errors) as (page, listing):
+        header, chunk, _end = listing.fetch().body().splitlines()
         rows = [r for r in json.loads(chunk)["runs"] if r["key"] in partial]
-        held[0].fulfill(status=200, content_type="application/x-ndjson",
+        listing.fulfill(status=200, content_type="application/x-ndjson",
                         body=header + b"\n" + json.dumps({"runs": rows}).encode() + b"\n")
         expect(page.get_by_test_id("toast")).to_contain_text("The runs did not all load")
         expect(page.get_by_test_id("toast")).to_contain_text("cut off")
@@ -438,35 +446,19 @@ def test_the_table_draws_from_its_first_rows_while_the_listing_streams(browser: 
             expect(page.locator(f"[data-testid=run-row][data-key='{key}'] .cell-name")).to_have_text(names[key])
         # A run the page never got is not drawn once the listing has ended (it holds nothing of it).
         expect(page.locator(f"[data-testid=run-row][data-key='{order[3]}']")).to_have_count(0)
-        assert errors == []
-    finally:
-        context.close()
 
-    # 2. The listing held back until the table is drawn: 3 rows with their runs, 21 drawn empty while
-    #    the header says it is loading; then the listing comes and every row drawn empty is filled in.
-    viewer.forget_view()
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
-    page = context.new_page()
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    held.clear()
-    try:
-        page.route(first_table, _first_screen_rows)
-        page.route(listing, lambda route: held.append(route))
-        page.goto(viewer.url)
-        expect(page.get_by_test_id("table-info")).to_have_text("24 runs")
-        expect(page.get_by_test_id("run-row")).to_have_count(24)
+    # 2. The whole listing, once the table is drawn: 3 rows with their runs and 21 drawn empty while
+    #    the header says it is loading; then every row drawn empty is filled in.
+    with listing_held(browser, viewer, errors) as (page, listing):
         expect(page.locator("[data-testid=run-row] .cell-name")).to_have_text([names[k] for k in order[:3]])
         expect(page.locator(f"[data-testid=run-row][data-key='{order[3]}']")).to_contain_text("–")
         expect(page.get_by_test_id("last-refreshed")).to_have_text("Loading runs… 3")
-        assert len(held) == 1
-        held[0].continue_()
+        listing.continue_()
         expect(page.get_by_test_id("last-refreshed")).to_have_text(re.compile(r"^(Refreshed|Not refreshed)"))
         drawn = page.locator("[data-testid=run-row] .cell-name")
         expect(drawn).to_have_count(24)
         assert sorted(drawn.all_inner_texts()) == sorted(names.values())
-        assert errors == []
-    finally:
-        context.close()
+    assert errors == []
 
 
 def test_the_column_chooser_lists_a_bounded_number_of_options_and_its_search_finds_every_column(

@@ -453,8 +453,13 @@ def test_the_table_draws_from_its_first_rows_while_the_listing_streams(browser: 
         expect(page.locator("[data-testid=run-row] .cell-name")).to_have_text([names[k] for k in order[:3]])
         expect(page.locator(f"[data-testid=run-row][data-key='{order[3]}']")).to_contain_text("–")
         expect(page.get_by_test_id("last-refreshed")).to_have_text("Loading runs… 3")
+        # The status counts wait for every run: counting the 3 arrived would say 0 failed runs.
+        expect(page.get_by_test_id("status-segment-failed")).to_have_text("Failed")
+        expect(page.get_by_test_id("count-failed")).to_have_text("…failed")
         listing.continue_()
         expect(page.get_by_test_id("last-refreshed")).to_have_text(re.compile(r"^(Refreshed|Not refreshed)"))
+        expect(page.get_by_test_id("status-segment-failed")).to_have_text("Failed2")
+        expect(page.get_by_test_id("count-failed")).to_have_text("2failed")
         drawn = page.locator("[data-testid=run-row] .cell-name")
         expect(drawn).to_have_count(24)
         assert sorted(drawn.all_inner_texts()) == sorted(names.values())

@@ -89,7 +89,9 @@ async function streamRuns(sink: ListingSink): Promise<number> {
   if (!res.ok) throw await failure("GET", path, res);
   if (!res.body) throw new ApiError("GET /api/runs: the answer has no body", res.status);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let pending = "";
+  // A line of ~3 MB comes in many pieces: each piece is searched for a newline once, and the pieces
+  // of a line are joined once it is whole (not appended and searched again piece by piece).
+  let pieces: string[] = [];
   let lines = 0;
   let end: number | null = null;
   const take = (line: string) => {
@@ -102,13 +104,16 @@ async function streamRuns(sink: ListingSink): Promise<number> {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      pending += value;
-      let nl = pending.indexOf("\n");
+      let from = 0;
+      let nl = value.indexOf("\n");
       while (nl >= 0) {
-        take(pending.slice(0, nl));
-        pending = pending.slice(nl + 1);
-        nl = pending.indexOf("\n");
+        pieces.push(value.slice(from, nl));
+        take(pieces.join(""));
+        pieces = [];
+        from = nl + 1;
+        nl = value.indexOf("\n", from);
       }
+      if (from < value.length) pieces.push(value.slice(from));
     }
   } catch (err) {
     if (err instanceof SyntaxError) throw new ApiError(`GET /api/runs: a line of the listing is not JSON (${err.message})`, 200);

@@ -200,7 +200,7 @@ export class Shell {
     const running = by(["running", "running?"]);
     const stale = by(["stale"]);
     const failed = by(["failed"]);
-    this.navCounts.get("overview")!.textContent = String(counts.total);
+    this.navCounts.get("overview")!.textContent = String(store.listing ? (store.listingCount ?? "…") : counts.total);
     this.navCounts.get("runs")!.textContent = store.table ? String(store.table.shown) : String(counts.total);
     this.renderSelectionCounts();
     const pill = (n: number, label: string, cls: string) =>
@@ -213,7 +213,7 @@ export class Shell {
           title: `Show ${label} runs`,
         },
         h("span", { class: "badge-dot" }),
-        h("span", { class: "count-n", text: String(n) }),
+        h("span", { class: "count-n", text: store.listing ? "…" : String(n) }), // (counted once every run is here)
         h("span", { text: label }),
       );
     const pills = [pill(running, "running", "running"), pill(stale, "stale", "stale"), pill(failed, "failed", "failed")];

@@ -187,7 +187,12 @@ export class RunsView implements ViewModule {
     replace(
       this.segEl,
       segmented<StatusSegment>(
-        STATUS_SEGMENTS.map((s) => ({ value: s, label: s.charAt(0).toUpperCase() + s.slice(1), count: count(s) })),
+        // (no counts while the listing streams: they would count the runs arrived so far, review 16b)
+        STATUS_SEGMENTS.map((s) => ({
+          value: s,
+          label: s.charAt(0).toUpperCase() + s.slice(1),
+          count: store.listing ? undefined : count(s),
+        })),
         store.ui.status,
         (v) => {
           store.set("status", v);

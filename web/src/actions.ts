@@ -91,14 +91,19 @@ export function currentTableQuery(): TableQuery {
 
 let tableSeq = 0;
 
+/** The rows a table answer brought, for the runs the page does not hold yet (drawn at once). */
+function takeRows(res: TableResponse): void {
+  const added = store.addRows(res.rows);
+  if (added.length) store.emit("rows", added);
+}
+
 /** GET /api/table with the current view; only the newest answer is applied. `rows`: also the rows of
  *  its first runs (the first table, while the listing streams). */
 export async function queryTable(rows = 0): Promise<TableResponse | null> {
   const seq = ++tableSeq;
   try {
     const res = await api.table(currentTableQuery(), rows || (store.listing ? FIRST_ROWS : 0));
-    const added = store.addRows(res.rows);
-    if (added.length) store.emit("rows", added);
+    takeRows(res);
     if (seq !== tableSeq) return null;
     store.table = res;
     store.emit("table");
@@ -117,8 +122,7 @@ export async function queryFirstTable(): Promise<TableResponse | null> {
   const seq = ++tableSeq;
   try {
     const res = await api.rememberedTable();
-    const added = store.addRows(res.rows);
-    if (added.length) store.emit("rows", added);
+    takeRows(res);
     if (seq === tableSeq && sameQuestion(res.query, tableQuestion(currentTableQuery()))) {
       store.table = res;
       store.emit("table");

@@ -95,29 +95,37 @@ async function streamRuns(sink: ListingSink): Promise<number> {
   let lines = 0;
   let end: number | null = null;
   const take = (line: string) => {
-    const obj = JSON.parse(line) as { runs?: RunRow[]; end?: boolean; count?: number };
+    let obj: { runs?: RunRow[]; end?: boolean; count?: number };
+    try {
+      obj = JSON.parse(line) as typeof obj;
+    } catch (err) {
+      throw new ApiError(`GET /api/runs: a line of the listing is not JSON (${(err as Error).message})`, 200);
+    }
     if (lines++ === 0) sink.header(obj as unknown as RunsHeader);
     else if (obj.end) end = obj.count ?? 0;
     else if (obj.runs) sink.rows(obj.runs);
   };
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      let from = 0;
-      let nl = value.indexOf("\n");
-      while (nl >= 0) {
-        pieces.push(value.slice(from, nl));
-        take(pieces.join(""));
-        pieces = [];
-        from = nl + 1;
-        nl = value.indexOf("\n", from);
-      }
-      if (from < value.length) pieces.push(value.slice(from));
+  // Only the network is "cannot reach": a bad line or a fault in the sink keeps its own message.
+  const read = async () => {
+    try {
+      return await reader.read();
+    } catch {
+      throw new ApiError(UNREACHABLE, 0);
     }
-  } catch (err) {
-    if (err instanceof SyntaxError) throw new ApiError(`GET /api/runs: a line of the listing is not JSON (${err.message})`, 200);
-    throw new ApiError(UNREACHABLE, 0);
+  };
+  for (;;) {
+    const { value, done } = await read();
+    if (done) break;
+    let from = 0;
+    let nl = value.indexOf("\n");
+    while (nl >= 0) {
+      pieces.push(value.slice(from, nl));
+      take(pieces.join(""));
+      pieces = [];
+      from = nl + 1;
+      nl = value.indexOf("\n", from);
+    }
+    if (from < value.length) pieces.push(value.slice(from));
   }
   if (end === null) throw new ApiError("GET /api/runs: the listing was cut off before its end (the server stopped?)", 200);
   return end;

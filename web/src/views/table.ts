@@ -165,8 +165,9 @@ export class RunTable {
       if (comp) comps.push(comp);
     }
     if (!comps.length) return;
-    const p = this.plan();
-    const grown = p ? this.growWidths(p.columns, p.numeric, comps.map((c) => c.getData() as Row), false) : false;
+    // (the columns only: plan() walks every key of the answer, 100,000 of them, per chunk)
+    const numeric = new Set(store.table?.columns.numeric ?? []);
+    const grown = this.growWidths(shownColumns(), numeric, comps.map((c) => c.getData() as Row), false);
     for (const comp of comps) comp.reformat();
     if (grown) tab.redraw();
   }

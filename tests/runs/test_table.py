@@ -675,6 +675,34 @@ def test_a_time_column_every_run_has_sorts_in_one_pass_with_the_documented_order
         assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_key_of_texts_only_sorts_in_one_pass_with_the_documented_order(seed: int) -> None:
+    """A first key whose values are all non-empty texts (the name, a config value every run has as
+    text) is sorted as one class in one pass (issue 16): case, digit runs, leading zeros, ties broken
+    by later keys, both directions: the plain order."""
+    rng = random.Random(seed)
+    texts = ["run-1", "Run-1", "run-01", "run-10", "run-2", "b", "B", "a9", "a10", "0", "00", "x 1", "é", "É"]
+    for _ in range(60):
+        runs = [RunSummary(key=f"k{i}", id=f"id{i}", root="r", name=rng.choice(texts),
+                           params={"t": rng.choice(texts), "b": rng.choice([1, "b", None, NAN, True, 0.5])})
+                for i in range(rng.randint(0, 60))]
+        keys = [SortKey(rng.choice(["name", "config.t"]), rng.random() < 0.5)] + [
+            SortKey(rng.choice(["config.b", "name", "config.t"]), rng.random() < 0.5)
+            for _ in range(rng.randint(0, 2))]
+        assert [r.key for r in sort_runs(runs, keys)] == _reference_order(runs, keys), keys
+
+
+def test_warming_the_name_keys_changes_no_order() -> None:
+    from traceml_ai.runs.table import natural_key, warm_name_keys
+
+    runs = [make_run(name) for name in ["run-10", "Run-3", "run-2", "run-1", "b", "A"]]
+    natural_key.cache_clear()
+    assert warm_name_keys(runs) == 6
+    assert natural_key.cache_info().currsize == 6
+    assert names(sort_runs(runs, [SortKey("name")])) == ["A", "b", "run-1", "run-2", "Run-3", "run-10"]
+    assert natural_key.cache_info().misses == 6  # (the sort found every key built)
+
+
 def test_json_lines_are_the_bytes_of_each_row_json_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """``runs ls --json`` writes :func:`json_lines` (issue 16): byte for byte what orjson writes for
     each row_json (NaN and infinity null, tags a list, unicode, quotes and % in column names and

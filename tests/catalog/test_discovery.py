@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,90 @@ def test_a_manifest_with_a_bad_rank_and_no_role_has_an_unknown_role(tmp_path: Pa
     (s,) = store.list_sessions()
     assert (s.rank, s.role) == (None, None)
     assert [(w.field, w.message) for w in store.warnings] == [("rank", 'has a bad value "zero"; read as unknown')]
+
+
+def _walk(root: Path, cache: Path) -> tuple[int, list[tuple[str, str]], dict[str, Any]]:
+    """One discovery with the parse cache in ``cache``: the folders listed from disk, the sessions
+    found, and the folder entries the cache file then holds."""
+    import msgspec
+
+    from traceml_ai.catalog.cache import CACHE_FILE, FactCache
+    from traceml_ai.catalog.discovery import discover
+
+    facts = FactCache(cache)
+    found = discover([root], facts)
+    facts.save()
+    sessions = sorted((src.kind, src.path) for src in found.sources)
+    return facts.listed, sessions, msgspec.msgpack.decode((cache / CACHE_FILE).read_bytes())["dirs"]
+
+
+def test_the_parse_cache_keeps_leaf_folders_inside_their_parent_and_lists_only_what_changed(tmp_path: Path) -> None:
+    """A folder without folders in it (a run's artifacts/, logs/) is stored in its parent's entry by
+    name, not under a path of its own (issue 16: 400,000 paths at 100,000 runs); a walk of an
+    unchanged tree lists no folder from disk, and a change in a leaf, in a parent or of a leaf into
+    a folder with folders lists just the folders that changed and finds what they hold."""
+    root = tmp_path / "runs"
+    for i in range(3):
+        run = root / f"r{i}"
+        (run / "artifacts").mkdir(parents=True)
+        (run / "logs").mkdir()
+        (run / "run.json").write_text("{}")
+    (root / "r0" / "deep" / "deeper").mkdir(parents=True)
+    cache = tmp_path / ".cache"
+    real = os.path.realpath(root)
+
+    listed, sessions, dirs = _walk(root, cache)
+    assert listed == 3 * 3 + 1 + 2  # (root, each run and its two leaves, deep/ and deeper/)
+    assert sorted(dirs) == sorted([real, *(f"{real}/r{i}" for i in range(3)), f"{real}/r0/deep"])
+    assert sorted(dirs[f"{real}/r1"][2]) == ["artifacts", "logs"]
+    assert sorted(dirs[f"{real}/r0/deep"][2]) == ["deeper"]
+    assert _walk(root, cache)[0] == 0
+
+    # a file in a leaf: that leaf alone is listed again, and its file is found
+    telemetry_jsonl(root / "r1" / "logs" / "one.jsonl", "one")
+    listed, sessions, dirs = _walk(root, cache)
+    assert listed == 1 and len(sessions) == 1
+    assert [n for n, _ in dirs[f"{real}/r1"][2]["logs"][1]] == ["one.jsonl"]
+    assert _walk(root, cache)[:2] == (0, sessions)
+
+    # a file in a run folder: the run folder alone (its leaves keep their own signatures)
+    (root / "r2" / "notes.txt").write_text("x")
+    assert _walk(root, cache)[0] == 1
+    assert _walk(root, cache)[0] == 0
+
+    # a leaf that gets a folder: it and the new folder are listed; it has an entry of its own now
+    telemetry_jsonl(root / "r2" / "artifacts" / "inner" / "two.jsonl", "two")
+    listed, sessions, dirs = _walk(root, cache)
+    assert listed == 2 and len(sessions) == 2
+    assert f"{real}/r2/artifacts" in dirs and sorted(dirs[f"{real}/r2/artifacts"][2]) == ["inner"]
+    assert sorted(dirs[f"{real}/r2"][2]) == ["logs"]
+    assert _walk(root, cache)[:2] == (0, sessions)
+
+    # the same sessions as a walk without the cache, and a removed leaf is forgotten
+    assert [s.to_dict() for s in catalog.open([root], cache_dir=cache).list_sessions()] == [
+        s.to_dict() for s in catalog.open([root]).list_sessions()]
+    (root / "r1" / "logs" / "one.jsonl").unlink()
+    (root / "r1" / "logs").rmdir()
+    listed, sessions, dirs = _walk(root, cache)
+    assert listed == 1 and len(sessions) == 1 and sorted(dirs[f"{real}/r1"][2]) == ["artifacts"]
+
+
+def test_a_damaged_leaf_in_the_parse_cache_is_listed_again(tmp_path: Path) -> None:
+    import msgspec
+
+    from traceml_ai.catalog.cache import CACHE_FILE
+
+    root = tmp_path / "runs"
+    (root / "r0" / "logs").mkdir(parents=True)
+    telemetry_jsonl(root / "r0" / "logs" / "one.jsonl", "one")
+    cache = tmp_path / ".cache"
+    first = _walk(root, cache)
+    blob = cache / CACHE_FILE
+    data = msgspec.msgpack.decode(blob.read_bytes())
+    real = os.path.realpath(root)
+    data["dirs"][f"{real}/r0"][2]["logs"] = ["not", "a", "listing"]
+    blob.write_bytes(msgspec.msgpack.encode(data))
+    listed, sessions, _ = _walk(root, cache)
+    # the entry holding it (the run folder and its leaves) is listed again; nothing is lost
+    assert listed == 2 and sessions == first[1] and len(sessions) == 1
+    assert _walk(root, cache)[:2] == (0, first[1])

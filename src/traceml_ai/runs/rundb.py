@@ -149,11 +149,12 @@ class RunDbError(Exception):
 
 
 class CachedRun(NamedTuple):
-    """One run as the database remembers it: its summary and the stamps of the files it came from.
-    A pair, so ``LoadedDb.runs`` can be handed to :meth:`traceml_ai.runs.store.RunStore.seed` as is."""
+    """One run as the database remembers it: its summary and the stamps of the files it came from
+    (a :class:`StoredStamps`). A pair, so ``LoadedDb.runs`` can be handed to
+    :meth:`traceml_ai.runs.store.RunStore.seed` as is."""
 
     summary: RunSummary
-    stamps: FileStamps
+    stamps: Mapping[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -342,7 +343,9 @@ def _deep_finite(value: Any) -> bool:
 
 
 def stamps_json(stamps: Mapping[str, tuple[int, int]]) -> str:
-    """File stamps as JSON text, files sorted."""
+    """File stamps as JSON text, files sorted (a :class:`StoredStamps` as stored)."""
+    if isinstance(stamps, StoredStamps):
+        return stamps.text.decode()
     return json.dumps({k: [int(m), int(s)] for k, (m, s) in sorted(stamps.items())}, separators=(",", ":"))
 
 
@@ -824,7 +827,7 @@ def _load(con: sqlite3.Connection, path: str, before: os.stat_result) -> LoadedD
         stamps_texts = [row[1] for row in rows]
         summary_texts = [row[2] for row in rows]
         summaries = _decode_summaries(summary_texts, run_keys)
-        stamps = _decode_stamps(stamps_texts, run_keys)
+        stamps = map(StoredStamps, stamps_texts)  # (decoded when a poll or a save asks)
         keys: list[str] = list(map(_SUMMARY_KEY, summaries))
         if keys != run_keys:  # (the same list unless a key holds text UTF-8 cannot encode)
             for key, run_key in zip(keys, run_keys, strict=True):
@@ -886,7 +889,6 @@ _SCALAR_TYPES: Final = frozenset({str, int, float, bool, _NONE_TYPE})
 _METRIC_TYPES: Final = frozenset({int, float, _NONE_TYPE})
 _LIST: Final = frozenset({list})
 _DICT: Final = frozenset({dict})
-_INT: Final = frozenset({int})
 
 _FIELD_TYPES: Final[dict[str, frozenset[object]]] = {
     "key": _STR,
@@ -977,26 +979,6 @@ def _check_summary(obj: Any, run_key: str) -> None:
             raise _Invalid(f"run_cache.summary of {run_key!r}: best[{metric!r}] has a value of the wrong type")
 
 
-def _stamps_ok(objs: list[Any]) -> bool:
-    """All of ``objs`` are valid file stamps: ``{core file: [mtime_ns, size]}``, integers ≥ 0."""
-    if not _types(objs) <= _DICT or not set(chain.from_iterable(objs)) <= _CORE:
-        return False
-    stamps = list(chain.from_iterable(map(dict.values, objs)))
-    if not _types(stamps) <= _LIST or not set(map(len, stamps)) <= {2}:
-        return False
-    numbers = list(chain.from_iterable(stamps))
-    return _types(numbers) <= _INT and min(numbers, default=0) >= 0
-
-
-def _check_stamps(obj: Any, run_key: str) -> None:
-    """Raise :class:`_Invalid` naming the first entry of ``obj`` that is not a file stamp."""
-    if type(obj) is not dict:
-        raise _Invalid(f"run_cache.stamps of {run_key!r} is not an object")
-    for name, stamp in obj.items():
-        if not _stamps_ok([{name: stamp}]):
-            raise _Invalid(f"run_cache.stamps of {run_key!r}: {name!r} is not a file stamp")
-
-
 # -- decoding: one typed msgspec pass, the checks above when it fails --------------------------------
 # msgspec decodes all summaries in one call straight into RunSummary and BestValue instances and
 # checks every field's type as it goes (bool is not int, lists hold strings, ...), several times
@@ -1008,9 +990,6 @@ def _check_stamps(obj: Any, run_key: str) -> None:
 _SUMMARY: Final = msgspec.json.Decoder(RunSummary)
 _StampName = Literal[".", "config.json", "metrics.json", "metrics.jsonl", "params.yaml", "run.json"]
 _Count = Annotated[int, msgspec.Meta(ge=0)]
-_STAMPS: Final = msgspec.json.Decoder(list[dict[_StampName, tuple[_Count, _Count]]])
-"""Decodes the stamps of every run at once and checks them as it goes (the core files and the
-folder only, integers >= 0): no Python pass over 600,000 numbers at 100,000 runs."""
 assert frozenset(get_args(_StampName)) == _CORE, "keep _StampName in step with the core files"
 _SUMMARY_KEY: Final = attrgetter("key")
 _DISPLAY_STATUS: Final = attrgetter("display_status")
@@ -1071,21 +1050,43 @@ def _decode_summary(text: bytes, run_key: str) -> RunSummary:
     return RunSummary(**obj, best=best)
 
 
-def _decode_stamps(texts: list[bytes], run_keys: list[str]) -> list[FileStamps]:
-    """The file stamps of ``texts`` (``run_cache.stamps``), in order; :class:`_Invalid` naming the
-    first run whose text is not ``{core file: [mtime_ns, size]}`` with integers ≥ 0."""
-    try:
-        stamps = _STAMPS.decode(b"[" + b",".join(texts) + b"]")
-    except msgspec.MsgspecError:
-        stamps = []
-    if len(stamps) == len(texts):
-        return stamps  # type: ignore[return-value]  # (the names are the core files' and ".")
-    out: list[FileStamps] = []
-    for text, run_key in zip(texts, run_keys, strict=True):
-        obj = _decode(text)
-        _check_stamps(obj, run_key)
-        out.append({name: (stamp[0], stamp[1]) for name, stamp in obj.items()})
-    return out
+class StoredStamps(Mapping[str, tuple[int, int]]):
+    """The file stamps of one run as ``run_cache.stamps`` holds them, JSON text decoded at each
+    look: ``{core file or ".": (mtime_ns, size)}``.
+
+    A start from the database looks at them once, in its first poll (a Refresh again, a save
+    only for the runs it rewrites); held decoded they were ~800 bytes a run against ~200 as text
+    (80 MB at 100,000 runs), and decoding them all was a tenth of the warm start (issue 16). A
+    text that is not ``{core file: [mtime_ns, size]}`` with integers ≥ 0 reads as no stamps: the
+    run's files are read again (an edit of the file is refused before, by ``meta.cache_digest``
+    and SQLite's change counter)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def decoded(self) -> FileStamps:
+        """The stamps as a new dict (``{}`` for a text that is not stamps)."""
+        try:
+            return _STAMPS_OF_ONE.decode(self.text)  # type: ignore[return-value]  # (names: the core files')
+        except msgspec.DecodeError:  # (a ValidationError too)
+            return {}
+
+    def __getitem__(self, name: str) -> tuple[int, int]:
+        return self.decoded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __len__(self) -> int:
+        return len(self.decoded())
+
+    def __repr__(self) -> str:
+        return f"StoredStamps({self.text!r})"
+
+
+_STAMPS_OF_ONE: Final = msgspec.json.Decoder(dict[_StampName, tuple[_Count, _Count]])
 
 
 __all__ = [
@@ -1098,6 +1099,7 @@ __all__ = [
     "Fingerprint",
     "LoadedDb",
     "RunDbError",
+    "StoredStamps",
     "config_rows",
     "fingerprint",
     "load_db",

@@ -492,17 +492,18 @@ class RunStore:
             state.summary.perf = perf
             return True
 
-    def stamps(self) -> dict[str, dict[str, tuple[int, int]]]:
+    def stamps(self) -> dict[str, Mapping[str, tuple[int, int]]]:
         """Run key → ``{file: (mtime_ns, size)}`` of the files each summary was parsed from (absent
-        files not listed), for the run database. These are the stamps of the parsed versions, so a
-        file that changed after its parse is never recorded as fresh."""
+        files not listed), for the run database; read-only (a run seeded from the database and
+        unchanged since has the mapping it was seeded with). These are the stamps of the parsed
+        versions, so a file that changed after its parse is never recorded as fresh."""
         with self._lock:
-            out: dict[str, dict[str, tuple[int, int]]] = {}
+            out: dict[str, Mapping[str, tuple[int, int]]] = {}
             for key, state in self._runs.items():
                 if state.summary is None:
                     continue
                 if state.seed is not None:
-                    out[key] = dict(state.seed[1])
+                    out[key] = state.seed[1]  # (read-only: the run database's stamps, decoded as read)
                     continue
                 files = {name: fs.stamp for name, fs in state.files.items() if fs.stamp is not None}
                 if state.head.stamp is not None:
@@ -608,7 +609,7 @@ class RunStore:
         """Stat the run's files, re-parse the changed ones; True when its summary changed."""
         folder = _folder_stamp(state.loc.path)
         if state.seed is not None and state.summary is not None:
-            stamps = state.seed[1]
+            stamps = _plain(state.seed[1])  # (decoded once here, not at each look)
             # The first poll after a start from the run database checks a finished run by its folder
             # alone (one stat, not five): every writer replaces run files by rename, which moves the
             # folder's mtime. Refresh still compares every file.
@@ -618,7 +619,7 @@ class RunStore:
                 # nothing more to do for nearly every run of a warm start (100,000 runs: issue 16).
                 self._unchanged_since_seed.add(state.loc.path)
                 return False
-            if self._seed_holds(state):
+            if self._seed_holds(state, stamps):
                 if folder is not None and stamps.get(RUN_FOLDER_STAMP) != folder:
                     state.seed = (state.summary, {**stamps, RUN_FOLDER_STAMP: folder})
                 status = self._seed_status(state.summary)
@@ -714,10 +715,8 @@ class RunStore:
             stale_after_seconds=self.stale_after_seconds,
         )
 
-    def _seed_holds(self, state: _RunState) -> bool:
-        """True when the seeded run's files still have the stamps its cached summary came from."""
-        assert state.seed is not None
-        stamps = state.seed[1]
+    def _seed_holds(self, state: _RunState, stamps: Mapping[str, tuple[int, int]]) -> bool:
+        """True when the seeded run's files still have ``stamps``, those its cached summary came from."""
         names = (*_TABLE_FILES, METRICS_JSONL, *((CONFIG_JSON,) if CONFIG_JSON in stamps else ()))
         for name in names:
             st, reason = stat_confined(state.loc.path + os.sep + name, state.loc.root)
@@ -834,6 +833,13 @@ def _folder_stamp(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_ino
+
+
+def _plain(stamps: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[int, int]]:
+    """``stamps`` decoded once, when they are the run database's text
+    (:class:`traceml_ai.runs.rundb.StoredStamps`, which decodes at each look)."""
+    decoded = getattr(stamps, "decoded", None)
+    return decoded() if decoded is not None else stamps
 
 
 def _unfinished(state: _RunState) -> bool:

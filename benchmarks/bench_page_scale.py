@@ -7,6 +7,9 @@
   tab is frozen while it lasts), and how many frames took over 200 ms;
 - **server RSS**: the viewer's peak resident memory (``VmHWM``) so far (target ≤ 1 GB).
 
+On the second open it then sorts by name (a header click), goes back to newest first and groups by
+a config value, each timed until the rows are drawn in their new order, with the longest frame.
+
 Also the time from the launch of ``traceml ui`` to its printed URL (the warm start, wall).
 
 Run: ``.venv/bin/python benchmarks/bench_page_scale.py --size 100000`` (the runs are generated
@@ -129,6 +132,7 @@ def main() -> None:
                       f"(target 1,000); table: {info}", flush=True)
                 if i == 1:
                     sort_and_group(page)
+                    print(f"    server peak RSS after them {peak_rss_mb(proc.pid):.0f} MB", flush=True)
                 page.close()
             browser.close()
     finally:

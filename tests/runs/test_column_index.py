@@ -65,11 +65,15 @@ def test_the_same_runs_with_a_few_replaced_are_renewed_alone_and_answer_as_colum
     before = index.shapes_computed
     _same(index, runs)
     assert index.shapes_computed == before  # nothing new: no run looked at again
+    kept = index.facts(runs)
+    runs[2].display_status = "stale"  # (a poll changes a status in place: no column changes)
+    assert index.facts(runs) is kept  # the same answer, not made again
     runs[4] = dataclasses.replace(runs[4], params={**runs[4].params, "optim.lr": "auto", "extra.key": 2})
     runs[9] = dataclasses.replace(runs[9], params={k: v for k, v in runs[9].params.items() if k != "optim.lr"})
     runs[12].perf = {"verdict": "input_bound", "share.dataloader": 0.4}
     _same(index, runs)
     assert index.shapes_computed == before + 3
+    assert index.facts(runs) is not kept
     facts = index.facts(runs)
     assert "config.extra.key" in facts.available and "config.optim.lr" not in facts.numeric
     # and back: the replaced runs' values no longer count

@@ -138,8 +138,7 @@ class FactCache:
             stored, parent = leaf
             intact = parent not in self._broken and isinstance(self._new_dirs.get(parent), msgspec.Raw)
             if stored.signature != signature:
-                if intact:
-                    self._broken.add(parent)
+                self._broken.add(parent)  # (its entry holds this leaf as it was)
                 return self._list(path, signature)
             if not intact:
                 self._new_dirs[path] = _Folder(stored.signature, stored.entries)  # (written in its parent)
@@ -165,18 +164,18 @@ class FactCache:
 
     def _list(self, path: str, signature: list[int], stored: _Leaf | None = None) -> list[tuple[str, Kind]]:
         """The entries of ``path`` from disk, kept for the next discovery; or those of ``stored``, a
-        leaf held by its parent's entry, when it has this signature."""
-        if stored is not None and stored.signature == signature:
-            return stored.entries
+        leaf held by its parent's entry kept as read, when it has this signature (else that entry
+        is written anew). A folder that is a leaf now goes into its parent's entry when saved."""
+        if stored is not None:
+            if stored.signature == signature:
+                return stored.entries
+            self._broken.add(os.path.dirname(path.rstrip(os.sep)))
         self.listed += 1
         with os.scandir(path) as it:
             entries: list[tuple[str, Kind]] = sorted(
                 (e.name, "l" if e.is_symlink() else "d" if e.is_dir() else "f")
                 for e in it if not e.name.startswith("."))
         self._dirty = True
-        parent = os.path.dirname(path.rstrip(os.sep))
-        if isinstance(self._new_dirs.get(parent), msgspec.Raw):
-            self._broken.add(parent)  # (it may hold this folder as a leaf, or come to)
         if self.path is not None:
             self._new_dirs[path] = _Folder(signature, entries)
         return entries

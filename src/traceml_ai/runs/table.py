@@ -590,11 +590,11 @@ def _sorted_by(
             ordered.extend(_sorted_by(absent, rest) if rest else absent)
             return ordered
         if _all_text(values):
-            return _sorted_texts(items, values, descending, rest)
+            return _sorted_by_keys(items, list(map(natural_key, values)), descending, rest)  # (all str)
     elif entry_of is _time_entry:
         times = list(map(get, items))
         if all(type(t) is str and t for t in times):  # every run has the time: one class, one sort
-            return _sorted_times(items, times, descending, rest)
+            return _sorted_by_keys(items, times, descending, rest)
     buckets: tuple[list[tuple[Any, RunSummary]], ...] = ([], [], [], [])
     if entry_of is _sort_entry:
         _classify(items, values, buckets)
@@ -666,37 +666,15 @@ def _sorted_numbers(
     return out
 
 
-def _sorted_times(
-    items: list[RunSummary], times: list[Any], descending: bool,
+def _sorted_by_keys(
+    items: list[RunSummary], keys: list[Any], descending: bool,
     rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
 ) -> list[RunSummary]:
-    """:func:`_sorted_by` of runs that all have a time (``times``, ISO-8601 text) on the first key:
-    one stable sort of positions by the text, no tuple per run (the viewer's first table is sorted
-    by ``-started``: a tenth of its warm start at 100,000 runs, issue 16)."""
-    order = sorted(range(len(items)), key=times.__getitem__, reverse=descending)
-    ranked = [items[i] for i in order]
-    if not rest:
-        return ranked
-    in_order = [times[i] for i in order]
-    out: list[RunSummary] = []
-    _extend_tied(out, ranked, list(map(operator.eq, in_order, islice(in_order, 1, None))), rest)
-    return out
-
-
-def _all_text(values: list[Scalar]) -> bool:
-    """Every value a non-empty text (a run's name, say): one sort class."""
-    return set(map(type, values)) == {str} and "" not in values
-
-
-def _sorted_texts(
-    items: list[RunSummary], values: list[Scalar], descending: bool,
-    rest: Sequence[tuple[Callable[[RunSummary], Scalar], Callable[[Scalar], tuple[int, Any]], bool]],
-) -> list[RunSummary]:
-    """:func:`_sorted_by` of runs whose values of the first key are all non-empty texts
-    (``values``): one stable sort of positions by their natural keys, no ``(key, run)`` pair per
-    run (the names that break the ties of a metric, 42,000 of 100,000 runs in the scale bench,
-    issue 16)."""
-    keys = list(map(natural_key, values))  # (all str: _all_text)
+    """:func:`_sorted_by` of runs whose values of the first key are of one sort class, ``keys[i]``
+    the sort key of ``items[i]``: one stable sort of positions by the keys, no ``(key, run)`` pair
+    per run. For a time every run has (ISO-8601 text: the viewer's first table is sorted by
+    ``-started``, a tenth of its warm start at 100,000 runs) and for texts only (their natural keys:
+    the names that break the ties of a metric, 42,000 of 100,000 runs in the scale bench; issue 16)."""
     order = sorted(range(len(items)), key=keys.__getitem__, reverse=descending)
     ranked = [items[i] for i in order]
     if not rest:
@@ -705,6 +683,11 @@ def _sorted_texts(
     out: list[RunSummary] = []
     _extend_tied(out, ranked, list(map(operator.eq, in_order, islice(in_order, 1, None))), rest)
     return out
+
+
+def _all_text(values: list[Scalar]) -> bool:
+    """Every value a non-empty text (a run's name, say): one sort class."""
+    return set(map(type, values)) == {str} and "" not in values
 
 
 def _classify(items: list[RunSummary], values: list[Scalar],

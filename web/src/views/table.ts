@@ -375,18 +375,7 @@ export class RunTable {
     } else {
       grown = this.growWidths(columns, numeric, rows, false);
     }
-    if (groupsChanged) {
-      this.groupSig = p.groupSig;
-      this.groupChecks.clear();
-      if (p.groups !== null) {
-        const g = this.groupOptions(p.groups);
-        tab.setGroupBy(g.groupBy as (data: unknown) => unknown as unknown as string);
-        tab.setGroupValues(g.groupValues!);
-        tab.setGroupHeader(g.groupHeader!);
-      } else {
-        tab.setGroupBy(false as unknown as string);
-      }
-    }
+    if (groupsChanged) this.applyGroups(tab, p);
     this.drawnKeys = keys;
     this.drawnGroups = gids;
     this.rowEls.clear();
@@ -402,6 +391,20 @@ export class RunTable {
       this.syncHeadChecks();
     });
     this.updateSortMarks();
+  }
+
+  /** Set the table's grouping to the plan's groups (or none). */
+  private applyGroups(tab: Tabulator, p: Plan): void {
+    this.groupSig = p.groupSig;
+    this.groupChecks.clear();
+    if (p.groups !== null) {
+      const g = this.groupOptions(p.groups);
+      tab.setGroupBy(g.groupBy as (data: unknown) => unknown as unknown as string);
+      tab.setGroupValues(g.groupValues!);
+      tab.setGroupHeader(g.groupHeader!);
+    } else {
+      tab.setGroupBy(false as unknown as string);
+    }
   }
 
   /** Draw an answer that holds the drawn runs in another order or other groups (a sort, a group
@@ -428,18 +431,7 @@ export class RunTable {
     const manager = (tab as unknown as { rowManager: InternalRowManager }).rowManager;
     tab.blockRedraw();
     try {
-      if (groupsChanged) {
-        this.groupSig = p.groupSig;
-        this.groupChecks.clear();
-        if (p.groups !== null) {
-          const g = this.groupOptions(p.groups);
-          tab.setGroupBy(g.groupBy as (data: unknown) => unknown as unknown as string);
-          tab.setGroupValues(g.groupValues!);
-          tab.setGroupHeader(g.groupHeader!);
-        } else {
-          tab.setGroupBy(false as unknown as string);
-        }
-      }
+      if (groupsChanged) this.applyGroups(tab, p);
       manager.rows = rows;
       // No handler: the pipeline starts again from `rows` (a named stage would keep its old copy);
       // held until restoreRedraw, one pass for this and the group settings.

@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -614,6 +615,27 @@ def test_a_reload_opens_the_remembered_view_with_the_table_it_asks_for(browser: 
         expect(page.get_by_test_id("filter-chip")).to_contain_text(">=0.9")
         assert any(u.endswith("/api/table?remembered=1&rows=200") for u in s.requests)
         assert any(u.endswith("/api/runs?since=0&stream=1") for u in s.requests)
+        s.assert_clean()
+
+
+def test_a_view_opened_from_a_link_becomes_the_remembered_view(browser: Browser, viewer: Viewer) -> None:
+    # Review 16b: after a plot saved Charts as the remembered view, opening `#v=runs` showed the
+    # table, but a plain open later showed Charts again.
+    with open_viewer(browser, viewer) as s:
+        viewer.api("/api/ui-state", {"view": "charts"}, method="PUT")
+        linked = s.page.context.new_page()  # (a new tab: the hash is a link, not this tab's reload)
+        linked.goto(viewer.url.split("?")[0] + "#v=runs")
+        expect(linked.get_by_test_id("view-runs")).to_be_visible()
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while viewer.api("/api/ui-state").get("view") != "runs":
+            assert time.monotonic() < deadline, "the linked view was not remembered"
+            time.sleep(0.05)
+        linked.close()
+        plain = s.page.context.new_page()
+        plain.goto(viewer.url.split("?")[0])
+        expect(plain.get_by_test_id("view-runs")).to_be_visible()
+        expect(plain.get_by_test_id("view-charts")).to_be_hidden()
+        plain.close()
         s.assert_clean()
 
 

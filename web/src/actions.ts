@@ -234,8 +234,10 @@ export async function loadUiState(): Promise<Record<string, unknown>> {
   }
 }
 
-export function enableSaving(): void {
+/** Save the view whenever it changes from now on; `now`: also save the view shown now. */
+export function enableSaving(now = false): void {
   saveEnabled = true;
+  if (now) saveNow();
   store.on("ui", () => {
     if (saveEnabled) saveNow();
   });

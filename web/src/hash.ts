@@ -8,7 +8,8 @@
 // (search, filters, status, sort, group, differing params, hidden runs, max rows: the settings
 // `ENTRY_KEYS` names), so Back after a sort or a filter shows the table as it was before it, not
 // the site before the app. Every other change (selection, columns, chart settings) replaces the
-// current entry. A hash that is not ours (or empty) leaves the remembered view as it is.
+// current entry. A hash that is not ours (or empty) leaves the remembered view as it is; a view
+// opened from a link becomes the remembered one (main.ts).
 
 import { debounce } from "./dom";
 import { defaultUiState, parseUiState, store, type UiState } from "./store";

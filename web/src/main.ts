@@ -26,7 +26,8 @@ async function boot(): Promise<void> {
   if (!host) return;
   const remembered = await loadUiState();
   // A view in the URL (a bookmark, a shared link) wins over the remembered one; a reload does not.
-  store.ui = openingUi() ?? parseUiState(remembered);
+  const linked = openingUi();
+  store.ui = linked ?? parseUiState(remembered);
   prefetchPerformance(store.ui, MAX_PERF_RUNS);
   discardEarly(); // (what the prefetch did not take was sent for another view than this one opens)
   const table = queryFirstTable();
@@ -62,7 +63,9 @@ async function boot(): Promise<void> {
   await table;
   shell.renderCounts();
   shell.showView(store.ui.view);
-  enableSaving();
+  // A view opened from a link becomes the remembered one, as any view shown later does (review 16b:
+  // after `#v=runs` a plain open still showed the Charts plotted before).
+  enableSaving(linked !== null);
   if (early) runs.catch((err: unknown) => toast(`The runs did not all load: ${errorText(err)}`, "error"));
   const onUiChange = syncHash(() => store.ui, restoreUi);
   store.on("ui", onUiChange);

@@ -22,7 +22,7 @@ class NoRootError(ValueError):
     """None of the configured runs roots exists. The message names them and the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunLocation:
     """A run folder found under a root: ``id`` is the folder name, ``path`` its real path."""
 

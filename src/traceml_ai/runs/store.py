@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import islice
-from operator import itemgetter
 from typing import Any
 
 from traceml_ai.runs.discovery import (
@@ -454,17 +453,23 @@ class RunStore:
             # In the order a poll lists them (root order, then folder name), which is not the
             # database's once it has rewritten a run: the first table and its default columns are
             # those a poll gives.
-            rank = {root: i for i, root in enumerate(prefixes)}
-            order = [(rank.get(summary.root, len(rank)), key) for key, (summary, _) in cached.items()]
             items = list(cached.items())
-            if not all(map(operator.le, order, islice(order, 1, None))):
-                items = [item for _, item in sorted(zip(order, items, strict=True), key=itemgetter(0))]
+            keys = list(cached)
+            if len(prefixes) == 1:  # (one root: the keys' order is the listing's, no tuple per run)
+                in_order = all(map(operator.le, keys, islice(keys, 1, None)))
+            else:
+                rank = {root: i for i, root in enumerate(prefixes)}
+                order = [(rank.get(summary.root, len(rank)), key) for key, (summary, _) in items]
+                in_order = all(map(operator.le, order, islice(order, 1, None)))
+            if not in_order:
+                rank = {root: i for i, root in enumerate(prefixes)}
+                items.sort(key=lambda item: (rank.get(item[1][0].root, len(rank)), item[0]))
             for key, (summary, stamps) in items:
                 prefix = prefixes.get(summary.root)
                 if prefix is None or key in runs or summary.key != key or not key.startswith(prefix):
                     continue
                 loc = RunLocation(summary.root, summary.id, key)
-                runs[key] = _RunState(loc, summary=summary, seed=(summary, stamps))
+                runs[key] = _RunState(loc, files={}, head=_NO_HEAD, summary=summary, seed=(summary, stamps))
                 status = summary.status
                 # A finished run shows its written status; only the others depend on the clock.
                 summary.display_status = (

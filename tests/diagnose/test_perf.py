@@ -208,6 +208,25 @@ def test_the_index_reads_a_folder_again_only_when_its_summary_changed(tmp_path: 
     assert index.update([(str(done), True)], force=True)[str(done)]["verdict"] == "healthy"
 
 
+def test_folders_assumed_not_captured_are_skipped_until_a_refresh_which_reads_each_on_its_own(
+        tmp_path: Path) -> None:
+    # A start from the run database records its unchanged, uncaptured runs without a look (issue 16:
+    # 100,000 at a warm start share one entry); a Refresh looks at each again, and what one folder
+    # holds then does not leak into the others.
+    folders = [tmp_path / f"r{i}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    index = PerfIndex()
+    index.assume_not_captured(str(f) for f in folders)
+    captured(folders[1], RunSpec(steps=30))  # (captured since: only a Refresh looks)
+    runs = [(str(f), True) for f in folders]
+    assert index.update(runs) == {} and index.reads == 0
+    changed = index.update(runs, force=True)
+    assert list(changed) == [str(folders[1])] and changed[str(folders[1])]["telemetry"] == "ok"
+    assert index.facts(str(folders[0])) == {} == index.facts(str(folders[2]))
+    assert index.update(runs) == {} and index.pending() == []
+
+
 def test_a_live_runs_growing_telemetry_is_reported_until_it_finishes(tmp_path: Path) -> None:
     """Issue 13 item 3: the viewer learns that a live run's database grew (and pushes it to the page)."""
     from tests.diagnose.telemetry_db import TelemetryDB, cpu_events

@@ -454,6 +454,11 @@ class _Entry:
     (unfinished captured runs only: their database grows while the run is live)."""
 
 
+_NOT_CAPTURED: Final = _Entry((None, None), {}, None, True)
+"""The entry of every folder :meth:`PerfIndex.assume_not_captured` records: one object for all
+(100,000 at a warm start), which :meth:`PerfIndex.update` replaces, never changes."""
+
+
 def _telemetry_stamps(run_dir: str) -> tuple[Stamp | None, Stamp | None]:
     db = os.path.join(run_dir, AGGREGATOR_DIR, TELEMETRY_DB)
     st, wal = _regular(db), _regular(db + "-wal")
@@ -503,6 +508,8 @@ class PerfIndex:
                 entry = self._entries.get(run_dir)
                 if entry is not None and entry.frozen and not force:
                     continue
+                if entry is _NOT_CAPTURED:  # (shared: changed below as this folder's own)
+                    entry = self._entries[run_dir] = _Entry((None, None), {}, None, True)
                 facts, warning, stamps, captured = self._check(run_dir, entry)
                 frozen = finished and (not captured or stamps[0] is not None)
                 tel = _telemetry_stamps(run_dir) if captured and not frozen and grown is not None else (None, None)
@@ -532,9 +539,9 @@ class PerfIndex:
         run database whose stamps still hold) as not captured without looking at them: frozen until
         an :meth:`update` with ``force``. Folders already known are left as they are."""
         with self._lock:
+            keep = self._entries.setdefault
             for run_dir in run_dirs:
-                if run_dir not in self._entries:
-                    self._entries[run_dir] = _Entry((None, None), {}, None, True)
+                keep(run_dir, _NOT_CAPTURED)
 
     def pending(self) -> list[str]:
         """The folders an :meth:`update` would check again without ``force``: unfinished runs and

@@ -65,9 +65,9 @@ def join_perf(
         # Right after a start from the run database: a finished run whose folder did not change and
         # whose cached facts are {} had no aggregator/ folder and has none now (creating one would
         # have moved the folder's stamp), so it is not looked at (100,000 runs: seconds of stat calls).
-        index.assume_not_captured(
-            key for key in store.unchanged_since_seed() if (run := store.get(key)) is not None and not run.perf
-        )
+        unchanged = store.unchanged_since_seed()
+        if unchanged:
+            index.assume_not_captured(r.key for r in store.runs() if not r.perf and r.key in unchanged)
     grown: set[str] = set()
     if only is None:
         runs = store.runs()

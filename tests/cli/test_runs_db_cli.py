@@ -95,3 +95,18 @@ def test_a_corrupt_database_is_a_warning_and_is_rebuilt(root: Path) -> None:
     assert _schema(_db(root)) == SCHEMA_VERSION
     again, stderr = _ls(root)
     assert again == cold and "runs.sqlite" not in stderr
+
+
+def test_cache_dir_chooses_where_ls_keeps_its_database_and_one_inside_the_root_is_refused(
+        root: Path, tmp_path: Path) -> None:
+    # Review 16c: `runs ls` had no --cache-dir (only the TRACEML_CACHE_DIR setting), unlike `traceml ui`.
+    chosen = tmp_path / "elsewhere"
+    chosen.mkdir()
+    proc = run_traceml("runs", "ls", str(root), "--json", "--cache-dir", str(chosen))
+    assert proc.returncode == 0, proc.stderr
+    assert (chosen / "runs.sqlite").is_file() and not _db(root).exists()
+    again = run_traceml("runs", "ls", str(root), "--json", "--cache-dir", str(chosen))
+    assert again.stdout == proc.stdout and "runs.sqlite" not in again.stderr
+    inside = run_traceml("runs", "ls", str(root), "--cache-dir", str(root / "cache"))
+    assert inside.returncode != 0 and not (root / "cache").exists()
+    assert len(inside.stderr.strip().splitlines()) == 1, inside.stderr

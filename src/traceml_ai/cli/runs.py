@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.text import Span, Text
 
 from traceml_ai.cli.common import (
+    CACHE_DIR_HELP,
     STATUS_STYLE,
     UsageError,
     UserError,
@@ -84,14 +85,24 @@ def _open_store(roots: list[str] | None, stale_after_seconds: float | None = Non
     return warm.store, warm.perf_warnings
 
 
-def _open_warm(roots: list[str] | None, stale_after_seconds: float | None = None) -> WarmStart:
-    """The warm start behind :func:`open_store` (its column index too); warnings go to stderr."""
+def _open_warm(roots: list[str] | None, stale_after_seconds: float | None = None,
+               cache_dir: str | None = None) -> WarmStart:
+    """The warm start behind :func:`open_store` (its column index too); warnings go to stderr.
+    ``cache_dir``: the ``--cache-dir`` given (else the setting, else the default)."""
     from traceml_ai.ui.warm import open_warm
 
-    st = settings(stale_after_seconds=stale_after_seconds)
+    st = settings(stale_after_seconds=stale_after_seconds, cache_dir=cache_dir)
+    chosen = roots_or_default(roots, st)
+    if cache_dir is not None:  # (a folder given on the command line: refused loudly, not skipped)
+        from traceml_ai.ui.cache import CacheError, check_cache_dir
+
+        try:
+            check_cache_dir(cache_dir, chosen)
+        except CacheError as e:
+            raise UsageError(str(e)) from None
     try:
         warm = open_warm(
-            roots_or_default(roots, st),
+            chosen,
             cache_dir=st.cache_dir,
             stale_after_seconds=st.stale_after_seconds,
             max_metrics_file_mb=st.max_metrics_file_mb,
@@ -166,6 +177,8 @@ def ls(
         "--csv", help="CSV with the export's column names: id, name, status, group, tags, path and the table's "
                       "columns, or only the --columns given.")] = False,
     stale_after_seconds: Annotated[float | None, typer.Option(help="Heartbeat age that makes a run stale.")] = None,
+    cache_dir: Annotated[str | None, typer.Option(
+        help=CACHE_DIR_HELP + " Holds runs.sqlite, the run database a listing starts from.")] = None,
 ) -> None:
     """List runs as a table.
 
@@ -190,7 +203,7 @@ def ls(
     # Without the cyclic collector: listing 100,000 runs builds millions of short-lived, acyclic
     # objects, and the collections they set off took 40 % of `runs ls --json` (issue 16).
     with collector_paused():
-        warm = _open_warm(roots, stale_after_seconds)
+        warm = _open_warm(roots, stale_after_seconds, cache_dir)
         runs = [_with_perf_warning(run, warm.perf_warnings) for run in warm.store.runs()]
         try:
             matched = filter_runs(runs, filters, search=search, statuses=statuses)

@@ -49,6 +49,12 @@ CACHE_DIR_HELP: Final = ("Cache folder (default: traceml/.cache for the root tra
                          "~/.cache/traceml/<root name>-<hash of the roots>).")
 """The ``--cache-dir`` help of the commands that write into it (ui.cache_paths.default_cache_dir)."""
 
+def scan_note(read: int, listed: int) -> None:
+    """One line on stderr while a first scan (no run database yet) lasts: how far it is."""
+    _console("err").print(f"[dim]scanning the runs folders (no run database yet; the next start reads it): "
+                          f"{read:,} of {listed:,} runs read…[/]")
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -33,6 +33,7 @@ from traceml_ai.cli.common import (
     out,
     printable,
     roots_or_default,
+    scan_note,
     settings,
 )
 from traceml_ai.runs.discovery import NoRootError
@@ -106,6 +107,7 @@ def _open_warm(roots: list[str] | None, stale_after_seconds: float | None = None
             cache_dir=st.cache_dir,
             stale_after_seconds=st.stale_after_seconds,
             max_metrics_file_mb=st.max_metrics_file_mb,
+            progress=scan_note,
         )
     except NoRootError as e:
         raise UserError(str(e)) from None

@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from traceml_ai.cli.common import CACHE_DIR_HELP, UserError, err, one_line_errors, out, roots_or_default, settings
+from traceml_ai.cli.common import (
+    CACHE_DIR_HELP,
+    UserError,
+    err,
+    one_line_errors,
+    out,
+    roots_or_default,
+    scan_note,
+    settings,
+)
 from traceml_ai.runs.discovery import NoRootError, list_runs, resolve_roots
 
 
@@ -68,6 +77,7 @@ def ui(
             stale_after_seconds=st.stale_after_seconds,
             max_metrics_file_mb=st.max_metrics_file_mb,
             refresh_interval_seconds=st.refresh_interval_seconds,
+            progress=scan_note,
             max_points_per_series=st.max_points_per_series,
             announce=announce,
         )

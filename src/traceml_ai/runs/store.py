@@ -216,6 +216,9 @@ class RunStore:
         self.membership = 0
         """Grows by one whenever runs appear or go (a poll that only updated runs leaves it): the
         layers above redo their per-run work over all runs only when it moved."""
+        self.progress = (0, 0)
+        """``(runs checked, runs listed)`` of the poll under way that lists the roots (the last
+        one's when none is): what a command shows while a first scan of 100,000 runs lasts."""
 
     # -- public ----------------------------------------------------------------------------
 
@@ -548,11 +551,13 @@ class RunStore:
         # a run; only folders not seen before are looked at (a few stats each).
         runs = [loc for loc in listing.runs if loc.path in self._runs or not catalog_only_folder(loc.path)]
         for start in range(0, len(runs), _POLL_CHUNK):
+            self.progress = (start, len(runs))
             if start:
                 time.sleep(0)  # let a thread waiting for the run table take it
             with self._lock:
                 for loc in runs[start : start + _POLL_CHUNK]:
                     self._update_one(loc, seen, changed, recheck_finished=recheck_finished)
+        self.progress = (len(runs), len(runs))
         with self._lock:
             self._set_listing_warnings(listing)
             removed = [key for key in self._runs if key not in seen]

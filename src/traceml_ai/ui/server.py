@@ -16,6 +16,7 @@ from traceml_ai.ui.app import create_app
 from traceml_ai.ui.auth import new_token
 from traceml_ai.ui.cache import CacheFolder
 from traceml_ai.ui.service import Viewer
+from traceml_ai.ui.warm import Progress, scan_progress
 
 
 def allowed_hosts_for(host: str, port: int) -> set[str]:
@@ -67,8 +68,10 @@ def serve(
     refresh_interval_seconds: float = 5.0,
     max_points_per_series: int = 5000,
     announce: Callable[[str], None] = print,
+    progress: Progress | None = None,
 ) -> None:
-    """Serve the viewer for ``roots`` until interrupted.
+    """Serve the viewer for ``roots`` until interrupted. ``progress`` is told how far a first scan
+    without a run database is while it lasts (:func:`~traceml_ai.ui.warm.scan_progress`).
 
     Raises:
         NoRootError: no root exists. OSError: the port cannot be bound. CacheError: the cache
@@ -81,7 +84,8 @@ def serve(
     )
     viewer.start()
     if not store.runs():
-        viewer.poll()  # no run database: scan now so the first page is complete
+        with scan_progress(store, progress):  # (minutes from a cold disk at 100,000 runs)
+            viewer.poll()  # no run database: scan now so the first page is complete
     else:
         threading.Thread(target=viewer.poll, name="traceml-first-poll", daemon=True).start()
     sock = bind(host, port)

@@ -4,6 +4,7 @@ refresh")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -468,3 +469,29 @@ def test_a_seeded_run_whose_stored_stamps_are_not_stamps_is_read_again_from_its_
     assert dict(second.stamps()[baseline.key])  # (its stamps now: those of the files it was read from)
     assert sorted(r.name for r in second.runs()) == sorted(["baseline" if r.key == baseline.key else r.name
                                                              for r in runs])
+
+
+def test_forgetting_the_parse_state_keeps_what_a_seed_keeps_and_refresh_still_reads_a_changed_run(
+    fake_root: Path, tmp_path: Path
+) -> None:
+    # After a first scan the viewer keeps finished runs as a start from runs.sqlite holds them
+    # (review 16c: the parsed files of 100,000 runs stayed in memory after a cold start).
+    work = tmp_path / "runs"
+    shutil.copytree(fake_root, work, symlinks=True)
+    store = RunStore([work])
+    store.poll()
+    before = {r.key: (r.name, r.display_status) for r in store.runs()}
+    stamps = {k: dict(v) for k, v in store.stamps().items()}
+    finished = [r for r in store.runs() if r.finished]
+    assert store.forget_parse_state() == len(finished) > 0
+    assert {k: dict(v) for k, v in store.stamps().items()} == stamps
+    assert store.poll().changed == [] and {r.key: (r.name, r.display_status) for r in store.runs()} == before
+    run = finished[0]
+    assert store.details(run.key).summary.name == run.name
+    # a finished run rewritten (as every writer does: a new file renamed into place) is read again
+    run_json = Path(run.key) / "run.json"
+    tmp = run_json.with_name(".run.json.tmp")
+    tmp.write_text(json.dumps({**json.loads(run_json.read_text()), "name": "renamed"}))
+    os.replace(tmp, run_json)
+    assert run.key in store.refresh().changed
+    assert store.get(run.key).name == "renamed"  # type: ignore[union-attr]

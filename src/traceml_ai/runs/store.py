@@ -513,13 +513,26 @@ class RunStore:
                 if state.seed is not None:
                     out[key] = state.seed[1]  # (read-only: the run database's stamps, decoded as read)
                     continue
-                files = {name: fs.stamp for name, fs in state.files.items() if fs.stamp is not None}
-                if state.head.stamp is not None:
-                    files[METRICS_JSONL] = state.head.stamp
-                if state.folder is not None:
-                    files[RUN_FOLDER_STAMP] = state.folder
-                out[key] = files
+                out[key] = _parsed_stamps(state)
             return out
+
+    def forget_parse_state(self) -> int:
+        """Keep of each finished run only its summary and the stamps of the files it was read from,
+        as a start from the run database holds it (:meth:`seed`): the parsed files leave memory
+        (after a first scan of 100,000 runs the viewer held 1.05 GB, against 0.84 GB from the
+        database; review 16c). A Refresh then compares every file, as for a seeded run, and reads
+        a run again when one changed. A run whose history is loaded (charts) keeps it. Returns how
+        many runs were compacted."""
+        with self._lock:
+            compacted = 0
+            for key, state in self._runs.items():
+                summary = state.summary
+                if summary is None or state.seed is not None or not summary.finished or state.tail is not None:
+                    continue
+                self._runs[key] = _RunState(state.loc, files={}, head=_NO_HEAD, summary=summary,
+                                            seed=(summary, _parsed_stamps(state)), run_json=state.run_json)
+                compacted += 1
+            return compacted
 
     # -- updating --------------------------------------------------------------------------
 
@@ -843,6 +856,16 @@ def _folder_stamp(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_ino
+
+
+def _parsed_stamps(state: _RunState) -> dict[str, tuple[int, int]]:
+    """The stamps of the files a parsed (not seeded) run's summary came from, and its folder's."""
+    files = {name: fs.stamp for name, fs in state.files.items() if fs.stamp is not None}
+    if state.head.stamp is not None:
+        files[METRICS_JSONL] = state.head.stamp
+    if state.folder is not None:
+        files[RUN_FOLDER_STAMP] = state.folder
+    return files
 
 
 def _plain(stamps: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[int, int]]:

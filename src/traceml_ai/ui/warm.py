@@ -89,8 +89,11 @@ def scan_progress(store: RunStore, progress: Progress | None) -> Iterator[None]:
         wait = PROGRESS_FIRST_S
         while not done.wait(wait):
             read, listed = store.progress
-            if listed:
-                progress(read, listed)
+            try:
+                if listed:
+                    progress(read, listed)
+            except Exception:  # (a closed stderr, say: the scan goes on without notes)
+                return
             wait = PROGRESS_EVERY_S
 
     thread = threading.Thread(target=report, name="traceml-scan-progress", daemon=True)
